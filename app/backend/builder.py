@@ -1,0 +1,364 @@
+"""Build the patched llama-cpp-python backend: source, patch, toolchain, compile, install, self-test, activate.
+
+One entry point, ``build_backend``, reads top-down. Nothing becomes visible under
+``<data>/backends/<id>`` until the self-test passed; the build tree is kept in the cache so
+a rebuild with the same inputs only re-links what changed (seconds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from app import paths
+from app.backend import patching, registry, source, toolchain
+from app.backend.events import BuildEvent, CancelToken, EventSink, ninja_fraction
+from app.errors import BackendError, BuildCancelled, ToolchainError
+
+Flavor = Literal["auto", "cpu", "cuda"]
+
+# percent of the whole build at which each step starts
+_STEP_START = {"toolchain": 0.0, "source": 1.0, "configure": 5.0, "compile": 10.0,
+               "install": 92.0, "selftest": 94.0, "activate": 99.0}
+_COMMON_CMAKE_ARGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAVA_BUILD=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+]
+
+
+@dataclass
+class BuildOptions:
+    flavor: Flavor = "auto"
+    cuda_archs: list[str] = field(default_factory=list)
+    version: str = source.DEFAULT_VERSION
+    patched: bool = True
+    sdist: Path | None = None
+    wheelhouse: Path | None = None
+    jobs: int | None = None
+    activate: bool = True
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything the build depends on, resolved; its hash names the backend."""
+
+    pin: source.PinnedSource
+    patch: patching.Patch | None
+    flavor: Literal["cpu", "cuda"]
+    cuda_archs: list[str]
+    cmake_args: list[str]
+    tools: toolchain.Toolchain
+
+    @property
+    def patch_sha256(self) -> str | None:
+        return self.patch.sha256 if self.patch else None
+
+    @property
+    def backend_id(self) -> str:
+        key = json.dumps([self.pin.sha256, self.patch_sha256, self.cmake_args], sort_keys=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+        kind = self.flavor if self.flavor == "cpu" else "cuda-sm" + "_".join(self.cuda_archs)
+        return f"{self.pin.version}-{kind}-{'d2t' if self.patch else 'unpatched'}-{digest}"
+
+
+def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) -> BuildPlan:
+    """Resolve flavor, CUDA archs and CMake arguments; raise ToolchainError with advice if we can't build."""
+    tools = tools or toolchain.detect()
+    flavor: Literal["cpu", "cuda"]
+    if options.flavor == "auto":
+        flavor = "cuda" if tools.nvcc and tools.gpus else "cpu"
+    else:
+        flavor = options.flavor
+    problems = tools.problems(cuda=flavor == "cuda")
+    if problems:
+        raise ToolchainError("The backend cannot be built on this machine yet.", "\n".join(problems))
+    archs = sorted(set(options.cuda_archs or [gpu.cuda_arch for gpu in tools.gpus])) if flavor == "cuda" else []
+    if flavor == "cuda" and not archs:
+        raise ToolchainError("No NVIDIA GPU was found, so the CUDA architecture is unknown.",
+                             "Pass --cuda-arch (for example --cuda-arch 89,90) or build with --cpu.")
+    args = list(_COMMON_CMAKE_ARGS)
+    if flavor == "cuda":
+        assert tools.nvcc is not None
+        args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}",
+                 f"-DCMAKE_CUDA_COMPILER={tools.nvcc.path}", "-DGGML_NATIVE=ON"]
+    else:
+        args += ["-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON"]
+    pin = source.pinned(options.version)
+    patch = patching.default_patch() if options.patched else None
+    return BuildPlan(pin, patch, flavor, archs, args, tools)
+
+
+class _Reporter:
+    """Turns step progress into whole-build percentages for the event sink."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+        self.step = "source"
+
+    def start(self, step: str, message: str) -> None:
+        self.step = step
+        self.sink(BuildEvent("step", message, _STEP_START[step], step))
+
+    def log(self, line: str) -> None:
+        self.sink(BuildEvent("log", line, None, self.step))
+
+    def within(self, fraction: float) -> None:
+        steps = list(_STEP_START)
+        start = _STEP_START[self.step]
+        following = steps.index(self.step) + 1
+        end = _STEP_START[steps[following]] if following < len(steps) else 100.0
+        self.sink(BuildEvent("progress", "", round(start + (end - start) * fraction, 1), self.step))
+
+
+def build_backend(options: BuildOptions, on_event: EventSink | None = None,
+                  cancel: CancelToken | None = None) -> registry.BackendManifest:
+    """Build, self-test and install a backend; returns its manifest.
+
+    Raises:
+        ToolchainError: a needed tool is missing (the advice says how to get it).
+        PatchError: the d2t patch does not apply to the source.
+        BuildCancelled: ``cancel`` was triggered; nothing was installed.
+        BackendError: configure, compile, install or self-test failed; nothing was installed.
+    """
+    sink: EventSink = on_event or (lambda _event: None)
+    cancel = cancel or CancelToken()
+    report = _Reporter(sink)
+    started = time.monotonic()
+    registry.cleanup_stale_staging()
+
+    report.start("toolchain", "checking the build tools")
+    plan = plan_build(options)
+    report.log(f"building backend {plan.backend_id} ({plan.flavor}"
+               + (f", CUDA archs {','.join(plan.cuda_archs)}" if plan.cuda_archs else "") + ")")
+
+    report.start("source", f"getting llama-cpp-python {plan.pin.version} source")
+    tree = _prepare_source(plan, options, report)
+    _check_cancel(cancel)
+
+    build_dir = paths.cache_dir() / "build" / plan.backend_id
+    report.start("configure", "configuring with CMake")
+    _configure(plan, tree, build_dir, report, cancel)
+
+    report.start("compile", "compiling llama.cpp (this takes a few minutes the first time)")
+    jobs = options.jobs or os.cpu_count() or 2
+    _run([_cmake(plan), "--build", str(build_dir), "--target", "llama", "-j", str(jobs)],
+         tree, report, cancel, "Compiling llama.cpp failed", progress=True)
+
+    report.start("install", "installing into a staging folder")
+    staging = paths.backends_dir() / f"{registry.STAGING_PREFIX}{plan.backend_id}-{os.getpid()}"
+    try:
+        _install(tree, build_dir, staging)
+        manifest = _manifest(plan, time.monotonic() - started)
+        manifest.write(staging)
+        _check_cancel(cancel)
+
+        report.start("selftest", "self-testing the new backend")
+        manifest.selftest = run_selftest_subprocess(staging, report, cancel)
+        manifest.build_seconds = round(time.monotonic() - started, 1)
+        manifest.write(staging)
+        if not manifest.selftest_ok:
+            raise BackendError(f"The new backend failed its self-test: {manifest.selftest.get('error')}",
+                               "Nothing was installed. See the log above; report it with the log attached.")
+        _check_cancel(cancel)
+
+        report.start("activate", "installing the backend")
+        final = registry.backend_dir(plan.backend_id)
+        _replace_dir(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if options.activate:
+        registry.set_active(plan.backend_id, allow_unpatched=not plan.patch)
+    report.within(1.0)
+    sink(BuildEvent("done", f"backend {plan.backend_id} ready in {manifest.build_seconds:.0f} s", 100.0, "activate"))
+    return manifest
+
+
+def _cmake(plan: BuildPlan) -> str:
+    return plan.tools.cmake.path if plan.tools.cmake else "cmake"
+
+
+def _check_cancel(cancel: CancelToken) -> None:
+    if cancel.cancelled:
+        raise BuildCancelled("The backend build was cancelled; nothing was installed.")
+
+
+def _prepare_source(plan: BuildPlan, options: BuildOptions, report: _Reporter) -> Path:
+    """The working source tree for this plan: a patched (or pristine) copy, made once and reused."""
+    sdist = source.fetch_sdist(plan.pin, options.sdist, options.wheelhouse, log=report.log)
+    pristine = source.unpack(plan.pin, sdist, paths.cache_dir() / "src" / f"{plan.pin.version}-pristine")
+    report.within(0.5)
+    if plan.patch is None:
+        return pristine
+    tree = paths.cache_dir() / "src" / f"{plan.pin.version}-d2t-{(plan.patch_sha256 or '')[:12]}"
+    marker = tree / ".fastmtp-patched"
+    if not marker.is_file():
+        shutil.rmtree(tree, ignore_errors=True)
+        partial = tree.with_name(tree.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(pristine, partial, symlinks=True)
+        vendored = partial / "vendor" / "llama.cpp"
+        report.log(f"checking and applying {plan.patch.name}")
+        patching.apply(vendored, plan.patch)
+        os.replace(partial, tree)
+        marker.write_text((plan.patch_sha256 or "") + "\n")
+    report.log(f"source tree {tree} (patch {plan.patch.name}, sha256 {plan.patch_sha256})")
+    return tree
+
+
+def _configure(plan: BuildPlan, tree: Path, build_dir: Path, report: _Reporter, cancel: CancelToken) -> None:
+    if (build_dir / "build.ninja").is_file() and (build_dir / "CMakeCache.txt").is_file():
+        report.log("reusing the cached build tree")
+        return
+    shutil.rmtree(build_dir, ignore_errors=True)
+    build_dir.mkdir(parents=True)
+    ninja = plan.tools.ninja.path if plan.tools.ninja else "ninja"
+    cmd = [_cmake(plan), "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
+           *plan.cmake_args]
+    try:
+        _run(cmd, tree, report, cancel, "Configuring the build with CMake failed")
+    except BackendError:
+        shutil.rmtree(build_dir, ignore_errors=True)  # a half-configured tree must not be reused
+        raise
+
+
+def _run(cmd: list[str], cwd: Path, report: _Reporter, cancel: CancelToken, failure: str,
+         progress: bool = False) -> None:
+    """Run a build command, streaming its lines as events; cancel kills its whole process group."""
+    _check_cancel(cancel)
+    report.log("$ " + " ".join(cmd))
+    tail: deque[str] = deque(maxlen=30)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+    cancel.set_kill(lambda: _kill_group(proc))
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip()
+            tail.append(line)
+            report.log(line)
+            fraction = ninja_fraction(line) if progress else None
+            if fraction is not None:
+                report.within(fraction)
+        code = proc.wait()
+    finally:
+        cancel.set_kill(None)
+        if proc.poll() is None:
+            _kill_group(proc)
+            proc.wait()
+    _check_cancel(cancel)
+    if code != 0:
+        raise BackendError(f"{failure} (exit code {code}). Last lines:\n" + "\n".join(tail),
+                           "Nothing was installed. Fix the cause named above and build again; "
+                           "`python -m app backend doctor` checks the tools.")
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        if sys.platform == "win32":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_SHARED_LIB = re.compile(r"^(lib)?(llama|ggml[\w-]*)\.(so(\.\d+)*|dylib|dll)$")
+
+
+def _install(tree: Path, build_dir: Path, staging: Path) -> None:
+    """Stage ``llama_cpp/``: the Python bindings from the sdist plus the freshly built shared libraries.
+
+    Only the ``llama`` target and what it links are built, so the libraries are copied straight
+    from the build tree (their RUNPATH is ``$ORIGIN``), instead of a full ``cmake --install``.
+    """
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(tree / "llama_cpp", staging / "llama_cpp",
+                    ignore=shutil.ignore_patterns("lib", "__pycache__"))
+    lib_dir = staging / "llama_cpp" / "lib"
+    lib_dir.mkdir()
+    built = [p for p in (build_dir / "bin").iterdir() if _SHARED_LIB.match(p.name)]
+    if not any(p.name.startswith(("libllama", "llama")) for p in built):
+        raise BackendError(f"The build produced no llama library in {build_dir / 'bin'}.",
+                           "Delete the build cache folder named above and build again.")
+    for path in built:
+        if path.is_symlink():
+            (lib_dir / path.name).symlink_to(os.readlink(path))
+        else:
+            shutil.copy2(path, lib_dir / path.name)
+
+
+def _replace_dir(new: Path, final: Path) -> None:
+    """Move ``new`` to ``final``; an older install of the same id is swapped out, then deleted."""
+    old = final.with_name(f".old-{final.name}-{os.getpid()}")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(new, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _manifest(plan: BuildPlan, seconds: float) -> registry.BackendManifest:
+    compiler = plan.tools.cxx_compiler
+    return registry.BackendManifest(
+        id=plan.backend_id,
+        llama_cpp_python_version=plan.pin.version,
+        llama_cpp_commit=plan.pin.llama_cpp_commit,
+        sdist_sha256=plan.pin.sha256,
+        patch_name=plan.patch.name if plan.patch else None,
+        patch_sha256=plan.patch_sha256,
+        flavor=plan.flavor,
+        cmake_args=plan.cmake_args,
+        cuda_version=plan.tools.nvcc.version if plan.flavor == "cuda" and plan.tools.nvcc else None,
+        cuda_archs=plan.cuda_archs,
+        compiler=f"{compiler.path} {compiler.version}" if compiler else "unknown",
+        built_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        build_seconds=round(seconds, 1),
+    )
+
+
+def run_selftest_subprocess(folder: Path, report: _Reporter | None = None,
+                            cancel: CancelToken | None = None) -> dict[str, object]:
+    """Run the self-test in a child process, so a native crash cannot take the caller down."""
+    env = dict(os.environ, FASTMTP_BACKEND_DIR=str(folder), PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "app.backend.selftest", str(folder)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            errors="replace", start_new_session=True)
+    if cancel is not None:
+        cancel.set_kill(lambda: _kill_group(proc))
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.append(raw.rstrip())
+            if report is not None and not raw.startswith("{"):
+                report.log(raw.rstrip())
+        code = proc.wait()
+    finally:
+        if cancel is not None:
+            cancel.set_kill(None)
+    if cancel is not None:
+        _check_cancel(cancel)
+    for line in reversed(lines):
+        if line.startswith("{"):
+            try:
+                result: dict[str, object] = json.loads(line)
+                return result
+            except ValueError:
+                break
+    return {"ok": False, "error": f"the self-test process ended with code {code} and no result",
+            "log_tail": lines[-20:]}

@@ -1,0 +1,263 @@
+"""``python -m app <command>``: every job of the app, headless, with ``--json`` for scripts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.errors import FastMTPError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _archs(text: str) -> list[str]:
+    archs = [part.strip() for part in text.split(",") if part.strip()]
+    if not archs or not all(a.isdigit() for a in archs):
+        raise argparse.ArgumentTypeError("CUDA architectures are numbers like 89,90")
+    return archs
+
+
+# ----------------------------------------------------------------------------- backend
+
+
+def cmd_backend_build(args: argparse.Namespace) -> int:
+    from app.backend.builder import BuildOptions, build_backend
+    from app.backend.events import BuildEvent, CancelToken
+
+    cancel = CancelToken()
+    signal.signal(signal.SIGINT, lambda *_: cancel.cancel())
+    signal.signal(signal.SIGTERM, lambda *_: cancel.cancel())
+    last_percent = [-1.0]
+
+    def on_event(event: BuildEvent) -> None:
+        if args.json:
+            print(event.to_json(), flush=True)
+        elif event.kind == "step":
+            print(f"==> [{event.percent:5.1f}%] {event.message}", flush=True)
+        elif event.kind == "progress" and event.percent is not None and event.percent - last_percent[0] >= 5:
+            last_percent[0] = event.percent
+            print(f"    {event.percent:5.1f}%", flush=True)
+        elif event.kind == "log" and args.verbose:
+            print("    " + event.message, flush=True)
+        elif event.kind == "done":
+            print(event.message, flush=True)
+
+    flavor = "cpu" if args.cpu else "cuda" if args.cuda else "auto"
+    options = BuildOptions(flavor=flavor, cuda_archs=args.cuda_arch or [], version=args.version,
+                           patched=not args.unpatched, sdist=args.sdist, wheelhouse=args.wheelhouse,
+                           jobs=args.jobs, activate=not args.no_activate)
+    manifest = build_backend(options, on_event, cancel)
+    if args.json:
+        print(json.dumps({"kind": "result", "manifest": manifest.to_dict()}), flush=True)
+    return 0
+
+
+def cmd_backend_status(args: argparse.Namespace) -> int:
+    from app.backend import registry, toolchain
+
+    active = registry.active()
+    tools = toolchain.detect()
+    data = {"active": active.to_dict() if active else None, "toolchain": tools.to_dict(),
+            "advice": tools.problems(cuda=bool(tools.gpus))}
+    if args.json:
+        _print_json(data)
+        return 0
+    if active is None:
+        print("No active backend. Build one with: python -m app backend build")
+    else:
+        patched = f"d2t patch {active.patch_sha256[:12]}" if active.patch_sha256 else "UNPATCHED"
+        print(f"Active backend: {active.id}  ({active.flavor}, llama-cpp-python {active.llama_cpp_python_version}, "
+              f"llama.cpp {active.llama_cpp_commit}, {patched}, self-test {'ok' if active.selftest_ok else 'FAILED'})")
+    _print_toolchain(tools)
+    return 0
+
+
+def _print_toolchain(tools: Any) -> None:
+    for name in ("cmake", "ninja", "c_compiler", "cxx_compiler", "nvcc", "ccache"):
+        tool = getattr(tools, name)
+        print(f"  {name:13} {tool.version + '  ' + tool.path if tool else 'not found'}")
+    if tools.gpus:
+        for gpu in tools.gpus:
+            print(f"  GPU           {gpu.name}, compute capability {gpu.compute_capability}, {gpu.memory_mib} MiB")
+    else:
+        print("  GPU           no NVIDIA GPU found (nvidia-smi)")
+    for line in tools.problems(cuda=bool(tools.gpus)):
+        print("  ! " + line)
+
+
+def cmd_backend_doctor(args: argparse.Namespace) -> int:
+    from app.backend import toolchain
+
+    tools = toolchain.detect()
+    if args.json:
+        _print_json({"toolchain": tools.to_dict(), "can_build_cpu": tools.can_build_cpu,
+                     "can_build_cuda": tools.can_build_cuda, "advice": tools.problems(cuda=bool(tools.gpus))})
+    else:
+        _print_toolchain(tools)
+    return 0 if tools.can_build_cpu else 1
+
+
+def cmd_backend_list(args: argparse.Namespace) -> int:
+    from app.backend import registry
+
+    registry.cleanup_stale_staging()
+    active = registry.active_id()
+    backends = registry.list_backends()
+    if args.json:
+        _print_json([dict(m.to_dict(), active=m.id == active) for m in backends])
+        return 0
+    if not backends:
+        print("No backends installed.")
+    for m in backends:
+        mark = "*" if m.id == active else " "
+        patch = "d2t" if m.patched else "unpatched"
+        print(f"{mark} {m.id:40} {m.flavor:5} {patch:9} built {m.built_at} in {m.build_seconds:.0f} s, "
+              f"self-test {'ok' if m.selftest_ok else 'FAILED'}")
+    return 0
+
+
+def cmd_backend_use(args: argparse.Namespace) -> int:
+    from app.backend import registry
+
+    manifest = registry.set_active(args.id, allow_unpatched=args.allow_unpatched)
+    if args.json:
+        _print_json({"active": manifest.id})
+    else:
+        print(f"Active backend: {manifest.id}")
+    return 0
+
+
+def cmd_backend_remove(args: argparse.Namespace) -> int:
+    from app.backend import registry
+
+    registry.remove(args.id)
+    if args.json:
+        _print_json({"removed": args.id})
+    else:
+        print(f"Removed backend {args.id}")
+    return 0
+
+
+def cmd_backend_selftest(args: argparse.Namespace) -> int:
+    from app.backend import registry
+    from app.backend.builder import run_selftest_subprocess
+
+    backend_id = args.id or registry.active_id()
+    if backend_id is None:
+        raise FastMTPError("No backend to test.", "Build one with `python -m app backend build`.")
+    result = run_selftest_subprocess(registry.backend_dir(registry.get(backend_id).id))
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"self-test of {backend_id}: {'ok' if result.get('ok') else 'FAILED: ' + str(result.get('error'))}")
+    return 0 if result.get("ok") else 1
+
+
+def cmd_backend_fetch(args: argparse.Namespace) -> int:
+    from app.backend import source
+
+    got = []
+    for version in args.version or [source.DEFAULT_VERSION]:
+        pin = source.pinned(version)
+        path = source.fetch_sdist(pin, wheelhouse=args.wheelhouse, log=lambda line: print(line, file=sys.stderr))
+        got.append({"version": version, "path": str(path), "sha256": pin.sha256})
+    if args.json:
+        _print_json(got)
+    else:
+        for item in got:
+            print(f"llama-cpp-python {item['version']}: {item['path']} (sha256 verified)")
+    return 0
+
+
+def cmd_backend_patch_check(args: argparse.Namespace) -> int:
+    from app.backend import patching, source
+
+    pin = source.pinned(args.version)
+    tree = source.pristine_tree(pin) / "vendor" / "llama.cpp"
+    patch = patching.default_patch()
+    patching.check(tree, patch)
+    data = {"version": pin.version, "llama_cpp_commit": pin.llama_cpp_commit, "patch": patch.name,
+            "patch_sha256": patch.sha256, "applies": True}
+    if args.json:
+        _print_json(data)
+    else:
+        print(f"{patch.name} applies cleanly to llama-cpp-python {pin.version} (llama.cpp {pin.llama_cpp_commit})")
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fastmtp-chat", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(parent: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(handler=handler)
+        return p
+
+    backend = sub.add_parser("backend", help="build and manage the patched llama.cpp backend")
+    bsub = backend.add_subparsers(dest="backend_command", required=True)
+    b = command(bsub, "build", cmd_backend_build, "build the d2t-patched llama-cpp-python backend")
+    kind = b.add_mutually_exclusive_group()
+    kind.add_argument("--auto", action="store_true", help="CUDA when nvcc and a GPU are present (default)")
+    kind.add_argument("--cpu", action="store_true", help="CPU-only build")
+    kind.add_argument("--cuda", action="store_true", help="CUDA build")
+    b.add_argument("--cuda-arch", type=_archs, help="CUDA architectures, e.g. 89,90 (default: detected GPUs)")
+    b.add_argument("--version", default="0.3.35", help="llama-cpp-python version (pinned ones only)")
+    b.add_argument("--unpatched", action="store_true", help="build without the d2t patch (for diagnosis)")
+    b.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
+    b.add_argument("--sdist", type=Path, help="use this llama-cpp-python sdist file (offline machines)")
+    b.add_argument("--wheelhouse", type=Path, help="folder holding the sdist (offline machines)")
+    b.add_argument("--jobs", type=int, help="parallel compile jobs")
+    b.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
+    command(bsub, "status", cmd_backend_status, "show the active backend and the build tools")
+    command(bsub, "doctor", cmd_backend_doctor, "check the build tools and say what is missing")
+    command(bsub, "list", cmd_backend_list, "list installed backends")
+    u = command(bsub, "use", cmd_backend_use, "make an installed backend the active one")
+    u.add_argument("id")
+    u.add_argument("--allow-unpatched", action="store_true")
+    r = command(bsub, "remove", cmd_backend_remove, "delete an installed backend")
+    r.add_argument("id")
+    s = command(bsub, "selftest", cmd_backend_selftest, "run the self-test of a backend again")
+    s.add_argument("id", nargs="?")
+    f = command(bsub, "fetch", cmd_backend_fetch, "download and verify the pinned backend source")
+    f.add_argument("--version", action="append", help="version(s) to fetch (default 0.3.35)")
+    f.add_argument("--wheelhouse", type=Path)
+    pc = command(bsub, "patch-check", cmd_backend_patch_check, "check that the d2t patch applies to a version")
+    pc.add_argument("--version", default="0.3.35")
+
+    from app import cli_models
+
+    cli_models.add_commands(sub, command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+        return code
+    except FastMTPError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps(exc.to_dict()), flush=True)
+        else:
+            print(f"error: {exc.message}", file=sys.stderr)
+            if exc.advice:
+                print(f"what to do: {exc.advice}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

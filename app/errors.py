@@ -1,0 +1,53 @@
+"""One exception hierarchy for the app: every error carries words for the user and what to do next."""
+
+from __future__ import annotations
+
+
+class FastMTPError(Exception):
+    """Base of all errors the app raises on purpose.
+
+    ``message`` says what went wrong, ``advice`` says what the user can do about it.
+    """
+
+    def __init__(self, message: str, advice: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.advice = advice
+
+    def __str__(self) -> str:
+        return f"{self.message}\n{self.advice}" if self.advice else self.message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"error": type(self).__name__, "message": self.message, "advice": self.advice}
+
+
+class GGUFError(FastMTPError):
+    """A GGUF file is unreadable, truncated or not what the command needs."""
+
+
+class SidecarError(GGUFError):
+    """A sidecar cannot be built, or does not fit its target."""
+
+
+class BackendError(FastMTPError):
+    """The llama.cpp backend cannot be fetched, patched, built, found or loaded."""
+
+
+class ToolchainError(BackendError):
+    """A compiler, CMake, ninja or the CUDA toolkit is missing or unusable."""
+
+
+class BuildCancelled(BackendError):
+    """The user cancelled a backend build; nothing was installed."""
+
+
+class PatchError(BackendError):
+    """Our d2t patch does not apply to the backend source."""
+
+
+class UnpatchedBackendError(BackendError):
+    """A d2t sidecar met a backend built without the FastMTP d2t patch."""
+
+
+class ModelLoadError(FastMTPError):
+    """llama.cpp refused to load a model file."""

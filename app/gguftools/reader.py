@@ -1,0 +1,104 @@
+"""Open GGUF files with the ``gguf`` package, fast and with errors a user understands."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGUFReader, GGUFValueType, ReaderField, ReaderTensor
+
+from app.errors import GGUFError
+
+# Keys the reader synthesises from the file header; they are not KV pairs of the file.
+HEADER_KEYS = frozenset({"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"})
+
+
+class _Reader(GGUFReader):  # type: ignore[misc]
+    """``GGUFReader`` that slices a plain ndarray view of its memory map.
+
+    The stock reader slices the ``np.memmap`` itself, and every slice pays numpy's memmap bookkeeping:
+    a file with a 248320-token vocabulary takes 15 s to open on a small machine instead of 3 s.
+    Parsing stays entirely the package's; only the view it slices and its byte-fetch helper change.
+    """
+
+    @property
+    def data(self) -> npt.NDArray[np.uint8]:
+        return self._plain
+
+    @data.setter
+    def data(self, mapped: np.memmap[Any, Any]) -> None:
+        self._mapped = mapped
+        self._plain: npt.NDArray[np.uint8] = mapped.view(np.ndarray)
+
+    def _get(
+        self,
+        offset: int,
+        dtype: npt.DTypeLike,
+        count: int = 1,
+        override_order: None | Literal["I", "S", "<"] = None,
+    ) -> npt.NDArray[Any]:
+        dt = np.dtype(dtype)
+        order = self.byte_order if override_order is None else override_order
+        if order != "I":
+            dt = dt.newbyteorder(order)
+        count = int(count)
+        return self._plain[offset : offset + dt.itemsize * count].view(dt)
+
+
+def open_gguf(path: str | os.PathLike[str]) -> GGUFReader:
+    """Open a GGUF file for reading (memory-mapped).
+
+    Raises:
+        GGUFError: the file is missing, not a GGUF file, or cut short.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise GGUFError(f"The model file {p} does not exist.", "Check the path, or download the file again.")
+    size = p.stat().st_size
+    try:
+        reader = _Reader(p)
+    except Exception as exc:  # the package raises ValueError, IndexError, KeyError, ... on bad bytes
+        if size < 4 or p.read_bytes()[:4] != b"GGUF":
+            raise GGUFError(
+                f"{p.name} is not a GGUF model file.",
+                "Choose a .gguf file (llama.cpp's model format).",
+            ) from exc
+        raise GGUFError(
+            f"{p.name} is damaged or incomplete: its header cannot be read ({exc}).",
+            "The download or copy was probably cut short: fetch the file again.",
+        ) from exc
+    data_end = max((t.data_offset + t.n_bytes for t in reader.tensors), default=0)
+    if data_end > size:
+        raise GGUFError(
+            f"{p.name} is incomplete: it is {size:,} bytes but its tensors need {data_end:,}.",
+            "The download or copy was cut short: fetch the file again.",
+        )
+    return reader
+
+
+def field_value(reader: GGUFReader, key: str) -> Any:
+    """The Python value of a KV field (str, int, float, bool or a list), or None when absent."""
+    field: ReaderField | None = reader.get_field(key)
+    if field is None:
+        return None
+    return field.contents()
+
+
+def array_length(reader: GGUFReader, key: str) -> int | None:
+    """Number of items of an array field without decoding them, or None when absent."""
+    field: ReaderField | None = reader.get_field(key)
+    if field is None or not field.types or field.types[0] != GGUFValueType.ARRAY:
+        return None
+    return len(field.data)
+
+
+def tensors_by_name(reader: GGUFReader) -> dict[str, ReaderTensor]:
+    return {t.name: t for t in reader.tensors}
+
+
+def architecture(reader: GGUFReader) -> str:
+    value = field_value(reader, "general.architecture")
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,291 @@
+"""Owning wrappers over llama.cpp handles: model, context, batch, and the captured native log.
+
+Each class owns one C object, raises a plain error when creation fails, and frees it exactly once
+(``close()`` is idempotent and also runs from ``__exit__``). Nothing above this module uses ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from collections import deque
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from app.errors import FastMTPError, ModelLoadError, UnpatchedBackendError
+from app.native.loader import import_llama_cpp
+
+FloatArray = npt.NDArray[np.float32]
+
+# llama.cpp's complaint when an unpatched build meets a trimmed (d2t) LM head
+_WRONG_SHAPE = re.compile(
+    r"tensor '(?P<name>[^']+)' has wrong shape; expected\s+(?P<expected>[\d, ]+), got\s+(?P<got>[\d, ]+)")
+
+
+class NativeLog:
+    """Collects llama.cpp's log lines (its log callback is process-global) so failures can be explained."""
+
+    def __init__(self, keep: int = 400) -> None:
+        self.lines: deque[str] = deque(maxlen=keep)
+        self.echo = False
+        self._partial = ""
+        self._count = 0
+        self._lock = threading.Lock()
+        self._callback: Any = None
+
+    def install(self, lib: ModuleType) -> None:
+        if self._callback is not None:
+            return
+
+        def on_log(_level: int, text: bytes | None, _user: object) -> None:
+            self._feed((text or b"").decode("utf-8", errors="replace"))
+
+        self._callback = lib.llama_log_callback(on_log)  # keep a reference: C holds only the pointer
+        lib.llama_log_set(self._callback, ctypes.c_void_p(0))
+
+    def _feed(self, text: str) -> None:
+        with self._lock:
+            self._partial += text
+            while "\n" in self._partial:
+                line, self._partial = self._partial.split("\n", 1)
+                self.lines.append(line)
+                self._count += 1
+                if self.echo:
+                    print(line, flush=True)
+
+    def mark(self) -> int:
+        with self._lock:
+            return self._count
+
+    def since(self, mark: int) -> list[str]:
+        with self._lock:
+            fresh = self._count - mark
+            return list(self.lines)[-fresh:] if fresh > 0 else []
+
+
+LOG = NativeLog()
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def llama() -> ModuleType:
+    """The backend's ``llama_cpp`` module, initialised once with our log capture."""
+    global _initialized
+    lib = import_llama_cpp()
+    with _init_lock:
+        if not _initialized:
+            LOG.install(lib)
+            lib.llama_backend_init()
+            _initialized = True
+    return lib
+
+
+def explain_load_failure(path: Path, log_lines: list[str]) -> FastMTPError:
+    """Turn llama.cpp's load log into an error a user can act on."""
+    for line in log_lines:
+        match = _WRONG_SHAPE.search(line)
+        if match and match.group("name") == "output.weight":
+            expected = [int(x) for x in match.group("expected").replace(",", " ").split()]
+            got = [int(x) for x in match.group("got").replace(",", " ").split()]
+            if len(expected) == 2 and len(got) == 2 and got[0] == expected[0] and got[1] < expected[1]:
+                return UnpatchedBackendError(
+                    f"{path.name} is a FastMTP d2t sidecar (LM head trimmed to {got[1]} draft tokens), "
+                    f"but the active llama.cpp backend is not patched for d2t: it expected the full "
+                    f"{expected[1]}-token head ('expected {expected[0]}, {expected[1]}, got {got[0]}, {got[1]}').",
+                    "The sidecar is fine; the backend lacks the d2t patch. Build the patched backend with "
+                    "`python -m app backend build` (or make a patched build active with `backend use`).",
+                )
+    detail = "\n".join(line for line in log_lines if "error" in line.lower() or "failed" in line.lower())
+    return ModelLoadError(f"llama.cpp could not load {path}." + (f"\n{detail}" if detail else ""),
+                          "Check that the file is a complete GGUF for a supported architecture "
+                          "(`python -m app gguf inspect FILE`).")
+
+
+class Model:
+    """A loaded GGUF model (``llama_model *``)."""
+
+    def __init__(self, path: Path, *, n_gpu_layers: int = 0, load_mtp: bool = False, use_mmap: bool = True) -> None:
+        self.lib = llama()
+        self.path = path
+        if not path.is_file():
+            raise ModelLoadError(f"The model file {path} does not exist.")
+        params = self.lib.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.load_mtp = load_mtp
+        params.use_mmap = use_mmap
+        mark = LOG.mark()
+        self._ptr: Any = self.lib.llama_model_load_from_file(str(path).encode(), params)
+        if not self._ptr:
+            raise explain_load_failure(path, LOG.since(mark))
+        self.vocab: Any = self.lib.llama_model_get_vocab(self._ptr)
+        self.n_embd: int = self.lib.llama_model_n_embd(self._ptr)
+        self.n_vocab: int = self.lib.llama_vocab_n_tokens(self.vocab)
+
+    @property
+    def ptr(self) -> Any:
+        if not self._ptr:
+            raise ValueError("the model is closed")
+        return self._ptr
+
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        buf = (self.lib.llama_token * capacity)()
+        n = self.lib.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (self.lib.llama_token * capacity)()
+            n = self.lib.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if self._ptr:
+            self.lib.llama_model_free(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Batch:
+    """A ``llama_batch`` for one sequence, with an embeddings array too (MTP batches carry both)."""
+
+    def __init__(self, lib: ModuleType, capacity: int, n_embd: int) -> None:
+        self.lib = lib
+        self.capacity = capacity
+        self.n_embd = n_embd
+        self._batch: Any = lib.llama_batch_init(capacity, 0, 1)
+        self._embd = np.zeros((capacity, n_embd), dtype=np.float32)
+        self._owned = True
+
+    def fill(self, tokens: list[int], start_pos: int, *, hidden: FloatArray | None = None,
+             logits: str = "last") -> None:
+        """Load tokens at positions ``start_pos...``; ``logits`` is "last", "all" or "none"."""
+        n = len(tokens)
+        if n > self.capacity:
+            raise ValueError(f"batch holds {self.capacity} tokens, got {n}")
+        batch = self._batch
+        batch.n_tokens = n
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = start_pos + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = 1 if logits == "all" or (logits == "last" and i == n - 1) else 0
+        if hidden is not None:
+            self._embd[:n] = hidden
+            batch.embd = self._embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        else:
+            batch.embd = None
+
+    @property
+    def struct(self) -> Any:
+        return self._batch
+
+    def close(self) -> None:
+        if self._owned:
+            self._batch.embd = None  # ours, not llama.cpp's: never let llama_batch_free see it
+            self.lib.llama_batch_free(self._batch)
+            self._owned = False
+
+
+class Context:
+    """A ``llama_context``: a target context, or an MTP draft context bound to a target one."""
+
+    def __init__(self, model: Model, *, n_ctx: int = 2048, n_batch: int = 512, n_threads: int | None = None,
+                 n_rs_seq: int = 0, draft_for: Context | None = None, nextn_outputs: bool = False,
+                 flash_attn: bool | None = None) -> None:
+        self.lib = model.lib
+        self.model = model
+        params = self.lib.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_rs_seq = n_rs_seq
+        if n_threads:
+            params.n_threads = n_threads
+            params.n_threads_batch = n_threads
+        if flash_attn is not None:
+            params.flash_attn_type = 1 if flash_attn else 0
+        if draft_for is not None:
+            params.ctx_type = self.lib.LLAMA_CONTEXT_TYPE_MTP
+            params.ctx_other = draft_for.ptr
+        mark = LOG.mark()
+        self._ptr: Any = self.lib.llama_init_from_model(model.ptr, params)
+        if not self._ptr:
+            detail = "\n".join(LOG.since(mark)[-5:])
+            raise ModelLoadError(f"llama.cpp could not create a context for {model.path.name}.\n{detail}",
+                                 "Try a smaller context size, or fewer GPU layers.")
+        self.n_ctx = n_ctx
+        self.is_draft = draft_for is not None
+        self._batch = Batch(self.lib, n_batch, model.n_embd)
+        if nextn_outputs or self.is_draft:
+            from llama_cpp import llama_cpp_ext
+
+            llama_cpp_ext.llama_set_embeddings_nextn(self._ptr, True, self.is_draft)
+
+    @property
+    def ptr(self) -> Any:
+        if not self._ptr:
+            raise ValueError("the context is closed")
+        return self._ptr
+
+    def decode(self, tokens: list[int], start_pos: int, *, hidden: FloatArray | None = None,
+               logits: str = "last") -> None:
+        """Evaluate ``tokens`` at ``start_pos``; raises ModelLoadError on a llama.cpp failure."""
+        self._batch.fill(tokens, start_pos, hidden=hidden, logits=logits)
+        code = self.lib.llama_decode(self.ptr, self._batch.struct)
+        if code != 0:
+            raise ModelLoadError(f"llama_decode failed with code {code} at position {start_pos}.",
+                                 "The context may be full: start a new chat or raise the context size.")
+
+    def logits(self, i: int) -> FloatArray:
+        """Logits of output row ``i`` (negative counts from the end), copied out of llama.cpp."""
+        ptr = self.lib.llama_get_logits_ith(self.ptr, i)
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+
+    def nextn_hidden(self, i: int) -> FloatArray:
+        """The MTP hidden row of output ``i`` (needs ``nextn_outputs`` or a draft context)."""
+        from llama_cpp import llama_cpp_ext
+
+        ptr = llama_cpp_ext.llama_get_embeddings_nextn_ith(self.ptr, i)
+        if not ptr:
+            raise ValueError(f"no nextn hidden row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd,)).copy()
+
+    def truncate(self, n_keep: int) -> None:
+        """Forget every position from ``n_keep`` on (rollback after a rejected draft)."""
+        memory = self.lib.llama_get_memory(self.ptr)
+        self.lib.llama_memory_seq_rm(memory, 0, n_keep, -1)
+
+    def close(self) -> None:
+        if self._ptr:
+            self._batch.close()
+            self.lib.llama_free(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

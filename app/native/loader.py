@@ -1,0 +1,63 @@
+"""Import ``llama_cpp`` from the active backend's folder, never from an unpatched copy in site-packages."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from app.backend import registry
+from app.backend.registry import BackendManifest
+from app.errors import BackendError
+
+_loaded: tuple[Path, ModuleType] | None = None
+
+
+def backend_folder() -> Path:
+    """``FASTMTP_BACKEND_DIR`` when set (self-test, tests, workers), else the active backend."""
+    override = os.environ.get("FASTMTP_BACKEND_DIR")
+    if override:
+        return Path(override).resolve()
+    manifest = registry.active()
+    if manifest is None:
+        raise BackendError("No llama.cpp backend is installed yet.",
+                           "Run `python -m app backend build` (it builds the patched backend once, a few minutes).")
+    return registry.backend_dir(manifest.id).resolve()
+
+
+def backend_manifest() -> BackendManifest:
+    return BackendManifest.read(backend_folder())
+
+
+def import_llama_cpp() -> ModuleType:
+    """Return the ``llama_cpp`` module of the backend folder; loads it on first call."""
+    global _loaded
+    folder = backend_folder()
+    if _loaded is not None:
+        if _loaded[0] != folder:
+            raise BackendError(f"This process already loaded the backend in {_loaded[0]}.",
+                               "Switching backends needs a restart of the engine process.")
+        return _loaded[1]
+    if not (folder / "llama_cpp" / "__init__.py").is_file():
+        raise BackendError(f"{folder} does not hold a built llama_cpp package.",
+                           "Rebuild the backend with `python -m app backend build`.")
+    stray = sys.modules.get("llama_cpp")
+    if stray is not None and not _is_inside(Path(stray.__file__ or ""), folder):
+        raise BackendError(f"Another llama_cpp was imported first, from {stray.__file__}.",
+                           "Import nothing from llama_cpp before the app does.")
+    sys.path.insert(0, str(folder))
+    import llama_cpp
+
+    if not _is_inside(Path(llama_cpp.__file__ or ""), folder):
+        raise BackendError(f"llama_cpp was imported from {llama_cpp.__file__}, not from the backend {folder}.")
+    _loaded = (folder, llama_cpp)
+    return llama_cpp
+
+
+def _is_inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder)
+    except ValueError:
+        return False
+    return True
