@@ -31,7 +31,7 @@ def selftest_model_dir(version: str) -> Path:
 
 def run(folder: Path) -> dict[str, Any]:
     os.environ["FASTMTP_BACKEND_DIR"] = str(folder)
-    from app.gguftools.demo_model import ensure_demo_model
+    from app.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
     from app.native import draft_probe
     from app.native.handles import Model, llama
 
@@ -47,9 +47,9 @@ def run(folder: Path) -> dict[str, Any]:
     demo = ensure_demo_model(selftest_model_dir(manifest.llama_cpp_python_version), size="tiny")
 
     with Model(demo.target, load_mtp=False, n_gpu_layers=n_gpu_layers) as target:
-        prompt = demo.prompt_tokens()
+        prompt = table_prompt(demo)
         generated = draft_probe.greedy(target, prompt, SELFTEST_TOKENS)
-        follows = demo.table_agreement(prompt[-1], generated)
+        follows = table_agreement(demo, prompt[-1], generated)
         result["greedy_table_agreement"] = follows
         if follows < 0.9:
             result["error"] = f"greedy decoding followed the demo table on only {follows:.0%} of steps"
@@ -58,7 +58,7 @@ def run(folder: Path) -> dict[str, Any]:
         full = draft_probe.probe(target, sequence, demo.sidecar_full, n_gpu_layers=n_gpu_layers)
         if manifest.patched:
             d2t = draft_probe.probe(target, sequence, demo.sidecar_d2t, n_gpu_layers=n_gpu_layers)
-            ids = demo.d2t_ids()
+            ids = d2t_ids(demo.sidecar_d2t)
             outside = np.ones(d2t.draft_logits.shape[1], dtype=bool)
             outside[ids] = False
             max_diff = float(np.max(np.abs(d2t.draft_logits[:, ids] - full.draft_logits[:, ids])))

@@ -45,6 +45,10 @@ PINNED: dict[str, PinnedSource] = {
     "0.3.35": PinnedSource(
         "0.3.35", "1139dbb54509074b70893fab8554e3b079aa9f4d312058ce4018ef0019e3de12", "4df29be"
     ),
+    # the patch also applies here (line offsets only); checked, not built by default
+    "0.3.36": PinnedSource(
+        "0.3.36", "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e", "0c1e57098"
+    ),
 }
 DEFAULT_VERSION = "0.3.35"
 

@@ -188,7 +188,7 @@ def _pad(fout: Any, alignment: int) -> None:
 
 def _as_bytes(chunk: Chunk) -> memoryview:
     if isinstance(chunk, np.ndarray):
-        return memoryview(np.ascontiguousarray(chunk)).cast("B")
+        return np.ascontiguousarray(chunk).data.cast("B")
     return memoryview(chunk).cast("B")
 
 
@@ -209,7 +209,7 @@ def repeat_bytes(pattern: bytes, total: int, chunk_size: int = 1 << 26) -> Itera
     """``total`` bytes made of ``pattern`` repeated, in chunks of about ``chunk_size`` bytes."""
     if total % len(pattern):
         raise GGUFError("A repeated pattern does not fill the tensor exactly.", "This is a bug.")
-    reps = max(1, chunk_size // len(pattern))
+    reps = max(1, min(chunk_size, total) // len(pattern))
     block = memoryview(pattern * reps)
     remaining = total
     while remaining:

@@ -1,0 +1,53 @@
+"""The built-in demo model, written on first use: the app's default model and the self-test's subject."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from app.gguftools.demo_model import DEMO_SHAPES, DemoModel, Size, read_demo_table, write_demo_model
+from app.gguftools.reader import open_gguf, tensors_by_name
+
+_MARKER = "demo.json"
+
+
+def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9, seed: int = 0) -> DemoModel:
+    """The demo model in ``folder``; written (seconds for ``tiny``) unless the same one is already there."""
+    from app.backend.source import qwen35_vocab_path
+
+    wanted = {"size": size, "acceptance": acceptance, "seed": seed}
+    marker = folder / _MARKER
+    target = folder / "target.gguf"
+    try:
+        if json.loads(marker.read_text()) == wanted and target.is_file():
+            return DemoModel(target, folder / "sidecar-full.gguf", folder / "sidecar-d2t.gguf", size,
+                             DEMO_SHAPES[size], read_demo_table(target))
+    except (OSError, ValueError):
+        pass
+    marker.unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    demo = write_demo_model(folder, qwen35_vocab_path(), size=size, acceptance=acceptance, seed=seed)
+    marker.write_text(json.dumps(wanted) + "\n")
+    return demo
+
+
+def d2t_ids(sidecar: Path) -> npt.NDArray[np.int64]:
+    """The absolute target ids of a d2t sidecar's draft vocabulary."""
+    tensor = tensors_by_name(open_gguf(sidecar))["d2t"]
+    return np.asarray(tensor.data, dtype=np.int64).reshape(-1)
+
+
+def table_prompt(demo: DemoModel, n: int = 8) -> list[int]:
+    """A prompt of ``n`` consecutive table words, so greedy decoding continues the table."""
+    assert demo.table is not None
+    return list(demo.table.cycle[:n])
+
+
+def table_agreement(demo: DemoModel, last_prompt_token: int, generated: list[int]) -> float:
+    """Share of generated tokens that are exactly the table's greedy continuation."""
+    assert demo.table is not None
+    expected = demo.table.continuation(last_prompt_token, len(generated))
+    return sum(a == b for a, b in zip(expected, generated, strict=True)) / max(len(generated), 1)

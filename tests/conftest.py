@@ -1,0 +1,54 @@
+"""Shared fixtures: isolated data/config folders, the real patched and unpatched CPU backends, the demo model.
+
+The cache folder stays the user's own (or ``FASTMTP_CACHE_DIR``), so the backend build trees and the
+pinned sdist are reused between runs: the first run builds (minutes), later runs re-link (seconds).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.backend.builder import BuildOptions, build_backend
+from app.backend.registry import BackendManifest, backend_dir
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in ("FASTMTP_DATA_DIR", "FASTMTP_CONFIG_DIR", "FASTMTP_BACKEND_DIR")}
+    os.environ["FASTMTP_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
+    os.environ["FASTMTP_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
+    os.environ.pop("FASTMTP_BACKEND_DIR", None)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def qwen_vocab_path() -> Path:
+    from app.backend.source import qwen35_vocab_path
+
+    return qwen35_vocab_path()
+
+
+@pytest.fixture(scope="session")
+def patched_backend() -> BackendManifest:
+    """The real d2t-patched CPU build, installed and active in the test data folder."""
+    return build_backend(BuildOptions(flavor="cpu"))
+
+
+@pytest.fixture(scope="session")
+def unpatched_backend() -> BackendManifest:
+    """The same version built without our patch; installed but never active."""
+    return build_backend(BuildOptions(flavor="cpu", patched=False, activate=False))
+
+
+@pytest.fixture(scope="session")
+def unpatched_dir(unpatched_backend: BackendManifest) -> Path:
+    return backend_dir(unpatched_backend.id)

@@ -1,0 +1,68 @@
+"""Our d2t patch against the pinned vendored llama.cpp trees."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.backend import patching, source
+from app.errors import PatchError
+
+
+def _copy_models_dir(version: str, dest: Path) -> Path:
+    """A scratch copy of just the file the patch touches, from the pristine vendored tree."""
+    tree = source.pristine_tree(source.pinned(version)) / "vendor" / "llama.cpp"
+    (dest / "src" / "models").mkdir(parents=True)
+    shutil.copy2(tree / "src" / "models" / "qwen35.cpp", dest / "src" / "models" / "qwen35.cpp")
+    return dest
+
+
+def test_patch_applies_to_the_pinned_0_3_35_tree(tmp_path: Path) -> None:
+    tree = _copy_models_dir("0.3.35", tmp_path)
+    patch = patching.default_patch()
+    assert not patching.is_applied(tree, patch)
+    patching.apply(tree, patch)
+    text = (tree / "src" / "models" / "qwen35.cpp").read_text()
+    assert "result_output_d2t" in text
+    assert "ggml_set_rows" in text and "ggml_fill" in text and "-INFINITY" in text
+    assert "d2t draft-vocab trim requires output.weight" in text
+    assert patching.is_applied(tree, patch)
+    patching.apply(tree, patch)  # idempotent
+    assert text == (tree / "src" / "models" / "qwen35.cpp").read_text()
+
+
+def test_patch_stays_small_and_touches_only_qwen35() -> None:
+    text = patching.default_patch().path.read_text()
+    touched = [line[6:] for line in text.splitlines() if line.startswith("+++ b/")]
+    assert touched == ["src/models/qwen35.cpp"]
+    assert len(text.splitlines()) <= 60
+
+
+def test_patch_also_applies_to_0_3_36(tmp_path: Path) -> None:
+    # 0.3.36 vendors llama.cpp 0c1e57098; the patch applies there with line offsets only
+    tree = _copy_models_dir("0.3.36", tmp_path)
+    patching.check(tree, patching.default_patch())
+
+
+def test_patch_on_a_foreign_tree_is_refused_with_reason(tmp_path: Path) -> None:
+    tree = _copy_models_dir("0.3.35", tmp_path)
+    target = tree / "src" / "models" / "qwen35.cpp"
+    target.write_text(target.read_text().replace("output = create_tensor", "output_changed = create_tensor"))
+    with pytest.raises(PatchError) as caught:
+        patching.apply(tree, patching.default_patch())
+    assert "does not apply" in caught.value.message
+    assert "0.3.35" in caught.value.advice
+    assert "result_output_d2t" not in target.read_text()
+
+
+def test_sdist_with_wrong_hash_is_rejected(tmp_path: Path) -> None:
+    from app.errors import BackendError
+
+    fake = tmp_path / "llama_cpp_python-0.3.35.tar.gz"
+    fake.write_bytes(b"not the real source")
+    with pytest.raises(BackendError) as caught:
+        source.fetch_sdist(source.pinned("0.3.35"), sdist_file=fake)
+    assert "not the pinned llama-cpp-python 0.3.35 source" in caught.value.message
+    assert source.pinned().sha256 in caught.value.message
