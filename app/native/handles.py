@@ -109,7 +109,8 @@ def explain_load_failure(path: Path, log_lines: list[str]) -> FastMTPError:
 class Model:
     """A loaded GGUF model (``llama_model *``)."""
 
-    def __init__(self, path: Path, *, n_gpu_layers: int = 0, load_mtp: bool = False, use_mmap: bool = True) -> None:
+    def __init__(self, path: Path, *, n_gpu_layers: int = 0, load_mtp: bool = False, use_mmap: bool = True,
+                 vocab_only: bool = False) -> None:
         self.lib = llama()
         self.path = path
         if not path.is_file():
@@ -118,6 +119,7 @@ class Model:
         params.n_gpu_layers = n_gpu_layers
         params.load_mtp = load_mtp
         params.use_mmap = use_mmap
+        params.vocab_only = vocab_only
         mark = LOG.mark()
         self._ptr: Any = self.lib.llama_model_load_from_file(str(path).encode(), params)
         if not self._ptr:

@@ -1,0 +1,63 @@
+"""CLI for benchmarks: ``python -m app bench draft-head``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from app import paths
+
+BASE_HEAD_ROWS = 512
+
+
+def cmd_bench_draft_head(args: argparse.Namespace) -> int:
+    from app.bench import draft_head
+    from app.bench.report import record
+    from app.builtin_demo import ensure_demo_model
+    from app.gguftools.sidecar import build_sidecar
+
+    if args.target:
+        if not (args.full and args.d2t):
+            raise SystemExit("--target needs --full and --d2t too")
+        target, full, d2t = args.target, args.full, args.d2t
+        folder = paths.cache_dir() / "bench-models" / "custom"
+    else:
+        folder = paths.cache_dir() / "bench-models" / args.size
+        print(f"preparing the {args.size} demo model in {folder} ...", file=sys.stderr, flush=True)
+        demo = ensure_demo_model(folder, size=args.size)
+        target, full, d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
+    base = folder / f"sidecar-base-{BASE_HEAD_ROWS}.gguf"
+    if not base.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        build_sidecar(target, base, vocab_size=BASE_HEAD_ROWS)
+    result = draft_head.run(target, {"full": full, "d2t": d2t, "base": base}, runs=args.runs,
+                            n_threads=args.threads, n_gpu_layers=args.gpu_layers)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result.markdown())
+    if args.record:
+        command = "python -m app " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        record(args.record, f"Draft head: full vs d2t ({args.size if not args.target else target.name})",
+               command, result.markdown(),
+               f"Medians of {result.runs} interleaved runs. Head matmul = step minus the step of a "
+               f"{BASE_HEAD_ROWS}-row base head. Arithmetic bound for the head: 248320 / 32768 = 7.58x.")
+    return 0
+
+
+def add_commands(sub: Any, command: Any) -> None:
+    bench = sub.add_parser("bench", help="benchmarks (results as JSON and markdown)")
+    bsub = bench.add_subparsers(dest="bench_command", required=True)
+    dh = command(bsub, "draft-head", cmd_bench_draft_head, "time the MTP draft step: full head vs d2t head")
+    dh.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to time on")
+    dh.add_argument("--target", type=Path, help="time real files instead: the target ...")
+    dh.add_argument("--full", type=Path, help="... its full sidecar ...")
+    dh.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    dh.add_argument("--runs", type=int, default=50)
+    dh.add_argument("--threads", type=int)
+    dh.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
+    dh.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
