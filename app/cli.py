@@ -30,7 +30,7 @@ def _archs(text: str) -> list[str]:
 
 
 def cmd_backend_build(args: argparse.Namespace) -> int:
-    from app.backend.builder import BuildOptions, build_backend
+    from app.backend.builder import BuildOptions, Flavor, build_backend
     from app.backend.events import BuildEvent, CancelToken
 
     cancel = CancelToken()
@@ -51,7 +51,7 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
         elif event.kind == "done":
             print(event.message, flush=True)
 
-    flavor = "cpu" if args.cpu else "cuda" if args.cuda else "auto"
+    flavor: Flavor = "cpu" if args.cpu else "cuda" if args.cuda else "auto"
     options = BuildOptions(flavor=flavor, cuda_archs=args.cuda_arch or [], version=args.version,
                            patched=not args.unpatched, sdist=args.sdist, wheelhouse=args.wheelhouse,
                            jobs=args.jobs, activate=not args.no_activate)

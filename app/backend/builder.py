@@ -80,11 +80,8 @@ class BuildPlan:
 def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) -> BuildPlan:
     """Resolve flavor, CUDA archs and CMake arguments; raise ToolchainError with advice if we can't build."""
     tools = tools or toolchain.detect()
-    flavor: Literal["cpu", "cuda"]
-    if options.flavor == "auto":
-        flavor = "cuda" if tools.nvcc and tools.gpus else "cpu"
-    else:
-        flavor = options.flavor
+    auto: Literal["cpu", "cuda"] = "cuda" if tools.nvcc and tools.gpus else "cpu"
+    flavor = auto if options.flavor == "auto" else options.flavor
     problems = tools.problems(cuda=flavor == "cuda")
     if problems:
         raise ToolchainError("The backend cannot be built on this machine yet.", "\n".join(problems))

@@ -89,9 +89,9 @@ class DemoTable:
     head sees ``wrong[word]`` instead and proposes ``successor(wrong[word])``, which the target rejects.
     """
 
-    cycle: tuple[int, ...]
+    cycle: tuple[int, ...] = field(repr=False)
     entry: int
-    wrong: dict[int, int]
+    wrong: dict[int, int] = field(repr=False)
     _pos: dict[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -51,8 +51,9 @@ def import_llama_cpp() -> ModuleType:
 
     if not _is_inside(Path(llama_cpp.__file__ or ""), folder):
         raise BackendError(f"llama_cpp was imported from {llama_cpp.__file__}, not from the backend {folder}.")
-    _loaded = (folder, llama_cpp)
-    return llama_cpp
+    module: ModuleType = llama_cpp
+    _loaded = (folder, module)
+    return module
 
 
 def _is_inside(path: Path, folder: Path) -> bool:

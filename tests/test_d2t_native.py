@@ -1,0 +1,136 @@
+"""The patch at work: real patched and unpatched CPU builds loading real demo GGUFs written by our writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFReader, GGUFWriter
+
+from app.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
+from app.errors import ModelLoadError
+from app.gguftools.demo_model import DemoModel
+from app.native import draft_probe
+from app.native.handles import Model
+
+pytestmark = pytest.mark.usefixtures("patched_backend")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("demo90"), size="tiny", acceptance=0.9, seed=1)
+
+
+@pytest.fixture(scope="module")
+def demo60(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("demo60"), size="tiny", acceptance=0.6, seed=2)
+
+
+def _run_app(*args: str, backend: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if backend is not None:
+        env["FASTMTP_BACKEND_DIR"] = str(backend)
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env,
+                          check=False, timeout=600)
+
+
+def _table_sequence(demo: DemoModel, target: Model, n_new: int) -> tuple[list[int], list[int]]:
+    prompt = table_prompt(demo)
+    return prompt, draft_probe.greedy(target, prompt, n_new)
+
+
+def test_d2t_draft_logits_are_the_full_heads_at_d2t_ids_and_minus_inf_elsewhere(demo: DemoModel) -> None:
+    with Model(demo.target) as target:
+        prompt, generated = _table_sequence(demo, target, 40)
+        full = draft_probe.probe(target, prompt + generated, demo.sidecar_full)
+        d2t = draft_probe.probe(target, prompt + generated, demo.sidecar_d2t)
+    ids = d2t_ids(demo.sidecar_d2t)
+    assert len(ids) == 32768
+    np.testing.assert_allclose(d2t.draft_logits[:, ids], full.draft_logits[:, ids], rtol=1e-5, atol=1e-4)
+    outside = np.ones(d2t.draft_logits.shape[1], dtype=bool)
+    outside[ids] = False
+    assert np.isneginf(d2t.draft_logits[:, outside]).all()
+    assert np.isfinite(d2t.draft_logits[:, ids]).all()
+    # every table word is in the draft vocabulary, so the argmax never changes
+    assert d2t.draft_next == full.draft_next
+
+
+def test_demo_greedy_follows_its_table(demo: DemoModel) -> None:
+    with Model(demo.target) as target:
+        prompt, generated = _table_sequence(demo, target, 300)
+    assert table_agreement(demo, prompt[-1], generated) >= 0.99
+
+
+@pytest.mark.parametrize("which", ["demo", "demo60"])
+def test_measured_depth1_acceptance_matches_the_requested_dial(which: str, request: pytest.FixtureRequest) -> None:
+    model: DemoModel = request.getfixturevalue(which)
+    requested = 0.9 if which == "demo" else 0.6
+    with Model(model.target, load_mtp=True) as target:
+        prompt, generated = _table_sequence(model, target, 500)
+        sequence = prompt + generated
+        embedded = draft_probe.probe(target, sequence).acceptance(len(prompt))
+        sidecar = draft_probe.probe(target, sequence, model.sidecar_d2t).acceptance(len(prompt))
+    assert abs(sidecar - requested) <= 0.05, sidecar
+    assert abs(embedded - requested) <= 0.05, embedded
+
+
+def test_unpatched_backend_meeting_a_d2t_sidecar_is_explained(demo: DemoModel, unpatched_dir: Path) -> None:
+    proc = _run_app("sidecar", "check", "--target", str(demo.target), "--draft", str(demo.sidecar_d2t), "--json",
+                    backend=unpatched_dir)
+    assert proc.returncode == 2, proc.stderr  # a clean, explained failure: the process did not crash
+    error = json.loads(proc.stdout)
+    assert error["error"] == "UnpatchedBackendError"
+    assert "not patched for d2t" in error["message"]
+    assert "expected 64, 248320, got 64, 32768" in error["message"]
+    assert "backend build" in error["advice"]
+    plain = _run_app("sidecar", "check", "--target", str(demo.target), "--draft", str(demo.sidecar_d2t),
+                     backend=unpatched_dir)
+    assert "The sidecar is fine; the backend lacks the d2t patch" in plain.stderr
+
+
+def test_unpatched_backend_still_loads_the_full_sidecar(demo: DemoModel, unpatched_dir: Path) -> None:
+    proc = _run_app("sidecar", "check", "--target", str(demo.target), "--draft", str(demo.sidecar_full), "--json",
+                    "--demo-table", "--tokens", "200", backend=unpatched_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert abs(json.loads(proc.stdout)["acceptance_depth1"] - 0.9) <= 0.05
+
+
+def test_patched_backend_loads_d2t_through_the_cli(demo: DemoModel) -> None:
+    proc = _run_app("sidecar", "check", "--target", str(demo.target), "--draft", str(demo.sidecar_d2t), "--json",
+                    "--demo-table", "--tokens", "200")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["sidecar"]["kind"] == "mtp_sidecar_d2t"
+    assert abs(result["acceptance_depth1"] - 0.9) <= 0.05
+
+
+def _copy_without(src: Path, dest: Path, drop: str) -> None:
+    """A copy of a GGUF minus one tensor, written with the gguf library."""
+    reader = GGUFReader(src)
+    writer = GGUFWriter(dest, arch="qwen35")
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        value = field.contents()
+        writer.add_key_value(field.name, value, field.types[0], field.types[-1] if len(field.types) > 1 else None)
+    for tensor in reader.tensors:
+        if tensor.name != drop:
+            writer.add_tensor(tensor.name, np.asarray(tensor.data), raw_shape=list(reversed(tensor.shape.tolist())),
+                              raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_d2t_sidecar_without_output_weight_fails_with_a_clear_message(demo: DemoModel, tmp_path: Path) -> None:
+    broken = tmp_path / "d2t-no-output.gguf"
+    _copy_without(demo.sidecar_d2t, broken, "output.weight")
+    with Model(demo.target) as target, pytest.raises(ModelLoadError) as caught:
+        draft_probe.probe(target, table_prompt(demo), broken)
+    assert "d2t draft-vocab trim requires output.weight" in caught.value.message
