@@ -130,6 +130,8 @@ def test_cuda_build_without_gpu_needs_an_arch_and_uses_it() -> None:
     tools.gpus = []
     if tools.nvcc is None:
         tools.nvcc = toolchain.Tool("/usr/local/cuda/bin/nvcc", "13.0")
+    if tools.cublas is None:
+        tools.cublas = toolchain.Cublas("/usr/local/cuda/include", "/usr/local/cuda/lib64", from_wheel=False)
     with pytest.raises(ToolchainError, match="--cuda-arch"):
         plan_build(BuildOptions(flavor="cuda"), tools)
     plan = plan_build(BuildOptions(flavor="cuda", cuda_archs=["90", "89"]), tools)
@@ -144,6 +146,15 @@ def test_cuda_without_nvcc_is_explained() -> None:
     with pytest.raises(ToolchainError) as caught:
         plan_build(BuildOptions(flavor="cuda", cuda_archs=["90"]), tools)
     assert "CUDA Toolkit" in caught.value.advice
+
+
+def test_cuda_without_cublas_is_explained() -> None:
+    tools = toolchain.detect()
+    tools.nvcc = tools.nvcc or toolchain.Tool("/usr/local/cuda/bin/nvcc", "13.0")
+    tools.cublas = None
+    with pytest.raises(ToolchainError) as caught:
+        plan_build(BuildOptions(flavor="cuda", cuda_archs=["90"]), tools)
+    assert "cuBLAS" in caught.value.advice and "pip install nvidia-cublas" in caught.value.advice
 
 
 def test_ninja_progress_and_nvidia_smi_parsing() -> None:

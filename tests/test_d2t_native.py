@@ -134,3 +134,18 @@ def test_d2t_sidecar_without_output_weight_fails_with_a_clear_message(demo: Demo
     with Model(demo.target) as target, pytest.raises(ModelLoadError) as caught:
         draft_probe.probe(target, table_prompt(demo), broken)
     assert "d2t draft-vocab trim requires output.weight" in caught.value.message
+
+
+def test_the_classic_shape_error_line_is_recognised_in_both_spacings() -> None:
+    from app.errors import UnpatchedBackendError
+    from app.native.handles import explain_load_failure
+
+    for line in ("llama_model_load: error loading model: check_tensor_dims: tensor 'output.weight' has wrong shape; "
+                 "expected     64, 248320, got     64,  32768,      1,      1",
+                 "check_tensor_dims: tensor 'output.weight' has wrong shape; expected 5120, 248320, got 5120, 32768"):
+        error = explain_load_failure(Path("Qwen3.8-27B-FastMTP-32K.gguf"), [line])
+        assert isinstance(error, UnpatchedBackendError)
+        assert "not patched for d2t" in error.message
+    other = explain_load_failure(Path("x.gguf"), ["check_tensor_dims: tensor 'blk.0.attn_q.weight' has wrong shape; "
+                                                  "expected 64, 128, got 64, 96, 1, 1"])
+    assert not isinstance(other, UnpatchedBackendError)

@@ -80,7 +80,7 @@ class BuildPlan:
 def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) -> BuildPlan:
     """Resolve flavor, CUDA archs and CMake arguments; raise ToolchainError with advice if we can't build."""
     tools = tools or toolchain.detect()
-    auto: Literal["cpu", "cuda"] = "cuda" if tools.nvcc and tools.gpus else "cpu"
+    auto: Literal["cpu", "cuda"] = "cuda" if tools.can_build_cuda and tools.gpus else "cpu"
     flavor = auto if options.flavor == "auto" else options.flavor
     problems = tools.problems(cuda=flavor == "cuda")
     if problems:
@@ -91,14 +91,25 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
                              "Pass --cuda-arch (for example --cuda-arch 89,90) or build with --cpu.")
     args = list(_COMMON_CMAKE_ARGS)
     if flavor == "cuda":
-        assert tools.nvcc is not None
+        assert tools.nvcc is not None and tools.cublas is not None
         args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}",
                  f"-DCMAKE_CUDA_COMPILER={tools.nvcc.path}", "-DGGML_NATIVE=ON"]
+        if tools.cublas.from_wheel:
+            args += _wheel_cublas_args(tools.cublas)
     else:
         args += ["-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON"]
     pin = source.pinned(options.version)
     patch = patching.default_patch() if options.patched else None
     return BuildPlan(pin, patch, flavor, archs, args, tools)
+
+
+def _wheel_cublas_args(cublas: toolchain.Cublas) -> list[str]:
+    """Point CMake's FindCUDAToolkit at the ``nvidia-cublas`` wheel (versioned .so names, own include dir)."""
+    lib = Path(cublas.lib_dir)
+    found = {name: sorted(lib.glob(f"lib{name}.so*")) for name in ("cublas", "cublasLt")}
+    args = [f"-DCUDA_{name}_LIBRARY={paths[0]}" for name, paths in found.items() if paths]
+    flags = f"-I{cublas.include_dir}"
+    return [*args, f"-DCMAKE_CUDA_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
 
 
 class _Reporter:
@@ -323,6 +334,8 @@ def _manifest(plan: BuildPlan, seconds: float) -> registry.BackendManifest:
         cuda_version=plan.tools.nvcc.version if plan.flavor == "cuda" and plan.tools.nvcc else None,
         cuda_archs=plan.cuda_archs,
         compiler=f"{compiler.path} {compiler.version}" if compiler else "unknown",
+        runtime_lib_dirs=[plan.tools.cublas.lib_dir] if plan.flavor == "cuda" and plan.tools.cublas
+        and plan.tools.cublas.from_wheel else [],
         built_at=datetime.now(UTC).isoformat(timespec="seconds"),
         build_seconds=round(seconds, 1),
     )

@@ -35,6 +35,7 @@ class BackendManifest:
     built_at: str
     build_seconds: float
     selftest: dict[str, Any] = field(default_factory=dict)
+    runtime_lib_dirs: list[str] = field(default_factory=list)  # e.g. a pip cuBLAS, preloaded before import
 
     @property
     def patched(self) -> bool:

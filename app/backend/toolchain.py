@@ -29,6 +29,15 @@ class Gpu:
         return self.compute_capability.replace(".", "")
 
 
+@dataclass(frozen=True)
+class Cublas:
+    """Where cuBLAS headers and libraries are: the CUDA toolkit's own, or the ``nvidia-cublas`` wheel."""
+
+    include_dir: str
+    lib_dir: str
+    from_wheel: bool
+
+
 @dataclass
 class Toolchain:
     cmake: Tool | None
@@ -38,6 +47,7 @@ class Toolchain:
     nvcc: Tool | None
     ccache: Tool | None
     gpus: list[Gpu] = field(default_factory=list)
+    cublas: Cublas | None = None
 
     @property
     def can_build_cpu(self) -> bool:
@@ -45,7 +55,7 @@ class Toolchain:
 
     @property
     def can_build_cuda(self) -> bool:
-        return self.can_build_cpu and self.nvcc is not None
+        return self.can_build_cpu and self.nvcc is not None and self.cublas is not None
 
     def problems(self, cuda: bool) -> list[str]:
         """Plain-words advice for every missing piece a build of this kind needs."""
@@ -62,6 +72,10 @@ class Toolchain:
         if cuda and self.nvcc is None:
             advice.append("The CUDA compiler nvcc was not found: install the NVIDIA CUDA Toolkit (12.x or newer) "
                           "and make sure nvcc is on PATH or CUDA_PATH is set; or build the CPU backend.")
+        elif cuda and self.cublas is None:
+            advice.append("nvcc is there but the cuBLAS development files (cublas_v2.h, libcublas) are not: "
+                          "install the full CUDA Toolkit (on Debian/Ubuntu: libcublas-dev for your CUDA version), "
+                          "or run `pip install nvidia-cublas` inside the app's environment; the builder uses it.")
         return advice
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,6 +124,29 @@ def _nvcc_path() -> str | None:
     return str(default) if default.exists() else None
 
 
+def _cuda_roots(nvcc: str | None) -> list[Path]:
+    roots = [Path(os.environ[env]) for env in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(env)]
+    if nvcc:
+        roots.append(Path(nvcc).resolve().parent.parent)
+    roots += [Path("/usr/local/cuda"), *sorted(Path("/usr/local").glob("cuda-*"), reverse=True), Path("/usr")]
+    return roots
+
+
+def find_cublas(nvcc: str | None) -> Cublas | None:
+    """cuBLAS next to the CUDA toolkit (or the system), else from a pip ``nvidia-cublas`` wheel."""
+    for root in _cuda_roots(nvcc):
+        for inc, lib in (("include", "lib64"), ("targets/x86_64-linux/include", "targets/x86_64-linux/lib"),
+                         ("include", "lib/x86_64-linux-gnu"), ("include", "lib")):
+            if (root / inc / "cublas_v2.h").is_file() and any((root / lib).glob("*cublas.*")):
+                return Cublas(str(root / inc), str(root / lib), from_wheel=False)
+    for entry in sys.path:
+        for sub in ("nvidia/cu13", "nvidia/cublas"):
+            base = Path(entry) / sub
+            if (base / "include" / "cublas_v2.h").is_file() and any((base / "lib").glob("libcublas.so*")):
+                return Cublas(str(base / "include"), str(base / "lib"), from_wheel=True)
+    return None
+
+
 def parse_nvidia_smi(text: str) -> list[Gpu]:
     """Parse ``nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader,nounits``."""
     gpus: list[Gpu] = []
@@ -138,6 +175,7 @@ def detect_gpus() -> list[Gpu]:
 
 def detect() -> Toolchain:
     dirs = _tool_dirs()
+    nvcc = _nvcc_path()
     cc = os.environ.get("CC") or _which(["cc", "gcc", "clang"])
     cxx = os.environ.get("CXX") or _which(["c++", "g++", "clang++"])
     return Toolchain(
@@ -145,7 +183,8 @@ def detect() -> Toolchain:
         ninja=_tool(_which(["ninja"], dirs)),
         c_compiler=_tool(cc),
         cxx_compiler=_tool(cxx),
-        nvcc=_tool(_nvcc_path(), r"release (\d+\.\d+)"),
+        nvcc=_tool(nvcc, r"release (\d+\.\d+)"),
         ccache=_tool(_which(["ccache"])),
         gpus=detect_gpus(),
+        cublas=find_cublas(nvcc) if nvcc else None,
     )

@@ -90,8 +90,9 @@ def explain_load_failure(path: Path, log_lines: list[str]) -> FastMTPError:
     for line in log_lines:
         match = _WRONG_SHAPE.search(line)
         if match and match.group("name") == "output.weight":
-            expected = [int(x) for x in match.group("expected").replace(",", " ").split()]
-            got = [int(x) for x in match.group("got").replace(",", " ").split()]
+            # llama.cpp prints four dims, padded with 1s: "got 64, 32768, 1, 1"
+            expected = [int(x) for x in match.group("expected").replace(",", " ").split()][:2]
+            got = [int(x) for x in match.group("got").replace(",", " ").split()][:2]
             if len(expected) == 2 and len(got) == 2 and got[0] == expected[0] and got[1] < expected[1]:
                 return UnpatchedBackendError(
                     f"{path.name} is a FastMTP d2t sidecar (LM head trimmed to {got[1]} draft tokens), "

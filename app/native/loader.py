@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 from pathlib import Path
@@ -46,6 +47,7 @@ def import_llama_cpp() -> ModuleType:
     if stray is not None and not _is_inside(Path(stray.__file__ or ""), folder):
         raise BackendError(f"Another llama_cpp was imported first, from {stray.__file__}.",
                            "Import nothing from llama_cpp before the app does.")
+    _preload_runtime_libs(folder)
     sys.path.insert(0, str(folder))
     import llama_cpp
 
@@ -54,6 +56,19 @@ def import_llama_cpp() -> ModuleType:
     module: ModuleType = llama_cpp
     _loaded = (folder, module)
     return module
+
+
+def _preload_runtime_libs(folder: Path) -> None:
+    """Load libraries the build linked from outside the system paths (a pip cuBLAS) before llama_cpp does."""
+    try:
+        dirs = BackendManifest.read(folder).runtime_lib_dirs
+    except BackendError:
+        return
+    for lib_dir in dirs:
+        for name in ("cublasLt", "cublas"):
+            for path in sorted(Path(lib_dir).glob(f"lib{name}.so*")):
+                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+                break
 
 
 def _is_inside(path: Path, folder: Path) -> bool:
