@@ -24,7 +24,7 @@ from typing import Literal
 
 from app import paths
 from app.backend import patching, registry, source, toolchain
-from app.backend.events import BuildEvent, CancelToken, EventSink, ninja_fraction
+from app.backend.events import BuildEvent, CancelToken, EventKind, EventSink, ninja_fraction
 from app.errors import BackendError, BuildCancelled, ToolchainError
 
 Flavor = Literal["auto", "cpu", "cuda"]
@@ -96,6 +96,9 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
                  f"-DCMAKE_CUDA_COMPILER={tools.nvcc.path}", "-DGGML_NATIVE=ON"]
         if tools.cublas.from_wheel:
             args += _wheel_cublas_args(tools.cublas)
+        if tools.cuda_driver_lib is None:
+            # no libcuda.so to link (compile-only machine without driver or stubs): use the legacy memory pool
+            args.append("-DGGML_CUDA_NO_VMM=ON")
     else:
         args += ["-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON"]
     pin = source.pinned(options.version)
@@ -117,21 +120,26 @@ class _Reporter:
 
     def __init__(self, sink: EventSink) -> None:
         self.sink = sink
-        self.step = "source"
+        self.step = "toolchain"
+        self.started = time.monotonic()
+
+    def emit(self, kind: EventKind, message: str, percent: float | None) -> None:
+        elapsed = round(time.monotonic() - self.started, 2)
+        self.sink(BuildEvent(kind, message, percent, self.step, elapsed))
 
     def start(self, step: str, message: str) -> None:
         self.step = step
-        self.sink(BuildEvent("step", message, _STEP_START[step], step))
+        self.emit("step", message, _STEP_START[step])
 
     def log(self, line: str) -> None:
-        self.sink(BuildEvent("log", line, None, self.step))
+        self.emit("log", line, None)
 
     def within(self, fraction: float) -> None:
         steps = list(_STEP_START)
         start = _STEP_START[self.step]
         following = steps.index(self.step) + 1
         end = _STEP_START[steps[following]] if following < len(steps) else 100.0
-        self.sink(BuildEvent("progress", "", round(start + (end - start) * fraction, 1), self.step))
+        self.emit("progress", "", round(start + (end - start) * fraction, 1))
 
 
 def build_backend(options: BuildOptions, on_event: EventSink | None = None,
@@ -193,7 +201,7 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
     if options.activate:
         registry.set_active(plan.backend_id, allow_unpatched=not plan.patch)
     report.within(1.0)
-    sink(BuildEvent("done", f"backend {plan.backend_id} ready in {manifest.build_seconds:.0f} s", 100.0, "activate"))
+    report.emit("done", f"backend {plan.backend_id} ready in {manifest.build_seconds:.0f} s", 100.0)
     return manifest
 
 

@@ -20,6 +20,7 @@ class BuildEvent:
     message: str = ""
     percent: float | None = None
     step: str = ""
+    elapsed: float = 0.0  # seconds since the build started
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

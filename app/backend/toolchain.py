@@ -48,6 +48,7 @@ class Toolchain:
     ccache: Tool | None
     gpus: list[Gpu] = field(default_factory=list)
     cublas: Cublas | None = None
+    cuda_driver_lib: str | None = None  # libcuda.so (driver or toolkit stub); without it, no CUDA VMM
 
     @property
     def can_build_cpu(self) -> bool:
@@ -147,6 +148,18 @@ def find_cublas(nvcc: str | None) -> Cublas | None:
     return None
 
 
+def find_cuda_driver_lib(nvcc: str | None) -> str | None:
+    """libcuda.so from the driver, or the toolkit's link stub."""
+    folders = [root / sub for root in _cuda_roots(nvcc)
+               for sub in ("lib64/stubs", "targets/x86_64-linux/lib/stubs", "lib64", "lib")]
+    folders += [Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib/wsl/lib")]
+    for folder in folders:
+        found = sorted(folder.glob("libcuda.so*"))
+        if found:
+            return str(found[0])
+    return None
+
+
 def parse_nvidia_smi(text: str) -> list[Gpu]:
     """Parse ``nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader,nounits``."""
     gpus: list[Gpu] = []
@@ -187,4 +200,5 @@ def detect() -> Toolchain:
         ccache=_tool(_which(["ccache"])),
         gpus=detect_gpus(),
         cublas=find_cublas(nvcc) if nvcc else None,
+        cuda_driver_lib=find_cuda_driver_lib(nvcc) if nvcc else None,
     )
