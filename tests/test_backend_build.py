@@ -117,6 +117,24 @@ def test_cli_list_status_use_remove(patched_backend: BackendManifest, unpatched_
     assert json.loads(missing.stdout)["error"] == "BackendError"
 
 
+def test_failed_configure_installs_nothing_and_keeps_no_half_tree(patched_backend: BackendManifest,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    real = toolchain.detect()
+    broken = toolchain.Toolchain(real.cmake, real.ninja, real.c_compiler, real.cxx_compiler,
+                                 toolchain.Tool("/bin/false", "13.0"), None, [],
+                                 toolchain.Cublas("/nonexistent/include", "/nonexistent/lib", False), None)
+    monkeypatch.setattr(toolchain, "detect", lambda: broken)
+    before = [m.id for m in registry.list_backends()]
+    with pytest.raises(BackendError) as caught:
+        build_backend(BuildOptions(flavor="cuda", cuda_archs=["90"]))
+    assert "Configuring the build with CMake failed" in caught.value.message
+    assert "Nothing was installed" in caught.value.advice
+    assert [m.id for m in registry.list_backends()] == before
+    assert registry.active_id() == patched_backend.id
+    plan = plan_build(BuildOptions(flavor="cuda", cuda_archs=["90"]), broken)
+    assert not (paths.cache_dir() / "build" / plan.backend_id).exists()
+
+
 def test_plan_names_missing_compiler_in_plain_words() -> None:
     tools = toolchain.detect()
     tools.c_compiler = None

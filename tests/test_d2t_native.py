@@ -149,3 +149,27 @@ def test_the_classic_shape_error_line_is_recognised_in_both_spacings() -> None:
     other = explain_load_failure(Path("x.gguf"), ["check_tensor_dims: tensor 'blk.0.attn_q.weight' has wrong shape; "
                                                   "expected 64, 128, got 64, 96, 1, 1"])
     assert not isinstance(other, UnpatchedBackendError)
+
+
+def test_sidecar_build_from_a_corpus_uses_the_targets_tokenizer_and_merges_counts(demo: DemoModel,
+                                                                                   tmp_path: Path) -> None:
+    corpus = tmp_path / "chats.txt"
+    corpus.write_text("Speculative decoding drafts tokens; the target verifies them. " * 20
+                      + "Zyzzyva quixotic xylophone!\n", encoding="utf-8")
+    counts = tmp_path / "counts.json"
+    out = tmp_path / "mine-d2t.gguf"
+    proc = _run_app("sidecar", "build", "--target", str(demo.target), "--out", str(out), "--vocab", "4096",
+                    "--corpus", str(corpus), "--save-counts", str(counts), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["n_draft"] == 4096
+    with Model(demo.target, vocab_only=True) as target:
+        corpus_ids = set(target.tokenize(corpus.read_text(), parse_special=False))
+    ids = set(d2t_ids(out).tolist())
+    assert corpus_ids <= ids  # every token the user actually wrote is in the draft vocabulary
+    saved = json.loads(counts.read_text())
+    merged = tmp_path / "merged.json"
+    proc = _run_app("sidecar", "build", "--target", str(demo.target), "--out", str(tmp_path / "again.gguf"),
+                    "--vocab", "4096", "--counts", str(counts), "--counts", str(counts), "--save-counts", str(merged))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(merged.read_text()) != saved
+    assert set(d2t_ids(tmp_path / "again.gguf").tolist()) == ids  # same ranking, so the same vocabulary
