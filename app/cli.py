@@ -15,7 +15,7 @@ from app.errors import FastMTPError
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _print_json(data: Any) -> None:
+def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
@@ -69,7 +69,7 @@ def cmd_backend_status(args: argparse.Namespace) -> int:
     data = {"active": active.to_dict() if active else None, "toolchain": tools.to_dict(),
             "advice": tools.problems(cuda=bool(tools.gpus))}
     if args.json:
-        _print_json(data)
+        print_json(data)
         return 0
     if active is None:
         print("No active backend. Build one with: python -m app backend build")
@@ -99,7 +99,7 @@ def cmd_backend_doctor(args: argparse.Namespace) -> int:
 
     tools = toolchain.detect()
     if args.json:
-        _print_json({"toolchain": tools.to_dict(), "can_build_cpu": tools.can_build_cpu,
+        print_json({"toolchain": tools.to_dict(), "can_build_cpu": tools.can_build_cpu,
                      "can_build_cuda": tools.can_build_cuda, "advice": tools.problems(cuda=bool(tools.gpus))})
     else:
         _print_toolchain(tools)
@@ -113,7 +113,7 @@ def cmd_backend_list(args: argparse.Namespace) -> int:
     active = registry.active_id()
     backends = registry.list_backends()
     if args.json:
-        _print_json([dict(m.to_dict(), active=m.id == active) for m in backends])
+        print_json([dict(m.to_dict(), active=m.id == active) for m in backends])
         return 0
     if not backends:
         print("No backends installed.")
@@ -130,7 +130,7 @@ def cmd_backend_use(args: argparse.Namespace) -> int:
 
     manifest = registry.set_active(args.id, allow_unpatched=args.allow_unpatched)
     if args.json:
-        _print_json({"active": manifest.id})
+        print_json({"active": manifest.id})
     else:
         print(f"Active backend: {manifest.id}")
     return 0
@@ -141,7 +141,7 @@ def cmd_backend_remove(args: argparse.Namespace) -> int:
 
     registry.remove(args.id)
     if args.json:
-        _print_json({"removed": args.id})
+        print_json({"removed": args.id})
     else:
         print(f"Removed backend {args.id}")
     return 0
@@ -156,7 +156,7 @@ def cmd_backend_selftest(args: argparse.Namespace) -> int:
         raise FastMTPError("No backend to test.", "Build one with `python -m app backend build`.")
     result = run_selftest_subprocess(registry.backend_dir(registry.get(backend_id).id))
     if args.json:
-        _print_json(result)
+        print_json(result)
     else:
         print(f"self-test of {backend_id}: {'ok' if result.get('ok') else 'FAILED: ' + str(result.get('error'))}")
     return 0 if result.get("ok") else 1
@@ -171,7 +171,7 @@ def cmd_backend_fetch(args: argparse.Namespace) -> int:
         path = source.fetch_sdist(pin, wheelhouse=args.wheelhouse, log=lambda line: print(line, file=sys.stderr))
         got.append({"version": version, "path": str(path), "sha256": pin.sha256})
     if args.json:
-        _print_json(got)
+        print_json(got)
     else:
         for item in got:
             print(f"llama-cpp-python {item['version']}: {item['path']} (sha256 verified)")
@@ -188,7 +188,7 @@ def cmd_backend_patch_check(args: argparse.Namespace) -> int:
     data = {"version": pin.version, "llama_cpp_commit": pin.llama_cpp_commit, "patch": patch.name,
             "patch_sha256": patch.sha256, "applies": True}
     if args.json:
-        _print_json(data)
+        print_json(data)
     else:
         print(f"{patch.name} applies cleanly to llama-cpp-python {pin.version} (llama.cpp {pin.llama_cpp_commit})")
     return 0

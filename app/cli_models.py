@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from app.cli import print_json as _print_json
 from app.errors import FastMTPError
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
 
 
 def cmd_gguf_inspect(args: argparse.Namespace) -> int:
