@@ -1,13 +1,15 @@
 """``bench draft-head``: one MTP draft step with the full LM head vs the d2t head, side by side.
 
 The step is what the drafting loop does per draft token: decode one token in the MTP context (with
-its hidden row), read the full-vocabulary logits and take the argmax. Variants are interleaved run by
-run so machine noise hits all of them alike. The head matmul alone is estimated as the step time
-minus the step time of a *base* sidecar whose head has only a few hundred rows (same graph otherwise).
+its hidden row), read the full-vocabulary logits and take the argmax. The head matmul alone is timed
+inside the same step with llama.cpp's eval callback: from the end of the node before the LM head
+(``mtp_shared_head_norm``) to the end of the head itself (``result_output``). Variants are interleaved
+run by run so machine noise hits both alike.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from app.bench.report import device_description, median_ms
-from app.native.handles import Context, Model
+from app.native.handles import Context, Model, NodeTimer
 
 PROMPT_TOKENS = 32
+HEAD_INPUT, HEAD_OUTPUT = "mtp_shared_head_norm", "result_output"
 
 
 @dataclass
@@ -36,19 +39,19 @@ class DraftHeadResult:
                 "ratio_step": self.ratio("step_ms"), "ratio_head": self.ratio("head_ms")}
 
     def markdown(self) -> str:
-        lines = ["| variant | head rows | step median (ms) | head matmul est. (ms) |", "|---|---|---|---|"]
+        lines = ["| variant | head rows | whole draft step, median (ms) | head matmul, median (ms) |",
+                 "|---|---|---|---|"]
         for name, v in self.variants.items():
-            head = f"{v['head_ms']:.3f}" if name != "base" else "(baseline)"
-            lines.append(f"| {name} | {v['head_rows']} | {v['step_ms']:.3f} | {head} |")
+            lines.append(f"| {name} | {v['head_rows']} | {v['step_ms']:.3f} | {v['head_ms']:.3f} |")
         lines.append(f"| **full / d2t** | | **{self.ratio('step_ms')}x** | **{self.ratio('head_ms')}x** |")
         return "\n".join(lines)
 
 
 def run(target_path: Path, sidecars: dict[str, Path], runs: int = 50, warmup: int = 5,
         n_threads: int | None = None, n_gpu_layers: int = 0) -> DraftHeadResult:
-    """Time the draft step for each sidecar (keys: full, d2t, base) against one target context."""
-    samples: dict[str, list[float]] = {name: [] for name in sidecars}
-    rows: dict[str, int] = {}
+    """Time the draft step and its head for each sidecar (keys: full, d2t) against one target context."""
+    steps: dict[str, list[float]] = {name: [] for name in sidecars}
+    heads: dict[str, list[float]] = {name: [] for name in sidecars}
     with Model(target_path, n_gpu_layers=n_gpu_layers) as target, \
             Context(target, n_ctx=256, n_batch=PROMPT_TOKENS, n_threads=n_threads, nextn_outputs=True) as tctx:
         prompt = [int(t) for t in np.arange(1000, 1000 + PROMPT_TOKENS)]
@@ -57,12 +60,12 @@ def run(target_path: Path, sidecars: dict[str, Path], runs: int = 50, warmup: in
         shifted = np.zeros_like(hidden)
         shifted[1:] = hidden[:-1]
         models = {name: Model(path, load_mtp=True, n_gpu_layers=n_gpu_layers) for name, path in sidecars.items()}
-        contexts = {name: Context(m, n_ctx=256, n_batch=PROMPT_TOKENS, n_threads=n_threads, draft_for=tctx)
-                    for name, m in models.items()}
+        timers = {name: NodeTimer(target.lib, {HEAD_INPUT, HEAD_OUTPUT}) for name in sidecars}
+        contexts = {name: Context(m, n_ctx=256, n_batch=PROMPT_TOKENS, n_threads=n_threads, draft_for=tctx,
+                                  timer=timers[name]) for name, m in models.items()}
         try:
-            for name, ctx in contexts.items():
+            for ctx in contexts.values():
                 ctx.decode(prompt, 0, hidden=shifted, logits="last")  # the catch-up a real loop does first
-                rows[name] = _head_rows(path=sidecars[name])
             order = list(contexts)
             for r in range(warmup + runs):
                 for name in order[r % len(order):] + order[: r % len(order)]:
@@ -73,15 +76,17 @@ def run(target_path: Path, sidecars: dict[str, Path], runs: int = 50, warmup: in
                     elapsed = time.perf_counter() - started
                     ctx.truncate(PROMPT_TOKENS)
                     if r >= warmup:
-                        samples[name].append(elapsed)
+                        steps[name].append(elapsed)
+                        heads[name].append(timers[name].between(HEAD_INPUT, HEAD_OUTPUT))
         finally:
             for ctx in contexts.values():
                 ctx.close()
             for m in models.values():
                 m.close()
-    base = median_ms(samples["base"]) if "base" in samples else 0.0
-    variants = {name: {"step_ms": median_ms(s), "head_ms": round(median_ms(s) - base, 3), "head_rows": rows[name],
-                       "file": str(sidecars[name])} for name, s in samples.items()}
+    variants = {name: {"step_ms": median_ms(steps[name]), "head_ms": median_ms(heads[name]),
+                       "step_ms_stdev": round(statistics.pstdev(steps[name]) * 1000.0, 3),
+                       "head_rows": m.n_vocab if name == "full" else _head_rows(sidecars[name]),
+                       "file": str(sidecars[name])} for name, m in models.items()}
     return DraftHeadResult(variants, runs, device_description())
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -211,12 +212,43 @@ class Batch:
             self._owned = False
 
 
+class NodeTimer:
+    """Times chosen graph nodes through llama.cpp's eval callback.
+
+    The scheduler asks the callback about every node; for the ones named here it computes the graph up
+    to that node, synchronises the device, and calls back: each call is stamped with ``perf_counter``.
+    """
+
+    def __init__(self, lib: ModuleType, names: set[str]) -> None:
+        folder = Path(lib.__file__ or "").parent / "lib"
+        ggml_base = next(iter(sorted(folder.glob("*ggml-base*"))), None)
+        if ggml_base is None:
+            raise ModelLoadError(f"No ggml-base library next to {lib.__file__}.")
+        get_name = ctypes.CDLL(str(ggml_base)).ggml_get_name
+        get_name.argtypes = [ctypes.c_void_p]
+        get_name.restype = ctypes.c_char_p
+        self.stamps: dict[str, float] = {}
+
+        def on_node(tensor: int, ask: bool, _user: object) -> bool:
+            name = (get_name(tensor) or b"").decode()
+            if ask:
+                return name in names
+            self.stamps[name] = time.perf_counter()
+            return True
+
+        self.callback = lib.ggml_backend_sched_eval_callback(on_node)  # keep a reference for C
+
+    def between(self, first: str, last: str) -> float:
+        """Seconds from the end of node ``first`` to the end of node ``last`` in the latest evaluation."""
+        return self.stamps[last] - self.stamps[first]
+
+
 class Context:
     """A ``llama_context``: a target context, or an MTP draft context bound to a target one."""
 
     def __init__(self, model: Model, *, n_ctx: int = 2048, n_batch: int = 512, n_threads: int | None = None,
                  n_rs_seq: int = 0, draft_for: Context | None = None, nextn_outputs: bool = False,
-                 flash_attn: bool | None = None) -> None:
+                 flash_attn: bool | None = None, timer: NodeTimer | None = None) -> None:
         self.lib = model.lib
         self.model = model
         params = self.lib.llama_context_default_params()
@@ -229,6 +261,8 @@ class Context:
             params.n_threads_batch = n_threads
         if flash_attn is not None:
             params.flash_attn_type = 1 if flash_attn else 0
+        if timer is not None:
+            params.cb_eval = timer.callback
         if draft_for is not None:
             params.ctx_type = self.lib.LLAMA_CONTEXT_TYPE_MTP
             params.ctx_other = draft_for.ptr
