@@ -1,0 +1,68 @@
+"""The headless commands as a script would use them: JSON out, clear errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.backend.registry import BackendManifest
+from app.builtin_demo import ensure_demo_model
+
+
+def run_app(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
+                          env=dict(os.environ), check=False, timeout=900)
+
+
+def test_quickstart_answers_with_the_builtin_demo_model(patched_backend: BackendManifest) -> None:
+    proc = run_app("quickstart", "--json", "--max-tokens", "24")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["backend_id"] == patched_backend.id
+    assert result["reply_tokens"] == 24
+    assert len(result["reply"].split()) >= 12  # readable words from the demo table
+    assert 0.8 <= result["draft_acceptance"] <= 1.0
+    assert Path(result["model"]).is_file()
+
+
+def test_bench_draft_head_reports_both_heads(patched_backend: BackendManifest) -> None:
+    proc = run_app("bench", "draft-head", "--size", "tiny", "--runs", "3", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["variants"]["full"]["head_rows"] == 248320
+    assert result["variants"]["d2t"]["head_rows"] == 32768
+    assert all(v["step_ms"] > v["head_ms"] > 0 for v in result["variants"].values())
+
+
+def test_gguf_inspect_json_and_a_truncated_file(tmp_path: Path, qwen_vocab_path: Path) -> None:
+    demo = ensure_demo_model(tmp_path / "demo", size="tiny")
+    proc = run_app("gguf", "inspect", str(demo.sidecar_d2t), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["kind"], report["d2t_length"], report["output_shape"]) == ("mtp_sidecar_d2t", 32768, [64, 32768])
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(demo.sidecar_d2t.read_bytes()[:1_000_000])
+    proc = run_app("gguf", "inspect", str(cut), "--json")
+    assert proc.returncode == 2
+    error = json.loads(proc.stdout)
+    assert error["error"] == "GGUFError" and "cut.gguf" in error["message"]
+
+
+@pytest.mark.parametrize("argv", [["backend", "build", "--cuda-arch", "nine"], ["gguf"], ["nonsense"]])
+def test_bad_command_lines_are_usage_errors(argv: list[str]) -> None:
+    proc = run_app(*argv)
+    assert proc.returncode == 2
+    assert "usage:" in proc.stderr
+
+
+def test_demo_model_command_writes_all_three_files(tmp_path: Path, qwen_vocab_path: Path) -> None:
+    proc = run_app("demo-model", "--out", str(tmp_path / "d"), "--acceptance", "0.8", "--seed", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert all(Path(data[key]).is_file() for key in ("target", "sidecar_full", "sidecar_d2t"))
+    assert data["acceptance_table"] == pytest.approx(0.8, abs=0.01)
