@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc.message}", file=sys.stderr)
             if exc.advice:
                 print(f"what to do: {exc.advice}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -6,8 +6,12 @@ from __future__ import annotations
 class FastMTPError(Exception):
     """Base of all errors the app raises on purpose.
 
-    ``message`` says what went wrong, ``advice`` says what the user can do about it.
+    ``message`` says what went wrong, ``advice`` says what the user can do about it. ``exit_code`` is
+    what the CLI exits with: 1 for a failure of the job itself (2 is kept for bad usage, 3 for the
+    network, 4 for verification).
     """
+
+    exit_code = 1
 
     def __init__(self, message: str, advice: str = "") -> None:
         super().__init__(message)
@@ -51,3 +55,23 @@ class UnpatchedBackendError(BackendError):
 
 class ModelLoadError(FastMTPError):
     """llama.cpp refused to load a model file."""
+
+
+class DownloadError(FastMTPError):
+    """A file could not be fetched: network, server or mirror trouble (CLI exit code 3)."""
+
+    exit_code = 3
+
+
+class DiskSpaceError(FastMTPError):
+    """Not enough free space for what must be written; nothing was started or kept."""
+
+
+class VerificationError(FastMTPError):
+    """A file, a checksum list, a manifest or a signature failed its check (CLI exit code 4)."""
+
+    exit_code = 4
+
+
+class TrustError(VerificationError):
+    """The publisher key is not trusted, or differs from the one trusted before."""

@@ -110,10 +110,10 @@ def test_cli_list_status_use_remove(patched_backend: BackendManifest, unpatched_
     status = json.loads(run_cli("backend", "status", "--json").stdout)
     assert status["active"]["id"] == patched_backend.id
     refused = run_cli("backend", "use", unpatched_backend.id)
-    assert refused.returncode == 2
+    assert refused.returncode == 1
     assert "without the FastMTP d2t patch" in refused.stderr
     missing = run_cli("backend", "remove", "no-such-backend", "--json")
-    assert missing.returncode == 2
+    assert missing.returncode == 1
     assert json.loads(missing.stdout)["error"] == "BackendError"
 
 

@@ -48,7 +48,7 @@ def test_gguf_inspect_json_and_a_truncated_file(tmp_path: Path, qwen_vocab_path:
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(demo.sidecar_d2t.read_bytes()[:1_000_000])
     proc = run_app("gguf", "inspect", str(cut), "--json")
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     error = json.loads(proc.stdout)
     assert error["error"] == "GGUFError" and "cut.gguf" in error["message"]
 

@@ -82,7 +82,7 @@ def test_measured_depth1_acceptance_matches_the_requested_dial(which: str, reque
 def test_unpatched_backend_meeting_a_d2t_sidecar_is_explained(demo: DemoModel, unpatched_dir: Path) -> None:
     proc = _run_app("sidecar", "check", "--target", str(demo.target), "--draft", str(demo.sidecar_d2t), "--json",
                     backend=unpatched_dir)
-    assert proc.returncode == 2, proc.stderr  # a clean, explained failure: the process did not crash
+    assert proc.returncode == 1, proc.stderr  # a clean, explained failure: the process did not crash
     error = json.loads(proc.stdout)
     assert error["error"] == "UnpatchedBackendError"
     assert "not patched for d2t" in error["message"]

@@ -23,7 +23,7 @@ def backend_folder() -> Path:
     manifest = registry.active()
     if manifest is None:
         raise BackendError("No llama.cpp backend is installed yet.",
-                           "Run `python -m app backend build` (it builds the patched backend once, a few minutes).")
+                           "Run `python -m app backend build` (it builds the patched backend once: a few minutes).")
     return registry.backend_dir(manifest.id).resolve()
 
 

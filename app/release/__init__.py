@@ -1,0 +1,1 @@
+"""Releases: the catalog, resumable verified downloads, and the Ed25519 trust chain."""
