@@ -75,3 +75,11 @@ class VerificationError(FastMTPError):
 
 class TrustError(VerificationError):
     """The publisher key is not trusted, or differs from the one trusted before."""
+
+
+class EngineError(FastMTPError):
+    """The chat engine cannot go on: a full context, a bad model pair, a crashed worker."""
+
+
+class ContextFullError(EngineError):
+    """The conversation no longer fits in the context window."""

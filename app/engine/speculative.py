@@ -1,0 +1,349 @@
+"""The MTP draft / verify loop over the native handles: off, embedded head, or FastMTP sidecar.
+
+Bookkeeping (one sequence):
+- ``tokens`` are the tokens the target has evaluated (positions ``0 .. n_past-1``); ``pending`` is the
+  last emitted token, not yet evaluated; ``pending_h`` is the target's nextn hidden row of ``n_past-1``.
+- The draft context holds the same positions, each fed the target's hidden row of the position before
+  (shifted right by one), plus whatever the current round drafted past ``n_past``.
+- A round: the draft head proposes up to ``k`` tokens; the target evaluates ``[pending, x1..xk]`` in one
+  batch and its own sampler picks a token at every position; drafts are accepted while they equal the
+  target's picks, and the target's pick at the first mismatch is emitted too. Both contexts then drop
+  the positions past the accepted ones (``llama_memory_seq_rm``; the recurrent state rolls back through
+  the ``n_rs_seq`` snapshots, no host copies), and the draft catches up on the accepted tokens with the
+  target's hidden rows in the same batch that makes the next round's first draft.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from app.engine.sampling import Sampler, SamplingParams, draft_pick
+from app.engine.stats import ReplyStats
+from app.errors import ContextFullError, EngineError
+from app.native.handles import Context, FloatArray, Model
+
+Mode = Literal["off", "embedded", "sidecar"]
+Provenance = Literal["draft", "target"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    target: Path
+    mode: Mode = "off"
+    draft: Path | None = None
+    n_max: int = 3
+    p_min: float = 0.0
+    adaptive: bool = False
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_gpu_layers: int = 0
+    n_threads: int | None = None
+    flash_attn: bool | None = None
+
+
+@dataclass
+class Reply:
+    tokens: list[int] = field(default_factory=list)
+    provenance: list[Provenance] = field(default_factory=list)
+    stop_reason: str = ""
+    stats: ReplyStats = field(default_factory=ReplyStats)
+
+
+TokenSink = Callable[[int, Provenance, ReplyStats], None]
+StopCheck = Callable[[list[int]], bool]
+
+
+class AdaptiveDepth:
+    """Chooses the draft depth that maximises expected tokens per second from measured costs.
+
+    With acceptance ``a`` and depth ``k`` a round emits (1 - a^(k+1)) / (1 - a) tokens and costs one
+    verify pass plus ``k`` draft steps; depth 0 (no drafting) is chosen when drafting would not pay.
+    """
+
+    def __init__(self, n_max: int) -> None:
+        self.n_max = n_max
+        self.accepted = 4.0  # a mild optimistic prior: 4 of 5 accepted
+        self.tested = 5.0
+        self.draft_cost = 0.0
+        self.verify_cost = 0.0
+        self.rounds_at_zero = 0
+
+    def depth(self) -> int:
+        if self.verify_cost <= 0.0:
+            return self.n_max
+        if self.rounds_at_zero >= 16:  # probe now and then: the text may have become predictable
+            self.rounds_at_zero = 0
+            return 1
+        a = min(self.accepted / self.tested, 0.999)
+        best_k, best_rate = 0, 1.0 / self.verify_cost
+        for k in range(1, self.n_max + 1):
+            rate = ((1 - a ** (k + 1)) / (1 - a)) / (self.verify_cost + k * self.draft_cost)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        if best_k == 0:
+            self.rounds_at_zero += 1
+        return best_k
+
+    def observe(self, tested: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        decay = 0.9
+        self.tested = self.tested * decay + tested
+        self.accepted = self.accepted * decay + accepted
+        if tested:
+            per = draft_seconds / tested
+            self.draft_cost = per if self.draft_cost == 0 else 0.8 * self.draft_cost + 0.2 * per
+        self.verify_cost = verify_seconds if self.verify_cost == 0 else 0.8 * self.verify_cost + 0.2 * verify_seconds
+
+
+class SpeculativeDecoder:
+    """Owns the target (and draft) contexts of one conversation; ``generate`` streams one reply."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        if config.mode == "sidecar" and config.draft is None:
+            raise EngineError("Sidecar mode needs a draft sidecar file.", "Pass --draft SIDECAR.gguf.")
+        if not 1 <= config.n_max <= 8:
+            raise EngineError(f"Draft depth {config.n_max} is out of range.", "Choose a depth from 1 to 8.")
+        if config.mode == "sidecar" and config.draft is not None:
+            _check_pair(config.target, config.draft)
+        self.config = config
+        drafting = config.mode != "off"
+        self.target = Model(config.target, n_gpu_layers=config.n_gpu_layers, load_mtp=config.mode == "embedded")
+        self._owned: list[Model | Context] = [self.target]
+        try:
+            self.tctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch, n_threads=config.n_threads,
+                                n_rs_seq=config.n_max if drafting else 0, nextn_outputs=drafting,
+                                flash_attn=config.flash_attn)
+            self._owned.append(self.tctx)
+            self.dctx: Context | None = None
+            if config.mode == "sidecar" and config.draft is not None:
+                draft_model = Model(config.draft, n_gpu_layers=config.n_gpu_layers, load_mtp=True)
+                self._owned.append(draft_model)
+                self.dctx = Context(draft_model, n_ctx=config.n_ctx, n_batch=config.n_batch,
+                                    n_threads=config.n_threads, draft_for=self.tctx, flash_attn=config.flash_attn)
+            elif config.mode == "embedded":
+                self.dctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch,
+                                    n_threads=config.n_threads, draft_for=self.tctx, flash_attn=config.flash_attn)
+            if self.dctx is not None:
+                self._owned.append(self.dctx)
+        except Exception:
+            self.close()
+            raise
+        self.tokens: list[int] = []
+        self.pending_h: FloatArray | None = None
+        # the last target-evaluated token the draft context has not seen yet, with its hidden row
+        self._held: tuple[int, FloatArray] | None = None
+        self.adaptive = AdaptiveDepth(config.n_max) if config.adaptive else None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        for handle in reversed(self._owned):
+            handle.close()
+        self._owned.clear()
+
+    def reset(self) -> None:
+        """Forget the conversation (both contexts)."""
+        self.tctx.truncate(0)
+        if self.dctx is not None:
+            self.dctx.truncate(0)
+        self.tokens = []
+        self.pending_h = None
+        self._held = None
+
+    # ------------------------------------------------------------------ prompt
+
+    def _reuse_prefix(self, prompt: list[int]) -> int:
+        """Keep the evaluated conversation when ``prompt`` extends it (a new turn); else start over.
+
+        Rolling back into the middle of a conversation would need recurrent-state snapshots older than
+        the ``n_rs_seq`` kept for draft rejection, so an edited history is evaluated again in full.
+        """
+        n = len(self.tokens)
+        if 0 < n < len(prompt) and prompt[:n] == self.tokens:
+            return n
+        self.reset()
+        return 0
+
+    def _prefill(self, suffix: list[int]) -> FloatArray:
+        """Evaluate ``suffix`` after ``tokens`` in the target; returns the last logits. Drafting modes
+        also catch the draft context up, holding back its last row for the first draft."""
+        n_past = len(self.tokens)
+        if n_past + len(suffix) + self.config.n_max + 2 > self.config.n_ctx:
+            raise ContextFullError(
+                f"The conversation needs {n_past + len(suffix)} tokens, more than the context of "
+                f"{self.config.n_ctx} allows.", "Start a new chat, or raise the context size.")
+        step = self.config.n_batch
+        logits: FloatArray | None = None
+        hidden_rows: list[FloatArray] = []
+        for start in range(0, len(suffix), step):
+            chunk = suffix[start:start + step]
+            self.tctx.decode(chunk, n_past + start, logits="last")
+            if self.dctx is not None:
+                hidden_rows.extend(self.tctx.nextn_hidden(i) for i in range(len(chunk)))
+        logits = self.tctx.logits(-1)
+        if self.dctx is not None:
+            # the draft gets every new token but the last, each with the hidden row of the one before
+            previous = self.pending_h if self.pending_h is not None else np.zeros(self.target.n_embd, np.float32)
+            tokens = suffix
+            rows = np.stack([previous, *hidden_rows[:-1]])
+            start = n_past
+            if self._held is not None:
+                tokens = [self._held[0], *suffix]
+                rows = np.concatenate([self._held[1][None, :], rows])
+                start -= 1
+            if len(tokens) > 1:
+                self._draft_catch_up(tokens[:-1], start, rows[:-1])
+            self._held = (tokens[-1], rows[-1])
+            self.pending_h = hidden_rows[-1]
+        self.tokens.extend(suffix)
+        return logits
+
+    def _draft_catch_up(self, tokens: list[int], start: int, rows: FloatArray) -> None:
+        assert self.dctx is not None
+        step = self.config.n_batch
+        for i in range(0, len(tokens), step):
+            self.dctx.decode(tokens[i:i + step], start + i, hidden=rows[i:i + step], logits="none")
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, prompt: list[int], max_tokens: int, sampler: Sampler | None = None,
+                 on_token: TokenSink | None = None, stop: StopCheck | None = None,
+                 cancel: threading.Event | None = None) -> Reply:
+        """Stream one reply to ``prompt`` (the whole conversation so far, rendered and tokenized)."""
+        sampler = sampler or Sampler(SamplingParams())
+        reply = Reply()
+        stats = reply.stats
+        started = time.perf_counter()
+        common = self._reuse_prefix(prompt)
+        stats.prompt_tokens = len(prompt) - common
+        logits = self._prefill(prompt[common:])
+        stats.prompt_seconds = time.perf_counter() - started
+        decode_started = time.perf_counter()
+
+        def emit(token: int, provenance: Provenance) -> bool:
+            reply.tokens.append(token)
+            reply.provenance.append(provenance)
+            if stats.first_token_seconds is None:
+                stats.first_token_seconds = time.perf_counter() - started
+            stats.decode_seconds = time.perf_counter() - decode_started
+            if on_token is not None:
+                on_token(token, provenance, stats)
+            if self.target.lib.llama_vocab_is_eog(self.target.vocab, token):
+                reply.stop_reason = "eos"
+            elif stop is not None and stop(reply.tokens):
+                reply.stop_reason = "stop"
+            elif len(reply.tokens) >= max_tokens:
+                reply.stop_reason = "length"
+            elif cancel is not None and cancel.is_set():
+                reply.stop_reason = "cancelled"
+            return bool(reply.stop_reason)
+
+        pending = sampler.pick(logits, self.tokens)
+        stats.record_round(0, 0, 1)
+        if emit(pending, "target"):
+            return self._finish(reply, decode_started)
+        while True:
+            depth = self._depth()
+            t0 = time.perf_counter()
+            drafts = self._draft(pending, depth) if depth > 0 else []
+            t1 = time.perf_counter()
+            n_past = len(self.tokens)
+            if n_past + len(drafts) + 2 > self.config.n_ctx:
+                raise ContextFullError(f"The reply filled the context of {self.config.n_ctx} tokens.",
+                                       "Start a new chat, or raise the context size.")
+            batch = [pending, *drafts]
+            self.tctx.decode(batch, n_past, logits="all")
+            history = [*self.tokens, pending]
+            accepted = 0
+            finished = False
+            bonus = -1
+            for i in range(len(batch)):
+                pick = sampler.pick(self.tctx.logits(i), history)
+                if i < len(drafts) and pick == drafts[i]:
+                    accepted += 1
+                    history.append(pick)
+                    if emit(pick, "draft"):
+                        finished = True
+                        break
+                    continue
+                bonus = pick
+                break
+            t2 = time.perf_counter()
+            stats.draft_seconds += t1 - t0
+            # drafts past the first mismatch were never really tested: they followed a wrong token
+            tested = min(len(drafts), accepted + 1)
+            stats.record_round(tested, accepted, accepted + (0 if finished else 1))
+            if self.adaptive is not None:
+                self.adaptive.observe(tested, accepted, t1 - t0, t2 - t1)
+            self._commit_round(pending, drafts, accepted)
+            if finished:
+                return self._finish(reply, decode_started)
+            pending = bonus
+            if emit(pending, "target"):
+                return self._finish(reply, decode_started)
+
+    def _depth(self) -> int:
+        if self.dctx is None:
+            return 0
+        return self.adaptive.depth() if self.adaptive is not None else self.config.n_max
+
+    def _draft(self, pending: int, depth: int) -> list[int]:
+        """Up to ``depth`` draft tokens after ``pending``; the first step also catches the draft up."""
+        assert self.dctx is not None and self.pending_h is not None
+        n_past = len(self.tokens)
+        tokens, rows, start = [pending], [self.pending_h], n_past
+        if self._held is not None:  # catch up on the last accepted token in the same batch
+            tokens, rows, start = [self._held[0], pending], [self._held[1], self.pending_h], n_past - 1
+        self.dctx.decode(tokens, start, hidden=np.stack(rows), logits="last")
+        self._held = None
+        drafts: list[int] = []
+        pos = n_past
+        while True:
+            proposal, confident = draft_pick(self.dctx.logits(-1), self.config.p_min)
+            if not confident:
+                break
+            drafts.append(proposal)
+            if len(drafts) >= depth:
+                break
+            hidden = self.dctx.nextn_hidden(-1)
+            pos += 1
+            self.dctx.decode([proposal], pos, hidden=hidden[None, :], logits="last")
+        return drafts
+
+    def _commit_round(self, pending: int, drafts: list[int], accepted: int) -> None:
+        """Keep ``pending`` + the accepted drafts in both contexts; hold their rows for the draft."""
+        n_past = len(self.tokens)
+        keep = n_past + 1 + accepted
+        if len(drafts) > accepted:
+            memory = self.tctx.lib.llama_get_memory(self.tctx.ptr)
+            if not self.tctx.lib.llama_memory_seq_rm(memory, 0, keep, -1):
+                raise EngineError("The target context could not roll back a rejected draft.",
+                                  "This backend build lacks recurrent-state rollback; rebuild it.")
+        if self.dctx is not None:
+            hidden = [self.tctx.nextn_hidden(i) for i in range(accepted + 1)]
+            # the draft context is right up to ``pending`` (decoded with the target's row); redo the rest
+            self.dctx.truncate(n_past + 1)
+            self._held = None
+            if accepted > 1:
+                self._draft_catch_up(drafts[:accepted - 1], n_past + 1, np.stack(hidden[:accepted - 1]))
+            if accepted:
+                self._held = (drafts[accepted - 1], hidden[accepted - 1])
+            self.pending_h = hidden[accepted]
+        self.tokens.extend([pending, *drafts[:accepted]])
+
+    def _finish(self, reply: Reply, decode_started: float) -> Reply:
+        reply.stats.decode_seconds = time.perf_counter() - decode_started
+        return reply
+
+
+def _check_pair(target: Path, draft: Path) -> None:
+    from app.gguftools.inspect import inspect_gguf
+    from app.gguftools.sidecar import check_pair
+
+    check_pair(inspect_gguf(target), inspect_gguf(draft))

@@ -1,0 +1,77 @@
+"""Running statistics of one reply: speed, drafting, acceptance by draft position."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ReplyStats:
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    first_token_seconds: float | None = None
+    generated: int = 0
+    decode_seconds: float = 0.0
+    target_passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_seconds: float = 0.0
+    drafted_at: list[int] = field(default_factory=list)  # per draft position: how many were tested
+    accepted_at: list[int] = field(default_factory=list)  # per draft position: how many were accepted
+    _started: float = field(default_factory=time.perf_counter, repr=False)
+    _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=32), repr=False)
+
+    def record_round(self, tested: int, accepted: int, emitted: int) -> None:
+        """One verify pass: ``tested`` drafts were checked, the first ``accepted`` matched."""
+        self.target_passes += 1
+        self.drafted += tested
+        self.accepted += accepted
+        while len(self.drafted_at) < tested:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(tested):
+            self.drafted_at[i] += 1
+            if i < accepted:
+                self.accepted_at[i] += 1
+        self.generated += emitted
+        self._recent.append((time.perf_counter(), emitted))
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        return self.generated / self.target_passes if self.target_passes else None
+
+    @property
+    def decode_tps(self) -> float:
+        return self.generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def rolling_tps(self) -> float:
+        if len(self._recent) < 2:
+            return self.decode_tps
+        span = self._recent[-1][0] - self._recent[0][0]
+        return sum(n for _, n in list(self._recent)[1:]) / span if span > 0 else self.decode_tps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tps": self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else None,
+            "time_to_first_token": self.first_token_seconds,
+            "generated": self.generated,
+            "decode_tps": self.decode_tps,
+            "rolling_tps": self.rolling_tps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance": self.acceptance,
+            "acceptance_by_position": [a / d if d else None for a, d in zip(self.accepted_at, self.drafted_at,
+                                                                           strict=True)],
+            "tokens_per_pass": self.tokens_per_pass,
+            "target_passes": self.target_passes,
+            "draft_time_share": self.draft_seconds / self.decode_seconds if self.decode_seconds > 0 else 0.0,
+        }
