@@ -91,12 +91,13 @@ class AdaptiveDepth:
             self.rounds_at_zero += 1
         return best_k
 
-    def observe(self, tested: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def observe(self, tested: int, accepted: int, n_drafted: int, draft_seconds: float,
+                verify_seconds: float) -> None:
         decay = 0.9
         self.tested = self.tested * decay + tested
         self.accepted = self.accepted * decay + accepted
-        if tested:
-            per = draft_seconds / tested
+        if n_drafted:
+            per = draft_seconds / n_drafted
             self.draft_cost = per if self.draft_cost == 0 else 0.8 * self.draft_cost + 0.2 * per
         self.verify_cost = verify_seconds if self.verify_cost == 0 else 0.8 * self.verify_cost + 0.2 * verify_seconds
 
@@ -280,7 +281,7 @@ class SpeculativeDecoder:
             tested = min(len(drafts), accepted + 1)
             stats.record_round(tested, accepted, accepted + (0 if finished else 1))
             if self.adaptive is not None:
-                self.adaptive.observe(tested, accepted, t1 - t0, t2 - t1)
+                self.adaptive.observe(tested, accepted, len(drafts), t1 - t0, t2 - t1)
             self._commit_round(pending, drafts, accepted)
             if finished:
                 return self._finish(reply, decode_started)

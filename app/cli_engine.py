@@ -1,0 +1,104 @@
+"""CLI for the engine: ``generate`` (one reply) and ``chat`` (a terminal chat with a status line)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.cli import print_json
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from app.engine.speculative import EngineConfig
+
+    return EngineConfig(target=args.model, mode=args.mtp, draft=args.draft, n_max=args.n_max, p_min=args.p_min,
+                        adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch, n_gpu_layers=args.gpu_layers,
+                        n_threads=args.threads)
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from app.engine.sampling import SamplingParams
+    from app.engine.session import ChatOptions
+
+    sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                              repeat_penalty=args.repeat_penalty, seed=args.seed)
+    return ChatOptions(max_tokens=args.max_tokens, sampling=sampling, stop=tuple(args.stop or ()),
+                       thinking=not args.no_think)
+
+
+def _messages(args: argparse.Namespace) -> list[Any]:
+    from app.engine.chat_template import Message
+    from app.errors import FastMTPError
+
+    if args.messages:
+        try:
+            data = json.loads(Path(args.messages).read_text(encoding="utf-8"))
+            return [Message(str(m["role"]), str(m["content"])) for m in data]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FastMTPError(f"{args.messages} is not a JSON list of {{role, content}} messages ({exc}).",
+                               'Write it like [{"role": "user", "content": "Hi"}].') from exc
+    messages = [Message("system", args.system)] if args.system else []
+    return [*messages, Message("user", args.prompt)]
+
+
+def _status(stats: Any) -> str:
+    s = stats.to_dict()
+    acc = f"{s['acceptance']:.0%}" if s["acceptance"] is not None else "-"
+    tpp = f"{s['tokens_per_pass']:.2f}" if s["tokens_per_pass"] is not None else "-"
+    return f"{s['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass"
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from app.engine.session import ChatSession
+
+    session = ChatSession(_config(args))
+    try:
+        model = session.decoder.target
+        if not args.json:
+            def on_token(token: int, _provenance: str, _stats: Any) -> None:
+                if not model.lib.llama_vocab_is_eog(model.vocab, token):
+                    sys.stdout.write(model.piece(token).decode("utf-8", errors="replace"))
+                    sys.stdout.flush()
+        reply, text = session.reply(_messages(args), _options(args), None if args.json else on_token)
+        if args.json:
+            print_json({"text": text, "tokens": reply.tokens, "provenance": reply.provenance,
+                        "stop_reason": reply.stop_reason, "stats": reply.stats.to_dict()})
+        else:
+            print(f"\n[{reply.stop_reason}] {_status(reply.stats)}", file=sys.stderr)
+    finally:
+        session.close()
+    return 0
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, required=True, help="target GGUF")
+    p.add_argument("--draft", type=Path, help="FastMTP sidecar GGUF (full or d2t)")
+    p.add_argument("--mtp", choices=["off", "embedded", "sidecar"], default="off")
+    p.add_argument("--n-max", type=int, default=3, help="draft depth 1..8")
+    p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft confidence")
+    p.add_argument("--adaptive", action="store_true", help="tune the depth from the running acceptance")
+    p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--gpu-layers", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temp", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--no-think", action="store_true", help="thinking off (Qwen enable_thinking=false)")
+
+
+def add_commands(sub: Any, command: Any) -> None:
+    gen = command(sub, "generate", cmd_generate, "one reply from a model, with MTP drafting and stats")
+    add_engine_options(gen)
+    source = gen.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="the user message")
+    source.add_argument("--messages", type=Path, help="JSON list of {role, content}")

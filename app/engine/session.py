@@ -1,0 +1,57 @@
+"""A chat session over the decoder: messages in, rendered with the model's template, one reply out."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from app.engine.chat_template import Message, render
+from app.engine.sampling import Sampler, SamplingParams
+from app.engine.speculative import EngineConfig, Reply, SpeculativeDecoder, TokenSink
+
+
+@dataclass
+class ChatOptions:
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    thinking: bool = True
+
+
+class ChatSession:
+    """Keeps the decoder (and so the evaluated conversation) between turns: a new turn evaluates
+    only its new tokens."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.decoder = SpeculativeDecoder(config)
+        model = self.decoder.target
+        raw = model.lib.llama_model_chat_template(model.ptr, None)
+        self.template: str | None = raw.decode("utf-8", errors="replace") if raw else None
+
+    def close(self) -> None:
+        self.decoder.close()
+
+    def prompt_tokens(self, messages: list[Message], thinking: bool = True) -> list[int]:
+        text = render(self.template, messages, thinking=thinking)
+        return self.decoder.target.tokenize(text, add_special=False, parse_special=True)
+
+    def reply(self, messages: list[Message], options: ChatOptions, on_token: TokenSink | None = None,
+              cancel: threading.Event | None = None) -> tuple[Reply, str]:
+        """The assistant's reply to ``messages`` and its text (stop strings cut off)."""
+        model = self.decoder.target
+        stops = options.stop
+
+        def stop_hit(tokens: list[int]) -> bool:
+            if not stops:
+                return False
+            tail = model.detokenize(tokens[-16:])
+            return any(s in tail for s in stops)
+
+        reply = self.decoder.generate(self.prompt_tokens(messages, options.thinking), options.max_tokens,
+                                      Sampler(options.sampling), on_token, stop_hit if stops else None, cancel)
+        shown = [t for t in reply.tokens if not model.lib.llama_vocab_is_eog(model.vocab, t)]
+        text = model.detokenize(shown)
+        for s in stops:
+            if s in text:
+                text = text[: text.index(s)]
+        return reply, text
