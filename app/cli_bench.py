@@ -42,6 +42,21 @@ def cmd_bench_draft_head(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_fetch(args: argparse.Namespace) -> int:
+    from app.bench import fetch
+    from app.bench.report import record
+
+    result = fetch.run(args.size_mb * 1024 * 1024, args.runs, paths.cache_dir() / "bench-fetch")
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
+    if args.record:
+        command = "python -m app " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        record(args.record, f"Fetcher vs curl ({args.size_mb} MiB from 127.0.0.1)", command, result.markdown(),
+               "MB/s are 10^6 bytes per second. Ours is timed inside fetch_files (sha256 while streaming, size "
+               "check, fsync, rename); curl from spawn to exit, writing the same disk. Peak RSS is each child's "
+               "ru_maxrss.")
+    return 0
+
+
 def add_commands(sub: Any, command: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks (results as JSON and markdown)")
     bsub = bench.add_subparsers(dest="bench_command", required=True)
@@ -54,3 +69,7 @@ def add_commands(sub: Any, command: Any) -> None:
     dh.add_argument("--threads", type=int)
     dh.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
     dh.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    fe = command(bsub, "fetch", cmd_bench_fetch, "download a generated file with our fetcher and with curl")
+    fe.add_argument("--size-mb", type=int, default=2048, help="size of the generated file in MiB")
+    fe.add_argument("--runs", type=int, default=3, help="runs per client, alternating")
+    fe.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")

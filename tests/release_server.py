@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class Fault:
     trickle_piece: int = 1024  # ... this many bytes ...
     trickle_delay: float = 0.02  # ... every this many seconds
     ignore_range: bool = False  # answer a Range request with 200 and the full body
+    ignore_if_range: bool = False  # honour Range even when If-Range names an older version
     bad_416: bool = False  # answer a Range request with 416 although the range is satisfiable
     redirect_to: str | None = None  # answer 302 with this Location
     tamper_at: int | None = None  # flip the byte at this file offset (same size, different content)
@@ -83,7 +85,7 @@ class ReleaseServer:
     """Serve ``files`` (name -> bytes; a name may contain ``/``) and/or every file under ``root``."""
 
     def __init__(self, files: dict[str, bytes] | None = None, *, root: Path | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._version = 0
@@ -92,8 +94,11 @@ class ReleaseServer:
         self.requests: list[RequestRecord] = []
         for name, data in (files or {}).items():
             self.put(name, data)
-        self._httpd = ThreadingHTTPServer((host, 0), self._handler_class())
+        self._httpd = _QuietServer((host, 0), self._handler_class())
         self._httpd.daemon_threads = True
+        if tls is not None:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+        self.scheme = "https" if tls is not None else "http"
         self.host = host
         self.port = int(self._httpd.server_address[1])
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -104,7 +109,7 @@ class ReleaseServer:
 
     def url(self, name: str, *, host: str | None = None) -> str:
         """The URL of ``name``; ``host="localhost"`` gives the same file under another host name."""
-        return f"http://{host or self.host}:{self.port}/{quote(name)}"
+        return f"{self.scheme}://{host or self.host}:{self.port}/{quote(name)}"
 
     def put(self, name: str, data: bytes) -> None:
         """Add or replace a file; a replaced file gets a new ETag and Last-Modified."""
@@ -181,6 +186,11 @@ class ReleaseServer:
         return Handler
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """Clients that hang up or fail a TLS handshake are what the tests provoke: no tracebacks."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     owner: ReleaseServer
@@ -225,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
         status = 200
         wanted = _parse_range(headers.get("range"), size)
         if_range = headers.get("if-range")
-        range_valid = if_range is None or if_range in (entry.etag, entry.last_modified)
+        range_valid = if_range is None or fault.ignore_if_range or if_range in (entry.etag, entry.last_modified)
         if wanted is not None and range_valid and not fault.ignore_range:
             if wanted == "unsatisfiable" or fault.bad_416:
                 self._short(416, "range not satisfiable", {"Content-Range": f"bytes */{size}"})

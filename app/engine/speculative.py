@@ -137,8 +137,8 @@ class SpeculativeDecoder:
             raise
         self.tokens: list[int] = []
         self.pending_h: FloatArray | None = None
-        # the last target-evaluated token the draft context has not seen yet, with its hidden row
-        self._held: tuple[int, FloatArray] | None = None
+        # target-evaluated tokens the draft context has not seen yet, each with the hidden row before it
+        self._held: list[tuple[int, FloatArray]] = []
         self.adaptive = AdaptiveDepth(config.n_max) if config.adaptive else None
 
     # ------------------------------------------------------------------ lifecycle
@@ -155,7 +155,7 @@ class SpeculativeDecoder:
             self.dctx.truncate(0)
         self.tokens = []
         self.pending_h = None
-        self._held = None
+        self._held = []
 
     # ------------------------------------------------------------------ prompt
 
@@ -175,7 +175,7 @@ class SpeculativeDecoder:
         """Evaluate ``suffix`` after ``tokens`` in the target; returns the last logits. Drafting modes
         also catch the draft context up, holding back its last row for the first draft."""
         n_past = len(self.tokens)
-        if n_past + len(suffix) + self.config.n_max + 2 > self.config.n_ctx:
+        if n_past + len(suffix) + 1 > self.config.n_ctx:
             raise ContextFullError(
                 f"The conversation needs {n_past + len(suffix)} tokens, more than the context of "
                 f"{self.config.n_ctx} allows.", "Start a new chat, or raise the context size.")
@@ -191,16 +191,12 @@ class SpeculativeDecoder:
         if self.dctx is not None:
             # the draft gets every new token but the last, each with the hidden row of the one before
             previous = self.pending_h if self.pending_h is not None else np.zeros(self.target.n_embd, np.float32)
-            tokens = suffix
-            rows = np.stack([previous, *hidden_rows[:-1]])
-            start = n_past
-            if self._held is not None:
-                tokens = [self._held[0], *suffix]
-                rows = np.concatenate([self._held[1][None, :], rows])
-                start -= 1
+            tokens = [*(t for t, _ in self._held), *suffix]
+            rows = np.stack([*(r for _, r in self._held), previous, *hidden_rows[:-1]])
+            start = n_past - len(self._held)
             if len(tokens) > 1:
                 self._draft_catch_up(tokens[:-1], start, rows[:-1])
-            self._held = (tokens[-1], rows[-1])
+            self._held = [(tokens[-1], rows[-1])]
             self.pending_h = hidden_rows[-1]
         self.tokens.extend(suffix)
         return logits
@@ -250,14 +246,15 @@ class SpeculativeDecoder:
         if emit(pending, "target"):
             return self._finish(reply, decode_started)
         while True:
-            depth = self._depth()
+            n_past = len(self.tokens)
+            room = self.config.n_ctx - n_past - 1  # positions left after ``pending``
+            if room < 0:  # keep what was written; the caller shows the reason
+                reply.stop_reason = "context_full"
+                return self._finish(reply, decode_started)
+            depth = min(self._depth(), room)
             t0 = time.perf_counter()
             drafts = self._draft(pending, depth) if depth > 0 else []
             t1 = time.perf_counter()
-            n_past = len(self.tokens)
-            if n_past + len(drafts) + 2 > self.config.n_ctx:
-                raise ContextFullError(f"The reply filled the context of {self.config.n_ctx} tokens.",
-                                       "Start a new chat, or raise the context size.")
             batch = [pending, *drafts]
             self.tctx.decode(batch, n_past, logits="all")
             history = [*self.tokens, pending]
@@ -282,7 +279,7 @@ class SpeculativeDecoder:
             stats.record_round(tested, accepted, accepted + (0 if finished else 1))
             if self.adaptive is not None:
                 self.adaptive.observe(tested, accepted, len(drafts), t1 - t0, t2 - t1)
-            self._commit_round(pending, drafts, accepted)
+            self._commit_round(pending, drafts, accepted, drafted=depth > 0)
             if finished:
                 return self._finish(reply, decode_started)
             pending = bonus
@@ -298,11 +295,11 @@ class SpeculativeDecoder:
         """Up to ``depth`` draft tokens after ``pending``; the first step also catches the draft up."""
         assert self.dctx is not None and self.pending_h is not None
         n_past = len(self.tokens)
-        tokens, rows, start = [pending], [self.pending_h], n_past
-        if self._held is not None:  # catch up on the last accepted token in the same batch
-            tokens, rows, start = [self._held[0], pending], [self._held[1], self.pending_h], n_past - 1
-        self.dctx.decode(tokens, start, hidden=np.stack(rows), logits="last")
-        self._held = None
+        # catch up on the held tokens in the same batch that makes the first draft
+        tokens = [*(t for t, _ in self._held), pending]
+        rows = np.stack([*(r for _, r in self._held), self.pending_h])
+        self.dctx.decode(tokens, n_past - len(self._held), hidden=rows, logits="last")
+        self._held = []
         drafts: list[int] = []
         pos = n_past
         while True:
@@ -317,7 +314,7 @@ class SpeculativeDecoder:
             self.dctx.decode([proposal], pos, hidden=hidden[None, :], logits="last")
         return drafts
 
-    def _commit_round(self, pending: int, drafts: list[int], accepted: int) -> None:
+    def _commit_round(self, pending: int, drafts: list[int], accepted: int, drafted: bool) -> None:
         """Keep ``pending`` + the accepted drafts in both contexts; hold their rows for the draft."""
         n_past = len(self.tokens)
         keep = n_past + 1 + accepted
@@ -329,12 +326,14 @@ class SpeculativeDecoder:
         if self.dctx is not None:
             hidden = [self.tctx.nextn_hidden(i) for i in range(accepted + 1)]
             # the draft context is right up to ``pending`` (decoded with the target's row); redo the rest
-            self.dctx.truncate(n_past + 1)
-            self._held = None
-            if accepted > 1:
-                self._draft_catch_up(drafts[:accepted - 1], n_past + 1, np.stack(hidden[:accepted - 1]))
-            if accepted:
-                self._held = (drafts[accepted - 1], hidden[accepted - 1])
+            if not drafted:  # the draft context did not take part in this round: hold ``pending`` too
+                assert self.pending_h is not None
+                self._held.append((pending, self.pending_h))
+            else:  # it is right up to ``pending`` (fed the target's row); redo the accepted drafts
+                self.dctx.truncate(n_past + 1)
+                if accepted > 1:
+                    self._draft_catch_up(drafts[:accepted - 1], n_past + 1, np.stack(hidden[:accepted - 1]))
+                self._held = [(drafts[accepted - 1], hidden[accepted - 1])] if accepted else []
             self.pending_h = hidden[accepted]
         self.tokens.extend([pending, *drafts[:accepted]])
 

@@ -184,7 +184,7 @@ def _load_json(data: bytes, source: str) -> dict[str, Any]:
 def parse_manifest(data: bytes, source: str) -> Manifest:
     """Parse the manifest's bytes (already signature-checked by the caller)."""
     obj = _load_json(data, source)
-    body = obj.get("release") if isinstance(obj.get("release"), dict) else obj
+    body: dict[str, Any] = obj["release"] if isinstance(obj.get("release"), dict) else obj
     version = parse_version(_first(body, _VERSION_KEYS), source)
     when = _first(body, _DATE_KEYS)
     if when is None:
@@ -204,7 +204,7 @@ def parse_manifest(data: bytes, source: str) -> Manifest:
 def parse_provenance(data: bytes, source: str) -> Provenance:
     """Parse the provenance: what was built from what. Only the parts we can cross-check are required to be sane."""
     obj = _load_json(data, source)
-    llama = obj.get("llama_cpp") if isinstance(obj.get("llama_cpp"), dict) else {}
+    llama: dict[str, Any] = obj["llama_cpp"] if isinstance(obj.get("llama_cpp"), dict) else {}
     commit = _first(obj, ("llama_cpp_commit", "base_commit", "upstream_commit")) or _first(llama, ("commit",))
     patch = _first(obj, ("patch",)) or _first(llama, ("patch",))
     patch_hash = _first(patch, _HASH_KEYS) if isinstance(patch, dict) else _first(obj, ("patch_sha256",))

@@ -1,0 +1,149 @@
+"""Fetch one quantization of the release: integrity files first, trust and signatures, then the models.
+
+The order is the point: gigabytes are only requested once a trusted signature vouches for their
+names, sizes and hashes, and they land in a staging folder under the data dir. Nothing reaches the
+models folder before :mod:`app.release.install` moves it there after every check passed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from app import paths
+from app.errors import DownloadError, VerificationError
+from app.release import trust
+from app.release.catalog import Catalog, Endpoint, load_catalog, repo_slug
+from app.release.fetcher import FetchControl, FetchEvent, FileRequest, fetch_files
+from app.release.install import Installed, install
+from app.release.verify import ReleaseMetadata, verify_file, verify_metadata
+
+OnStep = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FetchPlan:
+    quant: str
+    repo: str
+    revision: str
+    endpoints: list[Endpoint]
+    dest: Path | None = None
+    trust_fingerprint: str | None = None
+    max_workers: int = 3
+
+
+def staging_dir(repo: str) -> Path:
+    """``<data>/downloads/<owner>--<name>/``: unverified bytes live here and nowhere else."""
+    path = paths.data_dir() / "downloads" / repo_slug(repo)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _urls(plan: FetchPlan, name: str) -> list[str]:
+    return [e.file_url(plan.repo, plan.revision, name) for e in plan.endpoints]
+
+
+def token_hosts(plan: FetchPlan) -> list[str]:
+    """The hosts the hub token may go to: the hub's own, never a mirror's."""
+    return sorted({urlsplit(e.url).hostname or "" for e in plan.endpoints if e.is_hub} - {""})
+
+
+def pick_payload(meta: ReleaseMetadata, catalog: Catalog, quant: str) -> list[str]:
+    """The quantization's file, the sidecar and the patch, as the signed manifest names them.
+
+    The catalog's names are tried first; when the publisher named a file differently, the one manifest
+    entry whose name carries the quantization tag (or ``FastMTP`` for the sidecar) is taken.
+    """
+    names = list(meta.manifest.files)
+    ggufs = [n for n in names if n.lower().endswith(".gguf")]
+
+    def find(expected: str, tag: str, what: str, exclude: str | None = None) -> str:
+        if expected in meta.manifest.files:
+            return expected
+        hits = [n for n in ggufs if tag.lower() in n.lower() and n != exclude]
+        if len(hits) == 1:
+            return hits[0]
+        raise VerificationError(f"The signed manifest {meta.manifest.source} has no {what} "
+                                f"(expected {expected}; found {', '.join(ggufs) or 'no GGUF files'}).",
+                                "Pick a quantization the release has with --quant.")
+
+    sidecar = find(catalog.sidecar.file, "FastMTP", "FastMTP sidecar")
+    model = find(catalog.quant(quant).file, quant, f"{quant} model file", exclude=sidecar)
+    chosen = [model, sidecar]
+    if catalog.integrity.patch in meta.manifest.files:
+        chosen.append(catalog.integrity.patch)
+    return chosen
+
+
+def _fetch_first(plan: FetchPlan, names: list[str], folder: Path, token: str | None) -> str | None:
+    """Try the variants of one integrity file (``X.sig``, ``X.sig.b64``) in order; None when none exists."""
+    for name in names:
+        try:
+            fetch_files([FileRequest(name, _urls(plan, name))], folder, token=token, max_workers=1,
+                        token_hosts=token_hosts(plan))
+            return name
+        except DownloadError:
+            (folder / name).unlink(missing_ok=True)
+    return None
+
+
+def fetch_integrity(plan: FetchPlan, folder: Path, token: str | None) -> None:
+    """Download the small integrity files afresh into ``folder`` (never resumed from an older run)."""
+    integ = load_catalog().integrity
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    required = [integ.checksums, integ.manifest, integ.provenance]
+    fetch_files([FileRequest(n, _urls(plan, n)) for n in required], folder, token=token,
+                max_workers=plan.max_workers, token_hosts=token_hosts(plan))
+    for signed in (integ.manifest, integ.provenance):
+        names = integ.signature_names(signed)
+        if _fetch_first(plan, names, folder, token) is None:
+            raise DownloadError(f"The signature of {signed} could not be fetched (tried {', '.join(names)}).",
+                                "Check the mirror; a release without signatures is never used.")
+    _fetch_first(plan, [integ.public_key], folder, token)  # optional when a key is already pinned
+
+
+def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callable[[FetchEvent], None] | None = None,
+                  on_step: OnStep | None = None, control: FetchControl | None = None,
+                  confirm: trust.Confirm | None = None) -> Installed:
+    """Download, verify and install one quantization with its sidecar and patch; returns what was installed.
+
+    Raises :class:`DownloadError` (network), :class:`VerificationError` / :class:`TrustError` (checks);
+    after either, the models folder is as it was.
+    """
+    step = on_step or (lambda _message: None)
+    catalog = load_catalog()
+    catalog.quant(plan.quant)  # a usage error before any network
+    staging = staging_dir(plan.repo)
+    token = token if token_hosts(plan) else None  # a mirror never sees the hub token
+
+    step("fetching the integrity files")
+    meta_dir = staging / "integrity"
+    fetch_integrity(plan, meta_dir, token)
+    step("checking signatures and the publisher key")
+    meta = verify_metadata(meta_dir, repo=plan.repo, trust_fingerprint=plan.trust_fingerprint, confirm=confirm)
+    for warning in meta.warnings:
+        step("warning: " + warning)
+
+    names = pick_payload(meta, catalog, plan.quant)
+    files_dir = staging / "files"
+    step(f"fetching {', '.join(names)}")
+    requests = [FileRequest(n, _urls(plan, n), meta.entry(n).size, meta.entry(n).sha256) for n in names]
+    fetched = fetch_files(requests, files_dir, token=token, max_workers=plan.max_workers, on_event=on_event,
+                          control=control, token_hosts=token_hosts(plan))
+
+    step("checking every file against the signed manifest")
+    verified = {}
+    for name in names:
+        path = fetched[name].path if name in fetched else files_dir / name
+        try:
+            verify_file(meta, name, path, fetched[name].sha256 if name in fetched else None)
+        except VerificationError:
+            path.unlink(missing_ok=True)  # never resume from bytes that failed their check
+            raise
+        verified[name] = path
+    step("moving the verified files into place")
+    return install(meta, verified, plan.dest)

@@ -1,0 +1,749 @@
+"""Resumable downloads whose sha256 is computed while the bytes stream in; nothing unverified is kept in place.
+
+``fetch_files`` is the one entry point. For each file it reads top-down: resume what a ``.part`` file
+holds (re-hashing the kept prefix once), ask the mirror for the rest with ``Range``, stream into the
+part while hashing, then check size and sha256 and rename into place. Every way a server or a link can
+misbehave ends in a retry, the next mirror, or an error that names the file, the URL and what to do.
+Qt-free: the GUI drives it through ``FetchEvent`` callbacks and a ``FetchControl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import random
+import shutil
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urljoin, urlsplit
+
+import httpcore
+import httpx
+
+from app import __version__
+from app.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
+from app.release import part_state
+from app.release.part_state import PartState
+from app.release.progress import FetchEvent, Progress
+
+__all__ = ["DownloadCancelled", "FetchControl", "FetchEvent", "FetchedFile", "FileRequest", "fetch_files"]
+
+CHUNK = 1 << 20  # the most read at once, from the socket or from a kept prefix: memory stays flat
+_STATE_EVERY = 1.0  # seconds between state saves while streaming (the byte count is informational)
+_WRITE_BEHIND = 64 << 20  # bytes between write-behind hints (see _write_behind)
+_MAX_REDIRECTS = 10
+_MAX_BACKOFF = 60.0
+_TOKEN_ADVICE = ("The repository may be gated or private: accept its terms on the hub, then store a token with "
+                 "`python -m app token set` (or set HF_TOKEN). A token that lacks access gives the same error.")
+_RESUME_ADVICE = "Run the same command again: the download resumes where it stopped."
+
+# httpcore reads the socket 64 KiB at a time and h11 copies every read a few times over: 1 MiB reads
+# nearly double the throughput on a fast link (docs/benchmarks.md). It is a class attribute, so this is
+# process-wide; it only ever makes reads larger, and a read returns what has arrived without waiting.
+if getattr(httpcore.HTTP11Connection, "READ_NUM_BYTES", CHUNK) < CHUNK:
+    httpcore.HTTP11Connection.READ_NUM_BYTES = CHUNK
+
+
+@dataclass(frozen=True)
+class FileRequest:
+    """One file to fetch: a plain name (also its name in the staging folder) and mirrors in preference order."""
+
+    name: str
+    urls: list[str]
+    size: int | None = None  # expected size: disk-space check, and never a byte past it
+    sha256: str | None = None  # expected hash, checked at the end
+
+
+@dataclass(frozen=True)
+class FetchedFile:
+    """A file that arrived whole and matched every expectation it was given."""
+
+    name: str
+    path: Path
+    size: int
+    sha256: str
+
+
+class DownloadCancelled(DownloadError):
+    """The user cancelled; ``.part`` files are kept so the next run resumes."""
+
+
+ControlChange = Literal["paused", "resumed", "cancelled"]
+
+
+class FetchControl:
+    """Pause, resume and cancel, shared by the caller (any thread) and the fetcher's workers."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._paused = False
+        self._cancelled = False
+        self._listeners: list[Callable[[ControlChange], None]] = []
+
+    def pause(self) -> None:
+        self._change("paused")
+
+    def resume(self) -> None:
+        self._change("resumed")
+
+    def cancel(self) -> None:
+        self._change("cancelled")
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def stopping(self) -> bool:
+        """Paused or cancelled: a worker should put its bytes down now."""
+        return self._paused or self._cancelled
+
+    def add_listener(self, listener: Callable[[ControlChange], None]) -> Callable[[], None]:
+        """Call ``listener`` on each change (in the thread that made it); returns the remover."""
+        with self._cond:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._cond:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
+    def wait_while_paused(self) -> None:
+        """Block while paused; returns at once when running or cancelled."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._paused or self._cancelled)
+
+    def sleep(self, seconds: float) -> None:
+        """A backoff delay that ends early on pause or cancel."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._paused or self._cancelled, timeout=seconds)
+
+    def _change(self, change: ControlChange) -> None:
+        with self._cond:
+            if change == "cancelled":
+                if self._cancelled:
+                    return
+                self._cancelled = True
+            elif self._paused == (change == "paused"):
+                return
+            else:
+                self._paused = change == "paused"
+            self._cond.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(change)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    token: str | None
+    token_hosts: frozenset[str] | None
+    retries: int
+    stall_timeout: float
+    connect_timeout: float
+    backoff_base: float
+
+
+def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: str | None = None,
+                max_workers: int = 3, on_event: Callable[[FetchEvent], None] | None = None,
+                control: FetchControl | None = None, retries: int = 5, stall_timeout: float = 30.0,
+                connect_timeout: float = 15.0, backoff_base: float = 1.0,
+                token_hosts: Sequence[str] | None = None) -> dict[str, FetchedFile]:
+    """Download every request into ``staging_dir``, resuming ``.part`` files, verified as far as known.
+
+    Args:
+        requests: the files; names must be plain file names, unique in the batch.
+        staging_dir: where ``<name>.part``, its state file and finally ``<name>`` live.
+        token: a Bearer token, sent only to the origin of the URL asked for (or ``token_hosts``), never
+            to a host a redirect leads to.
+        max_workers: files downloaded at once.
+        on_event: receives ``FetchEvent``s from worker threads, one at a time; keep it quick.
+        control: pause / resume / cancel from any thread.
+        retries: retries per mirror after a reset, timeout, stall or 5xx; progress resets the count.
+        stall_timeout: seconds without a byte before the connection counts as stalled and is retried.
+        connect_timeout: seconds to open a connection.
+        backoff_base: first retry delay in seconds, doubling each retry (tests make it small).
+        token_hosts: host names the token may go to (e.g. ``["huggingface.co"]``), when mirrors are mixed.
+
+    Returns:
+        name -> ``FetchedFile``, in request order; files are at ``staging_dir / name``.
+
+    Raises:
+        DiskSpaceError: not enough free space for the known sizes (before any byte), or the disk filled up.
+        DownloadError: a file could not be fetched from any mirror (``DownloadCancelled`` when cancelled).
+        VerificationError: a file's size or sha256 differs from the expected one, or the server sent
+            more than expected; its ``.part`` is deleted.
+    """
+    requests = list(requests)
+    _check_names(requests)
+    staging_dir.mkdir(parents=True, exist_ok=True)
+    _check_disk_space(requests, staging_dir)
+    settings = _Settings(token, frozenset(token_hosts) if token_hosts is not None else None, retries,
+                         stall_timeout, connect_timeout, backoff_base)
+    progress = Progress(on_event, {r.name: r.size for r in requests})
+    user = control or FetchControl()
+    batch = FetchControl()  # the user's control mirrored, plus an abort when one file fails for good
+    unlink_batch = batch.add_listener(lambda change: _report_change(progress, change))
+    unlink_user = user.add_listener(lambda change: _apply_change(batch, change))
+    if user.paused:
+        batch.pause()
+    if user.cancelled:
+        batch.cancel()
+    results: dict[str, FetchedFile] = {}
+    errors: list[BaseException] = []
+    try:
+        workers = max(1, min(max_workers, len(requests)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
+            futures = [pool.submit(_Download(r, staging_dir, settings, batch, progress).run) for r in requests]
+            for future in as_completed(futures):
+                try:
+                    fetched = future.result()
+                except BaseException as exc:
+                    errors.append(exc)
+                    batch.cancel()
+                else:
+                    results[fetched.name] = fetched
+    finally:
+        unlink_user()
+        unlink_batch()
+    if user.cancelled:
+        kept = sum(_size(_part_path(staging_dir, r.name)) for r in requests)
+        raise DownloadCancelled(f"Download cancelled; {_human(kept)} kept in .part files in {staging_dir}.",
+                                _RESUME_ADVICE)
+    real = [e for e in errors if not isinstance(e, DownloadCancelled)]
+    if real or errors:
+        raise (real or errors)[0]
+    progress.event("done", "", f"{len(results)} file(s) in {staging_dir}")
+    return {r.name: results[r.name] for r in requests}
+
+
+def _apply_change(control: FetchControl, change: ControlChange) -> None:
+    if change == "paused":
+        control.pause()
+    elif change == "resumed":
+        control.resume()
+    else:
+        control.cancel()
+
+
+def _report_change(progress: Progress, change: ControlChange) -> None:
+    if change == "paused":
+        progress.event("paused", "", "paused; the parts are kept")
+    elif change == "resumed":
+        progress.event("resumed")
+
+
+class _Retry(Exception):
+    """This attempt failed in a way worth retrying on the same mirror."""
+
+    def __init__(self, reason: str, *, retry_after: float | None = None, immediate: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+        self.immediate = immediate
+
+
+class _MirrorFailed(Exception):
+    """This mirror cannot serve the file (404, 403, a bad certificate ...): go to the next one."""
+
+    def __init__(self, reason: str, advice: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.advice = advice
+
+
+class _Interrupted(Exception):
+    """The user paused or cancelled while bytes were flowing."""
+
+
+class _Download:
+    """One file's journey from mirrors to ``staging_dir / name``."""
+
+    def __init__(self, request: FileRequest, staging: Path, settings: _Settings, control: FetchControl,
+                 progress: Progress) -> None:
+        self.request = request
+        self.name = request.name
+        self.final = staging / request.name
+        self.part = _part_path(staging, request.name)
+        self.state_file = part_state.state_path(self.part)
+        self.settings = settings
+        self.control = control
+        self.progress = progress
+        self.hasher = hashlib.sha256()
+        self.done = 0  # bytes in .part, all of them hashed
+        self.state: PartState | None = None
+        self.expected = request.size  # request.size, else what the server announced
+        self._sock: socket.socket | None = None
+        self._aborted = False  # set when a pause or cancel broke the current attempt on purpose
+        self._sock_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ top-down
+
+    def run(self) -> FetchedFile:
+        remove_listener = self.control.add_listener(self._on_control)
+        try:
+            self._checkpoint()
+            kept = self._already_fetched()
+            if kept is not None:
+                return kept
+            self._restore_part()
+            self.progress.start(self.name, self.done, f"resuming at {_human(self.done)}" if self.done else "")
+            self._download_from_mirrors()
+            return self._finish()
+        except FastMTPError as exc:
+            if not isinstance(exc, DownloadCancelled):
+                self.progress.event("error", self.name, exc.message)
+            raise
+        finally:
+            remove_listener()
+
+    def _already_fetched(self) -> FetchedFile | None:
+        """A file at the final name was verified by an earlier run; with a known hash, prove it again."""
+        if not self.final.is_file() or self.request.sha256 is None:
+            return None
+        if self.request.size is not None and self.final.stat().st_size != self.request.size:
+            return None
+        digest = hashlib.sha256()
+        size = self._hash_file(self.final, None, digest)
+        if digest.hexdigest() != self.request.sha256.lower():
+            return None
+        self.progress.start(self.name, size, "already downloaded")
+        self.progress.event("done", self.name, "already downloaded and verified")
+        return FetchedFile(self.name, self.final, size, digest.hexdigest())
+
+    def _restore_part(self) -> None:
+        """Keep the ``.part`` only if its state says it is the file we want; re-hash the kept prefix once."""
+        state = part_state.load(self.state_file) if self.part.is_file() else None
+        request = self.request
+        usable = (state is not None and (state.url in request.urls or request.sha256 is not None)
+                  and not (request.size is not None and state.size is not None and state.size != request.size))
+        kept = _size(self.part)
+        if not usable or (request.size is not None and kept > request.size):
+            self.part.unlink(missing_ok=True)
+            part_state.remove(self.state_file)
+            return
+        self.state = state
+        self.done = self._hash_file(self.part, kept, self.hasher)
+
+    def _download_from_mirrors(self) -> None:
+        """Attempts with backoff on one mirror, then the next; returns when the part holds the whole file."""
+        failures: list[str] = []
+        advice = ""
+        for url in self.request.urls:
+            attempt = 0
+            high_water = self.done
+            while True:
+                self._checkpoint()
+                try:
+                    self._attempt(url)
+                    return
+                except _Interrupted:
+                    continue
+                except _MirrorFailed as exc:
+                    failures.append(f"{url}: {exc.reason}")
+                    advice = advice or exc.advice
+                    break
+                except _Retry as exc:
+                    if self.done > high_water:  # progress was made: the link works, just not for long
+                        high_water, attempt = self.done, 0
+                    attempt += 1
+                    if attempt > self.settings.retries:
+                        failures.append(f"{url}: {exc.reason} (gave up after {self.settings.retries} retries)")
+                        break
+                    delay = 0.0 if exc.immediate else self._backoff(attempt, exc.retry_after)
+                    self.progress.event("retry", self.name,
+                                        f"{exc.reason}; retry {attempt} of {self.settings.retries}"
+                                        + (f" in {delay:.1f} s" if delay else ""))
+                    self.control.sleep(delay)
+            if url != self.request.urls[-1]:
+                self.progress.event("retry", self.name, f"{failures[-1]}; trying the next mirror")
+        where = failures[0] if len(failures) == 1 else "every mirror failed:\n  " + "\n  ".join(failures)
+        raise DownloadError(f"Could not download {self.name}: {where}",
+                            advice or "Check the network connection or try another mirror. " + _RESUME_ADVICE)
+
+    def _finish(self) -> FetchedFile:
+        """Check size and hash, then move into place; a mismatch deletes the part."""
+        _fsync_path(self.part)
+        size = _size(self.part)
+        digest = self.hasher.hexdigest()
+        if self.request.size is not None and size != self.request.size:
+            self._discard()
+            raise VerificationError(f"{self.name} has the wrong size: expected {self.request.size} bytes, "
+                                    f"got {size}.", "The mirror serves a different file; try another mirror.")
+        if self.request.sha256 is not None and digest != self.request.sha256.lower():
+            self._discard()
+            raise VerificationError(f"{self.name} failed its sha256 check: expected {self.request.sha256.lower()}, "
+                                    f"got {digest}. The download was deleted.",
+                                    "The mirror served corrupted or tampered bytes; try again or another mirror.")
+        os.replace(self.part, self.final)
+        part_state.remove(self.state_file)
+        _fsync_path(self.final.parent)
+        self.progress.event("done", self.name, str(self.final))
+        return FetchedFile(self.name, self.final, size, digest)
+
+    # ------------------------------------------------------------------ one HTTP attempt
+
+    def _attempt(self, url: str) -> None:
+        """One request from ``self.done`` onwards; returns when the part is complete, else raises."""
+        same_source = self.state is not None and self.state.url == url
+        self._aborted = False
+        headers = {"Accept-Encoding": "identity", "User-Agent": f"fastmtp-chat/{__version__}"}
+        if self.done > 0:
+            headers["Range"] = f"bytes={self.done}-"
+            if_range = self.state.if_range() if self.state is not None and same_source else None
+            if if_range:
+                headers["If-Range"] = if_range
+        timeout = httpx.Timeout(self.settings.stall_timeout, connect=self.settings.connect_timeout)
+        try:
+            with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+                response = self._send(client, url, headers)
+                try:
+                    if self._accept(response, url, same_source):
+                        self._stream(response)
+                finally:
+                    with self._sock_lock:
+                        self._sock = None
+                    response.close()
+        except httpx.TransportError as exc:
+            if self._aborted:  # we shut the socket ourselves: a pause or cancel, not a network failure
+                self._checkpoint()
+                raise _Interrupted() from exc
+            if _is_certificate_error(exc):
+                raise _MirrorFailed(f"its TLS certificate could not be verified ({exc})",
+                                    "The connection may be intercepted; check the system clock and any proxy. "
+                                    "Certificate checks are never turned off.") from exc
+            reason = f"no data for {self.settings.stall_timeout:.0f} s (stalled)" \
+                if isinstance(exc, httpx.ReadTimeout) else f"{type(exc).__name__}: {exc or 'connection lost'}"
+            raise _Retry(reason) from exc
+        if self.expected is not None and self.done < self.expected:
+            raise _Retry(f"the connection closed early at {self.done} of {self.expected} bytes")
+
+    def _send(self, client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
+        """GET with redirects followed by hand, so the token only ever goes where it was meant to."""
+        origin = urlsplit(url)
+        current = url
+        for _ in range(_MAX_REDIRECTS + 1):
+            sent = dict(headers)
+            if self.settings.token and self._token_allowed(origin.geturl(), current):
+                sent["Authorization"] = f"Bearer {self.settings.token}"
+            response = client.send(client.build_request("GET", current, headers=sent), stream=True)
+            location = response.headers.get("location")
+            if response.status_code not in (301, 302, 303, 307, 308) or not location:
+                self._remember_socket(response)
+                return response
+            response.close()
+            target = urljoin(current, location)
+            if urlsplit(current).scheme == "https" and urlsplit(target).scheme != "https":
+                raise _MirrorFailed(f"it redirected from https to {target}, which is not https; refused")
+            current = target
+        raise _MirrorFailed(f"more than {_MAX_REDIRECTS} redirects")
+
+    def _token_allowed(self, first: str, current: str) -> bool:
+        here = urlsplit(current)
+        if self.settings.token_hosts is not None:
+            return here.hostname in self.settings.token_hosts and here.scheme == "https"
+        origin = urlsplit(first)
+        return (here.scheme, here.hostname, here.port) == (origin.scheme, origin.hostname, origin.port)
+
+    def _accept(self, response: httpx.Response, url: str, same_source: bool) -> bool:
+        """Whether the body continues (or restarts) our part; False when the part is already whole.
+
+        Raises ``_Retry`` or ``_MirrorFailed`` from the status and headers.
+        """
+        status = response.status_code
+        if status == 416 and self.done > 0:
+            total = _content_range(response.headers.get("content-range"))[1]
+            if self.expected is not None and self.done == self.expected and total in (None, self.expected):
+                return False
+            self._restart("the server refused to resume (416); starting again from zero")
+            raise _Retry("the server refused to resume (416)", immediate=True)
+        if status in (401, 403):
+            raise _MirrorFailed(f"access denied (HTTP {status})", _TOKEN_ADVICE)
+        if status in (404, 410):
+            raise _MirrorFailed(f"not found (HTTP {status})",
+                                "The file is not on this mirror: check the repository, the revision and the "
+                                "quantization name.")
+        if status in (408, 429) or status >= 500:
+            raise _Retry(f"server error (HTTP {status})", retry_after=_retry_after(response))
+        if status not in (200, 206):
+            raise _MirrorFailed(f"unexpected answer (HTTP {status})")
+        etag, modified = response.headers.get("etag"), response.headers.get("last-modified")
+        if status == 206:
+            first, total = _content_range(response.headers.get("content-range"))
+            if first != self.done:
+                self._restart("the server sent the wrong range; starting again from zero")
+                raise _Retry("the server sent the wrong range", immediate=True)
+            if self.state is not None and not (
+                    self.state.same_remote(etag, modified, total) if same_source
+                    else self.state.same_remote(None, None, total)):
+                self._restart("the file changed on the server; starting again from zero")
+                raise _Retry("the file changed on the server", immediate=True)
+        else:
+            if self.done > 0:
+                self._restart("the server does not resume (ignored Range); starting again from zero")
+            length = response.headers.get("content-length")
+            total = int(length) if length and length.isdigit() else None
+        self._check_announced_size(total, url)
+        self.state = PartState(url=url, etag=etag, last_modified=modified, size=self.expected, bytes_done=self.done)
+        try:
+            part_state.save(self.state_file, self.state)
+        except OSError as exc:
+            full = self._disk_full(exc)
+            if full is None:
+                raise
+            raise full from exc
+        return True
+
+    def _check_announced_size(self, total: int | None, url: str) -> None:
+        if total is None:
+            return
+        if self.request.size is not None and total != self.request.size:
+            self._discard()
+            raise VerificationError(f"{self.name} has the wrong size on {url}: expected {self.request.size} bytes, "
+                                    f"the server announces {total}.",
+                                    "The mirror serves a different file; try another mirror.")
+        if self.expected is None:
+            self.expected = total
+            self.progress.set_total(self.name, total)
+
+    def _stream(self, response: httpx.Response) -> None:
+        """Append the body to the part, hashing as it goes; never a byte past the expected size."""
+        fd = os.open(self.part, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, self.done)
+            os.lseek(fd, self.done, os.SEEK_SET)
+            saved = time.monotonic()
+            behind = self.done
+            for piece in response.iter_raw():
+                if self.control.stopping:
+                    self._aborted = True
+                    break
+                if self.expected is not None and self.done + len(piece) > self.expected:
+                    self._write(fd, memoryview(piece)[: self.expected - self.done])
+                    self._discard()
+                    raise VerificationError(
+                        f"{self.name}: the server sent more than the expected {self.expected} bytes; "
+                        "the download was cut off there and deleted.",
+                        "The mirror serves a different file; try another mirror.")
+                self._write(fd, memoryview(piece))
+                if self.done - behind >= _WRITE_BEHIND:
+                    _write_behind(fd, max(0, behind - _WRITE_BEHIND), self.done)
+                    behind = self.done
+                if time.monotonic() - saved >= _STATE_EVERY:
+                    saved = time.monotonic()
+                    self._save_state()
+        finally:
+            os.close(fd)
+            if self.part.exists():
+                self._save_state()
+        if self._aborted:
+            self._checkpoint()
+            raise _Interrupted()
+
+    def _write(self, fd: int, view: memoryview) -> None:
+        while view:
+            try:
+                written = os.write(fd, view)
+            except OSError as exc:
+                full = self._disk_full(exc)
+                if full is None:
+                    raise
+                raise full from exc
+            self.hasher.update(view[:written])
+            self.done += written
+            self.progress.advance(self.name, written)
+            view = view[written:]
+
+    # ------------------------------------------------------------------ small steps
+
+    def _restart(self, message: str) -> None:
+        """Throw the part's bytes away: what we have no longer belongs to the file the server has."""
+        self.done = 0
+        self.hasher = hashlib.sha256()
+        self.state = None
+        if self.part.exists():
+            os.truncate(self.part, 0)
+        part_state.remove(self.state_file)
+        self.progress.restart(self.name, message)
+
+    def _discard(self) -> None:
+        self.part.unlink(missing_ok=True)
+        part_state.remove(self.state_file)
+
+    def _disk_full(self, exc: OSError) -> DiskSpaceError | None:
+        """For ENOSPC and friends, the error that says the part is kept; None for other OS errors."""
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return None
+        free = shutil.disk_usage(self.part.parent).free
+        left = f" ({_human(self.expected - self.done)} still to come)" if self.expected else ""
+        return DiskSpaceError(f"The disk is full: {self.name} stopped at {_human(self.done)}{left}; "
+                              f"{_human(free)} free in {self.part.parent}.",
+                              "Free some space, then run the same command again: the part already downloaded "
+                              "is kept and the download resumes.")
+
+    def _save_state(self) -> None:
+        """Best effort: only the byte count changes, and the .part's length is the truth for that."""
+        if self.state is None:
+            return
+        with contextlib.suppress(OSError):
+            self.state = PartState(self.state.url, self.state.etag, self.state.last_modified, self.state.size,
+                                   self.done)
+            part_state.save(self.state_file, self.state)
+
+    def _hash_file(self, path: Path, limit: int | None, digest: hashlib._Hash) -> int:
+        """Feed ``path`` (its first ``limit`` bytes) into ``digest``; cancellable, it may be many GB."""
+        count = 0
+        with path.open("rb") as handle:
+            while limit is None or count < limit:
+                self._checkpoint()
+                chunk = handle.read(CHUNK if limit is None else min(CHUNK, limit - count))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                count += len(chunk)
+        return count
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        delay = min(self.settings.backoff_base * 2.0 ** (attempt - 1), _MAX_BACKOFF) * random.uniform(1.0, 1.25)
+        return max(delay, min(retry_after, _MAX_BACKOFF)) if retry_after is not None else delay
+
+    def _checkpoint(self) -> None:
+        """Wait out a pause; raise when cancelled."""
+        self.control.wait_while_paused()
+        if self.control.cancelled:
+            raise DownloadCancelled(f"Download of {self.name} cancelled at {_human(self.done)}; the part is kept.",
+                                    _RESUME_ADVICE)
+
+    def _remember_socket(self, response: httpx.Response) -> None:
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        with self._sock_lock:
+            self._sock = sock if isinstance(sock, socket.socket) else None
+
+    def _on_control(self, change: ControlChange) -> None:
+        """On pause or cancel, shut the socket so a read blocked on a silent server returns now."""
+        if change == "resumed":
+            return
+        with self._sock_lock:
+            sock = self._sock
+            self._aborted = True
+        if sock is not None:
+            with contextlib.suppress(OSError):  # the plain socket's shutdown, also for TLS: the SSL object stays
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _check_names(requests: list[FileRequest]) -> None:
+    seen: set[str] = set()
+    for request in requests:
+        name = request.name
+        if (not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
+                or (len(name) > 1 and name[1] == ":")):
+            raise VerificationError(f"Refusing to download {name!r}: not a plain file name.",
+                                    "A release may only name files, never folders or paths.")
+        if name in seen:
+            raise ValueError(f"{name} is requested twice")
+        if not request.urls:
+            raise ValueError(f"{name} has no URL")
+        seen.add(name)
+
+
+def _check_disk_space(requests: list[FileRequest], staging: Path) -> None:
+    """Before the first byte: the known sizes, minus what ``.part`` files already hold, must fit."""
+    needed = 0
+    for request in requests:
+        if request.size is None:
+            continue
+        final = staging / request.name
+        if final.is_file() and final.stat().st_size == request.size:
+            continue
+        kept = _size(_part_path(staging, request.name))
+        needed += request.size - (kept if kept <= request.size else 0)
+    free = shutil.disk_usage(staging).free
+    if needed > free:
+        raise DiskSpaceError(f"Not enough free space in {staging}: the download needs {_human(needed)}, "
+                             f"only {_human(free)} is free.",
+                             "Free some space or choose another folder, then run again; parts already "
+                             "downloaded are kept.")
+
+
+def _part_path(staging: Path, name: str) -> Path:
+    return staging / f"{name}.part"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _content_range(value: str | None) -> tuple[int | None, int | None]:
+    """``bytes FIRST-LAST/TOTAL`` (or ``bytes */TOTAL``) -> (FIRST, TOTAL); None for what is missing."""
+    if not value or not value.startswith("bytes "):
+        return None, None
+    span, _, total = value[len("bytes "):].partition("/")
+    first = span.partition("-")[0]
+    return (int(first) if first.isdigit() else None), (int(total) if total.isdigit() else None)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after", "")
+    return float(value) if value.isdigit() else None
+
+
+def _is_certificate_error(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
+
+
+def _write_behind(fd: int, start: int, end: int) -> None:
+    """Start writing ``[start, end)`` to disk now and drop the pages already written.
+
+    The final fsync then has little left to do, and a 30 GB download does not push everything else out
+    of the page cache: the hash was taken while streaming, so the bytes are never read back.
+    """
+    if hasattr(os, "posix_fadvise"):
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+
+
+def _fsync_path(path: Path) -> None:
+    """Make a finished file (or a rename in a folder) durable; best effort where the OS refuses."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _human(count: int) -> str:
+    value = float(count)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

@@ -1,0 +1,95 @@
+"""Put verified release files in place: only after every check passed, each by an atomic rename.
+
+Payload files move first and the integrity files last, so a folder interrupted half-way still holds
+the old manifest, which then fails the new files loudly instead of vouching for them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app import paths
+from app.errors import DiskSpaceError, FastMTPError, VerificationError
+from app.hashing import sha256_file
+from app.release import trust
+from app.release.catalog import repo_slug
+from app.release.verify import ReleaseMetadata
+
+
+@dataclass
+class Installed:
+    folder: Path
+    files: list[str]
+    version: str
+    fingerprint: str
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"folder": str(self.folder), "files": self.files, "version": self.version,
+                "fingerprint": self.fingerprint, "warnings": self.warnings}
+
+
+def default_destination(repo: str) -> Path:
+    """``<data>/models/<owner>--<name>/``."""
+    return paths.models_dir() / repo_slug(repo)
+
+
+def _move(src: Path, target: Path, expected_sha256: str | None) -> None:
+    """Atomic rename; across file systems, copy to a hidden temporary name, check the copy, then rename."""
+    try:
+        os.replace(src, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    tmp = target.with_name(f".{target.name}.incoming-{os.getpid()}")
+    try:
+        free = shutil.disk_usage(target.parent).free
+        if src.stat().st_size > free:
+            raise DiskSpaceError(f"Not enough free space in {target.parent} for {src.name} "
+                                 f"({src.stat().st_size} bytes needed, {free} free).",
+                                 "Free some space or pick another folder with --dest.")
+        with src.open("rb") as reader, tmp.open("wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+            writer.flush()
+            os.fsync(writer.fileno())
+        if expected_sha256 is not None and sha256_file(tmp) != expected_sha256:
+            raise VerificationError(f"{src.name} failed the sha256 check after copying it to {target.parent}.",
+                                    "The disk may be failing; nothing was put in place.")
+        os.replace(tmp, target)
+        src.unlink()
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def install(meta: ReleaseMetadata, files: dict[str, Path], dest: Path | None = None) -> Installed:
+    """Move verified payload ``files`` (name -> staged path) and the release's integrity files into ``dest``.
+
+    Every payload file's size is checked again right before the first move (a staged file touched after
+    verification is refused with nothing moved); the version is recorded for rollback protection last.
+    """
+    dest = dest or default_destination(meta.repo)
+    for name, path in files.items():  # cheap re-check: nothing was swapped or truncated since verification
+        size = meta.entry(name).size
+        if path.is_symlink() or not path.is_file() or (size is not None and path.stat().st_size != size):
+            raise VerificationError(f"{name} changed in {path.parent} after it was verified.",
+                                    "Nothing was put in place; fetch or verify again.")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FastMTPError(f"Cannot create the model folder {dest}: {exc}", "Pick a writable folder with --dest.") \
+            from exc
+    for name, path in files.items():
+        _move(path, dest / name, meta.entry(name).sha256)
+    for name, path in meta.metadata_files.items():
+        if path.resolve() != (dest / name).resolve():
+            shutil.copy2(path, dest / f".{name}.incoming")
+            os.replace(dest / f".{name}.incoming", dest / name)
+    trust.record_verified(meta.repo, meta.manifest, meta.manifest_sha256)
+    return Installed(folder=dest, files=sorted(files), version=meta.manifest.version.text,
+                     fingerprint=meta.fingerprint, warnings=meta.warnings)

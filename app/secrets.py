@@ -1,0 +1,108 @@
+"""The Hugging Face hub token: kept in the system keyring, never in a file or a log of ours.
+
+``HF_TOKEN`` in the environment wins over the keyring (a script's explicit choice). Where the
+platform has no keyring backend, we say so and point at ``HF_TOKEN`` instead of writing plain text.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import keyring
+import keyring.errors
+from keyring.backends import fail
+
+from app.errors import FastMTPError
+
+SERVICE = "fastmtp-chat"
+USERNAME = "huggingface-hub-token"
+ENV_VAR = "HF_TOKEN"
+
+
+class SecretsError(FastMTPError):
+    """The keyring cannot store or read the token."""
+
+
+@dataclass(frozen=True)
+class TokenStatus:
+    source: Literal["env", "keyring"] | None
+    backend: str
+    keyring_available: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Where the token comes from; never the token itself, nor a part or the length of it."""
+        return {"token": "set" if self.source else "not set", "source": self.source, "backend": self.backend,
+                "keyring_available": self.keyring_available}
+
+
+def _backend() -> Any:
+    return keyring.get_keyring()
+
+
+def _backend_name(backend: Any) -> str:
+    return f"{type(backend).__module__}.{type(backend).__qualname__}"
+
+
+def keyring_available() -> bool:
+    backend = _backend()
+    if isinstance(backend, fail.Keyring):
+        return False
+    chain = getattr(backend, "backends", None)  # the chainer with nothing behind it
+    return chain is None or bool(chain)
+
+
+def _no_keyring() -> SecretsError:
+    return SecretsError("No keyring backend is available on this system, so the token cannot be stored safely.",
+                        f"Set the {ENV_VAR} environment variable for the runs that need it instead "
+                        "(or install a keyring backend such as gnome-keyring or KWallet).")
+
+
+def set_token(token: str) -> None:
+    token = token.strip()
+    if not token or any(ch.isspace() for ch in token):
+        raise SecretsError("That is not a token (it is empty or contains spaces).",
+                           "Copy the token from https://huggingface.co/settings/tokens and try again.")
+    if not keyring_available():
+        raise _no_keyring()
+    try:
+        keyring.set_password(SERVICE, USERNAME, token)
+    except keyring.errors.KeyringError as exc:
+        raise SecretsError(f"The keyring refused to store the token: {type(exc).__name__}.",
+                           f"Unlock the keyring and retry, or use the {ENV_VAR} environment variable.") from None
+
+
+def clear_token() -> bool:
+    """Forget the stored token; False when none was stored."""
+    if not keyring_available():
+        raise _no_keyring()
+    try:
+        keyring.delete_password(SERVICE, USERNAME)
+    except keyring.errors.PasswordDeleteError:
+        return False
+    except keyring.errors.KeyringError as exc:
+        raise SecretsError(f"The keyring refused to delete the token: {type(exc).__name__}.",
+                           "Unlock the keyring and retry.") from None
+    return True
+
+
+def _stored() -> str | None:
+    if not keyring_available():
+        return None
+    try:
+        return keyring.get_password(SERVICE, USERNAME)
+    except keyring.errors.KeyringError:
+        return None
+
+
+def get_token() -> str | None:
+    """The token to send to the hub: ``HF_TOKEN`` if set, else the keyring's, else None (public repos)."""
+    return os.environ.get(ENV_VAR) or _stored()
+
+
+def status() -> TokenStatus:
+    source: Literal["env", "keyring"] | None = "env" if os.environ.get(ENV_VAR) else None
+    if source is None and _stored():
+        source = "keyring"
+    return TokenStatus(source=source, backend=_backend_name(_backend()), keyring_available=keyring_available())

@@ -1,0 +1,171 @@
+"""The MTP engine on the real patched CPU backend and demo models: lossless, stats, errors."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.builtin_demo import ensure_demo_model, table_prompt
+from app.engine.sampling import Sampler, SamplingParams
+from app.engine.speculative import EngineConfig, Mode, SpeculativeDecoder
+from app.errors import ContextFullError, SidecarError
+from app.gguftools.demo_model import DemoModel
+
+pytestmark = pytest.mark.usefixtures("patched_backend")
+
+HOT = SamplingParams(temperature=8.0, top_k=8, top_p=1.0, min_p=0.0, seed=11)  # really random on the demo
+WARM = SamplingParams(temperature=0.8, seed=5)
+GREEDY = SamplingParams()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("engine-demo"), size="tiny", acceptance=0.9, seed=4)
+
+
+def _decoder(demo: DemoModel, mode: Mode, draft: str | None = None, n_max: int = 3, adaptive: bool = False,
+             n_ctx: int = 2048) -> SpeculativeDecoder:
+    path = {"full": demo.sidecar_full, "d2t": demo.sidecar_d2t}.get(draft or "")
+    return SpeculativeDecoder(EngineConfig(demo.target, mode=mode, draft=path, n_max=n_max, adaptive=adaptive,
+                                           n_ctx=n_ctx))
+
+
+def _run(decoder: SpeculativeDecoder, prompt: list[int], n: int, params: SamplingParams) -> list[int]:
+    return decoder.generate(prompt, n, Sampler(params)).tokens
+
+
+VARIANTS = [("embedded", None), ("sidecar", "full"), ("sidecar", "d2t")]
+
+
+@pytest.mark.parametrize("mode,draft", VARIANTS, ids=["embedded", "full-sidecar", "d2t-sidecar"])
+def test_every_mode_and_depth_emits_exactly_the_plain_decoding(demo: DemoModel, mode: Mode, draft: str | None) -> None:
+    prompt = table_prompt(demo)
+    temperatures = {"temp0": GREEDY, "temp0.8": WARM, "temp8": HOT}
+    with_off = _decoder(demo, "off")
+    reference = {name: _run(with_off, prompt, 48, params) for name, params in temperatures.items()}
+    with_off.close()
+    assert len(set(reference["temp8"])) > 20  # the hot sampler really does leave the table
+    for n_max, adaptive in [(1, False), (2, False), (3, False), (4, False), (4, True)]:
+        decoder = _decoder(demo, mode, draft, n_max, adaptive)
+        try:
+            for name, params in temperatures.items():  # back to back in one decoder, too
+                assert _run(decoder, prompt, 48, params) == reference[name], (name, n_max, adaptive)
+        finally:
+            decoder.close()
+
+
+def test_multi_turn_evaluates_only_the_new_tokens_and_matches_a_fresh_start(demo: DemoModel) -> None:
+    decoder = _decoder(demo, "sidecar", "d2t")
+    fresh = _decoder(demo, "off")
+    try:
+        turn1 = table_prompt(demo)
+        reply1 = decoder.generate(turn1, 30, Sampler(WARM))
+        turn2 = [*turn1, *reply1.tokens, *table_prompt(demo, 5)]
+        reply2 = decoder.generate(turn2, 30, Sampler(WARM))
+        # only the new user tokens (and the reply's last token, if the target had not evaluated it yet)
+        assert reply2.stats.prompt_tokens <= 5 + 1
+        assert reply2.tokens == fresh.generate(turn2, 30, Sampler(WARM)).tokens
+    finally:
+        decoder.close()
+        fresh.close()
+
+
+def test_long_prompt_then_short_one_and_back_to_back_requests_do_not_leak_state(demo: DemoModel) -> None:
+    assert demo.table is not None
+    long_prompt = list(demo.table.cycle[100:700])
+    short_prompt = list(demo.table.cycle[5:9])
+    decoder = _decoder(demo, "sidecar", "d2t")
+    reference = _decoder(demo, "off")
+    try:
+        expect_long = _run(reference, long_prompt, 40, HOT)
+        expect_short = _run(reference, short_prompt, 40, HOT)
+        assert _run(decoder, long_prompt, 40, HOT) == expect_long
+        assert _run(decoder, short_prompt, 40, HOT) == expect_short
+        assert _run(decoder, short_prompt, 40, HOT) == expect_short
+    finally:
+        decoder.close()
+        reference.close()
+
+
+def test_cancel_keeps_the_partial_reply_and_resuming_continues_it(demo: DemoModel) -> None:
+    prompt = table_prompt(demo)
+    decoder = _decoder(demo, "sidecar", "d2t")
+    try:
+        whole = _run(decoder, prompt, 60, GREEDY)
+        cancel = threading.Event()
+        seen: list[int] = []
+
+        def on_token(token: int, _provenance: str, _stats: object) -> None:
+            seen.append(token)
+            if len(seen) == 17:
+                cancel.set()
+
+        partial = decoder.generate(prompt, 60, Sampler(GREEDY), on_token, cancel=cancel)
+        assert partial.stop_reason == "cancelled"
+        assert partial.tokens == seen and 17 <= len(partial.tokens) < 60
+        assert partial.tokens == whole[: len(partial.tokens)]
+        rest = decoder.generate([*prompt, *partial.tokens], 60 - len(partial.tokens), Sampler(GREEDY))
+        assert partial.tokens + rest.tokens == whole
+    finally:
+        decoder.close()
+
+
+def test_acceptance_and_tokens_per_pass_follow_the_theory(demo: DemoModel) -> None:
+    prompt = table_prompt(demo)
+    depth1 = _decoder(demo, "sidecar", "d2t", n_max=1)
+    try:
+        stats = depth1.generate(prompt, 400, Sampler(GREEDY)).stats
+    finally:
+        depth1.close()
+    assert stats.acceptance is not None and abs(stats.acceptance - 0.9) <= 0.05
+    for k in (2, 3, 4):
+        decoder = _decoder(demo, "sidecar", "d2t", n_max=k)
+        try:
+            s = decoder.generate(prompt, 400, Sampler(GREEDY)).stats
+        finally:
+            decoder.close()
+        a = s.acceptance
+        assert a is not None and s.tokens_per_pass is not None
+        expected = (1 - a ** (k + 1)) / (1 - a)
+        assert abs(s.tokens_per_pass - expected) / expected <= 0.10, (k, a, s.tokens_per_pass, expected)
+        assert len(s.drafted_at) == k and s.drafted_at[0] >= s.drafted_at[-1]
+
+
+def test_provenance_marks_accepted_drafts_and_target_tokens(demo: DemoModel) -> None:
+    decoder = _decoder(demo, "sidecar", "d2t")
+    seen: list[str] = []
+    try:
+        reply = decoder.generate(table_prompt(demo), 50, Sampler(GREEDY), lambda _t, p, _s: seen.append(p))
+    finally:
+        decoder.close()
+    assert reply.provenance == seen
+    assert reply.provenance.count("draft") == reply.stats.accepted
+    # every target pass emits one target token, except a last pass that ended on an accepted draft
+    ended_on_draft = reply.provenance[-1] == "draft"
+    assert reply.provenance.count("target") == reply.stats.target_passes - ended_on_draft
+
+
+def test_context_overflow_is_a_clear_error_and_a_full_context_keeps_the_reply(demo: DemoModel) -> None:
+    assert demo.table is not None
+    decoder = _decoder(demo, "sidecar", "d2t", n_ctx=256)
+    reference = _decoder(demo, "off", n_ctx=256)
+    try:
+        with pytest.raises(ContextFullError) as caught:
+            decoder.generate(list(demo.table.cycle[:300]), 10)
+        assert "context" in caught.value.message and "300" in caught.value.message
+        prompt = list(demo.table.cycle[:100])
+        filled = decoder.generate(prompt, 400, Sampler(HOT))
+        assert filled.stop_reason == "context_full"
+        assert len(prompt) + len(filled.tokens) >= 250  # it wrote up to the end, drafting less and less
+        expected = reference.generate(prompt, 400, Sampler(HOT))
+        assert expected.stop_reason == "context_full" and filled.tokens == expected.tokens
+    finally:
+        decoder.close()
+        reference.close()
+
+
+def test_a_target_given_as_sidecar_is_refused_before_loading(demo: DemoModel) -> None:
+    with pytest.raises(SidecarError) as caught:
+        SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.target))
+    assert "not an MTP draft sidecar" in caught.value.message

@@ -1,0 +1,259 @@
+"""``python -m app fetch`` end to end against a real server on 127.0.0.1, plus the token, fit and mirror commands.
+
+The release is made and signed in the test; the app runs as a child process exactly as a user runs it,
+with its folders (and XDG folders) pointed into the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import keyring
+import pytest
+from keyring.backends import fail
+from keyrings.alt.file import PlaintextKeyring
+
+from app import secrets
+from app.cli import main
+from app.release.catalog import Endpoint, load_catalog, repo_slug
+from app.release.download import FetchPlan, token_hosts
+from app.release.publish import KeyPair, keygen, sign_release
+from tests.release_server import Fault, ReleaseServer
+
+CATALOG = load_catalog()
+INTEG = CATALOG.integrity
+MODEL = CATALOG.quant("Q4_K_P").file
+SIDECAR = CATALOG.sidecar.file
+PAYLOAD = {MODEL: os.urandom(300_000), SIDECAR: os.urandom(50_000), INTEG.patch: b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n"}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """A child environment whose every app and XDG folder is inside the test's temporary directory."""
+    env = dict(os.environ)
+    for name in ("data", "config", "cache"):
+        env[f"XDG_{name.upper()}_HOME"] = str(tmp_path / f"xdg-{name}")
+    env["FASTMTP_DATA_DIR"] = str(tmp_path / "data")
+    env["FASTMTP_CONFIG_DIR"] = str(tmp_path / "config")
+    env.pop("HF_TOKEN", None)
+    return env
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> KeyPair:
+    return keygen(tmp_path / "keys")
+
+
+def signed_release(folder: Path, key: KeyPair, version: str = "1") -> dict[str, bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in PAYLOAD.items():
+        (folder / name).write_bytes(data)
+    sign_release(folder, key.private, version=version)
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.fixture
+def server(tmp_path: Path, key: KeyPair) -> Iterator[ReleaseServer]:
+    with ReleaseServer(signed_release(tmp_path / "release", key)) as srv:
+        yield srv
+
+
+def run_app(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO_ROOT, env=env, text=True,
+                          capture_output=True, timeout=60, input=stdin,
+                          stdin=subprocess.DEVNULL if stdin is None else None)
+
+
+def fetch(env: dict[str, str], server: ReleaseServer, *extra: str) -> tuple[int, list[dict[str, Any]]]:
+    proc = run_app(env, "fetch", "--base-url", server.url(""), "--json", *extra)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.returncode, lines
+
+
+def models(env: dict[str, str]) -> list[Path]:
+    root = Path(env["FASTMTP_DATA_DIR"]) / "models"
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def test_fetch_installs_verified_files(env: dict[str, str], server: ReleaseServer, key: KeyPair) -> None:
+    env["HF_TOKEN"] = "hf_never_sent_to_a_mirror"
+    code, lines = fetch(env, server, "--trust-fingerprint", key.fingerprint)
+    assert code == 0, lines
+    result = lines[-1]
+    assert result["kind"] == "result" and result["fingerprint"] == key.fingerprint
+    dest = Path(env["FASTMTP_DATA_DIR"]) / "models" / repo_slug(CATALOG.repo)
+    assert Path(result["folder"]) == dest
+    for name, data in PAYLOAD.items():
+        assert (dest / name).read_bytes() == data
+    assert (dest / INTEG.manifest).is_file()
+    assert all("authorization" not in r.headers for r in server.requests)
+    staged = Path(env["FASTMTP_DATA_DIR"]) / "downloads" / repo_slug(CATALOG.repo) / "files"
+    assert not any(staged.glob("*.gguf"))  # moved, not copied
+    again = run_app(env, "verify", str(dest), "--json")  # the key is pinned now
+    assert again.returncode == 0, again.stdout
+
+
+def test_fetch_to_a_chosen_folder(env: dict[str, str], server: ReleaseServer, key: KeyPair, tmp_path: Path) -> None:
+    code, lines = fetch(env, server, "--trust-fingerprint", key.fingerprint, "--dest", str(tmp_path / "mine"))
+    assert code == 0, lines
+    assert (tmp_path / "mine" / MODEL).read_bytes() == PAYLOAD[MODEL]
+    assert models(env) == []
+
+
+def test_wrong_signature_served_exits_4_with_nothing_installed(env: dict[str, str], server: ReleaseServer,
+                                                               key: KeyPair) -> None:
+    sig_name = INTEG.manifest + ".sig"
+    good = server._entries[sig_name].data
+    assert good is not None
+    server.put(sig_name, bytes([good[0] ^ 0xFF]) + good[1:])
+    code, lines = fetch(env, server, "--trust-fingerprint", key.fingerprint)
+    assert code == 4
+    assert f"signature of {INTEG.manifest} does not verify" in lines[-1]["message"]
+    assert models(env) == [] and server.gets(MODEL) == []  # no gigabytes fetched for an unsigned release
+
+
+def test_tampered_model_file_exits_4_with_nothing_installed(env: dict[str, str], server: ReleaseServer,
+                                                            key: KeyPair) -> None:
+    server.set_fault(MODEL, Fault(tamper_at=1234, times=10))
+    code, lines = fetch(env, server, "--trust-fingerprint", key.fingerprint)
+    assert code == 4, lines
+    assert MODEL in lines[-1]["message"] and "sha256" in lines[-1]["message"]
+    assert models(env) == []
+
+
+def test_untrusted_key_without_a_terminal_exits_4(env: dict[str, str], server: ReleaseServer, key: KeyPair) -> None:
+    code, lines = fetch(env, server)
+    assert code == 4
+    assert key.fingerprint in lines[-1]["advice"] and models(env) == []
+
+
+def test_swapped_key_after_trust_is_a_hard_stop(env: dict[str, str], server: ReleaseServer, key: KeyPair,
+                                                tmp_path: Path) -> None:
+    assert fetch(env, server, "--trust-fingerprint", key.fingerprint)[0] == 0
+    attacker = keygen(tmp_path / "attacker")
+    with ReleaseServer(signed_release(tmp_path / "forged", attacker, version="2")) as evil:
+        code, lines = fetch(env, evil)
+    assert code == 4 and "PUBLISHER KEY HAS CHANGED" in lines[-1]["message"]
+
+
+def test_missing_model_on_the_mirror_exits_3(env: dict[str, str], server: ReleaseServer, key: KeyPair) -> None:
+    server.set_fault(MODEL, Fault(status=404, times=100))
+    code, lines = fetch(env, server, "--trust-fingerprint", key.fingerprint)
+    assert code == 3, lines
+    assert models(env) == []
+
+
+def test_bad_usage_exits_2(env: dict[str, str]) -> None:
+    assert run_app(env, "fetch", "--endpoint", "https://a.example", "--base-url", "https://b.example").returncode == 2
+    assert run_app(env, "fetch", "--quant", "Q9_X", "--base-url", "http://127.0.0.1:9/").returncode == 2
+
+
+def test_the_hub_token_may_go_to_the_hub_only() -> None:
+    hub = Endpoint("hf", "https://huggingface.co")
+    mirror = Endpoint("hf", "https://mirror.example")
+    assert token_hosts(FetchPlan("Q4_K_P", CATALOG.repo, "main", [mirror, hub])) == ["huggingface.co"]
+    assert token_hosts(FetchPlan("Q4_K_P", CATALOG.repo, "main", [mirror])) == []
+
+
+# ----------------------------------------------------------------------------- token
+
+
+@pytest.fixture
+def file_keyring(tmp_path: Path) -> Iterator[PlaintextKeyring]:
+    """A real file-backed keyring in the test's folder, restored afterwards."""
+    previous = keyring.get_keyring()
+    backend = PlaintextKeyring()
+    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
+    keyring.set_keyring(backend)
+    yield backend
+    keyring.set_keyring(previous)
+
+
+def test_token_set_status_clear_never_print_the_token(file_keyring: PlaintextKeyring, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    token = "hf_SECRETtoken1234567890"
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(token + "\n"))
+    assert main(["token", "set"]) == 0
+    assert main(["token", "status", "--json"]) == 0
+    out = capsys.readouterr()
+    assert token not in out.out + out.err
+    assert json.loads(out.out.split("\n", 1)[1])["source"] == "keyring"
+    assert secrets.get_token() == token
+    assert keyring.get_password(secrets.SERVICE, secrets.USERNAME) == token  # really in the keyring backend
+    assert main(["token", "clear"]) == 0
+    assert secrets.get_token() is None and secrets.status().source is None
+
+
+def test_hf_token_env_wins(file_keyring: PlaintextKeyring, monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets.set_token("hf_stored")
+    monkeypatch.setenv("HF_TOKEN", "hf_env")
+    assert secrets.get_token() == "hf_env" and secrets.status().source == "env"
+
+
+def test_no_keyring_backend_points_at_hf_token(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    previous = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    try:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hf_abc\n"))
+        assert main(["token", "set"]) == 1
+        err = capsys.readouterr().err
+        assert "No keyring backend" in err and "HF_TOKEN" in err and "hf_abc" not in err
+    finally:
+        keyring.set_keyring(previous)
+
+
+def test_token_cli_in_a_child_process_with_a_file_keyring(env: dict[str, str], tmp_path: Path) -> None:
+    env["PYTHON_KEYRING_BACKEND"] = "keyrings.alt.file.PlaintextKeyring"
+    token = "hf_childSECRET987"
+    stored = run_app(env, "token", "set", stdin=token + "\n")
+    assert stored.returncode == 0, stored.stderr
+    status = run_app(env, "token", "status", "--json")
+    assert json.loads(status.stdout)["source"] == "keyring"
+    assert token not in stored.stdout + stored.stderr + status.stdout + status.stderr
+    assert any((tmp_path / "xdg-data").rglob("keyring_pass.cfg"))  # XDG_DATA_HOME isolated the keyring file
+
+
+# ----------------------------------------------------------------------------- fit and mirrors
+
+
+def test_fit_recommends_the_largest_that_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--vram-gib", "24", "--context", "32768", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["recommended"] == "Q5_K_P"
+    assert report["kv_bytes_per_token"] == (64 // 4 + 1) * 2 * 4 * 256 * 2
+    assert all(q["fits"] == (q["total_bytes"] <= report["vram_bytes"]) for q in report["quants"])
+    assert main(["fit", "--vram-gib", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "None fits" in text and "KV per token" in text
+
+
+def test_mirror_add_list_remove(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
+    assert main(["mirror", "add", "--plain", "https://m.example/rel/"]) == 0
+    assert main(["mirror", "list", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["mirror", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [e["url"] for e in listed] == ["https://m.example/rel", "https://huggingface.co"]
+    assert main(["mirror", "remove", "https://m.example/rel"]) == 0
+    assert main(["mirror", "add", "--hf", "ftp://x"]) == 2
+
+
+def test_xdg_folders_alone_isolate_a_run(env: dict[str, str], key: KeyPair, tmp_path: Path) -> None:
+    del env["FASTMTP_DATA_DIR"], env["FASTMTP_CONFIG_DIR"]
+    env.pop("FASTMTP_CACHE_DIR", None)
+    proc = run_app(env, "trust", "add", str(key.public))
+    assert proc.returncode == 0, proc.stderr
+    assert key.fingerprint in proc.stdout
+    assert (tmp_path / "xdg-config" / "fastmtp-chat" / "trusted-keys.json").is_file()
