@@ -229,6 +229,7 @@ class SpeculativeDecoder:
             if stats.first_token_seconds is None:
                 stats.first_token_seconds = time.perf_counter() - started
             stats.decode_seconds = time.perf_counter() - decode_started
+            stats.record_token()
             if on_token is not None:
                 on_token(token, provenance, stats)
             if self.target.lib.llama_vocab_is_eog(self.target.vocab, token):
@@ -242,7 +243,7 @@ class SpeculativeDecoder:
             return bool(reply.stop_reason)
 
         pending = sampler.pick(logits, self.tokens)
-        stats.record_round(0, 0, 1)
+        stats.record_round(0, 0)
         if emit(pending, "target"):
             return self._finish(reply, decode_started)
         while True:
@@ -276,7 +277,7 @@ class SpeculativeDecoder:
             stats.draft_seconds += t1 - t0
             # drafts past the first mismatch were never really tested: they followed a wrong token
             tested = min(len(drafts), accepted + 1)
-            stats.record_round(tested, accepted, accepted + (0 if finished else 1))
+            stats.record_round(tested, accepted)
             if self.adaptive is not None:
                 self.adaptive.observe(tested, accepted, len(drafts), t1 - t0, t2 - t1)
             self._commit_round(pending, drafts, accepted, drafted=depth > 0)

@@ -24,8 +24,13 @@ class ReplyStats:
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=32), repr=False)
 
-    def record_round(self, tested: int, accepted: int, emitted: int) -> None:
-        """One verify pass: ``tested`` drafts were checked, the first ``accepted`` matched."""
+    def record_token(self) -> None:
+        """One more emitted token (called before the token is streamed, so live stats include it)."""
+        self.generated += 1
+        self._recent.append((time.perf_counter(), 1))
+
+    def record_round(self, tested: int, accepted: int) -> None:
+        """One target pass: ``tested`` drafts were checked, the first ``accepted`` of them matched."""
         self.target_passes += 1
         self.drafted += tested
         self.accepted += accepted
@@ -36,8 +41,6 @@ class ReplyStats:
             self.drafted_at[i] += 1
             if i < accepted:
                 self.accepted_at[i] += 1
-        self.generated += emitted
-        self._recent.append((time.perf_counter(), emitted))
 
     @property
     def acceptance(self) -> float | None:

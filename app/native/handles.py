@@ -13,7 +13,7 @@ import time
 from collections import deque
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any, Self
+from typing import Any, Self, TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +33,7 @@ class NativeLog:
 
     def __init__(self, keep: int = 400) -> None:
         self.lines: deque[str] = deque(maxlen=keep)
-        self.echo = False
+        self.echo_to: TextIO | None = None
         self._partial = ""
         self._count = 0
         self._lock = threading.Lock()
@@ -56,8 +56,8 @@ class NativeLog:
                 line, self._partial = self._partial.split("\n", 1)
                 self.lines.append(line)
                 self._count += 1
-                if self.echo:
-                    print(line, flush=True)
+                if self.echo_to is not None:
+                    print(line, file=self.echo_to, flush=True)
 
     def mark(self) -> int:
         with self._lock:

@@ -1,0 +1,122 @@
+"""The engine's own process: ``python -m app.engine.worker`` speaks the JSON-lines protocol on stdio.
+
+A native abort or segfault here cannot take the caller down; the caller sees the pipe close and
+reports it with the tail of this process's log file (llama.cpp's lines are mirrored into it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from typing import Any, TextIO
+
+from app.engine import protocol
+from app.engine.session import ChatSession
+from app.errors import EngineError, FastMTPError
+
+
+class Worker:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+        self.session: ChatSession | None = None
+        self.cancel = threading.Event()
+
+    def send(self, kind: str, **fields: Any) -> None:
+        with self.lock:
+            self.out.write(protocol.encode(kind, **fields))
+            self.out.flush()
+
+    def handle(self, request: dict[str, Any]) -> bool:
+        """Run one request; False ends the worker."""
+        kind = request["kind"]
+        if kind == "shutdown":
+            return False
+        try:
+            if kind == "load":
+                self._load(request["config"])
+            elif kind == "generate":
+                self._generate(request)
+            elif kind == "reset":
+                if self.session is not None:
+                    self.session.decoder.reset()
+                self.send("reset_done")
+            else:
+                raise EngineError(f"Unknown request {kind!r}.")
+        except FastMTPError as exc:
+            self.send("error", **exc.to_dict(), log_tail=_log_tail())
+        except Exception as exc:  # report, stay alive: the caller decides whether to restart
+            self.send("error", error=type(exc).__name__, message=str(exc), advice="",
+                      log_tail=_log_tail(), traceback=traceback.format_exc())
+        return True
+
+    def _load(self, config: dict[str, Any]) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        self.session = ChatSession(protocol.config_from_dict(config))
+        self.send("loaded", mode=self.session.decoder.config.mode)
+
+    def _generate(self, request: dict[str, Any]) -> None:
+        if self.session is None:
+            raise EngineError("No model is loaded in the engine.", "Load a model first.")
+        self.cancel.clear()
+        session = self.session
+        model = session.decoder.target
+
+        def on_token(token: int, provenance: str, stats: Any) -> None:
+            self.send("token", token=token, provenance=provenance,
+                      piece=model.piece(token).decode("utf-8", errors="replace"), stats=stats.to_dict())
+
+        reply, text = session.reply(protocol.messages_from_list(request["messages"]),
+                                    protocol.options_from_dict(request["options"]), on_token, self.cancel)
+        self.send("done", tokens=reply.tokens, provenance=reply.provenance, text=text,
+                  stop_reason=reply.stop_reason, stats=reply.stats.to_dict())
+
+
+def _log_tail(n: int = 20) -> list[str]:
+    from app.native.handles import LOG
+
+    return list(LOG.lines)[-n:]
+
+
+def main() -> int:
+    from app.native.handles import LOG
+
+    LOG.echo_to = sys.stderr  # the caller redirects our stderr into the engine log file
+    worker = Worker(sys.stdout)
+    requests: list[dict[str, Any]] = []
+    available = threading.Condition()
+
+    def read() -> None:
+        """Read requests; ``cancel`` acts at once, everything else queues for the main thread."""
+        for line in sys.stdin:
+            request = protocol.decode(line)
+            if request["kind"] == "cancel":
+                worker.cancel.set()
+                continue
+            with available:
+                requests.append(request)
+                available.notify()
+        with available:
+            requests.append({"kind": "shutdown"})
+            available.notify()
+
+    threading.Thread(target=read, daemon=True).start()
+    worker.send("ready", pid=os.getpid())
+    while True:
+        with available:
+            while not requests:
+                available.wait()
+            request = requests.pop(0)
+        if not worker.handle(request):
+            break
+    if worker.session is not None:
+        worker.session.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
