@@ -44,11 +44,6 @@ def _messages(args: argparse.Namespace) -> list[Any]:
     return [*messages, Message("user", args.prompt)]
 
 
-def _status(stats: Any) -> str:
-    s = stats.to_dict()
-    acc = f"{s['acceptance']:.0%}" if s["acceptance"] is not None else "-"
-    tpp = f"{s['tokens_per_pass']:.2f}" if s["tokens_per_pass"] is not None else "-"
-    return f"{s['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass"
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -67,10 +62,64 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print_json({"text": text, "tokens": reply.tokens, "provenance": reply.provenance,
                         "stop_reason": reply.stop_reason, "stats": reply.stats.to_dict()})
         else:
-            print(f"\n[{reply.stop_reason}] {_status(reply.stats)}", file=sys.stderr)
+            print(f"\n[{reply.stop_reason}] {_status_of(reply.stats.to_dict())}", file=sys.stderr)
     finally:
         session.close()
     return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """A terminal chat through the engine worker, with a live status line on stderr."""
+    from app.engine.chat_template import Message
+    from app.engine.client import EngineClient
+    from app.errors import FastMTPError
+
+    history: list[Message] = [Message("system", args.system)] if args.system else []
+    options = _options(args)
+    with EngineClient() as client:
+        loaded = client.load(_config(args))
+        if loaded["kind"] == "error":
+            raise FastMTPError(loaded["message"], loaded.get("advice", ""))
+        print(f"FastMTP chat ({args.mtp}). Type /reset for a new chat, /quit or Ctrl-D to leave.", file=sys.stderr)
+        while True:
+            try:
+                line = input("you> ")
+            except EOFError:
+                break
+            if line.strip() in ("/quit", "/exit"):
+                break
+            if line.strip() == "/reset":
+                history = history[:1] if args.system else []
+                continue
+            history.append(Message("user", line))
+            sys.stdout.write("assistant> ")
+            final: dict[str, Any] = {}
+            try:
+                for event in client.generate(history, options):
+                    if event["kind"] == "token":
+                        sys.stdout.write(event["piece"])
+                        sys.stdout.flush()
+                        if args.status and sys.stderr.isatty():
+                            sys.stderr.write("\0337\r\033[2K" + _status_of(event["stats"]) + "\0338")
+                    final = event
+            except KeyboardInterrupt:
+                client.cancel()
+            print()
+            if final.get("kind") == "error":
+                print(f"error: {final['message']}\nwhat to do: {final.get('advice', '')}", file=sys.stderr)
+                if final.get("error") == "WorkerCrashed":
+                    client.restart()
+                history.pop()
+                continue
+            history.append(Message("assistant", final.get("text", "")))
+            print(f"[{_status_of(final['stats'])}]", file=sys.stderr)
+    return 0
+
+
+def _status_of(stats: dict[str, Any]) -> str:
+    acc = f"{stats['acceptance']:.0%}" if stats.get("acceptance") is not None else "-"
+    tpp = f"{stats['tokens_per_pass']:.2f}" if stats.get("tokens_per_pass") is not None else "-"
+    return f"{stats['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass"
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -102,3 +151,6 @@ def add_commands(sub: Any, command: Any) -> None:
     source = gen.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="the user message")
     source.add_argument("--messages", type=Path, help="JSON list of {role, content}")
+    chat = command(sub, "chat", cmd_chat, "a terminal chat with a live speed / acceptance status line")
+    add_engine_options(chat)
+    chat.add_argument("--no-status", dest="status", action="store_false", help="no live status line")

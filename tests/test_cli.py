@@ -66,3 +66,30 @@ def test_demo_model_command_writes_all_three_files(tmp_path: Path, qwen_vocab_pa
     data = json.loads(proc.stdout)
     assert all(Path(data[key]).is_file() for key in ("target", "sidecar_full", "sidecar_d2t"))
     assert data["acceptance_table"] == pytest.approx(0.8, abs=0.01)
+
+
+def test_terminal_chat_answers_each_line_with_a_status_summary(patched_backend: BackendManifest,
+                                                               tmp_path: Path, qwen_vocab_path: Path) -> None:
+    demo = ensure_demo_model(tmp_path / "chat-demo", size="tiny")
+    proc = subprocess.run([sys.executable, "-m", "app", "chat", "--model", str(demo.target), "--draft",
+                           str(demo.sidecar_d2t), "--mtp", "sidecar", "--max-tokens", "12"],
+                          input="Hello!\n/reset\nAgain?\n/quit\n", capture_output=True, text=True,
+                          env=dict(os.environ), check=False, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("assistant>") == 2
+    summaries = [line for line in proc.stderr.splitlines() if "tokens/pass" in line]
+    assert len(summaries) == 2 and all("acceptance" in line for line in summaries)
+
+
+def test_generate_json_has_tokens_text_provenance_and_stats(patched_backend: BackendManifest, tmp_path: Path,
+                                                            qwen_vocab_path: Path) -> None:
+    demo = ensure_demo_model(tmp_path / "gen-demo", size="tiny")
+    proc = run_app("generate", "--model", str(demo.target), "--draft", str(demo.sidecar_d2t), "--mtp", "sidecar",
+                   "--n-max", "2", "--prompt", "Hi", "--max-tokens", "20", "--temp", "0.8", "--seed", "4", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert len(out["tokens"]) == len(out["provenance"]) == 20 and out["stop_reason"] == "length"
+    assert len(out["text"].split()) >= 10
+    assert set(out["stats"]) >= {"decode_tps", "acceptance", "tokens_per_pass", "acceptance_by_position"}
+    bad = run_app("generate", "--model", str(demo.target), "--mtp", "sidecar", "--prompt", "Hi")
+    assert bad.returncode == 1 and "needs a draft sidecar" in bad.stderr
