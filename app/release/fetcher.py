@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import random
 import shutil
@@ -31,6 +30,7 @@ import httpx
 
 from app import __version__
 from app.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
+from app.hashing import BackgroundSha256
 from app.release import part_state
 from app.release.part_state import PartState
 from app.release.progress import FetchEvent, Progress
@@ -284,7 +284,7 @@ class _Download:
         self.settings = settings
         self.control = control
         self.progress = progress
-        self.hasher = hashlib.sha256()
+        self.hasher = BackgroundSha256()
         self.done = 0  # bytes in .part, all of them hashed
         self.state: PartState | None = None
         self.expected = request.size  # request.size, else what the server announced
@@ -310,6 +310,7 @@ class _Download:
                 self.progress.event("error", self.name, exc.message)
             raise
         finally:
+            self.hasher.close()
             remove_listener()
 
     def _already_fetched(self) -> FetchedFile | None:
@@ -318,7 +319,7 @@ class _Download:
             return None
         if self.request.size is not None and self.final.stat().st_size != self.request.size:
             return None
-        digest = hashlib.sha256()
+        digest = BackgroundSha256()
         size = self._hash_file(self.final, None, digest)
         if digest.hexdigest() != self.request.sha256.lower():
             return None
@@ -574,7 +575,8 @@ class _Download:
     def _restart(self, message: str) -> None:
         """Throw the part's bytes away: what we have no longer belongs to the file the server has."""
         self.done = 0
-        self.hasher = hashlib.sha256()
+        self.hasher.close()
+        self.hasher = BackgroundSha256()
         self.state = None
         if self.part.exists():
             os.truncate(self.part, 0)
@@ -605,7 +607,7 @@ class _Download:
                                    self.done)
             part_state.save(self.state_file, self.state)
 
-    def _hash_file(self, path: Path, limit: int | None, digest: hashlib._Hash) -> int:
+    def _hash_file(self, path: Path, limit: int | None, digest: BackgroundSha256) -> int:
         """Feed ``path`` (its first ``limit`` bytes) into ``digest``; cancellable, it may be many GB."""
         count = 0
         with path.open("rb") as handle:
