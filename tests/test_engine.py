@@ -169,3 +169,21 @@ def test_a_target_given_as_sidecar_is_refused_before_loading(demo: DemoModel) ->
     with pytest.raises(SidecarError) as caught:
         SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.target))
     assert "not an MTP draft sidecar" in caught.value.message
+
+
+def test_p_min_cutoff_drafts_less_and_stays_lossless(demo: DemoModel) -> None:
+    prompt = table_prompt(demo)
+    reference = _decoder(demo, "off")
+    expected = _run(reference, prompt, 40, WARM)
+    reference.close()
+    drafted = []
+    for p_min in (0.0, 0.5, 1.0):
+        decoder = SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=4,
+                                                  p_min=p_min, n_ctx=1024))
+        try:
+            reply = decoder.generate(prompt, 40, Sampler(WARM))
+        finally:
+            decoder.close()
+        assert reply.tokens == expected
+        drafted.append(reply.stats.drafted)
+    assert drafted[0] >= drafted[1] >= drafted[2] == 0
