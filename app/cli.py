@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -247,7 +248,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _has_display() -> bool:
+    """False on a Linux machine without X11/Wayland (a server, CI), unless Qt is told a platform."""
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if not (sys.argv[1:] if argv is None else argv):  # no command: open the desktop app
+        if not _has_display():
+            print("No display found: running the terminal quickstart instead of the window.", file=sys.stderr)
+            return main(["quickstart"])
+        from app.gui.main import run
+
+        return run()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

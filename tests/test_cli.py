@@ -93,3 +93,13 @@ def test_generate_json_has_tokens_text_provenance_and_stats(patched_backend: Bac
     assert set(out["stats"]) >= {"decode_tps", "acceptance", "tokens_per_pass", "acceptance_by_position"}
     bad = run_app("generate", "--model", str(demo.target), "--mtp", "sidecar", "--prompt", "Hi")
     assert bad.returncode == 1 and "needs a draft sidecar" in bad.stderr
+
+
+def test_bare_command_without_a_display_falls_back_to_the_terminal_quickstart(
+        patched_backend: BackendManifest) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    proc = subprocess.run([sys.executable, "-m", "app"], capture_output=True, text=True, env=env, check=False,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "No display found" in proc.stderr
+    assert "assistant:" in proc.stdout and "draft head guessed" in proc.stdout

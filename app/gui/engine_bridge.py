@@ -1,0 +1,99 @@
+"""The engine as Qt signals: one ``EngineClient`` (a worker process), loads and replies run as background ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from app.engine.chat_template import Message
+from app.engine.client import EngineClient
+from app.engine.session import ChatOptions
+from app.engine.speculative import EngineConfig
+from app.errors import FastMTPError
+from app.gui.ops import Report, run_in_background
+
+
+def _error_event(exc: Exception) -> dict[str, Any]:
+    """An exception raised by the client, shaped like the engine's own ``error`` event."""
+    if isinstance(exc, FastMTPError):
+        return {"kind": "error", **exc.to_dict(), "log_tail": []}
+    return {"kind": "error", "error": type(exc).__name__, "message": str(exc), "advice": "", "log_tail": []}
+
+
+class EngineBridge(QObject):
+    """Owns the engine process. Every signal carries the engine's event dict and fires on the GUI thread.
+
+    ``loaded`` / ``token`` / ``done`` / ``error`` mirror the protocol's events; ``busy_changed`` says
+    whether a load or a reply is under way (one at a time).
+    """
+
+    loaded = Signal(object)
+    token = Signal(object)
+    done = Signal(object)
+    error = Signal(object)
+    busy_changed = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._client = EngineClient()
+        self.config: EngineConfig | None = None
+        self.busy = False
+
+    def load(self, config: EngineConfig) -> None:
+        """Load (or switch) the model pair in the engine process."""
+        self._set_busy(True)
+        self.config = config
+        run_in_background(lambda _report: self._client.load(config), self._finished, self._failed)
+
+    def generate(self, messages: list[Message], options: ChatOptions) -> None:
+        """Stream one reply: ``token`` signals, then ``done`` (or ``error``)."""
+        self._set_busy(True)
+
+        def work(report: Report) -> dict[str, Any]:
+            last: dict[str, Any] = {}
+            for event in self._client.generate(messages, options):
+                if event["kind"] == "token":
+                    report(event)
+                last = event
+            return last
+
+        run_in_background(work, self._finished, self._failed, self.token.emit)
+
+    def cancel(self) -> None:
+        """Stop the reply under way; the engine ends it with a ``done`` event (stop reason ``cancelled``)."""
+        if self.busy:
+            try:
+                self._client.cancel()
+            except FastMTPError as exc:
+                self.error.emit(_error_event(exc))
+
+    def restart(self) -> None:
+        """A fresh engine process, reloading the last configuration."""
+        self._set_busy(True)
+        run_in_background(lambda _report: self._client.restart() or {"kind": "reset_done"},
+                          self._finished, self._failed)
+
+    def close(self) -> None:
+        """Stop the engine process (called when the window closes)."""
+        self.cancel()
+        self._client.close()
+
+    def _finished(self, event: dict[str, Any]) -> None:
+        self._set_busy(False)
+        kind = event.get("kind")
+        if kind == "loaded":
+            self.loaded.emit(event)
+        elif kind == "done":
+            self.done.emit(event)
+        elif kind == "error":
+            self.error.emit(event)
+
+    def _failed(self, exc: Exception) -> None:
+        self._set_busy(False)
+        self.error.emit(_error_event(exc))
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.busy = busy
+            self.busy_changed.emit(busy)

@@ -1,0 +1,169 @@
+"""The desktop window against the real engine: streamed replies, the HUD, stop, errors in words."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
+
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt, QThread
+from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
+
+from app.builtin_demo import ensure_demo_model
+from app.engine.session import ChatOptions
+from app.engine.speculative import EngineConfig
+from app.gguftools.demo_model import DemoModel
+from app.gui.chat_view import DRAFT_TINT
+from app.gui.main import MainWindow
+from app.gui.ops import Report, run_in_background
+
+WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("gui-demo"))
+
+
+@pytest.fixture(scope="module")
+def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: object,
+           demo: DemoModel) -> Iterator[MainWindow]:
+    """One window (one engine process) for the module: loading the engine is the slow part."""
+    win = MainWindow()
+    win.show()
+    win.use_demo(demo)
+    QtBot(request).waitUntil(lambda: win.ready, timeout=WAIT_MS)
+    yield win
+    win.close()
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _send(qtbot: QtBot, win: MainWindow, text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    tokens: list[dict[str, Any]] = []
+    done: list[dict[str, Any]] = []
+    win.bridge.token.connect(tokens.append)
+    win.bridge.done.connect(done.append)
+    win.chat.input.setPlainText(text)
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_Return)
+    return tokens, done
+
+
+def test_background_op_reports_progress_and_result_on_the_gui_thread(qtbot: QtBot) -> None:
+    gui = QApplication.instance()
+    assert gui is not None
+    seen: list[tuple[object, bool]] = []
+    results: list[int] = []
+    worker_threads: list[int] = []
+
+    def work(report: Report) -> int:
+        worker_threads.append(threading.get_ident())
+        for i in range(3):
+            report(i)
+        return 42
+
+    def on_progress(value: object) -> None:
+        seen.append((value, QThread.currentThread() is gui.thread()))
+
+    run_in_background(work, results.append, on_progress=on_progress)
+    qtbot.waitUntil(lambda: results == [42], timeout=WAIT_MS)
+    assert seen == [(0, True), (1, True), (2, True)]
+    assert worker_threads and worker_threads[0] != threading.get_ident()
+
+    failures: list[Exception] = []
+
+    def fail(_report: Report) -> None:
+        raise ValueError("no")
+
+    run_in_background(fail, lambda _r: None, failures.append)
+    qtbot.waitUntil(lambda: len(failures) == 1, timeout=WAIT_MS)
+    assert str(failures[0]) == "no"
+
+
+def test_a_sent_message_streams_the_engines_reply_with_live_hud(qtbot: QtBot, window: MainWindow) -> None:
+    tokens, done = _send(qtbot, window, "Hello there, who are you?")
+    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
+    reply = done[0]
+    assert reply["kind"] == "done" and reply["text"].strip()
+    assert [t["token"] for t in tokens] == reply["tokens"]
+    assert window.chat.entries[-1].role == "assistant"
+    assert window.chat.entries[-1].text.strip() == reply["text"].strip()
+    assert _squash(reply["text"]) in _squash(window.chat.transcript_text())
+    tps = re.search(r"([\d.]+) tok/s", window.chat.hud.tps.text())
+    assert tps is not None and float(tps.group(1)) > 0
+    assert re.match(r"\d+%", window.chat.hud.acceptance.text())
+    assert "FastMTP d2t" in window.chat.hud.mode.text()
+    assert window.chat.send_button.isEnabled() and not window.chat.stop_button.isEnabled()
+    # the draft-acceptance overlay: tokens that came from accepted drafts are tinted, and only while on
+    assert "draft" in reply["provenance"]
+    assert _tinted_characters(window) > 0
+    window.chat.show_drafts.setChecked(False)
+    assert _tinted_characters(window) == 0
+    window.chat.show_drafts.setChecked(True)
+
+
+def _tinted_characters(win: MainWindow) -> int:
+    count = 0
+    block = win.chat.transcript.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().background().color() == DRAFT_TINT:
+                count += fragment.length()
+            it += 1
+        block = block.next()
+    return count
+
+
+def test_stop_cancels_mid_reply_and_keeps_the_partial_text(qtbot: QtBot, window: MainWindow,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(window, "options", ChatOptions(max_tokens=1500))
+    stop_after = 5
+    tokens: list[dict[str, Any]] = []
+
+    def press_stop(event: dict[str, Any]) -> None:
+        tokens.append(event)
+        if len(tokens) == stop_after:
+            qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
+
+    window.bridge.token.connect(press_stop)
+    done: list[dict[str, Any]] = []
+    window.bridge.done.connect(done.append)
+    window.chat.input.setPlainText("Tell me a long story.")
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
+    assert done[0]["stop_reason"] == "cancelled"
+    assert stop_after <= len(done[0]["tokens"]) < 1500
+    partial = window.chat.entries[-1].text
+    assert partial.strip() and _squash(partial) in _squash(window.chat.transcript_text())
+    assert "cancelled" in window.chat.transcript_text()
+    assert not window.banner.isVisible()
+
+
+def test_an_engine_error_is_shown_in_words(qtbot: QtBot, window: MainWindow, demo: DemoModel) -> None:
+    window.load(EngineConfig(demo.target, mode="sidecar", draft=demo.target, n_ctx=2048))
+    qtbot.waitUntil(window.banner.isVisible, timeout=WAIT_MS)
+    shown = window.banner.text.text()
+    assert "sidecar" in shown.lower() and len(shown.split()) > 4
+    assert not window.ready
+    window.reload()  # the selector's own mode loads again and the banner goes away
+    qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
+    assert not window.banner.isVisible()
+
+
+def test_the_bare_command_opens_the_desktop_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.gui.main
+    from app import cli
+
+    monkeypatch.setattr(app.gui.main, "run", lambda: 7)
+    assert cli.main([]) == 7
