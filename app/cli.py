@@ -53,9 +53,14 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
             print(event.message, flush=True)
 
     flavor: Flavor = "cpu" if args.cpu else "cuda" if args.cuda else "auto"
+    patch_file = None
+    if args.release_patch:  # the publisher's patch, only once its signature chain and hash checked out
+        from app.release.verify import verified_release_patch
+
+        patch_file = verified_release_patch(args.release_patch, trust_fingerprint=args.trust_fingerprint)
     options = BuildOptions(flavor=flavor, cuda_archs=args.cuda_arch or [], version=args.version,
-                           patched=not args.unpatched, sdist=args.sdist, wheelhouse=args.wheelhouse,
-                           jobs=args.jobs, activate=not args.no_activate)
+                           patched=not args.unpatched, patch_file=patch_file, sdist=args.sdist,
+                           wheelhouse=args.wheelhouse, jobs=args.jobs, activate=not args.no_activate)
     manifest = build_backend(options, on_event, cancel)
     if args.json:
         print(json.dumps({"kind": "result", "manifest": manifest.to_dict()}), flush=True)
@@ -219,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--version", default="0.3.35", help="llama-cpp-python version (pinned ones only)")
     b.add_argument("--unpatched", action="store_true", help="build without the d2t patch (for diagnosis)")
     b.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
+    b.add_argument("--release-patch", type=Path, metavar="DIR",
+                   help="build with the release's own patch from this verified release folder (ours is the default)")
+    b.add_argument("--trust-fingerprint", help="publisher key fingerprint for --release-patch")
     b.add_argument("--sdist", type=Path, help="use this llama-cpp-python sdist file (offline machines)")
     b.add_argument("--wheelhouse", type=Path, help="folder holding the sdist (offline machines)")
     b.add_argument("--jobs", type=int, help="parallel compile jobs")

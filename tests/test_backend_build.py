@@ -188,3 +188,27 @@ def test_engine_imports_llama_cpp_from_the_backend_folder(patched_backend: Backe
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ),
                           check=True)
     assert Path(proc.stdout.strip()).is_relative_to(registry.backend_dir(patched_backend.id))
+
+
+def test_the_release_patch_is_used_only_after_its_signature_chain_checks_out(
+        patched_backend: BackendManifest, tmp_path: Path) -> None:
+    from app.release.catalog import load_catalog
+    from app.release.publish import keygen, sign_release
+
+    release = tmp_path / "release"
+    release.mkdir()
+    name = load_catalog().integrity.patch
+    (release / name).write_bytes(default_patch().path.read_bytes())  # the publisher ships the same patch
+    (release / "model.gguf").write_bytes(b"GGUF not really")
+    key = keygen(tmp_path / "keys")
+    signed = sign_release(release, key.private)
+    proc = run_cli("backend", "build", "--cpu", "--no-activate", "--json", "--release-patch", str(release),
+                   "--trust-fingerprint", signed.fingerprint)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])["manifest"]
+    assert result["patch_sha256"] == default_patch().sha256 and result["id"] == patched_backend.id
+    (release / name).write_bytes(default_patch().path.read_bytes() + b"\n// extra\n")
+    tampered = run_cli("backend", "build", "--cpu", "--no-activate", "--json", "--release-patch", str(release),
+                       "--trust-fingerprint", signed.fingerprint)
+    assert tampered.returncode == 4
+    assert name in json.loads(tampered.stdout.splitlines()[-1])["message"]

@@ -48,6 +48,7 @@ class BuildOptions:
     cuda_archs: list[str] = field(default_factory=list)
     version: str = source.DEFAULT_VERSION
     patched: bool = True
+    patch_file: Path | None = None  # a verified release patch instead of ours (see verified_release_patch)
     sdist: Path | None = None
     wheelhouse: Path | None = None
     jobs: int | None = None
@@ -102,7 +103,8 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
     else:
         args += ["-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON"]
     pin = source.pinned(options.version)
-    patch = patching.default_patch() if options.patched else None
+    patch = (patching.Patch(options.patch_file) if options.patch_file else patching.default_patch()) \
+        if options.patched else None
     return BuildPlan(pin, patch, flavor, archs, args, tools)
 
 
