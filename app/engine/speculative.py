@@ -180,7 +180,6 @@ class SpeculativeDecoder:
                 f"The conversation needs {n_past + len(suffix)} tokens, more than the context of "
                 f"{self.config.n_ctx} allows.", "Start a new chat, or raise the context size.")
         step = self.config.n_batch
-        logits: FloatArray | None = None
         hidden_rows: list[FloatArray] = []
         for start in range(0, len(suffix), step):
             chunk = suffix[start:start + step]
@@ -319,14 +318,11 @@ class SpeculativeDecoder:
         """Keep ``pending`` + the accepted drafts in both contexts; hold their rows for the draft."""
         n_past = len(self.tokens)
         keep = n_past + 1 + accepted
-        if len(drafts) > accepted:
-            memory = self.tctx.lib.llama_get_memory(self.tctx.ptr)
-            if not self.tctx.lib.llama_memory_seq_rm(memory, 0, keep, -1):
-                raise EngineError("The target context could not roll back a rejected draft.",
-                                  "This backend build lacks recurrent-state rollback; rebuild it.")
+        if len(drafts) > accepted and not self.tctx.truncate(keep):
+            raise EngineError("The target context could not roll back a rejected draft.",
+                              "This backend build lacks recurrent-state rollback; rebuild it.")
         if self.dctx is not None:
             hidden = [self.tctx.nextn_hidden(i) for i in range(accepted + 1)]
-            # the draft context is right up to ``pending`` (decoded with the target's row); redo the rest
             if not drafted:  # the draft context did not take part in this round: hold ``pending`` too
                 assert self.pending_h is not None
                 self._held.append((pending, self.pending_h))

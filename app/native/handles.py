@@ -309,10 +309,13 @@ class Context:
             raise ValueError(f"no nextn hidden row {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd,)).copy()
 
-    def truncate(self, n_keep: int) -> None:
-        """Forget every position from ``n_keep`` on (rollback after a rejected draft)."""
+    def truncate(self, n_keep: int) -> bool:
+        """Forget every position from ``n_keep`` on (rollback after a rejected draft).
+
+        False when llama.cpp cannot: a recurrent state has no snapshot that far back.
+        """
         memory = self.lib.llama_get_memory(self.ptr)
-        self.lib.llama_memory_seq_rm(memory, 0, n_keep, -1)
+        return bool(self.lib.llama_memory_seq_rm(memory, 0, n_keep, -1))
 
     def close(self) -> None:
         if self._ptr:
