@@ -247,10 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     pc = command(bsub, "patch-check", cmd_backend_patch_check, "check that the d2t patch applies to a version")
     pc.add_argument("--version", default="0.3.35")
 
-    from app import cli_bench, cli_engine, cli_models, cli_release
+    from app import cli_bench, cli_engine, cli_history, cli_models, cli_release
 
     cli_models.add_commands(sub, command)
     cli_engine.add_commands(sub, command)
+    cli_history.add_commands(sub, command)
     cli_bench.add_commands(sub, command)
     cli_release.add_commands(sub, command)
     return parser
