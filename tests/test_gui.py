@@ -9,6 +9,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no dis
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +18,14 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.builtin_demo import ensure_demo_model
+from app.engine.chat_template import Message
 from app.engine.session import ChatOptions
 from app.engine.speculative import EngineConfig
 from app.gguftools.demo_model import DemoModel
 from app.gui.chat_view import DRAFT_TINT
 from app.gui.main import MainWindow
 from app.gui.ops import Report, run_in_background
+from app.history import HistoryStore
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
 
@@ -33,15 +36,21 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
 
 
 @pytest.fixture(scope="module")
+def history_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gui-history") / "history.sqlite3"
+
+
+@pytest.fixture(scope="module")
 def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: object,
-           demo: DemoModel) -> Iterator[MainWindow]:
+           demo: DemoModel, history_path: Path) -> Iterator[MainWindow]:
     """One window (one engine process) for the module: loading the engine is the slow part."""
-    win = MainWindow()
+    win = MainWindow(history=HistoryStore(history_path))
     win.show()
     win.use_demo(demo)
     QtBot(request).waitUntil(lambda: win.ready, timeout=WAIT_MS)
     yield win
     win.close()
+    win.history.close()
 
 
 def _squash(text: str) -> str:
@@ -159,6 +168,84 @@ def test_an_engine_error_is_shown_in_words(qtbot: QtBot, window: MainWindow, dem
     window.reload()  # the selector's own mode loads again and the banner goes away
     qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
     assert not window.banner.isVisible()
+
+
+def test_a_sent_chat_is_saved_with_its_stats_and_reopens_after_a_restart(
+        qtbot: QtBot, window: MainWindow, history_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)  # earlier tests left a chat open
+    assert window.conversation_id is None and window.chat.entries == []
+    assert not window.chat.transcript_text().strip()
+    text = "Please tell me about the lighthouse keeper and her cat."
+    _tokens, done = _send(qtbot, window, text)
+    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
+    reply = done[0]
+    conv_id = window.conversation_id
+    assert conv_id is not None
+    assert window.sidebar.conversation_ids()[0] == conv_id
+    title = window.sidebar.list.item(0).text()
+    assert title.startswith("Please tell me about the lighthouse") and len(title) <= 40
+    stored = window.history.messages(conv_id)
+    assert [(m.role, m.content) for m in stored[:1]] == [("user", text)]
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].content.strip() == reply["text"].strip()
+    assert stored[1].stats == {**reply["stats"], "stop_reason": reply["stop_reason"]}
+
+    # an app restart: a new window on the same history file lists the chat and shows it when picked
+    restarted = MainWindow(history=HistoryStore(history_path))
+    qtbot.addWidget(restarted)
+    try:
+        assert restarted.sidebar.conversation_ids()[0] == conv_id
+        assert restarted.sidebar.list.item(0).text() == title
+        assert restarted.chat.entries == []
+        restarted.sidebar.list.setCurrentRow(0)
+        assert restarted.conversation_id == conv_id
+        assert [e.role for e in restarted.chat.entries] == ["user", "assistant"]
+        shown = _squash(restarted.chat.transcript_text())
+        assert _squash(reply["text"]) in shown and _squash(text) in shown
+        assert restarted.chat.entries[-1].footer == window.chat.entries[-1].footer
+        assert "tok/s" in shown and str(reply["stop_reason"]) in shown
+        # the next message goes on with that conversation: the engine gets all of it
+        sent: list[list[Message]] = []
+        monkeypatch.setattr(restarted, "ready", True)
+        monkeypatch.setattr(restarted.bridge, "generate", lambda messages, _options: sent.append(messages))
+        restarted.send("And what is the cat called?")
+        assert [(m.role, m.content) for m in sent[0][1:]] == [
+            ("user", text), ("assistant", stored[1].content), ("user", "And what is the cat called?")]
+        assert sent[0][0].role == "system"
+        assert [m.role for m in window.history.messages(conv_id)] == ["user", "assistant", "user"]
+    finally:
+        restarted.history.close()
+
+
+def test_search_filters_the_conversations_and_new_chat_starts_empty(qtbot: QtBot, tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    lighthouse = store.create_conversation("Lighthouse keepers")
+    store.add_message(lighthouse, "user", "Who keeps the light?")
+    store.add_message(lighthouse, "assistant", "The keeper does.",
+                      {"generated": 4, "decode_tps": 12.5, "acceptance": 0.5, "stop_reason": "stop"})
+    bread = store.create_conversation("Sourdough")
+    store.add_message(bread, "user", "How do I feed a starter?")
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    assert win.sidebar.conversation_ids() == [bread, lighthouse]  # newest first
+    qtbot.keyClicks(win.sidebar.search, "starter")  # message text matches too
+    assert win.sidebar.conversation_ids() == [bread]
+    win.sidebar.search.setText("LIGHTHOUSE")
+    assert win.sidebar.conversation_ids() == [lighthouse]
+    win.sidebar.search.setText("no such thing")
+    assert win.sidebar.conversation_ids() == []
+    win.sidebar.search.clear()
+    assert win.sidebar.conversation_ids() == [bread, lighthouse]
+
+    win.sidebar.list.setCurrentRow(1)
+    assert win.conversation_id == lighthouse
+    shown = win.chat.transcript_text()
+    assert "The keeper does." in shown and "12.5 tok/s" in shown and "acceptance 50%" in shown
+    qtbot.mouseClick(win.sidebar.new_button, Qt.MouseButton.LeftButton)
+    assert win.conversation_id is None and win.chat.entries == [] and not win.chat.transcript_text().strip()
+    assert win.sidebar.list.currentRow() == -1
+    assert win.sidebar.conversation_ids() == [bread, lighthouse]  # nothing saved until a message is sent
+    store.close()
 
 
 def test_the_bare_command_opens_the_desktop_app(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.chat_template import Message
 from app.gui.hud import Hud
+from app.history import StoredMessage
 
 DRAFT_TINT = QColor("#cdeedd")
 _USER_BACKGROUND = QColor("#eef2fb")
@@ -43,6 +44,14 @@ class ChatEntry:
     @property
     def text(self) -> str:
         return self.final if self.final is not None else "".join(piece for piece, _ in self.pieces)
+
+
+def entry_from_stored(message: StoredMessage) -> ChatEntry:
+    """A saved message as shown: its text, and for a reply the footer its saved stats give."""
+    entry = ChatEntry(message.role, [(message.content, "user" if message.role == "user" else "target")])
+    if message.role == "assistant" and message.stats:
+        entry.footer = describe_reply({"stats": message.stats, "stop_reason": message.stats.get("stop_reason")})
+    return entry
 
 
 def describe_reply(event: dict[str, Any]) -> str:
@@ -142,6 +151,13 @@ class ChatView(QWidget):
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy and self._streaming is not None)
 
+    def show_conversation(self, messages: list[StoredMessage]) -> None:
+        """Replace the transcript with a saved conversation (system messages are not shown)."""
+        self._streaming = None
+        self.entries = [entry_from_stored(m) for m in messages if m.role in ("user", "assistant")]
+        self.hud.reset()
+        self.redraw()
+
     def add_user(self, text: str) -> None:
         entry = ChatEntry("user", [(text, "user")])
         self.entries.append(entry)
@@ -171,13 +187,15 @@ class ChatView(QWidget):
         if at_bottom:
             scrollbar.setValue(scrollbar.maximum())
 
-    def finish_reply(self, event: dict[str, Any]) -> None:
-        """The reply's ``done`` event (or an ``error`` that ended it): final text and stats footer."""
+    def finish_reply(self, event: dict[str, Any]) -> ChatEntry | None:
+        """The reply's ``done`` event (or an ``error`` that ended it): final text and stats footer.
+
+        Returns the finished reply's entry, or None when no reply was streaming."""
         entry = self._streaming
         self._streaming = None
         self.stop_button.setEnabled(False)
         if entry is None:
-            return
+            return None
         if event.get("kind") == "done":
             text = str(event.get("text", ""))
             if text.strip() != entry.text.strip():
@@ -187,6 +205,7 @@ class ChatView(QWidget):
         else:
             entry.footer = f"stopped by an error: {event.get('message', '')}"
         self.redraw()
+        return entry
 
     def transcript_text(self) -> str:
         return self.transcript.toPlainText()

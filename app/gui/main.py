@@ -30,8 +30,11 @@ from app.gguftools.demo_model import DemoModel
 from app.gui.chat_view import ChatView
 from app.gui.engine_bridge import EngineBridge
 from app.gui.ops import run_in_background, wait_for_all
+from app.gui.sidebar import Sidebar
+from app.history import Conversation, HistoryError, HistoryStore
 
 SYSTEM_PROMPT = "You are a helpful assistant."
+TITLE_CHARS = 40  # a new conversation's title: the start of its first message
 # (label, key): key picks the EngineConfig in ``MainWindow.config_for``
 MODES = [("FastMTP d2t sidecar", "sidecar-d2t"), ("Full sidecar", "sidecar-full"),
          ("Embedded MTP head", "embedded"), ("Off (target only)", "off")]
@@ -66,14 +69,27 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class MainWindow(QMainWindow):
-    """Chat with the built-in demo model (or any target / draft pair) and watch the drafting work."""
+def conversation_title(text: str) -> str:
+    """The first ``TITLE_CHARS`` characters of a message, on one line."""
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1].rstrip() + "…"
 
-    def __init__(self, bridge: EngineBridge | None = None) -> None:
+
+class MainWindow(QMainWindow):
+    """Chat with the built-in demo model (or any target / draft pair) and watch the drafting work.
+
+    Conversations are saved in ``history`` (default: the user's history file) as they happen.
+    """
+
+    def __init__(self, bridge: EngineBridge | None = None, history: HistoryStore | None = None) -> None:
         super().__init__()
         self.setWindowTitle("FastMTP Chat")
-        self.resize(980, 700)
+        self.resize(1180, 700)
         self.bridge = bridge or EngineBridge(self)
+        self._owns_history = history is None
+        self.history = history or HistoryStore()
+        self.conversation_id: int | None = None  # None: a new chat, saved on its first message
+        self._reply_conversation: int | None = None  # where the reply under way is saved
         self.demo: DemoModel | None = None
         self.ready = False
         self.options = ChatOptions(max_tokens=256, sampling=SamplingParams(temperature=0.7, seed=1))
@@ -100,6 +116,9 @@ class MainWindow(QMainWindow):
         self.chat = ChatView()
         self.chat.send_requested.connect(self.send)
         self.chat.stop_requested.connect(self.bridge.cancel)
+        self.sidebar = Sidebar(self.history)
+        self.sidebar.conversation_selected.connect(self.open_conversation)
+        self.sidebar.new_chat_requested.connect(self.new_chat)
 
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -107,7 +126,12 @@ class MainWindow(QMainWindow):
         layout.addLayout(top)
         layout.addWidget(self.banner)
         layout.addWidget(self.chat, 1)
-        self.setCentralWidget(central)
+        outer = QWidget()
+        row = QHBoxLayout(outer)
+        row.setContentsMargins(12, 10, 0, 12)
+        row.addWidget(self.sidebar)
+        row.addWidget(central, 1)
+        self.setCentralWidget(outer)
 
         self.bridge.loaded.connect(self._loaded)
         self.bridge.token.connect(self.chat.append_token)
@@ -158,31 +182,84 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ chat
 
+    def new_chat(self) -> None:
+        """An empty transcript; the next message starts a new saved conversation."""
+        if self.bridge.busy:
+            self.status.setText("Busy: stop the reply first")
+            return
+        self.conversation_id = None
+        self.chat.show_conversation([])
+        self.sidebar.set_current(None)
+
+    def open_conversation(self, conversation_id: int) -> None:
+        """Show a saved conversation; the next message goes on with it."""
+        if self.bridge.busy:
+            self.status.setText("Busy: stop the reply first")
+            self.sidebar.set_current(self.conversation_id)
+            return
+        self.conversation_id = conversation_id
+        self.chat.show_conversation(self.history.messages(conversation_id))
+        self.sidebar.set_current(conversation_id)
+
     def send(self, text: str) -> None:
-        """Send the user's message and stream the reply."""
+        """Save the user's message and stream the reply to the whole saved conversation."""
         if not self.ready or self.bridge.busy:
             self._error({"message": "The model is not loaded yet.", "advice": "Wait for it, or pick a mode."})
             return
+        conversation = self._current_conversation()
+        if conversation is None:  # a new chat (or its conversation was deleted meanwhile)
+            conversation = self.history.get(
+                self.history.create_conversation(conversation_title(text), SYSTEM_PROMPT))
+            self.conversation_id = conversation.id
+        self.history.add_message(conversation.id, "user", text)
+        self._reply_conversation = conversation.id
+        self.sidebar.set_current(conversation.id)
         self.chat.add_user(text)
-        messages = [Message("system", SYSTEM_PROMPT), *self.chat.history()]
+        messages = [Message("system", conversation.system_prompt or SYSTEM_PROMPT),
+                    *(Message(m.role, m.content) for m in self.history.messages(conversation.id)
+                      if m.role != "system")]
         self.chat.begin_reply()
         self.status.setText("Generating…")
         self.bridge.generate(messages, self.options)
 
+    def _current_conversation(self) -> Conversation | None:
+        if self.conversation_id is None:
+            return None
+        try:
+            return self.history.get(self.conversation_id)
+        except HistoryError:
+            return None
+
     def _busy_changed(self, busy: bool) -> None:
         self.chat.set_busy(busy)
         self.mode_box.setEnabled(not busy)
+        self.sidebar.setEnabled(not busy)
 
     def _done(self, event: dict[str, Any]) -> None:
-        self.chat.finish_reply(event)
+        entry = self.chat.finish_reply(event)
+        if entry is not None:  # a finished or stopped reply, with its stats and why it ended
+            stats = {**(event.get("stats") or {}), "stop_reason": event.get("stop_reason")}
+            self._save_reply(entry.text, stats)
         self.status.setText("Ready")
+
+    def _save_reply(self, text: str, stats: dict[str, Any] | None) -> None:
+        conversation, self._reply_conversation = self._reply_conversation, None
+        if conversation is None or (stats is None and not text.strip()):
+            return
+        try:
+            self.history.add_message(conversation, "assistant", text, stats)
+        except HistoryError:  # its conversation was deleted meanwhile (``python -m app history``)
+            return
+        self.sidebar.refresh()
 
     def _loaded(self, _event: dict[str, Any]) -> None:
         self.ready = True
         self.status.setText("Ready")
 
     def _error(self, event: dict[str, Any]) -> None:
-        self.chat.finish_reply(event)
+        entry = self.chat.finish_reply(event)
+        if entry is not None:  # keep what the reply said before the error, if anything
+            self._save_reply(entry.text, None)
         if event.get("error") == "WorkerCrashed":
             self.ready = False
         self.status.setText("Engine error")
@@ -196,6 +273,8 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.bridge.close()
         wait_for_all(10_000)
+        if self._owns_history:
+            self.history.close()
         super().closeEvent(event)
 
 
