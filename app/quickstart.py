@@ -17,8 +17,7 @@ from app.backend import registry
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.events import BuildEvent
 from app.builtin_demo import ensure_demo_model
-
-CHAT_TEMPLATE = "<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n"
+from app.engine.chat_template import Message, render
 
 
 @dataclass
@@ -47,7 +46,7 @@ def run(message: str, max_tokens: int = 48, on_build_event: Callable[[BuildEvent
 
     n_gpu_layers = -1 if manifest.flavor == "cuda" else 0
     with Model(demo.target, n_gpu_layers=n_gpu_layers) as target:
-        prompt = target.tokenize(CHAT_TEMPLATE.format(message=message), parse_special=True)
+        prompt = target.tokenize(render(None, [Message("user", message)]), parse_special=True)
         started = time.monotonic()
         reply = draft_probe.greedy(target, prompt, max_tokens)
         seconds = time.monotonic() - started

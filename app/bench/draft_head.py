@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from app.bench.report import device_description, median_ms
+from app.native.draft_probe import draft_inputs
 from app.native.handles import Context, Model, NodeTimer
 
 PROMPT_TOKENS = 32
@@ -56,9 +57,7 @@ def run(target_path: Path, sidecars: dict[str, Path], runs: int = 50, warmup: in
             Context(target, n_ctx=256, n_batch=PROMPT_TOKENS, n_threads=n_threads, nextn_outputs=True) as tctx:
         prompt = [int(t) for t in np.arange(1000, 1000 + PROMPT_TOKENS)]
         tctx.decode(prompt, 0, logits="all")
-        hidden = np.stack([tctx.nextn_hidden(i) for i in range(PROMPT_TOKENS)])
-        shifted = np.zeros_like(hidden)
-        shifted[1:] = hidden[:-1]
+        hidden, shifted = draft_inputs(tctx, PROMPT_TOKENS)
         models = {name: Model(path, load_mtp=True, n_gpu_layers=n_gpu_layers) for name, path in sidecars.items()}
         timers = {name: NodeTimer(target.lib, {HEAD_INPUT, HEAD_OUTPUT}) for name in sidecars}
         contexts = {name: Context(m, n_ctx=256, n_batch=PROMPT_TOKENS, n_threads=n_threads, draft_for=tctx,

@@ -39,6 +39,15 @@ def greedy(model: Model, prompt: list[int], n_new: int, n_threads: int | None = 
     return out
 
 
+def draft_inputs(tctx: Context, n: int) -> tuple[FloatArray, FloatArray]:
+    """The target's nextn hidden rows of its last ``n``-token batch, and the same shifted right by one
+    (row 0 zero): what the draft context is fed for those positions."""
+    hidden = np.stack([tctx.nextn_hidden(i) for i in range(n)])
+    shifted = np.zeros_like(hidden)
+    shifted[1:] = hidden[:-1]
+    return hidden, shifted
+
+
 def probe(target: Model, tokens: list[int], draft_path: Path | None = None, n_threads: int | None = None,
           n_gpu_layers: int = 0) -> DraftProbe:
     """Draft predictions along ``tokens``; ``draft_path`` None means the target's embedded MTP head.
@@ -49,9 +58,7 @@ def probe(target: Model, tokens: list[int], draft_path: Path | None = None, n_th
     with Context(target, n_ctx=n + 8, n_batch=n, n_threads=n_threads, nextn_outputs=True) as tctx:
         tctx.decode(tokens, 0, logits="all")
         target_next = [int(np.argmax(tctx.logits(i))) for i in range(n)]
-        hidden = np.stack([tctx.nextn_hidden(i) for i in range(n)])
-        shifted = np.zeros_like(hidden)
-        shifted[1:] = hidden[:-1]
+        _, shifted = draft_inputs(tctx, n)
         draft_model = target if draft_path is None else Model(draft_path, load_mtp=True, n_gpu_layers=n_gpu_layers)
         try:
             with Context(draft_model, n_ctx=n + 8, n_batch=n, n_threads=n_threads, draft_for=tctx) as dctx:
