@@ -254,3 +254,26 @@ def test_the_bare_command_opens_the_desktop_app(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(app.gui.main, "run", lambda: 7)
     assert cli.main([]) == 7
+
+
+def test_pages_are_added_to_the_switcher_and_shown_when_picked(qtbot: QtBot, tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QLabel
+
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    assert win.page_names()[0] == "Chat" and win.current_page() == "Chat"
+    models = QLabel("models")
+    win.add_page("Models", models)
+    win.add_page("Backend", QLabel("backend"))
+    assert win.page_names()[:3] == ["Chat", "Models", "Backend"]
+    win.nav.setCurrentRow(1)
+    assert win.pages.currentWidget() is models and win.current_page() == "Models"
+    replacement = QLabel("models, again")
+    win.add_page("Models", replacement)  # same name: replaced in place
+    assert win.page_names().count("Models") == 1
+    win.show_page("Models")
+    assert win.pages.currentWidget() is replacement
+    win.show_page("Chat")
+    assert win.pages.currentWidget().isAncestorOf(win.chat)
+    store.close()

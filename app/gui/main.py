@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -14,8 +15,11 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QListWidget,
+    QListWidgetItem,
     QMainWindow,
     QPushButton,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -126,18 +130,77 @@ class MainWindow(QMainWindow):
         layout.addLayout(top)
         layout.addWidget(self.banner)
         layout.addWidget(self.chat, 1)
-        outer = QWidget()
-        row = QHBoxLayout(outer)
+        chat_page = QWidget()
+        row = QHBoxLayout(chat_page)
         row.setContentsMargins(12, 10, 0, 12)
         row.addWidget(self.sidebar)
         row.addWidget(central, 1)
+
+        self.nav = QListWidget()  # the page switcher: Chat, then the pages added with ``add_page``
+        self.nav.setObjectName("nav")
+        self.nav.setFixedWidth(112)
+        self.nav.currentRowChanged.connect(self._show_page)
+        self.pages = QStackedWidget()
+        outer = QWidget()
+        shell = QHBoxLayout(outer)
+        shell.setContentsMargins(0, 0, 0, 0)
+        shell.setSpacing(0)
+        shell.addWidget(self.nav)
+        shell.addWidget(self.pages, 1)
         self.setCentralWidget(outer)
+        self.add_page("Chat", chat_page)
 
         self.bridge.loaded.connect(self._loaded)
         self.bridge.token.connect(self.chat.append_token)
         self.bridge.done.connect(self._done)
         self.bridge.error.connect(self._error)
         self.bridge.busy_changed.connect(self._busy_changed)
+
+    # ------------------------------------------------------------------ pages
+
+    def add_page(self, name: str, widget: QWidget) -> None:
+        """Add a page to the switcher on the left (Chat, Models, Backend, …; Settings stays last).
+
+        A page that is already there under ``name`` is replaced; pages keep running when hidden, so a
+        download or a build goes on while the user chats."""
+        for row in range(self.nav.count()):
+            item = self.nav.item(row)
+            if item.text() == name:
+                old = self.pages.widget(row)
+                self.pages.insertWidget(row, widget)
+                if old is not None:
+                    self.pages.removeWidget(old)
+                    old.deleteLater()
+                self.pages.setCurrentIndex(max(self.nav.currentRow(), 0))
+                return
+        row = self.nav.count()
+        if row and self.nav.item(row - 1).text() == "Settings":
+            row -= 1  # Settings stays last
+        item = QListWidgetItem(name)
+        item.setData(Qt.ItemDataRole.UserRole, name)
+        self.nav.insertItem(row, item)
+        self.pages.insertWidget(row, widget)
+        if self.nav.currentRow() < 0:
+            self.nav.setCurrentRow(0)
+
+    def show_page(self, name: str) -> None:
+        """Switch to the page called ``name``."""
+        for row in range(self.nav.count()):
+            if self.nav.item(row).text() == name:
+                self.nav.setCurrentRow(row)
+                return
+        raise KeyError(name)
+
+    def page_names(self) -> list[str]:
+        return [self.nav.item(row).text() for row in range(self.nav.count())]
+
+    def current_page(self) -> str:
+        item = self.nav.currentItem()
+        return item.text() if item is not None else ""
+
+    def _show_page(self, row: int) -> None:
+        if row >= 0:
+            self.pages.setCurrentIndex(row)
 
     # ------------------------------------------------------------------ models
 
