@@ -1,16 +1,22 @@
-"""The conversation: a transcript that streams the reply token by token, the input box, Send and Stop.
+"""The conversation: a transcript that streams the reply as markdown, the input box, Send and Stop.
 
 Each assistant token keeps where it came from (an accepted draft or the target's own pick); the
 "colour accepted drafts" toggle tints the drafted ones, which makes the speculative decoding visible.
+
+Streaming cost stays flat with the reply's length: finished markdown blocks are rendered once, and each
+update (at most every ``RENDER_INTERVAL_MS``) renders only the unfinished tail. Inside an open code
+fence new text is appended as it is; the block is highlighted once when its fence closes. Links in the
+transcript carry the actions: ``copy-code:N``, ``copy:I``, ``edit:I``, ``regenerate:I``, ``think:I``.
 """
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont, QKeyEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QColor, QDesktopServices, QFont, QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QGridLayout,
@@ -25,11 +31,22 @@ from PySide6.QtWidgets import (
 
 from app.engine.chat_template import Message
 from app.gui.hud import Hud
+from app.gui.markdown import (
+    LIGHT,
+    THINK_CLOSE,
+    THINK_OPEN,
+    BlockSplitter,
+    DraftSpans,
+    MarkdownRenderer,
+    Palette,
+    _hold_back,
+    mark_drafts,
+    split_thinking,
+)
 from app.history import StoredMessage
 
-DRAFT_TINT = QColor("#cdeedd")
-_USER_BACKGROUND = QColor("#eef2fb")
-_MUTED = QColor("#6b7280")
+DRAFT_TINT = QColor(LIGHT.draft_tint)
+RENDER_INTERVAL_MS = 30  # streamed text is drawn at most this often; tokens in between only queue
 
 
 @dataclass
@@ -40,15 +57,33 @@ class ChatEntry:
     pieces: list[tuple[str, str]] = field(default_factory=list)  # (text, "user" | "draft" | "target")
     footer: str = ""
     final: str | None = None
+    message_id: int | None = None  # its row in the history, once saved
+    thinking_open: bool = False
 
     @property
     def text(self) -> str:
         return self.final if self.final is not None else "".join(piece for piece, _ in self.pieces)
 
+    @property
+    def answer(self) -> str:
+        """The text without its thinking block."""
+        return split_thinking(self.text)[1] if self.role == "assistant" else self.text
+
+    def draft_spans(self) -> DraftSpans:
+        spans = DraftSpans()
+        if self.final is None:
+            at = 0
+            for piece, provenance in self.pieces:
+                if provenance == "draft":
+                    spans.add(at, at + len(piece))
+                at += len(piece)
+        return spans
+
 
 def entry_from_stored(message: StoredMessage) -> ChatEntry:
     """A saved message as shown: its text, and for a reply the footer its saved stats give."""
-    entry = ChatEntry(message.role, [(message.content, "user" if message.role == "user" else "target")])
+    entry = ChatEntry(message.role, [(message.content, "user" if message.role == "user" else "target")],
+                      message_id=message.id)
     if message.role == "assistant" and message.stats:
         entry.footer = describe_reply({"stats": message.stats, "stop_reason": message.stats.get("stop_reason")})
     return entry
@@ -59,6 +94,8 @@ def describe_reply(event: dict[str, Any]) -> str:
     stats = event.get("stats") or {}
     parts = [f"{stats.get('generated', len(event.get('tokens', [])))} tokens",
              f"{stats.get('decode_tps') or 0:.1f} tok/s"]
+    if stats.get("time_to_first_token") is not None:
+        parts.append(f"first token {stats['time_to_first_token'] * 1000:.0f} ms")
     if stats.get("acceptance") is not None:
         parts.append(f"acceptance {stats['acceptance'] * 100:.0f}%")
     if stats.get("tokens_per_pass") is not None:
@@ -81,21 +118,193 @@ class MessageInput(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+class _Region:
+    """A growing markdown text at the end of the document: committed blocks, then the re-rendered tail."""
+
+    def __init__(self, view: ChatView, style: str = "") -> None:
+        self.view = view
+        self.style = style  # CSS of a wrapping div (the muted thinking block), or ""
+        self.splitter = BlockSplitter()
+        self.spans = DraftSpans()
+        self.length = 0
+        self.committed: list[tuple[str, int]] = []  # (markdown, offset) of the blocks already drawn
+        self.pending: list[tuple[str, int]] = []  # finished blocks not drawn yet
+        self.tail = ""
+        self.tail_start = 0
+        self.start_pos = 0  # document position where the region begins
+        self.tail_pos = 0  # document position where the tail's drawing begins
+        self._tail_plain = -1  # characters of the tail drawn as plain code text (-1: drawn as HTML)
+
+    def feed(self, piece: str, provenance: str) -> None:
+        if provenance == "draft":
+            self.spans.add(self.length, self.length + len(piece))
+        self.length += len(piece)
+        self.tail += piece
+        boundary = self.splitter.feed(self.tail)
+        if boundary > 0:
+            block, self.tail = self.tail[:boundary], self.tail[boundary:]
+            self.pending.append((block, self.tail_start))
+            self.tail_start += boundary
+            self.splitter = _rebased(self.splitter, boundary)
+
+    def _marked(self, text: str, start: int) -> str:
+        if not self.view.show_drafts.isChecked():
+            return text
+        return mark_drafts(text, self.spans.within(start, start + len(text)))
+
+    def begin(self) -> None:
+        """Draw everything so far at the document's end (a new region, or after a full redraw)."""
+        cursor = self.view._end_cursor()
+        self.start_pos = self.tail_pos = cursor.position()
+        self.pending = [*self.committed, *self.pending]
+        self.committed = []
+        self._tail_plain = -1
+        self.flush()
+
+    def flush(self) -> None:
+        view = self.view
+        if self.pending:
+            cursor = view._select_from(self.tail_pos)
+            cursor.removeSelectedText()
+            source = "".join(self._marked(text, start) for text, start in self.pending)
+            cursor.insertHtml(self._wrap(view.renderer.render(source, view._register_code)))
+            cursor.insertBlock()
+            self.tail_pos = cursor.position()
+            self.committed += self.pending
+            self.pending = []
+            self._tail_plain = -1
+        if self.splitter.in_fence:  # an open code block: append new text as it is, highlight it when it closes
+            cursor = view._select_from(self.tail_pos)
+            if self._tail_plain < 0:
+                cursor.removeSelectedText()
+                self._tail_plain = 0
+            else:
+                cursor.clearSelection()
+            cursor.insertText(self.tail[self._tail_plain:], view._code_format())
+            self._tail_plain = len(self.tail)
+        else:
+            cursor = view._select_from(self.tail_pos)
+            cursor.removeSelectedText()
+            self._tail_plain = -1
+            if self.tail.strip():
+                cursor.insertHtml(self._wrap(view.renderer.render(self._marked(self.tail, self.tail_start),
+                                                                  view._register_code)))
+
+    def _wrap(self, body: str) -> str:
+        return f'<div style="{self.style}">{body}</div>' if self.style else body
+
+
+def _rebased(splitter: BlockSplitter, offset: int) -> BlockSplitter:
+    """The splitter's state for the text after ``offset`` (the tail that remains)."""
+    splitter._scanned -= offset
+    splitter.boundary = 0
+    return splitter
+
+
+class _ReplyStream:
+    """The streaming reply: its header, a thinking region while ``<think>`` runs, then the answer region."""
+
+    def __init__(self, view: ChatView, entry: ChatEntry, index: int) -> None:
+        self.view = view
+        self.entry = entry
+        self.index = index
+        self.phase = "start"  # start → thinking → answer
+        self.held = ""  # text held back until a tag is complete
+        self.thinking: _Region | None = None
+        self.answer: _Region | None = None
+        self.start_pos = 0
+
+    def begin(self) -> None:
+        cursor = self.view._end_cursor()
+        self.start_pos = cursor.position()
+        cursor.insertHtml(self.view._header_html(self.entry, self.index, streaming=True))
+        cursor.insertBlock()
+        if self.thinking is not None:
+            self._thinking_label()
+        for region in (self.thinking, self.answer):
+            if region is not None:
+                region.begin()
+
+    def feed(self, piece: str, provenance: str) -> None:
+        if self.phase == "start":
+            self.held += piece
+            head = self.held.lstrip()
+            if head.startswith(THINK_OPEN):
+                self.phase, rest, self.held = "thinking", head[len(THINK_OPEN):].lstrip(), ""
+                self.thinking = _Region(self.view, f"color:{self.view.colors.muted};")
+                self._thinking_label()
+                self.thinking.begin()
+                if rest:
+                    self.feed(rest, provenance)
+            elif not (head and THINK_OPEN.startswith(head)):
+                self.phase, rest, self.held = "answer", head, ""
+                self._start_answer(rest, provenance)
+        elif self.phase == "thinking":
+            assert self.thinking is not None
+            self.held += piece
+            if THINK_CLOSE in self.held:
+                before, after = self.held.split(THINK_CLOSE, 1)
+                self.held = ""
+                self.thinking.feed(before, provenance)
+                self.thinking.flush()
+                self.phase = "answer"
+                self._start_answer(after.lstrip(), provenance)
+            else:
+                safe = _hold_back(self.held, THINK_CLOSE)
+                self.held = self.held[len(safe):]
+                if safe:
+                    self.thinking.feed(safe, provenance)
+        else:
+            assert self.answer is not None
+            self.answer.feed(piece, provenance)
+
+    def _thinking_label(self) -> None:
+        cursor = self.view._end_cursor()
+        cursor.insertHtml(f'<p style="color:{self.view.colors.muted}"><i>Thinking…</i></p>')
+        cursor.insertBlock()
+
+    def _start_answer(self, text: str, provenance: str) -> None:
+        self.answer = _Region(self.view)
+        self.answer.begin()
+        if text:
+            self.answer.feed(text, provenance)
+
+    def flush(self) -> None:
+        region = self.answer or self.thinking
+        if region is not None:
+            region.flush()
+
+
 class ChatView(QWidget):
-    """Transcript with the HUD over its corner, and the input row. Emits ``send_requested(text)`` and
-    ``stop_requested``; the window feeds replies back through ``begin_reply`` / ``append_token`` /
-    ``finish_reply``."""
+    """Transcript with the HUD over its corner, and the input row.
+
+    Emits ``send_requested(text)``, ``stop_requested``, ``regenerate_requested`` (the last reply),
+    ``edit_submitted(index, text)`` (a user message changed: the conversation goes on from it); the
+    window feeds replies back through ``begin_reply`` / ``append_token`` / ``finish_reply``."""
 
     send_requested = Signal(str)
     stop_requested = Signal()
+    regenerate_requested = Signal()
+    edit_submitted = Signal(int, str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.entries: list[ChatEntry] = []
         self._streaming: ChatEntry | None = None
+        self._stream: _ReplyStream | None = None
+        self.editing: int | None = None  # the index of the user message being edited
+        self.colors = LIGHT
+        self.renderer = MarkdownRenderer(self.colors)
+        self.code_blocks: list[str] = []
+        self._busy = False
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(RENDER_INTERVAL_MS)
+        self._render_timer.timeout.connect(self.flush_render)
 
         self.transcript = QTextBrowser()
-        self.transcript.setOpenExternalLinks(True)
+        self.transcript.setOpenLinks(False)
+        self.transcript.anchorClicked.connect(self.activate_link)
         self.transcript.document().setDocumentMargin(14)
         self.hud = Hud()
         stack = QGridLayout()
@@ -124,21 +333,31 @@ class ChatView(QWidget):
         row.addWidget(self.input, 1)
         row.addLayout(buttons)
 
+        self.edit_label = QLabel("Editing your message: sending replaces it and everything after it.")
+        self.edit_cancel = QPushButton("Cancel edit")
+        self.edit_cancel.clicked.connect(self.cancel_edit)
+        edit_row = QHBoxLayout()
+        edit_row.addWidget(self.edit_label, 1)
+        edit_row.addWidget(self.edit_cancel)
+        self.edit_bar = QWidget()
+        self.edit_bar.setLayout(edit_row)
+        self.edit_bar.hide()
+
         self.show_drafts = QCheckBox("Colour accepted drafts")
         self.show_drafts.setChecked(True)
         self.show_drafts.toggled.connect(lambda _on: self.redraw())
-        legend = QLabel(f'<span style="background:{DRAFT_TINT.name()}">&nbsp;drafted and accepted&nbsp;</span>'
-                        "&nbsp; plain: the target's own pick")
-        legend.setStyleSheet(f"color: {_MUTED.name()};")
+        self.legend = QLabel()
+        self._update_legend()
         overlay_row = QHBoxLayout()
         overlay_row.addWidget(self.show_drafts)
-        overlay_row.addWidget(legend)
+        overlay_row.addWidget(self.legend)
         overlay_row.addStretch(1)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(stack, 1)
         layout.addLayout(overlay_row)
+        layout.addWidget(self.edit_bar)
         layout.addLayout(row)
 
     # ------------------------------------------------------------------ conversation
@@ -147,43 +366,66 @@ class ChatView(QWidget):
         """The finished messages, for the engine."""
         return [Message(e.role, e.text) for e in self.entries if e is not self._streaming]
 
+    def set_palette(self, palette: Palette) -> None:
+        """Colours for the light or the dark theme."""
+        self.colors = palette
+        self.renderer = MarkdownRenderer(palette)
+        self._update_legend()
+        self.redraw()
+
     def set_busy(self, busy: bool) -> None:
+        self._busy = busy
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy and self._streaming is not None)
 
     def show_conversation(self, messages: list[StoredMessage]) -> None:
         """Replace the transcript with a saved conversation (system messages are not shown)."""
         self._streaming = None
+        self._stream = None
+        self.cancel_edit()
         self.entries = [entry_from_stored(m) for m in messages if m.role in ("user", "assistant")]
         self.hud.reset()
         self.redraw()
 
-    def add_user(self, text: str) -> None:
-        entry = ChatEntry("user", [(text, "user")])
+    def add_user(self, text: str, message_id: int | None = None) -> ChatEntry:
+        entry = ChatEntry("user", [(text, "user")], message_id=message_id)
         self.entries.append(entry)
-        self._render_entry(entry)
+        self._insert_entry(len(self.entries) - 1)
+        return entry
 
-    def begin_reply(self) -> None:
-        self._streaming = ChatEntry("assistant")
+    def begin_reply(self, message_id: int | None = None) -> ChatEntry:
+        self._streaming = ChatEntry("assistant", message_id=message_id, thinking_open=True)
         self.entries.append(self._streaming)
-        self._render_entry(self._streaming)
+        self._stream = _ReplyStream(self, self._streaming, len(self.entries) - 1)
+        self._prepare_document()
+        self._stream.begin()
         self.hud.reset()
         self.stop_button.setEnabled(True)
+        return self._streaming
 
     def append_token(self, event: dict[str, Any]) -> None:
-        """One streamed ``token`` event: its text at the end of the transcript, and the HUD."""
-        entry = self._streaming
-        if entry is None:
+        """One streamed ``token`` event: its text queued for the transcript, and the HUD."""
+        entry, stream = self._streaming, self._stream
+        if entry is None or stream is None:
             return
         piece = str(event.get("piece", ""))
         if not entry.pieces:
             piece = piece.lstrip()
-        entry.pieces.append((piece, str(event.get("provenance", "target"))))
+        provenance = str(event.get("provenance", "target"))
+        entry.pieces.append((piece, provenance))
+        stream.feed(piece, provenance)
         self.hud.show_stats(event.get("stats") or {})
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def flush_render(self) -> None:
+        """Draw the streamed text queued since the last update (the timer calls it)."""
+        self._render_timer.stop()
+        if self._stream is None:
+            return
         scrollbar = self.transcript.verticalScrollBar()
         at_bottom = scrollbar.value() >= scrollbar.maximum() - 4
-        cursor = self._body_end()
-        cursor.insertText(piece, self._piece_format(entry.pieces[-1][1]))
+        self._stream.flush()
         if at_bottom:
             scrollbar.setValue(scrollbar.maximum())
 
@@ -191,10 +433,12 @@ class ChatView(QWidget):
         """The reply's ``done`` event (or an ``error`` that ended it): final text and stats footer.
 
         Returns the finished reply's entry, or None when no reply was streaming."""
-        entry = self._streaming
+        entry, stream = self._streaming, self._stream
         self._streaming = None
+        self._stream = None
+        self._render_timer.stop()
         self.stop_button.setEnabled(False)
-        if entry is None:
+        if entry is None or stream is None:
             return None
         if event.get("kind") == "done":
             text = str(event.get("text", ""))
@@ -204,77 +448,167 @@ class ChatView(QWidget):
             self.hud.show_stats(event.get("stats") or {}, final=True)
         else:
             entry.footer = f"stopped by an error: {event.get('message', '')}"
-        self.redraw()
+        entry.thinking_open = False
+        cursor = self._select_from(stream.start_pos)  # the whole reply, drawn again once, finished
+        cursor.removeSelectedText()
+        self._insert_entry(len(self.entries) - 1, cursor)
+        self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
         return entry
+
+    def streaming_entry(self) -> ChatEntry | None:
+        return self._streaming
 
     def transcript_text(self) -> str:
         return self.transcript.toPlainText()
 
+    # ------------------------------------------------------------------ actions
+
+    def activate_link(self, url: QUrl) -> None:
+        """A click on a link in the transcript: copy code, copy / edit / regenerate a message, thinking."""
+        action, _, arg = url.toString().partition(":")
+        if action in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
+            return
+        if not arg.isdigit():
+            return
+        index = int(arg)
+        if action == "copy-code" and index < len(self.code_blocks):
+            QGuiApplication.clipboard().setText(self.code_blocks[index])
+        elif action == "copy" and index < len(self.entries):
+            QGuiApplication.clipboard().setText(self.entries[index].answer.strip())
+        elif action == "think" and index < len(self.entries):
+            self.entries[index].thinking_open = not self.entries[index].thinking_open
+            self.redraw()
+        elif action == "regenerate" and not self._busy:
+            self.regenerate_requested.emit()
+        elif action == "edit" and not self._busy and index < len(self.entries):
+            self.start_edit(index)
+
+    def start_edit(self, index: int) -> None:
+        """Put a user message into the input box; sending it replaces it and what came after."""
+        self.editing = index
+        self.input.setPlainText(self.entries[index].text)
+        self.edit_bar.show()
+        self.input.setFocus()
+
+    def cancel_edit(self) -> None:
+        if self.editing is not None:
+            self.input.clear()
+        self.editing = None
+        self.edit_bar.hide()
+
+    def truncate(self, count: int) -> None:
+        """Keep only the first ``count`` entries (after an edit or for a regenerated reply)."""
+        self.entries = self.entries[:count]
+        self.redraw()
+
     # ------------------------------------------------------------------ rendering
 
     def redraw(self) -> None:
-        """Draw the whole conversation again (after the overlay toggle, or a reply's final text)."""
+        """Draw the whole conversation again (after the overlay toggle, a theme change, a truncation)."""
         self.transcript.clear()
-        for entry in self.entries:
-            self._render_entry(entry)
+        self.code_blocks = []
+        for index, entry in enumerate(self.entries):
+            if entry is not self._streaming:
+                self._insert_entry(index)
+        if self._stream is not None:
+            self._prepare_document()
+            self._stream.begin()
         self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
 
-    def _keep_clear_of_hud(self) -> None:
+    def _prepare_document(self) -> None:
         """Start the text below the HUD, so the newest reply is never hidden under it at the top."""
-        root = self.transcript.document().rootFrame()
+        document = self.transcript.document()
+        if not document.isEmpty():
+            return
+        document.setDefaultStyleSheet(f"a {{ color: {self.colors.muted}; }} p {{ margin-top: 2px; }}")
+        root = document.rootFrame()
         fmt = root.frameFormat()
         fmt.setTopMargin(self.hud.sizeHint().height() + 8)
         root.setFrameFormat(fmt)
 
-    def _render_entry(self, entry: ChatEntry) -> None:
-        if self.transcript.document().isEmpty():
-            self._keep_clear_of_hud()
-        cursor = QTextCursor(self.transcript.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        block = QTextBlockFormat()
-        block.setTopMargin(10)
-        block.setLeftMargin(4)
-        if entry.role == "user":
-            block.setBackground(_USER_BACKGROUND)
-        header = QTextCharFormat()
-        header.setFontWeight(QFont.Weight.Bold)
-        header.setForeground(QColor("#1f3a8a") if entry.role == "user" else QColor("#065f46"))
-        if not self.transcript.document().isEmpty():
-            cursor.insertBlock(block)
-        else:
-            cursor.setBlockFormat(block)
-        cursor.insertText("You" if entry.role == "user" else "Assistant", header)
-        body = QTextBlockFormat(block)
-        body.setTopMargin(2)
-        cursor.insertBlock(body)
-        if entry.final is not None:
-            cursor.insertText(entry.final, QTextCharFormat())
-        else:
-            for piece, provenance in entry.pieces:
-                cursor.insertText(piece, self._piece_format(provenance))
-        if entry.footer:
-            footer = QTextCharFormat()
-            footer.setForeground(_MUTED)
-            footer.setFontPointSize(max(self.font().pointSizeF() - 1.5, 7.0))
-            footer_block = QTextBlockFormat()
-            footer_block.setLeftMargin(4)
-            cursor.insertBlock(footer_block)
-            cursor.insertText(entry.footer, footer)
+    def _insert_entry(self, index: int, cursor: QTextCursor | None = None) -> None:
+        self._prepare_document()
+        cursor = cursor or self._end_cursor()
+        cursor.insertHtml(self._entry_html(self.entries[index], index))
+        cursor.insertBlock()
 
-    def _body_end(self) -> QTextCursor:
+    def _entry_html(self, entry: ChatEntry, index: int) -> str:
+        parts = [self._header_html(entry, index)]
+        if entry.role == "user":
+            parts.append(f'<div style="background-color:{self.colors.user_background}">'
+                         f'{self.renderer.plain(entry.text)}</div>')
+        else:
+            text = entry.text
+            if self.show_drafts.isChecked():
+                spans = entry.draft_spans()
+                text = mark_drafts(text, spans.within(0, len(text))) if spans else text
+            thinking, answer, _ = split_thinking(text)
+            if thinking is not None:
+                words = len(thinking.split())
+                arrow = "▾" if entry.thinking_open else "▸"
+                parts.append(f'<p style="color:{self.colors.muted}"><a href="think:{index}">{arrow} Thinking '
+                             f'({words} words)</a></p>')
+                if entry.thinking_open:
+                    body = self.renderer.render(thinking, self._register_code)
+                    parts.append(f'<div style="color:{self.colors.muted}">{body}</div>')
+            parts.append(self.renderer.render(answer, self._register_code))
+        if entry.footer:
+            parts.append(f'<p style="color:{self.colors.muted}; font-size: small;">{html.escape(entry.footer)}</p>')
+        return "".join(parts)
+
+    def _header_html(self, entry: ChatEntry, index: int, streaming: bool = False) -> str:
+        user = entry.role == "user"
+        colour = "#1f3a8a" if user else "#065f46"
+        if self.colors is not LIGHT:
+            colour = "#93c5fd" if user else "#6ee7b7"
+        links = []
+        if not streaming:
+            links.append(f'<a href="copy:{index}">copy</a>')
+            if user:
+                links.append(f'<a href="edit:{index}">edit</a>')
+            elif index == len(self.entries) - 1:
+                links.append(f'<a href="regenerate:{index}">regenerate</a>')
+        actions = " &nbsp;".join(links)
+        return (f'<p style="margin-top: 10px"><b style="color:{colour}">{"You" if user else "Assistant"}</b>'
+                f'&nbsp;&nbsp; <span style="font-size: small">{actions}</span></p>')
+
+    def _register_code(self, code: str) -> int:
+        self.code_blocks.append(code)
+        return len(self.code_blocks) - 1
+
+    def _end_cursor(self) -> QTextCursor:
         cursor = QTextCursor(self.transcript.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         return cursor
 
-    def _piece_format(self, provenance: str) -> QTextCharFormat:
+    def _select_from(self, position: int) -> QTextCursor:
+        cursor = QTextCursor(self.transcript.document())
+        cursor.setPosition(position)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        return cursor
+
+    def _code_format(self) -> QTextCharFormat:
         fmt = QTextCharFormat()
-        if provenance == "draft" and self.show_drafts.isChecked():
-            fmt.setBackground(DRAFT_TINT)
+        fmt.setFontFamilies(["monospace"])
+        fmt.setFontStyleHint(QFont.StyleHint.Monospace)
         return fmt
+
+    def _update_legend(self) -> None:
+        tint = self.colors.draft_tint
+        self.legend.setText(f'<span style="background:{tint}">&nbsp;drafted and accepted&nbsp;</span>'
+                            "&nbsp; plain: the target's own pick")
+        self.legend.setStyleSheet(f"color: {self.colors.muted};")
 
     def _submit(self) -> None:
         text = self.input.toPlainText().strip()
         if not text or not self.send_button.isEnabled():
             return
         self.input.clear()
+        if self.editing is not None:
+            index, self.editing = self.editing, None
+            self.edit_bar.hide()
+            self.edit_submitted.emit(index, text)
+            return
         self.send_requested.emit(text)
+
