@@ -35,6 +35,12 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
+# Schema migrations, applied in order to databases whose ``PRAGMA user_version`` is below their number.
+# 1: ``messages.complete``: 0 while a reply streams (saved as it grows), 1 once it finished.
+MIGRATIONS: list[tuple[int, str]] = [
+    (1, "ALTER TABLE messages ADD COLUMN complete INTEGER NOT NULL DEFAULT 1"),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
 EXPORT_FORMAT = "fastmtp-chat-history/1"
 
 
@@ -60,6 +66,7 @@ class StoredMessage:
     content: str
     stats: dict[str, Any] | None
     created: float
+    complete: bool = True  # False: a reply saved while it streamed that never finished (the app was killed)
 
 
 def default_path() -> Path:
@@ -75,12 +82,27 @@ class HistoryStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(SCHEMA)
+            self._migrate()
         except sqlite3.DatabaseError as exc:
             raise HistoryError(f"The chat history {self.path} cannot be opened ({exc}).",
                                "Move the file aside; the app starts a new history.") from exc
 
     def close(self) -> None:
         self._db.close()
+
+    def _migrate(self) -> None:
+        """Bring an older database up to ``SCHEMA_VERSION``, one step per transaction (another process
+        opening the same file at once waits for the write lock, then sees the new version)."""
+        for number, statement in MIGRATIONS:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if int(self._db.execute("PRAGMA user_version").fetchone()[0]) < number:
+                    self._db.execute(statement)
+                    self._db.execute(f"PRAGMA user_version = {number}")
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError:
+                self._db.execute("ROLLBACK")
+                raise
 
     # ------------------------------------------------------------------ writing
 
@@ -93,19 +115,37 @@ class HistoryStore:
         return int(cur.lastrowid or 0)
 
     def add_message(self, conversation_id: int, role: str, content: str,
-                    stats: dict[str, Any] | None = None) -> int:
+                    stats: dict[str, Any] | None = None, complete: bool = True) -> int:
         self.get(conversation_id)
         now = time.time()
         cur = self._db.execute(
-            "INSERT INTO messages (conversation_id, role, content, stats, created) VALUES (?, ?, ?, ?, ?)",
-            (conversation_id, role, content, json.dumps(stats) if stats is not None else None, now))
+            "INSERT INTO messages (conversation_id, role, content, stats, created, complete) VALUES (?, ?, ?, ?, ?, ?)",
+            (conversation_id, role, content, json.dumps(stats) if stats is not None else None, now, int(complete)))
         self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return int(cur.lastrowid or 0)
 
-    def update_message(self, message_id: int, content: str, stats: dict[str, Any] | None = None) -> None:
-        """Save a streamed reply as it grows, and its final stats at the end."""
-        self._db.execute("UPDATE messages SET content = ?, stats = COALESCE(?, stats) WHERE id = ?",
-                         (content, json.dumps(stats) if stats is not None else None, message_id))
+    def update_message(self, message_id: int, content: str, stats: dict[str, Any] | None = None,
+                       complete: bool | None = None) -> None:
+        """Save a streamed reply as it grows (``complete=False``), and its final stats at the end."""
+        self._db.execute("UPDATE messages SET content = ?, stats = COALESCE(?, stats), "
+                         "complete = COALESCE(?, complete) WHERE id = ?",
+                         (content, json.dumps(stats) if stats is not None else None,
+                          None if complete is None else int(complete), message_id))
+
+    def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
+        """Delete a message and everything after it in its conversation (edit-and-resend, regenerate)."""
+        self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id))
+
+    def update_conversation(self, conversation_id: int, *, system_prompt: str | None = None,
+                            settings: dict[str, Any] | None = None) -> None:
+        """Change a conversation's system prompt and/or its settings (sampling, thinking, preset)."""
+        self.get(conversation_id)
+        if system_prompt is not None:
+            self._db.execute("UPDATE conversations SET system_prompt = ? WHERE id = ?",
+                             (system_prompt, conversation_id))
+        if settings is not None:
+            self._db.execute("UPDATE conversations SET settings = ? WHERE id = ?",
+                             (json.dumps(settings), conversation_id))
 
     def rename(self, conversation_id: int, title: str) -> None:
         self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
@@ -137,9 +177,10 @@ class HistoryStore:
         return [_conversation(r) for r in rows]
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
-        rows = self._db.execute("SELECT id, conversation_id, role, content, stats, created FROM messages "
+        rows = self._db.execute("SELECT id, conversation_id, role, content, stats, created, complete FROM messages "
                                 "WHERE conversation_id = ? ORDER BY id", (conversation_id,)).fetchall()
-        return [StoredMessage(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None, r[5]) for r in rows]
+        return [StoredMessage(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None, r[5], bool(r[6]))
+                for r in rows]
 
     # ------------------------------------------------------------------ export / import
 
@@ -179,7 +220,8 @@ class HistoryStore:
                 for m in conv.get("messages", []):
                     if m["role"] not in ("system", "user", "assistant"):
                         raise HistoryError(f"A message has the unknown role {m['role']!r}.")
-                    self.add_message(new_id, m["role"], str(m["content"]), m.get("stats"))
+                    self.add_message(new_id, m["role"], str(m["content"]), m.get("stats"),
+                                     bool(m.get("complete", True)))
                 created.append(new_id)
             self._db.execute("COMMIT")
         except (KeyError, TypeError, ValueError, HistoryError) as exc:

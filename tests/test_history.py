@@ -109,3 +109,33 @@ def test_history_cli_export_import_and_errors(tmp_path: Path) -> None:
     assert len(imported) == len(json.loads(out.read_text())["conversations"])
     missing = app("show", "999999")
     assert missing.returncode == 1 and "no conversation 999999" in missing.stderr
+
+
+def test_an_old_database_is_migrated_and_partial_replies_are_marked(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(path)  # the schema before migration 1: no ``complete`` column, user_version 0
+    old.executescript(
+        "CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, system_prompt TEXT NOT NULL "
+        "DEFAULT '', settings TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL, updated REAL NOT NULL);"
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL REFERENCES "
+        "conversations(id) ON DELETE CASCADE, role TEXT NOT NULL, content TEXT NOT NULL, stats TEXT, "
+        "created REAL NOT NULL);"
+        "INSERT INTO conversations VALUES (1, 'old chat', '', '{}', 1.0, 1.0);"
+        "INSERT INTO messages VALUES (1, 1, 'user', 'hello', NULL, 1.0);")
+    old.commit()
+    old.close()
+    store = HistoryStore(path)
+    assert [(m.content, m.complete) for m in store.messages(1)] == [("hello", True)]
+    reply = store.add_message(1, "assistant", "Hal", complete=False)
+    store.update_message(reply, "Half a rep")
+    assert store.messages(1)[-1].complete is False
+    store.update_message(reply, "Half a reply.", {"generated": 3}, complete=True)
+    assert store.messages(1)[-1].complete is True
+    store.update_conversation(1, system_prompt="Be brief.", settings={"thinking": False})
+    assert (store.get(1).system_prompt, store.get(1).settings) == ("Be brief.", {"thinking": False})
+    second = store.add_message(1, "user", "again")
+    store.add_message(1, "assistant", "again and again")
+    store.delete_messages_from(1, second)
+    assert [m.content for m in store.messages(1)] == ["hello", "Half a reply."]
+    store.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
