@@ -1,0 +1,91 @@
+"""The app's settings, saved as JSON in the config folder: models folder, engine sizes, drafting, theme.
+
+Qt-free. ``load()`` never fails on a damaged or older file: unknown keys are dropped, bad values fall back
+to their defaults (and the file is rewritten on the next ``save``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from app import paths
+
+Theme = Literal["system", "light", "dark"]
+THEMES: tuple[Theme, ...] = ("system", "light", "dark")
+FILE_NAME = "settings.json"
+
+
+@dataclass
+class Settings:
+    models_dir: str = ""  # "" means the default, ``paths.models_dir()``
+    context_size: int = 4096
+    gpu_layers: int = -1  # -1: everything that fits on the GPU (ignored by CPU backends)
+    threads: int = 0  # 0: let llama.cpp choose
+    draft_depth: int = 3
+    adaptive_depth: bool = True
+    p_min: float = 0.0
+    theme: Theme = "system"
+
+    def models_path(self) -> Path:
+        return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
+
+    def validated(self) -> Settings:
+        """A copy with every value inside its range."""
+        return Settings(
+            models_dir=self.models_dir.strip(),
+            context_size=min(max(self.context_size, 512), 262_144),
+            gpu_layers=max(self.gpu_layers, -1),
+            threads=max(self.threads, 0),
+            draft_depth=min(max(self.draft_depth, 1), 8),
+            adaptive_depth=self.adaptive_depth,
+            p_min=min(max(self.p_min, 0.0), 1.0),
+            theme=self.theme if self.theme in THEMES else "system",
+        )
+
+
+def settings_path() -> Path:
+    return paths.config_dir() / FILE_NAME
+
+
+def load(path: Path | None = None) -> Settings:
+    """The saved settings, or the defaults where there are none."""
+    path = path or settings_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Settings()
+    if not isinstance(data, dict):
+        return Settings()
+    settings = Settings()
+    for f in fields(Settings):
+        if f.name in data:
+            value, default = data[f.name], getattr(settings, f.name)
+            if isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, type(default)) and not isinstance(value, bool)
+            if ok:
+                setattr(settings, f.name, float(value) if isinstance(default, float) else value)
+    return settings.validated()
+
+
+def save(settings: Settings, path: Path | None = None) -> None:
+    """Write the settings atomically (a temporary file renamed over the old one)."""
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(asdict(settings.validated()), indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def engine_fields(settings: Settings) -> dict[str, Any]:
+    """The ``EngineConfig`` fields these settings decide."""
+    return {"n_ctx": settings.context_size, "n_gpu_layers": settings.gpu_layers,
+            "n_threads": settings.threads or None, "n_max": settings.draft_depth,
+            "adaptive": settings.adaptive_depth, "p_min": settings.p_min}

@@ -1,0 +1,47 @@
+"""App settings and per-chat settings: JSON round trips, damaged files, old chats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app import settings as app_settings
+from app.chat_settings import CUSTOM, PRESETS, ChatSettings
+from app.settings import Settings
+
+
+def test_settings_round_trip_in_the_config_folder(tmp_path: Path, monkeypatch: object) -> None:
+    assert app_settings.settings_path().parent.exists()  # the config folder (FASTMTP_CONFIG_DIR in tests)
+    path = tmp_path / "settings.json"
+    assert app_settings.load(path) == Settings()  # nothing saved yet: defaults
+    wanted = Settings(models_dir=str(tmp_path / "models"), context_size=8192, gpu_layers=20, threads=6,
+                      draft_depth=4, adaptive_depth=False, p_min=0.3, theme="dark")
+    app_settings.save(wanted, path)
+    assert app_settings.load(path) == wanted
+    assert app_settings.load(path).models_path() == tmp_path / "models"
+    assert app_settings.engine_fields(wanted) == {"n_ctx": 8192, "n_gpu_layers": 20, "n_threads": 6, "n_max": 4,
+                                                  "adaptive": False, "p_min": 0.3}
+
+
+def test_a_damaged_or_foreign_settings_file_gives_defaults_where_it_is_wrong(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text("{not json")
+    assert app_settings.load(path) == Settings()
+    path.write_text(json.dumps({"context_size": "big", "theme": "purple", "draft_depth": 99, "p_min": 1,
+                                "unknown": True, "adaptive_depth": 1}))
+    loaded = app_settings.load(path)
+    assert loaded.context_size == 4096 and loaded.theme == "system" and loaded.draft_depth == 8
+    assert loaded.p_min == 1.0 and loaded.adaptive_depth is True
+
+
+def test_chat_settings_make_the_engine_options_and_survive_the_history_format() -> None:
+    chat = ChatSettings(preset="Concise", system_prompt=PRESETS["Concise"], thinking=False, temperature=0.2,
+                        top_k=20, top_p=0.8, min_p=0.1, repeat_penalty=1.1, seed=7, max_tokens=99)
+    options = chat.options()
+    assert options.thinking is False and options.max_tokens == 99
+    assert (options.sampling.temperature, options.sampling.top_k, options.sampling.seed) == (0.2, 20, 7)
+    stored = json.loads(json.dumps(chat.to_dict()))
+    assert "system_prompt" not in stored
+    assert ChatSettings.from_conversation(chat.system_prompt, stored) == chat
+    old = ChatSettings.from_conversation("Talk like a pirate.", {"temperature": "hot"})
+    assert old.preset == CUSTOM and old.temperature == ChatSettings().temperature
