@@ -1,0 +1,626 @@
+"""The models page: the release's quantizations with fit advice, downloads with per-file progress and checks.
+
+Everything slow runs through :mod:`app.gui.ops`: GPU detection, the download (``fetch_release``, the
+same sequence as ``python -m app fetch``) and keyring access. The download belongs to this page, not
+to a dialog, so it keeps running while the user looks at another page. The first-use key question
+of the trust chain comes from the download's worker thread and is answered here by
+:class:`~app.gui.trust_dialog.TrustKeyDialog`; the worker waits for the answer.
+
+Each file's row shows its three checks as the core reports them: *signature* (the signed manifest
+lists it, which is verified before any payload byte is requested), *size* and *sha256* (computed
+while streaming, compared with the signed manifest when the file completes).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QColor, QShowEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import secrets
+from app.backend.toolchain import Gpu, detect_gpus
+from app.errors import FastMTPError, VerificationError
+from app.fit import GIB, FitReport, fit
+from app.gui.guarded import while_alive
+from app.gui.ops import BackgroundOp, Report, run_in_background
+from app.gui.trust_dialog import TrustKeyDialog
+from app.release.catalog import (
+    Catalog,
+    EndpointKind,
+    add_user_endpoint,
+    endpoints_for,
+    load_catalog,
+    remove_user_endpoint,
+    user_endpoints,
+)
+from app.release.download import FetchPlan, fetch_release
+from app.release.fetcher import DownloadCancelled, FetchControl
+from app.release.install import Installed, default_destination
+from app.release.progress import FetchEvent
+
+OK, FAILED, PENDING = "✓", "✗", "…"
+_BAD = QColor("#b91c1c")
+_GOOD = QColor("#15803d")
+
+# download files table columns
+(F_NAME, F_PROGRESS, F_SPEED, F_ETA, F_SIGNATURE, F_SIZE, F_SHA256, F_STATUS) = range(8)
+# quantization table columns
+(Q_NAME, Q_FILE, Q_NEEDED, Q_FITS, Q_STATE, Q_ACTION) = range(6)
+
+
+@dataclass
+class _Step:
+    """A step of the fetch sequence (``on_step``), relayed to the GUI thread."""
+
+    message: str
+
+
+@dataclass
+class _TrustQuestion:
+    """The core's first-use question, asked from the worker thread; it waits on ``answered``."""
+
+    repo: str
+    fingerprint: str
+    answered: threading.Event = field(default_factory=threading.Event)
+    trusted: bool = False
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(count) < 1000 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} GB"
+
+
+def human_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def plain_failure(message: str) -> tuple[str | None, str]:
+    """Which check a file failed (``"size"``, ``"sha256"`` or None) and one plain sentence for its row."""
+    lowered = message.lower()
+    if "wrong size" in lowered or "size check" in lowered:
+        return "size", "Wrong size: the mirror sent a different file. It was deleted; nothing was installed."
+    if "sha256" in lowered:
+        return "sha256", ("Failed the sha256 check: the bytes differ from what the publisher signed. "
+                          "The file was deleted; nothing was installed.")
+    return None, message.splitlines()[0]
+
+
+def error_text(exc: Exception) -> str:
+    if isinstance(exc, FastMTPError):
+        return exc.message + (f"\n{exc.advice}" if exc.advice else "")
+    return f"{type(exc).__name__}: {exc}"
+
+
+class ModelsPage(QWidget):
+    """Quantizations, fit advice, downloads, mirrors and the hub token."""
+
+    def __init__(self, parent: QWidget | None = None, *, detect_gpu: bool = True) -> None:
+        super().__init__(parent)
+        self.catalog: Catalog = load_catalog()
+        self.gpus: list[Gpu] = []
+        self.report: FitReport | None = None
+        self.download_op: BackgroundOp[Installed] | None = None
+        self.control: FetchControl | None = None
+        self.trust_dialog: TrustKeyDialog | None = None
+        self.installed: Installed | None = None
+        self.last_error: Exception | None = None
+        self.paused = False
+        self._rows: dict[str, int] = {}
+        self._failed: set[str] = set()
+        self._watched: QWidget | None = None
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self._build_quant_group())
+        layout.addWidget(self._build_download_group(), 1)
+        layout.addWidget(self._build_settings_group())
+        self.refresh_fit()
+        self.refresh_mirrors()
+        self.refresh_token_status()
+        if detect_gpu:
+            run_in_background(lambda _report: detect_gpus(), while_alive(self, self._gpus_detected),
+                              while_alive(self, self._gpu_detection_failed))
+
+    # ------------------------------------------------------------------ layout
+
+    def _build_quant_group(self) -> QGroupBox:
+        group = QGroupBox("Quantizations")
+        self.gpu_label = QLabel("Looking for NVIDIA GPUs…")
+        self.gpu_label.setWordWrap(True)
+        self.vram = QDoubleSpinBox()
+        self.vram.setRange(1, 1024)
+        self.vram.setDecimals(0)
+        self.vram.setSuffix(" GiB")
+        self.vram.setValue(24)
+        self.vram.valueChanged.connect(self.refresh_fit)
+        self.context = QSpinBox()
+        self.context.setRange(512, 262_144)
+        self.context.setSingleStep(4096)
+        self.context.setValue(32_768)
+        self.context.setSuffix(" tokens")
+        self.context.valueChanged.connect(self.refresh_fit)
+        inputs = QHBoxLayout()
+        inputs.addWidget(QLabel("GPU memory"))
+        inputs.addWidget(self.vram)
+        inputs.addWidget(QLabel("context"))
+        inputs.addWidget(self.context)
+        inputs.addStretch(1)
+        self.quant_table = QTableWidget(len(self.catalog.quants), 6)
+        self.quant_table.setHorizontalHeaderLabels(["Quantization", "File", "Needed", "Fits", "", ""])
+        self.quant_table.verticalHeader().setVisible(False)
+        self.quant_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.quant_table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.quant_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.quant_table.horizontalHeader().setStretchLastSection(True)
+        self.download_buttons: dict[str, QPushButton] = {}
+        for row, quant in enumerate(self.catalog.quants):
+            button = QPushButton("Download")
+            button.clicked.connect(lambda _checked=False, name=quant.name: self.download(name))
+            self.download_buttons[quant.name] = button
+            self.quant_table.setCellWidget(row, Q_ACTION, button)
+        self.fit_note = QLabel()
+        self.fit_note.setWordWrap(True)
+        self.fit_note.setStyleSheet("color: palette(mid);")
+        box = QVBoxLayout(group)
+        box.addWidget(self.gpu_label)
+        box.addLayout(inputs)
+        box.addWidget(self.quant_table)
+        box.addWidget(self.fit_note)
+        return group
+
+    def _build_download_group(self) -> QGroupBox:
+        group = QGroupBox("Download")
+        self.step_label = QLabel("Pick a quantization to download; the FastMTP sidecar comes with it.")
+        self.step_label.setWordWrap(True)
+        self.step_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.total_bar = QProgressBar()
+        self.total_bar.setRange(0, 1000)
+        self.total_bar.setTextVisible(False)
+        self.total_label = QLabel()
+        self.files_table = QTableWidget(0, 8)
+        self.files_table.setHorizontalHeaderLabels(["File", "Progress", "Speed", "ETA", "Signature", "Size",
+                                                    "sha256", "Status"])
+        self.files_table.verticalHeader().setVisible(False)
+        self.files_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        header = self.files_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(F_PROGRESS, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(True)
+        self.pause_button = QPushButton("Pause")
+        self.pause_button.clicked.connect(self.pause)
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.clicked.connect(self.resume)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.total_label, 1)
+        buttons.addWidget(self.pause_button)
+        buttons.addWidget(self.resume_button)
+        buttons.addWidget(self.cancel_button)
+        box = QVBoxLayout(group)
+        box.addWidget(self.step_label)
+        box.addWidget(self.total_bar)
+        box.addWidget(self.files_table, 1)
+        box.addLayout(buttons)
+        self._set_running(False)
+        return group
+
+    def _build_settings_group(self) -> QGroupBox:
+        group = QGroupBox("Mirrors and hub token")
+        self.mirror_list = QListWidget()
+        self.mirror_list.setMaximumHeight(70)
+        self.mirror_kind = QComboBox()
+        self.mirror_kind.addItem("plain base URL", "plain")
+        self.mirror_kind.addItem("HF-compatible host", "hf")
+        self.mirror_url = QLineEdit()
+        self.mirror_url.setPlaceholderText("https://mirror.example.org/models")
+        self.add_mirror_button = QPushButton("Add mirror")
+        self.add_mirror_button.clicked.connect(self.add_mirror)
+        self.remove_mirror_button = QPushButton("Remove")
+        self.remove_mirror_button.clicked.connect(self.remove_mirror)
+        mirror_row = QHBoxLayout()
+        mirror_row.addWidget(self.mirror_kind)
+        mirror_row.addWidget(self.mirror_url, 1)
+        mirror_row.addWidget(self.add_mirror_button)
+        mirror_row.addWidget(self.remove_mirror_button)
+        self.token_edit = QLineEdit()
+        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token_edit.setPlaceholderText("hf_… (stored in the system keyring, sent only to the hub)")
+        self.save_token_button = QPushButton("Save token")
+        self.save_token_button.clicked.connect(self.save_token)
+        self.clear_token_button = QPushButton("Forget token")
+        self.clear_token_button.clicked.connect(self.clear_token)
+        token_row = QHBoxLayout()
+        token_row.addWidget(self.token_edit, 1)
+        token_row.addWidget(self.save_token_button)
+        token_row.addWidget(self.clear_token_button)
+        self.token_status = QLabel()
+        self.token_status.setWordWrap(True)
+        self.settings_message = QLabel()
+        self.settings_message.setWordWrap(True)
+        form = QFormLayout(group)
+        form.addRow("Mirrors (tried before the hub)", self.mirror_list)
+        form.addRow("", mirror_row)
+        form.addRow("Hub token", token_row)
+        form.addRow("", self.token_status)
+        form.addRow("", self.settings_message)
+        return group
+
+    # ------------------------------------------------------------------ fit advice
+
+    def _gpus_detected(self, gpus: list[Gpu]) -> None:
+        self.gpus = gpus
+        if gpus:
+            names = " + ".join(f"{g.name} ({g.memory_mib / 1024:.0f} GiB)" for g in gpus)
+            self.gpu_label.setText(f"Detected: {names}. The advice adds the model file, the FastMTP sidecar and "
+                                   "the memory the context needs.")
+            self.vram.setValue(sum(g.memory_mib for g in gpus) / 1024)
+        else:
+            self.gpu_label.setText("No NVIDIA GPU was found (nvidia-smi). Set the GPU memory to get advice for "
+                                   "another machine.")
+        self.refresh_fit()
+
+    def _gpu_detection_failed(self, exc: Exception) -> None:
+        self.gpu_label.setText(f"Could not look for GPUs: {error_text(exc)}")
+
+    def refresh_fit(self) -> None:
+        """Recompute the table from the GPU memory and context shown (catalog sizes are estimates)."""
+        source = " + ".join(g.name for g in self.gpus) if self.gpus else "entered by hand"
+        self.report = fit(round(self.vram.value() * GIB), self.context.value(), source, self.catalog)
+        recommended = self.report.recommended
+        for row, (quant, advice) in enumerate(zip(self.catalog.quants, self.report.quants, strict=True)):
+            fits = "recommended" if quant.name == recommended else ("yes" if advice.fits else "no")
+            installed = (default_destination(self.catalog.repo) / quant.file).is_file()
+            cells = [quant.name, "~" + human_bytes(advice.file_bytes), "~" + human_bytes(advice.total_bytes), fits,
+                     "installed" if installed else ""]
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if column == Q_FITS:
+                    item.setForeground(_GOOD if advice.fits else _BAD)
+                self.quant_table.setItem(row, column, item)
+        cost = self.report.cost
+        self.fit_note.setText(f"Needed = file + sidecar (~{human_bytes(self.report.sidecar_bytes)}) + KV cache "
+                              f"({human_bytes(cost.kv_bytes)}) + recurrent state ({human_bytes(cost.recurrent_bytes)})"
+                              f" + overhead ({human_bytes(cost.overhead_bytes)}). Sizes are the catalog's "
+                              "estimates; downloads are checked against the exact signed ones.")
+
+    # ------------------------------------------------------------------ downloading
+
+    @property
+    def downloading(self) -> bool:
+        return self.download_op is not None and self.download_op.running
+
+    def download(self, quant: str) -> None:
+        """Fetch, verify and install ``quant`` with its sidecar, as ``python -m app fetch --quant`` does."""
+        if self.downloading:
+            return
+        plan = FetchPlan(quant=quant, repo=self.catalog.repo, revision=self.catalog.revision,
+                         endpoints=endpoints_for())
+        control = self.control = FetchControl()
+        self.installed = None
+        self.last_error = None
+        self.paused = False
+        self._rows.clear()
+        self._failed.clear()
+        self.files_table.setRowCount(0)
+        self.total_bar.setValue(0)
+        self.total_label.setText("")
+        self._set_step(f"Downloading {quant}…")
+        self._set_running(True)
+
+        def work(report: Report) -> Installed:
+            def confirm(repo: str, fingerprint: str) -> bool:
+                question = _TrustQuestion(repo, fingerprint)
+                remove = control.add_listener(lambda change: question.answered.set()
+                                              if change == "cancelled" else None)
+                try:
+                    report(question)
+                    question.answered.wait()
+                finally:
+                    remove()
+                return question.trusted and not control.cancelled
+
+            return fetch_release(plan, token=secrets.get_token(), on_event=report,
+                                 on_step=lambda message: report(_Step(message)), control=control, confirm=confirm)
+
+        self.download_op = run_in_background(work, while_alive(self, self._download_done),
+                                             while_alive(self, self._download_failed),
+                                             while_alive(self, self._on_progress))
+
+    def pause(self) -> None:
+        if self.control is not None and self.downloading:
+            # before pause(): its "paused" event may be delivered right inside that call, on this thread
+            self.paused = True
+            self.total_label.setText("Pausing…")
+            self.pause_button.setEnabled(False)
+            self.resume_button.setEnabled(True)
+            self.control.pause()
+
+    def resume(self) -> None:
+        if self.control is not None and self.downloading:
+            self.paused = False
+            self.total_label.setText("Resuming…")
+            self.pause_button.setEnabled(True)
+            self.resume_button.setEnabled(False)
+            self.control.resume()
+
+    def cancel(self) -> None:
+        if self.control is not None and self.downloading:
+            self.cancel_button.setEnabled(False)
+            self.total_label.setText("Cancelling…")
+            self.control.cancel()
+            if self.trust_dialog is not None:
+                self.trust_dialog.reject()
+
+    def _set_running(self, running: bool) -> None:
+        self.pause_button.setEnabled(running)
+        self.resume_button.setEnabled(False)
+        self.cancel_button.setEnabled(running)
+        for button in self.download_buttons.values():
+            button.setEnabled(not running)
+
+    def _set_step(self, text: str, error: bool = False) -> None:
+        self.step_label.setText(text)
+        self.step_label.setStyleSheet(f"color: {_BAD.name()};" if error else "")
+
+    def _on_progress(self, value: Any) -> None:
+        if isinstance(value, FetchEvent):
+            self._on_fetch_event(value)
+        elif isinstance(value, _Step):
+            warning = value.message.startswith("warning: ")
+            self._set_step(value.message[:1].upper() + value.message[1:], error=warning)
+        elif isinstance(value, _TrustQuestion):
+            self._ask_trust(value)
+
+    def _ask_trust(self, question: _TrustQuestion) -> None:
+        dialog = self.trust_dialog = TrustKeyDialog(question.repo, question.fingerprint, self)
+
+        def answered(result: int) -> None:
+            question.trusted = result == TrustKeyDialog.DialogCode.Accepted.value
+            question.answered.set()
+            self.trust_dialog = None
+            dialog.deleteLater()
+
+        dialog.finished.connect(answered)
+        dialog.open()
+
+    def _on_fetch_event(self, event: FetchEvent) -> None:
+        if not event.file:
+            if event.total_bytes:
+                self.total_bar.setValue(round(1000 * event.total_done / event.total_bytes))
+            if event.kind == "paused":
+                self.total_label.setText("Paused; the partial files are kept.")
+            elif event.kind in ("progress", "resumed") and not self.paused:
+                total = f" of {human_bytes(event.total_bytes)}" if event.total_bytes else ""
+                self.total_label.setText(f"{human_bytes(event.total_done)}{total} · "
+                                         f"{human_bytes(event.speed_bps)}/s · ETA {human_eta(event.eta_s)}")
+            return
+        row = self._row(event.file)
+        bar = self.files_table.cellWidget(row, F_PROGRESS)
+        if isinstance(bar, QProgressBar) and event.bytes_total:
+            bar.setValue(round(1000 * event.bytes_done / event.bytes_total))
+            bar.setFormat(f"{human_bytes(event.bytes_done)} / {human_bytes(event.bytes_total)}")
+        if event.kind == "progress":
+            self._cell(row, F_SPEED, f"{human_bytes(event.speed_bps)}/s")
+            self._cell(row, F_ETA, human_eta(event.eta_s))
+            self._cell(row, F_STATUS, "downloading")
+        elif event.kind == "start":
+            self._cell(row, F_STATUS, event.message or "downloading")
+        elif event.kind == "retry":
+            self._cell(row, F_STATUS, event.message)
+        elif event.kind == "done":
+            if isinstance(bar, QProgressBar):
+                bar.setValue(1000)
+            self._cell(row, F_SPEED, "")
+            self._cell(row, F_ETA, "")
+            self._cell(row, F_SIZE, OK, _GOOD)
+            self._cell(row, F_SHA256, OK, _GOOD)
+            self._cell(row, F_STATUS, "verified")
+        elif event.kind == "error":
+            self._mark_failed(event.file, event.message)
+
+    def _row(self, name: str) -> int:
+        """The file's row, added on its first event: payload files are only fetched once the signed
+        manifest that lists them verified, so a row's signature check has passed by then."""
+        if name in self._rows:
+            return self._rows[name]
+        row = self.files_table.rowCount()
+        self.files_table.insertRow(row)
+        self._rows[name] = row
+        self._cell(row, F_NAME, name)
+        bar = QProgressBar()
+        bar.setRange(0, 1000)
+        bar.setValue(0)
+        self.files_table.setCellWidget(row, F_PROGRESS, bar)
+        self._cell(row, F_SIGNATURE, OK, _GOOD).setToolTip("Listed in the release's signed manifest; the "
+                                                           "signature verified with the trusted publisher key.")
+        self._cell(row, F_SIZE, PENDING)
+        self._cell(row, F_SHA256, PENDING)
+        return row
+
+    def _cell(self, row: int, column: int, text: str, colour: QColor | None = None) -> QTableWidgetItem:
+        item = QTableWidgetItem(text)
+        if colour is not None:
+            item.setForeground(colour)
+        self.files_table.setItem(row, column, item)
+        return item
+
+    def _mark_failed(self, name: str, message: str) -> None:
+        row = self._rows[name]
+        self._failed.add(name)
+        check, text = plain_failure(message)
+        if check == "size":
+            self._cell(row, F_SIZE, FAILED, _BAD)
+        elif check == "sha256":
+            self._cell(row, F_SIZE, OK, _GOOD)
+            self._cell(row, F_SHA256, FAILED, _BAD)
+        self._cell(row, F_SPEED, "")
+        self._cell(row, F_ETA, "")
+        self._cell(row, F_STATUS, text, _BAD).setToolTip(message)
+
+    def file_row(self, name: str) -> dict[str, str]:
+        """The texts of one file's row by column name (what a user reads; used by tests and screenshots)."""
+        row = self._rows[name]
+        columns = ["file", "progress", "speed", "eta", "signature", "size", "sha256", "status"]
+        values = {}
+        for column, key in enumerate(columns):
+            item = self.files_table.item(row, column)
+            widget = self.files_table.cellWidget(row, column)
+            values[key] = widget.text() if isinstance(widget, QProgressBar) else (item.text() if item else "")
+        return values
+
+    def _download_done(self, installed: Installed) -> None:
+        self.installed = installed
+        self.control = None
+        self._set_running(False)
+        self.total_bar.setValue(1000)
+        self.total_label.setText("")
+        for row in self._rows.values():
+            self._cell(row, F_STATUS, "installed", _GOOD)
+        warnings = "".join(f"\nWarning: {w}" for w in installed.warnings)
+        self._set_step(f"Installed version {installed.version} in {installed.folder} "
+                       f"(publisher key {installed.fingerprint[:19]}…).{warnings}")
+        self.refresh_fit()
+
+    def _download_failed(self, exc: Exception) -> None:
+        self.last_error = exc
+        self.control = None
+        self._set_running(False)
+        if self.trust_dialog is not None:
+            self.trust_dialog.reject()
+        if isinstance(exc, DownloadCancelled):
+            self.total_label.setText("")
+            self._set_step("Download cancelled. The partial files are kept: Download again resumes them.")
+            return
+        if isinstance(exc, VerificationError):  # a check after the download names its file first
+            for name in self._rows:
+                if exc.message.startswith(name) and name not in self._failed:
+                    self._mark_failed(name, exc.message)
+        self.total_label.setText("")
+        self._set_step("Nothing was installed. " + error_text(exc), error=True)
+
+    # ------------------------------------------------------------------ mirrors and token
+
+    def refresh_mirrors(self) -> None:
+        self.mirror_list.clear()
+        try:
+            for endpoint in user_endpoints():
+                self.mirror_list.addItem(f"{endpoint.url}  ({endpoint.kind})")
+        except FastMTPError as exc:
+            self.settings_message.setText(error_text(exc))
+
+    def add_mirror(self) -> None:
+        kind: EndpointKind = "hf" if self.mirror_kind.currentData() == "hf" else "plain"
+        try:
+            endpoint = add_user_endpoint(kind, self.mirror_url.text().strip())
+        except FastMTPError as exc:
+            self.settings_message.setText(error_text(exc))
+            return
+        self.mirror_url.clear()
+        self.settings_message.setText(f"Added the mirror {endpoint.url}; downloads try it before the hub.")
+        self.refresh_mirrors()
+
+    def remove_mirror(self) -> None:
+        item = self.mirror_list.currentItem()
+        if item is None:
+            self.settings_message.setText("Select a mirror to remove.")
+            return
+        url = item.text().split("  (")[0]
+        remove_user_endpoint(url)
+        self.settings_message.setText(f"Removed the mirror {url}.")
+        self.refresh_mirrors()
+
+    def save_token(self) -> None:
+        token = self.token_edit.text()
+        self.token_edit.clear()
+        self._keyring_op(lambda _report: secrets.set_token(token), "The token is stored in the system keyring.")
+
+    def clear_token(self) -> None:
+        def work(_report: Report) -> None:
+            if not secrets.clear_token():
+                raise secrets.SecretsError("No token was stored.")
+
+        self._keyring_op(work, "The token was removed from the keyring.")
+
+    def _keyring_op(self, work: Any, done: str) -> None:
+        """The keyring may block (an unlock prompt): run it off the GUI thread."""
+        self.save_token_button.setEnabled(False)
+        self.clear_token_button.setEnabled(False)
+
+        def succeeded(_result: None) -> None:
+            self.settings_message.setText(done)
+            self.refresh_token_status()
+
+        def failed(exc: Exception) -> None:
+            self.settings_message.setText(error_text(exc))
+            self.refresh_token_status()
+
+        run_in_background(work, while_alive(self, succeeded), while_alive(self, failed))
+
+    def refresh_token_status(self) -> None:
+        def shown(status: secrets.TokenStatus) -> None:
+            self.save_token_button.setEnabled(status.keyring_available)
+            self.clear_token_button.setEnabled(status.keyring_available)
+            if status.source == "env":
+                text = f"A token is set in {secrets.ENV_VAR}; it wins over the keyring."
+            elif status.source == "keyring":
+                text = "A token is stored in the keyring."
+            elif status.keyring_available:
+                text = "No token stored: public repositories need none."
+            else:
+                text = (f"No keyring is available, so a token cannot be stored safely; set {secrets.ENV_VAR} "
+                        "for the app instead.")
+            self.token_status.setText(text)
+
+        run_in_background(lambda _report: secrets.status(), while_alive(self, shown),
+                          while_alive(self, lambda exc: self.token_status.setText(error_text(exc))))
+
+    # ------------------------------------------------------------------ shutdown
+
+    def showEvent(self, event: QShowEvent) -> None:
+        window = self.window()
+        if window is not self and window is not self._watched:
+            window.installEventFilter(self)
+            self._watched = window
+        super().showEvent(event)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self._watched and event.type() == QEvent.Type.Close:
+            self.shutdown()
+        return False
+
+    def shutdown(self) -> None:
+        """Stop the download (its parts are kept for next time) so the window can close promptly."""
+        if self.control is not None:
+            self.control.cancel()

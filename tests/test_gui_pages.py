@@ -1,0 +1,271 @@
+"""The models and backend pages against the real core: a signed release on 127.0.0.1, the real fetcher,
+the real trust chain, a real file-backed keyring, and the real (cached) backend build.
+
+Each models-page test gets its own data and config folders, so trusted keys and rollback floors never
+leak between tests.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import keyring
+import pytest
+from keyrings.alt.file import PlaintextKeyring
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QStackedWidget
+from pytestqt.qtbot import QtBot
+
+from app import secrets
+from app.errors import TrustError
+from app.fit import GIB, fit
+from app.gui.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
+from app.release import signing, trust
+from app.release.catalog import endpoints_for, load_catalog
+from app.release.install import default_destination
+from app.release.publish import KeyPair, keygen, sign_release
+from tests.release_server import Fault, ReleaseServer
+
+WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
+CATALOG = load_catalog()
+MODEL = CATALOG.quant("Q4_K_P").file
+SIDECAR = CATALOG.sidecar.file
+PATCH = CATALOG.integrity.patch
+PAYLOAD = {MODEL: os.urandom(400_000), SIDECAR: os.urandom(60_000), PATCH: b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n"}
+SLOW = Fault(trickle_after=32_768, trickle_piece=4096, trickle_delay=0.02)  # ~2 s for the model file
+
+
+@pytest.fixture
+def folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Fresh data and config folders and a real file-backed keyring, all inside the test's folder."""
+    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.delenv(secrets.ENV_VAR, raising=False)
+    previous = keyring.get_keyring()
+    backend = PlaintextKeyring()
+    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
+    keyring.set_keyring(backend)
+    yield tmp_path
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def key(folders: Path) -> KeyPair:
+    return keygen(folders / "keys")
+
+
+@pytest.fixture
+def server(folders: Path, key: KeyPair) -> Iterator[ReleaseServer]:
+    release = folders / "release"
+    release.mkdir()
+    for name, data in PAYLOAD.items():
+        (release / name).write_bytes(data)
+    sign_release(release, key.private, version="1")
+    with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
+        yield srv
+
+
+def pin(key: KeyPair) -> None:
+    trust.pin_key(CATALOG.repo, signing.load_public_key(key.public.read_bytes(), str(key.public)))
+
+
+@pytest.fixture
+def page(qtbot: QtBot, server: ReleaseServer) -> Iterator[ModelsPage]:
+    """The page with the test server added as a mirror through its own mirror settings."""
+    widget = ModelsPage(detect_gpu=False)
+    widget.show()
+    widget.mirror_url.setText(server.url(""))
+    qtbot.mouseClick(widget.add_mirror_button, Qt.MouseButton.LeftButton)
+    yield widget
+    widget.shutdown()
+    qtbot.waitUntil(lambda: not widget.downloading, timeout=WAIT_MS)
+    widget.close()
+    widget.deleteLater()
+
+
+def click_download(qtbot: QtBot, page: ModelsPage, quant: str = "Q4_K_P") -> None:
+    qtbot.mouseClick(page.download_buttons[quant], Qt.MouseButton.LeftButton)
+    assert page.downloading
+
+
+def installed_files() -> list[str]:
+    folder = default_destination(CATALOG.repo)
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+# ----------------------------------------------------------------------------- quantizations and fit
+
+
+def test_quantizations_show_sizes_and_the_fit_advice(qtbot: QtBot, folders: Path) -> None:
+    page = ModelsPage()  # detects GPUs for real (nvidia-smi, or none)
+    qtbot.addWidget(page)
+    qtbot.waitUntil(lambda: "Looking" not in page.gpu_label.text(), timeout=WAIT_MS)
+    page.vram.setValue(24)
+    page.context.setValue(32_768)
+    table = page.quant_table
+    assert [table.item(r, Q_NAME).text() for r in range(table.rowCount())] == [q.name for q in CATALOG.quants]
+    expected = fit(24 * GIB, 32_768, "by hand")
+    assert expected.recommended is not None
+    fits = {table.item(r, Q_NAME).text(): table.item(r, Q_FITS).text() for r in range(table.rowCount())}
+    assert fits[expected.recommended] == "recommended"
+    assert {name for name, text in fits.items() if text in ("yes", "recommended")} == \
+        {q.name for q in expected.quants if q.fits}
+    assert table.item(0, 1).text().startswith("~") and "GB" in table.item(0, 1).text()
+    page.vram.setValue(4)
+    assert {table.item(r, Q_FITS).text() for r in range(table.rowCount())} == {"no"}
+    assert "KV cache" in page.fit_note.text()
+
+
+# ----------------------------------------------------------------------------- downloads
+
+
+def test_download_shows_per_file_progress_and_installs_verified_files(qtbot: QtBot, page: ModelsPage,
+                                                                      server: ReleaseServer, key: KeyPair) -> None:
+    pin(key)
+    server.set_fault(MODEL, SLOW)
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: MODEL in page._rows and "/s" in page.file_row(MODEL)["speed"], timeout=WAIT_MS)
+    row = page.file_row(MODEL)
+    assert row["signature"] == OK and row["sha256"] != OK  # signed manifest verified; file not complete yet
+    assert " / " in row["progress"] and row["eta"] != ""
+    qtbot.waitUntil(lambda: page.installed is not None or page.last_error is not None, timeout=WAIT_MS)
+    assert page.last_error is None and page.installed is not None
+    for name in PAYLOAD:
+        row = page.file_row(name)
+        assert (row["signature"], row["size"], row["sha256"], row["status"]) == (OK, OK, OK, "installed")
+        assert (default_destination(CATALOG.repo) / name).read_bytes() == PAYLOAD[name]
+    assert "Installed version 1" in page.step_label.text()
+    states = {page.quant_table.item(r, Q_NAME).text(): page.quant_table.item(r, Q_STATE).text()
+              for r in range(page.quant_table.rowCount())}
+    assert states["Q4_K_P"] == "installed" and states["Q2_K_P"] == ""
+    assert all(button.isEnabled() for button in page.download_buttons.values())
+
+
+def test_a_tampered_file_fails_on_its_own_row_with_nothing_installed(qtbot: QtBot, page: ModelsPage,
+                                                                     server: ReleaseServer, key: KeyPair) -> None:
+    pin(key)
+    server.set_fault(MODEL, Fault(tamper_at=1234, times=10))
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    row = page.file_row(MODEL)
+    assert (row["signature"], row["size"], row["sha256"]) == (OK, OK, FAILED)
+    assert row["status"].startswith("Failed the sha256 check") and "nothing was installed" in row["status"]
+    assert FAILED not in (page.file_row(SIDECAR)["sha256"], page.file_row(SIDECAR)["size"])
+    assert page.step_label.text().startswith("Nothing was installed.") and MODEL in page.step_label.text()
+    assert installed_files() == []
+
+
+def test_pause_and_resume_continue_from_the_kept_bytes(qtbot: QtBot, page: ModelsPage, server: ReleaseServer,
+                                                       key: KeyPair) -> None:
+    pin(key)
+    server.set_fault(MODEL, SLOW)
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: MODEL in page._rows and page.file_row(MODEL)["speed"] != "", timeout=WAIT_MS)
+    qtbot.mouseClick(page.pause_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.total_label.text().startswith("Paused"), timeout=WAIT_MS)
+    assert page.downloading and page.resume_button.isEnabled() and not page.pause_button.isEnabled()
+    qtbot.mouseClick(page.resume_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert page.installed is not None, page.step_label.text()
+    resumed = [r.headers.get("range", "") for r in server.gets(MODEL)]
+    assert len(resumed) >= 2 and resumed[-1].startswith("bytes=") and resumed[-1] != "bytes=0-"
+    assert (default_destination(CATALOG.repo) / MODEL).read_bytes() == PAYLOAD[MODEL]
+
+
+def test_cancel_keeps_the_parts_and_installs_nothing(qtbot: QtBot, page: ModelsPage, server: ReleaseServer,
+                                                     key: KeyPair) -> None:
+    pin(key)
+    server.set_fault(MODEL, Fault(trickle_after=32_768, trickle_piece=1024, trickle_delay=0.05))
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: MODEL in page._rows and page.file_row(MODEL)["speed"] != "", timeout=WAIT_MS)
+    qtbot.mouseClick(page.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert "cancelled" in page.step_label.text() and installed_files() == []
+    parts = list(Path(os.environ["FASTMTP_DATA_DIR"]).rglob(MODEL + ".part"))
+    assert parts and parts[0].stat().st_size > 0
+
+
+def test_a_download_keeps_running_while_another_page_is_shown(qtbot: QtBot, page: ModelsPage,
+                                                              server: ReleaseServer, key: KeyPair) -> None:
+    pin(key)
+    stack = QStackedWidget()
+    qtbot.addWidget(stack)
+    other = QLabel("chat")
+    stack.addWidget(page)
+    stack.addWidget(other)
+    stack.show()
+    server.set_fault(MODEL, SLOW)
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: MODEL in page._rows, timeout=WAIT_MS)
+    stack.setCurrentWidget(other)
+    assert not page.isVisible() and page.downloading
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert page.installed is not None and sorted(PAYLOAD) == sorted(set(installed_files()) & set(PAYLOAD))
+
+
+# ----------------------------------------------------------------------------- trust on first use
+
+
+def test_first_use_shows_the_fingerprint_and_trusts_only_on_explicit_confirmation(
+        qtbot: QtBot, page: ModelsPage, server: ReleaseServer, key: KeyPair) -> None:
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: page.trust_dialog is not None and page.trust_dialog.isVisible(), timeout=WAIT_MS)
+    dialog = page.trust_dialog
+    assert dialog is not None
+    shown = dialog.fingerprint_label.text().replace("\n", ":")
+    assert shown == key.fingerprint
+    assert not dialog.trust_button.isEnabled()
+    other = keygen(Path(os.environ["FASTMTP_CONFIG_DIR"]) / "other-key")
+    dialog.answer.setText(other.fingerprint)  # a pasted fingerprint that is not the release's
+    assert not dialog.trust_button.isEnabled() and "not the key" in dialog.hint.text()
+    dialog.answer.setText(key.fingerprint.replace(":", "").upper())  # the announced one, pasted
+    assert dialog.trust_button.isEnabled()
+    assert server.gets(MODEL) == []  # no payload byte before the key is trusted
+    qtbot.mouseClick(dialog.trust_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert page.installed is not None and page.installed.fingerprint == key.fingerprint
+    assert [k.fingerprint for k in trust.user_keys(CATALOG.repo)] == [key.fingerprint]
+
+
+def test_refusing_the_key_installs_nothing_and_pins_nothing(qtbot: QtBot, page: ModelsPage,
+                                                            server: ReleaseServer) -> None:
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: page.trust_dialog is not None and page.trust_dialog.isVisible(), timeout=WAIT_MS)
+    dialog = page.trust_dialog
+    assert dialog is not None
+    dialog.answer.setText("yes")
+    assert dialog.trust_button.isEnabled()
+    qtbot.mouseClick(dialog.refuse_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert isinstance(page.last_error, TrustError)
+    assert "You did not trust the key" in page.step_label.text()
+    assert trust.user_keys(CATALOG.repo) == [] and installed_files() == [] and server.gets(MODEL) == []
+
+
+# ----------------------------------------------------------------------------- mirrors and token
+
+
+def test_mirror_and_token_settings_use_the_config_and_the_keyring(qtbot: QtBot, page: ModelsPage,
+                                                                  server: ReleaseServer) -> None:
+    assert page.mirror_list.count() == 1 and endpoints_for()[0].url == server.url("").rstrip("/")
+    page.mirror_url.setText("ftp://nope")
+    qtbot.mouseClick(page.add_mirror_button, Qt.MouseButton.LeftButton)
+    assert "not an http(s) URL" in page.settings_message.text() and page.mirror_list.count() == 1
+    page.mirror_list.setCurrentRow(0)
+    qtbot.mouseClick(page.remove_mirror_button, Qt.MouseButton.LeftButton)
+    assert page.mirror_list.count() == 0 and endpoints_for()[0].is_hub
+
+    qtbot.waitUntil(lambda: page.save_token_button.isEnabled(), timeout=WAIT_MS)
+    page.token_edit.setText("hf_test_token_123")
+    qtbot.mouseClick(page.save_token_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.token_status.text() == "A token is stored in the keyring.", timeout=WAIT_MS)
+    assert keyring.get_password(secrets.SERVICE, secrets.USERNAME) == "hf_test_token_123"
+    assert page.token_edit.text() == ""  # not left in the widget
+    qtbot.mouseClick(page.clear_token_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.token_status.text().startswith("No token stored"), timeout=WAIT_MS)
+    assert keyring.get_password(secrets.SERVICE, secrets.USERNAME) is None
