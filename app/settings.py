@@ -26,7 +26,7 @@ class Settings:
     gpu_layers: int = -1  # -1: everything that fits on the GPU (ignored by CPU backends)
     threads: int = 0  # 0: let llama.cpp choose
     draft_depth: int = 3
-    adaptive_depth: bool = True
+    adaptive_depth: bool = False
     p_min: float = 0.0
     theme: Theme = "system"
 

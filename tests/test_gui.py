@@ -212,7 +212,9 @@ def test_a_sent_chat_is_saved_with_its_stats_and_reopens_after_a_restart(
         assert [(m.role, m.content) for m in sent[0][1:]] == [
             ("user", text), ("assistant", stored[1].content), ("user", "And what is the cat called?")]
         assert sent[0][0].role == "system"
-        assert [m.role for m in window.history.messages(conv_id)] == ["user", "assistant", "user"]
+        # the next reply's row is there from its start, saved as it streams, not complete yet
+        assert [(m.role, m.complete) for m in window.history.messages(conv_id)] == [
+            ("user", True), ("assistant", True), ("user", True), ("assistant", False)]
     finally:
         restarted.history.close()
 

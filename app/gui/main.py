@@ -1,17 +1,23 @@
-"""The main window (chat, HUD, drafting mode, engine banner) and ``run()``, the desktop app's entry point."""
+"""The main window (pages, chat, HUD, drafting mode, banners, export / import) and ``run()``, the entry point."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
+    QCheckBox,
     QComboBox,
     QDialog,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -25,19 +31,26 @@ from PySide6.QtWidgets import (
 )
 
 from app import paths
+from app import settings as app_settings
 from app.builtin_demo import ensure_demo_model
+from app.chat_settings import ChatSettings
 from app.engine.chat_template import Message
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions
 from app.engine.speculative import EngineConfig
 from app.gguftools.demo_model import DemoModel
+from app.gui import theme
+from app.gui.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat_view import ChatView
 from app.gui.engine_bridge import EngineBridge
+from app.gui.hud import drafting_warning
 from app.gui.ops import run_in_background, wait_for_all
+from app.gui.settings_page import SettingsPage
 from app.gui.sidebar import Sidebar
 from app.history import Conversation, HistoryError, HistoryStore
+from app.settings import Settings
 
 SYSTEM_PROMPT = "You are a helpful assistant."
+SAVE_EVERY_TOKENS = 32  # a streaming reply is saved to the history this often, and every SAVE_INTERVAL_MS
+SAVE_INTERVAL_MS = 1000
 TITLE_CHARS = 40  # a new conversation's title: the start of its first message
 # (label, key): key picks the EngineConfig in ``MainWindow.config_for``
 MODES = [("FastMTP d2t sidecar", "sidecar-d2t"), ("Full sidecar", "sidecar-full"),
@@ -50,7 +63,7 @@ class Banner(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("banner")
-        self.setStyleSheet("#banner { background: #fdecea; border: 1px solid #f5c2c0; border-radius: 6px; }"
+        self.setStyleSheet("#banner { background: #fdecea; border: 2px solid #dc2626; border-radius: 6px; }"
                            "#banner QLabel { color: #7f1d1d; }")
         self.text = QLabel()
         self.text.setWordWrap(True)
@@ -66,6 +79,29 @@ class Banner(QFrame):
         advice = str(event.get("advice") or "")
         self.text.setText(f"<b>{_escape(message)}</b>" + (f"<br>{_escape(advice)}" if advice else ""))
         self.restart_button.setVisible(event.get("error") == "WorkerCrashed")
+        self.show()
+
+
+class DraftingBanner(QFrame):
+    """The loud warning that drafting is configured but not running, or running below break-even."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("drafting")
+        self.setStyleSheet("#drafting { background: #fff4d6; border: 2px solid #d97706; border-radius: 6px; }"
+                           "#drafting QLabel { color: #78350f; }")
+        self.text = QLabel()
+        self.text.setWordWrap(True)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.addWidget(self.text, 1)
+        self.hide()
+
+    def show_warning(self, warning: str | None) -> None:
+        if warning is None:
+            self.hide()
+            return
+        self.text.setText(f"<b>⚠ {_escape(warning)}</b>")
         self.show()
 
 
@@ -85,18 +121,26 @@ class MainWindow(QMainWindow):
     Conversations are saved in ``history`` (default: the user's history file) as they happen.
     """
 
-    def __init__(self, bridge: EngineBridge | None = None, history: HistoryStore | None = None) -> None:
+    def __init__(self, bridge: EngineBridge | None = None, history: HistoryStore | None = None,
+                 settings: Settings | None = None) -> None:
         super().__init__()
         self.setWindowTitle("FastMTP Chat")
         self.resize(1180, 700)
         self.bridge = bridge or EngineBridge(self)
         self._owns_history = history is None
         self.history = history or HistoryStore()
+        self.settings = settings or app_settings.load()
         self.conversation_id: int | None = None  # None: a new chat, saved on its first message
         self._reply_conversation: int | None = None  # where the reply under way is saved
+        self._reply_message: int | None = None  # its history row, saved as it streams
+        self._unsaved_tokens = 0
         self.demo: DemoModel | None = None
         self.ready = False
-        self.options = ChatOptions(max_tokens=256, sampling=SamplingParams(temperature=0.7, seed=1))
+        self.chat_settings = ChatSettings(max_tokens=256)
+        self.options = self.chat_settings.options()
+        self._save_timer = QTimer(self)
+        self._save_timer.setInterval(SAVE_INTERVAL_MS)
+        self._save_timer.timeout.connect(self._save_partial)
 
         self.model_label = QLabel("No model loaded")
         self.model_label.setStyleSheet("font-weight: 600;")
@@ -112,14 +156,26 @@ class MainWindow(QMainWindow):
         top.addSpacing(16)
         top.addWidget(QLabel("Drafting:"))
         top.addWidget(self.mode_box)
+        self.thinking_box = QCheckBox("Thinking")
+        self.thinking_box.setToolTip("Let the model think in a <think> block before answering (this chat)")
+        self.thinking_box.setChecked(self.chat_settings.thinking)
+        self.thinking_box.toggled.connect(self.set_thinking)
+        top.addSpacing(16)
+        top.addWidget(self.thinking_box)
+        self.chat_settings_button = QPushButton("Chat settings…")
+        self.chat_settings_button.clicked.connect(self.edit_chat_settings)
+        top.addWidget(self.chat_settings_button)
         top.addStretch(1)
         top.addWidget(self.status)
 
         self.banner = Banner()
         self.banner.restart_button.clicked.connect(self._restart)
+        self.drafting_banner = DraftingBanner()
         self.chat = ChatView()
         self.chat.send_requested.connect(self.send)
         self.chat.stop_requested.connect(self.bridge.cancel)
+        self.chat.regenerate_requested.connect(self.regenerate)
+        self.chat.edit_submitted.connect(self.resend_edited)
         self.sidebar = Sidebar(self.history)
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.sidebar.new_chat_requested.connect(self.new_chat)
@@ -129,6 +185,7 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(12, 10, 12, 12)
         layout.addLayout(top)
         layout.addWidget(self.banner)
+        layout.addWidget(self.drafting_banner)
         layout.addWidget(self.chat, 1)
         chat_page = QWidget()
         row = QHBoxLayout(chat_page)
@@ -149,9 +206,13 @@ class MainWindow(QMainWindow):
         shell.addWidget(self.pages, 1)
         self.setCentralWidget(outer)
         self.add_page("Chat", chat_page)
+        self.settings_page = SettingsPage(self.settings)
+        self.settings_page.saved.connect(self.apply_settings)
+        self.add_page("Settings", self.settings_page)
+        self._add_menus()
 
         self.bridge.loaded.connect(self._loaded)
-        self.bridge.token.connect(self.chat.append_token)
+        self.bridge.token.connect(self._token)
         self.bridge.done.connect(self._done)
         self.bridge.error.connect(self._error)
         self.bridge.busy_changed.connect(self._busy_changed)
@@ -215,15 +276,26 @@ class MainWindow(QMainWindow):
         self.reload()
 
     def config_for(self, key: str) -> EngineConfig | None:
+        """The engine configuration for a drafting mode, sized by the settings (context, threads, depth)."""
         if self.demo is None:
             return None
+        sizes = app_settings.engine_fields(self.settings)
+        if not _gpu_backend():
+            sizes["n_gpu_layers"] = 0
         if key == "sidecar-d2t":
-            return EngineConfig(self.demo.target, mode="sidecar", draft=self.demo.sidecar_d2t, n_ctx=2048)
+            return EngineConfig(self.demo.target, mode="sidecar", draft=self.demo.sidecar_d2t, **sizes)
         if key == "sidecar-full":
-            return EngineConfig(self.demo.target, mode="sidecar", draft=self.demo.sidecar_full, n_ctx=2048)
+            return EngineConfig(self.demo.target, mode="sidecar", draft=self.demo.sidecar_full, **sizes)
         if key == "embedded":
-            return EngineConfig(self.demo.target, mode="embedded", n_ctx=2048)
-        return EngineConfig(self.demo.target, mode="off", n_ctx=2048)
+            return EngineConfig(self.demo.target, mode="embedded", **sizes)
+        return EngineConfig(self.demo.target, mode="off", **sizes)
+
+    def apply_settings(self, settings: Settings) -> None:
+        """New settings from the Settings page: the theme now, engine sizes at the next load."""
+        self.settings = settings
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            self.chat.set_palette(theme.apply(app, settings.theme))
 
     def reload(self) -> None:
         """Load the model pair the mode selector names."""
@@ -246,13 +318,34 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ chat
 
     def new_chat(self) -> None:
-        """An empty transcript; the next message starts a new saved conversation."""
+        """An empty transcript; the next message starts a new saved conversation (with this chat's settings)."""
         if self.bridge.busy:
             self.status.setText("Busy: stop the reply first")
             return
         self.conversation_id = None
         self.chat.show_conversation([])
         self.sidebar.set_current(None)
+
+    def set_chat_settings(self, chat: ChatSettings) -> None:
+        """This chat's settings; saved with the conversation when it has been saved."""
+        self.chat_settings = chat
+        self.options = chat.options()
+        self.thinking_box.blockSignals(True)
+        self.thinking_box.setChecked(chat.thinking)
+        self.thinking_box.blockSignals(False)
+        if self.conversation_id is not None:
+            with contextlib.suppress(HistoryError):  # deleted meanwhile (``python -m app history delete``)
+                self.history.update_conversation(self.conversation_id, system_prompt=chat.system_prompt,
+                                                 settings=chat.to_dict())
+
+    def set_thinking(self, on: bool) -> None:
+        """The per-chat thinking switch."""
+        self.set_chat_settings(replace(self.chat_settings, thinking=on))
+
+    def edit_chat_settings(self) -> None:
+        dialog = ChatSettingsDialog(self.chat_settings, self)
+        if dialog.exec() == QDialog.DialogCode.Accepted:
+            self.set_chat_settings(dialog.result_settings())
 
     def open_conversation(self, conversation_id: int) -> None:
         """Show a saved conversation; the next message goes on with it."""
@@ -261,29 +354,88 @@ class MainWindow(QMainWindow):
             self.sidebar.set_current(self.conversation_id)
             return
         self.conversation_id = conversation_id
+        conversation = self.history.get(conversation_id)
+        self.set_chat_settings(ChatSettings.from_conversation(conversation.system_prompt, conversation.settings))
         self.chat.show_conversation(self.history.messages(conversation_id))
         self.sidebar.set_current(conversation_id)
 
     def send(self, text: str) -> None:
         """Save the user's message and stream the reply to the whole saved conversation."""
-        if not self.ready or self.bridge.busy:
-            self._error({"message": "The model is not loaded yet.", "advice": "Wait for it, or pick a mode."})
+        if not self._can_generate():
             return
         conversation = self._current_conversation()
         if conversation is None:  # a new chat (or its conversation was deleted meanwhile)
-            conversation = self.history.get(
-                self.history.create_conversation(conversation_title(text), SYSTEM_PROMPT))
+            conversation = self.history.get(self.history.create_conversation(
+                conversation_title(text), self.chat_settings.system_prompt, self.chat_settings.to_dict()))
             self.conversation_id = conversation.id
-        self.history.add_message(conversation.id, "user", text)
-        self._reply_conversation = conversation.id
+        message_id = self.history.add_message(conversation.id, "user", text)
         self.sidebar.set_current(conversation.id)
-        self.chat.add_user(text)
-        messages = [Message("system", conversation.system_prompt or SYSTEM_PROMPT),
+        self.chat.add_user(text, message_id)
+        self._generate(conversation)
+
+    def regenerate(self) -> None:
+        """Replace the last reply with a new one."""
+        conversation = self._current_conversation()
+        entries = self.chat.entries
+        if not self._can_generate() or conversation is None or not entries or entries[-1].role != "assistant":
+            return
+        last = entries[-1]
+        if last.message_id is not None:
+            self.history.delete_messages_from(conversation.id, last.message_id)
+        self.chat.truncate(len(entries) - 1)
+        self._generate(conversation)
+
+    def resend_edited(self, index: int, text: str) -> None:
+        """A user message was edited: it and everything after it are replaced, and the reply streams again."""
+        conversation = self._current_conversation()
+        if not self._can_generate() or conversation is None or index >= len(self.chat.entries):
+            return
+        edited = self.chat.entries[index]
+        if edited.message_id is not None:
+            self.history.delete_messages_from(conversation.id, edited.message_id)
+        self.chat.truncate(index)
+        self.chat.add_user(text, self.history.add_message(conversation.id, "user", text))
+        self._generate(conversation)
+
+    def _can_generate(self) -> bool:
+        if not self.ready or self.bridge.busy:
+            self._error({"message": "The model is not loaded yet.", "advice": "Wait for it, or pick a mode."})
+            return False
+        return True
+
+    def _generate(self, conversation: Conversation) -> None:
+        """Stream a reply to the saved conversation; the reply is saved as it grows."""
+        self._reply_conversation = conversation.id
+        messages = [Message("system", self.chat_settings.system_prompt or SYSTEM_PROMPT),
                     *(Message(m.role, m.content) for m in self.history.messages(conversation.id)
                       if m.role != "system")]
-        self.chat.begin_reply()
+        if not self.chat_settings.system_prompt.strip():
+            messages = messages[1:]
+        self._reply_message = self.history.add_message(conversation.id, "assistant", "", complete=False)
+        self._unsaved_tokens = 0
+        self.chat.begin_reply(self._reply_message)
+        self.drafting_banner.hide()
         self.status.setText("Generating…")
+        self._save_timer.start()
         self.bridge.generate(messages, self.options)
+
+    def _token(self, event: dict[str, Any]) -> None:
+        self.chat.append_token(event)
+        stats = event.get("stats") or {}
+        warning = drafting_warning(self.bridge.config, stats)
+        if warning is not None or self.drafting_banner.isVisible():
+            self.drafting_banner.show_warning(warning)
+        self._unsaved_tokens += 1
+        if self._unsaved_tokens >= SAVE_EVERY_TOKENS:
+            self._save_partial()
+
+    def _save_partial(self) -> None:
+        """Save the streaming reply as it is so far (a killed app keeps it)."""
+        entry = self.chat.streaming_entry()
+        if entry is None or self._reply_message is None or self._unsaved_tokens == 0:
+            return
+        self._unsaved_tokens = 0
+        self.history.update_message(self._reply_message, entry.text, complete=False)
 
     def _current_conversation(self) -> Conversation | None:
         if self.conversation_id is None:
@@ -302,15 +454,22 @@ class MainWindow(QMainWindow):
         entry = self.chat.finish_reply(event)
         if entry is not None:  # a finished or stopped reply, with its stats and why it ended
             stats = {**(event.get("stats") or {}), "stop_reason": event.get("stop_reason")}
+            self.drafting_banner.show_warning(drafting_warning(self.bridge.config, stats))
             self._save_reply(entry.text, stats)
         self.status.setText("Ready")
 
     def _save_reply(self, text: str, stats: dict[str, Any] | None) -> None:
+        """The reply's final text: with its stats when it finished, marked incomplete after an error."""
+        self._save_timer.stop()
         conversation, self._reply_conversation = self._reply_conversation, None
-        if conversation is None or (stats is None and not text.strip()):
+        message, self._reply_message = self._reply_message, None
+        if conversation is None or message is None:
             return
         try:
-            self.history.add_message(conversation, "assistant", text, stats)
+            if stats is None and not text.strip():
+                self.history.delete_messages_from(conversation, message)
+            else:
+                self.history.update_message(message, text, stats, complete=stats is not None)
         except HistoryError:  # its conversation was deleted meanwhile (``python -m app history``)
             return
         self.sidebar.refresh()
@@ -333,12 +492,71 @@ class MainWindow(QMainWindow):
         self.status.setText("Restarting the engine…")
         self.bridge.restart()
 
+    # ------------------------------------------------------------------ export / import
+
+    def _add_menus(self) -> None:
+        menu = self.menuBar().addMenu("&Chats")
+        for label, slot in (("Export this chat as Markdown…", lambda: self._export_dialog("md", current=True)),
+                            ("Export this chat as JSON…", lambda: self._export_dialog("json", current=True)),
+                            ("Export all chats as Markdown…", lambda: self._export_dialog("md", current=False)),
+                            ("Export all chats as JSON…", lambda: self._export_dialog("json", current=False)),
+                            ("Import chats from JSON…", self._import_dialog)):
+            action = QAction(label, self)
+            action.triggered.connect(slot)
+            menu.addAction(action)
+
+    def export_chats(self, path: Path, fmt: str, current: bool = True) -> int:
+        """Write this chat (or all chats) to ``path`` as Markdown (``md``) or JSON; returns how many."""
+        ids = ([self.conversation_id] if self.conversation_id is not None else []) if current else \
+            [c.id for c in self.history.conversations()]
+        if fmt == "json":
+            path.write_text(json.dumps(self.history.export_json(ids), indent=2) + "\n", encoding="utf-8")
+        else:
+            path.write_text("\n\n---\n\n".join(self.history.export_markdown(i) for i in ids) + "\n",
+                            encoding="utf-8")
+        self.status.setText(f"Exported {len(ids)} chat{'s' if len(ids) != 1 else ''} to {path.name}")
+        return len(ids)
+
+    def import_chats(self, path: Path) -> list[int]:
+        """Add the chats of a JSON export; errors are shown in the banner."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            created = self.history.import_json(data)
+        except (OSError, ValueError, HistoryError) as exc:
+            advice = exc.advice if isinstance(exc, HistoryError) else "Pick a JSON file exported by FastMTP Chat."
+            self.banner.show_error({"message": f"{path.name} could not be imported: {exc}", "advice": advice})
+            return []
+        self.sidebar.refresh()
+        self.status.setText(f"Imported {len(created)} chat{'s' if len(created) != 1 else ''}")
+        return created
+
+    def _export_dialog(self, fmt: str, current: bool) -> None:
+        if current and self.conversation_id is None:
+            self.status.setText("Nothing to export: this chat has no messages yet")
+            return
+        suffix = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
+        name, _ = QFileDialog.getSaveFileName(self, "Export chats", f"chats.{fmt}", suffix)
+        if name:
+            self.export_chats(Path(name), fmt, current)
+
+    def _import_dialog(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, "Import chats", "", "JSON (*.json)")
+        if name:
+            self.import_chats(Path(name))
+
     def closeEvent(self, event: QCloseEvent) -> None:
         self.bridge.close()
         wait_for_all(10_000)
         if self._owns_history:
             self.history.close()
         super().closeEvent(event)
+
+
+def _gpu_backend() -> bool:
+    from app.backend.registry import active
+
+    manifest = active()
+    return manifest is not None and manifest.flavor == "cuda"
 
 
 def ensure_backend() -> bool:

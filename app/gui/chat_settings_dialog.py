@@ -1,0 +1,95 @@
+"""The per-chat settings dialog: system prompt preset (or a written one), thinking, and sampling."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QPlainTextEdit,
+    QSpinBox,
+    QWidget,
+)
+
+from app.chat_settings import CUSTOM, PRESETS, ChatSettings
+
+
+class ChatSettingsDialog(QDialog):
+    """Edits a copy of ``ChatSettings``; ``result_settings()`` gives the edited copy once accepted."""
+
+    def __init__(self, settings: ChatSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Chat settings")
+        self.setMinimumWidth(460)
+        self.preset = QComboBox()
+        self.preset.addItems([*PRESETS, CUSTOM])
+        self.preset.setCurrentText(settings.preset if settings.preset in PRESETS else CUSTOM)
+        self.system_prompt = QPlainTextEdit(settings.system_prompt)
+        self.system_prompt.setFixedHeight(80)
+        self.preset.currentTextChanged.connect(self._preset_picked)
+        self.system_prompt.textChanged.connect(self._prompt_edited)
+        self.thinking = QCheckBox("Let the model think before it answers (<think> block)")
+        self.thinking.setChecked(settings.thinking)
+        self.temperature = _double(0.0, 2.0, 0.05, settings.temperature)
+        self.top_k = _int(0, 1000, settings.top_k)
+        self.top_p = _double(0.0, 1.0, 0.01, settings.top_p)
+        self.min_p = _double(0.0, 1.0, 0.01, settings.min_p)
+        self.repeat_penalty = _double(0.5, 2.0, 0.01, settings.repeat_penalty)
+        self.seed = _int(0, 2**31 - 1, settings.seed)
+        self.max_tokens = _int(1, 32768, settings.max_tokens)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form = QFormLayout(self)
+        form.addRow("System prompt", self.preset)
+        form.addRow("", self.system_prompt)
+        form.addRow("", self.thinking)
+        form.addRow("Temperature", self.temperature)
+        form.addRow("Top-k (0: off)", self.top_k)
+        form.addRow("Top-p", self.top_p)
+        form.addRow("Min-p", self.min_p)
+        form.addRow("Repeat penalty", self.repeat_penalty)
+        form.addRow("Seed", self.seed)
+        form.addRow("Max tokens", self.max_tokens)
+        form.addRow(buttons)
+        self._base = settings
+
+    def _preset_picked(self, name: str) -> None:
+        if name in PRESETS:
+            self.system_prompt.blockSignals(True)
+            self.system_prompt.setPlainText(PRESETS[name])
+            self.system_prompt.blockSignals(False)
+
+    def _prompt_edited(self) -> None:
+        if PRESETS.get(self.preset.currentText()) != self.system_prompt.toPlainText():
+            self.preset.blockSignals(True)
+            self.preset.setCurrentText(CUSTOM)
+            self.preset.blockSignals(False)
+
+    def result_settings(self) -> ChatSettings:
+        return replace(self._base, preset=self.preset.currentText(), system_prompt=self.system_prompt.toPlainText(),
+                       thinking=self.thinking.isChecked(), temperature=self.temperature.value(),
+                       top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
+                       repeat_penalty=self.repeat_penalty.value(), seed=self.seed.value(),
+                       max_tokens=self.max_tokens.value())
+
+
+def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setDecimals(2)
+    box.setValue(value)
+    return box
+
+
+def _int(low: int, high: int, value: int) -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(low, high)
+    box.setValue(value)
+    return box
