@@ -306,6 +306,7 @@ class ChatView(QWidget):
         self.transcript.setOpenLinks(False)
         self.transcript.anchorClicked.connect(self.activate_link)
         self.transcript.document().setDocumentMargin(14)
+        self.transcript.document().setUndoRedoEnabled(False)  # a growing undo stack would slow every edit
         self.hud = Hud()
         stack = QGridLayout()
         stack.setContentsMargins(0, 0, 0, 0)
