@@ -7,6 +7,7 @@ leak between tests.
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
@@ -22,8 +23,11 @@ from PySide6.QtWidgets import QLabel, QStackedWidget
 from pytestqt.qtbot import QtBot
 
 from app import secrets
+from app.backend import registry
+from app.backend.registry import BackendManifest
 from app.errors import TrustError
 from app.fit import GIB, fit
+from app.gui.backend_page import BackendPage
 from app.gui.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
 from app.release import signing, trust
 from app.release.catalog import endpoints_for, load_catalog
@@ -32,6 +36,7 @@ from app.release.publish import KeyPair, keygen, sign_release
 from tests.release_server import Fault, ReleaseServer
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
+BUILD_WAIT_MS = 300_000  # a cached rebuild takes seconds; a busy machine may still need minutes
 CATALOG = load_catalog()
 MODEL = CATALOG.quant("Q4_K_P").file
 SIDECAR = CATALOG.sidecar.file
@@ -83,7 +88,7 @@ def page(qtbot: QtBot, server: ReleaseServer) -> Iterator[ModelsPage]:
     qtbot.mouseClick(widget.add_mirror_button, Qt.MouseButton.LeftButton)
     yield widget
     widget.shutdown()
-    qtbot.waitUntil(lambda: not widget.downloading, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: widget.ops.idle, timeout=WAIT_MS)
     widget.close()
     widget.deleteLater()
 
@@ -104,7 +109,8 @@ def installed_files() -> list[str]:
 def test_quantizations_show_sizes_and_the_fit_advice(qtbot: QtBot, folders: Path) -> None:
     page = ModelsPage()  # detects GPUs for real (nvidia-smi, or none)
     qtbot.addWidget(page)
-    qtbot.waitUntil(lambda: "Looking" not in page.gpu_label.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: page.ops.idle, timeout=WAIT_MS)
+    assert "Looking" not in page.gpu_label.text()
     page.vram.setValue(24)
     page.context.setValue(32_768)
     table = page.quant_table
@@ -269,3 +275,72 @@ def test_mirror_and_token_settings_use_the_config_and_the_keyring(qtbot: QtBot, 
     qtbot.mouseClick(page.clear_token_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.token_status.text().startswith("No token stored"), timeout=WAIT_MS)
     assert keyring.get_password(secrets.SERVICE, secrets.USERNAME) is None
+
+
+# ----------------------------------------------------------------------------- backend page
+
+
+@pytest.fixture
+def backend_page(qtbot: QtBot) -> Iterator[BackendPage]:
+    widget = BackendPage()
+    widget.show()
+    yield widget
+    widget.shutdown()
+    qtbot.waitUntil(lambda: widget.ops.idle, timeout=BUILD_WAIT_MS)
+    widget.close()
+    widget.deleteLater()
+
+
+def test_backend_page_shows_the_detected_build_tools(qtbot: QtBot, backend_page: BackendPage) -> None:
+    qtbot.waitUntil(lambda: backend_page.toolchain is not None, timeout=WAIT_MS)
+    tools = backend_page.toolchain
+    assert tools is not None and tools.cmake is not None
+    assert tools.cmake.version in backend_page.tool_labels["cmake"].text()
+    assert backend_page.tool_labels["gpus"].text() != "…"
+    assert backend_page.build_cpu_button.isEnabled() == tools.can_build_cpu
+    assert backend_page.build_cuda_button.isEnabled() == (tools.can_build_cuda and bool(tools.gpus))
+
+
+def test_backend_page_shows_a_real_build_then_lists_and_self_tests_it(
+        qtbot: QtBot, backend_page: BackendPage, patched_backend: BackendManifest) -> None:
+    """The same inputs as the cached patched CPU build: the real builder re-links from its cache."""
+    page = backend_page
+    qtbot.waitUntil(lambda: page.toolchain is not None, timeout=WAIT_MS)
+    seen: list[int] = []
+    page.progress.valueChanged.connect(seen.append)
+    qtbot.mouseClick(page.build_cpu_button, Qt.MouseButton.LeftButton)
+    assert page.building and not page.build_cpu_button.isEnabled() and page.cancel_build_button.isEnabled()
+    qtbot.waitUntil(lambda: not page.building, timeout=BUILD_WAIT_MS)
+    assert page.last_error is None, page.step_label.text()
+    assert page.built is not None and page.built.id == patched_backend.id
+    assert seen == sorted(seen) and len(set(seen)) >= 5 and seen[-1] == 100
+    log = page.log.toPlainText()
+    assert "==> checking the build tools" in log and "reusing the cached build tree" in log
+    assert "==> self-testing the new backend" in log
+    assert page.step_label.text().startswith(f"Backend {patched_backend.id} ready")
+
+    row = page.row_texts(patched_backend.id)
+    assert (row["flavor"], row["patch"], row["selftest"], row["active"]) == ("cpu", "yes", "ok", "● active")
+    assert page.selected_id() == patched_backend.id
+    assert json.loads(page.details.toPlainText())["patch_sha256"] == patched_backend.patch_sha256
+    assert page.selftest_label.text().startswith("Self-test at build time: passed")
+    assert not page.use_button.isEnabled()  # already the active one
+
+    qtbot.mouseClick(page.selftest_button, Qt.MouseButton.LeftButton)
+    assert page.selftest_label.text().startswith("Self-testing")
+    qtbot.waitUntil(lambda: page.selftest_result is not None, timeout=WAIT_MS)
+    assert page.selftest_result is not None and page.selftest_result["ok"] is True
+    text = page.selftest_label.text()
+    assert text.startswith(f"Self-test of {patched_backend.id}: passed") and "d2t sidecar loads" in text
+
+
+def test_an_unpatched_backend_cannot_be_made_active_from_the_page(
+        qtbot: QtBot, backend_page: BackendPage, patched_backend: BackendManifest,
+        unpatched_backend: BackendManifest) -> None:
+    page = backend_page
+    page.refresh_backends(select=unpatched_backend.id)
+    assert page.row_texts(unpatched_backend.id)["patch"].startswith("no")
+    assert page.use_button.isEnabled()
+    qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
+    assert "without the FastMTP d2t patch" in page.selftest_label.text()
+    assert registry.active_id() == patched_backend.id

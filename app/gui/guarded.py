@@ -1,12 +1,19 @@
-"""Callbacks that outlive their widget: a background op may finish after the page that started it is gone."""
+"""Background ops owned by a widget: their results may arrive after the widget is gone.
+
+A page starts its slow work through :class:`OwnedOps` instead of calling ``run_in_background``
+directly: the callbacks are skipped once Qt has deleted the page, and ``idle`` tells (a test, or a
+window about to close) whether any of the page's work is still running.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import shiboken6
 from PySide6.QtWidgets import QWidget
+
+from app.gui.ops import BackgroundOp, Report, run_in_background
 
 T = TypeVar("T")
 
@@ -19,3 +26,24 @@ def while_alive(widget: QWidget, callback: Callable[[T], None]) -> Callable[[T],
             callback(value)
 
     return call
+
+
+class OwnedOps:
+    """Start background ops on behalf of ``owner``; remember them until they finish."""
+
+    def __init__(self, owner: QWidget) -> None:
+        self._owner = owner
+        self._ops: list[BackgroundOp[Any]] = []
+
+    def start(self, work: Callable[[Report], T], on_success: Callable[[T], None],
+              on_failure: Callable[[Exception], None], on_progress: Callable[[Any], None] | None = None,
+              ) -> BackgroundOp[T]:
+        owner = self._owner
+        op = run_in_background(work, while_alive(owner, on_success), while_alive(owner, on_failure),
+                               while_alive(owner, on_progress) if on_progress is not None else None)
+        self._ops = [o for o in self._ops if o.running] + [op]
+        return op
+
+    @property
+    def idle(self) -> bool:
+        return not any(op.running for op in self._ops)

@@ -43,8 +43,8 @@ from app import secrets
 from app.backend.toolchain import Gpu, detect_gpus
 from app.errors import FastMTPError, VerificationError
 from app.fit import GIB, FitReport, fit
-from app.gui.guarded import while_alive
-from app.gui.ops import BackgroundOp, Report, run_in_background
+from app.gui.guarded import OwnedOps
+from app.gui.ops import BackgroundOp, Report
 from app.gui.trust_dialog import TrustKeyDialog
 from app.release.catalog import (
     Catalog,
@@ -128,6 +128,7 @@ class ModelsPage(QWidget):
 
     def __init__(self, parent: QWidget | None = None, *, detect_gpu: bool = True) -> None:
         super().__init__(parent)
+        self.ops = OwnedOps(self)
         self.catalog: Catalog = load_catalog()
         self.gpus: list[Gpu] = []
         self.report: FitReport | None = None
@@ -149,8 +150,7 @@ class ModelsPage(QWidget):
         self.refresh_mirrors()
         self.refresh_token_status()
         if detect_gpu:
-            run_in_background(lambda _report: detect_gpus(), while_alive(self, self._gpus_detected),
-                              while_alive(self, self._gpu_detection_failed))
+            self.ops.start(lambda _report: detect_gpus(), self._gpus_detected, self._gpu_detection_failed)
 
     # ------------------------------------------------------------------ layout
 
@@ -354,9 +354,7 @@ class ModelsPage(QWidget):
             return fetch_release(plan, token=secrets.get_token(), on_event=report,
                                  on_step=lambda message: report(_Step(message)), control=control, confirm=confirm)
 
-        self.download_op = run_in_background(work, while_alive(self, self._download_done),
-                                             while_alive(self, self._download_failed),
-                                             while_alive(self, self._on_progress))
+        self.download_op = self.ops.start(work, self._download_done, self._download_failed, self._on_progress)
 
     def pause(self) -> None:
         if self.control is not None and self.downloading:
@@ -586,7 +584,7 @@ class ModelsPage(QWidget):
             self.settings_message.setText(error_text(exc))
             self.refresh_token_status()
 
-        run_in_background(work, while_alive(self, succeeded), while_alive(self, failed))
+        self.ops.start(work, succeeded, failed)
 
     def refresh_token_status(self) -> None:
         def shown(status: secrets.TokenStatus) -> None:
@@ -603,8 +601,7 @@ class ModelsPage(QWidget):
                         "for the app instead.")
             self.token_status.setText(text)
 
-        run_in_background(lambda _report: secrets.status(), while_alive(self, shown),
-                          while_alive(self, lambda exc: self.token_status.setText(error_text(exc))))
+        self.ops.start(lambda _report: secrets.status(), shown, lambda exc: self.token_status.setText(error_text(exc)))
 
     # ------------------------------------------------------------------ shutdown
 

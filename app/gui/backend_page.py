@@ -1,0 +1,397 @@
+"""The backend page: build tools and GPUs, CPU / CUDA builds with progress and the live log, installed backends.
+
+A build is ``build_backend`` (the same as ``python -m app backend build``) in a background op owned by
+this page, so it keeps running while the user looks at another page. Its progress bar follows the
+build's events, whose percentages come from ninja's ``[n/N]`` lines while compiling; every log line
+goes to the live log. The installed backends are read from the registry: their manifests, the
+active one, "Use" (``registry.set_active``) and the self-test in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QColor, QFontDatabase, QShowEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.backend import registry
+from app.backend.builder import BuildOptions, Flavor, build_backend, run_selftest_subprocess
+from app.backend.events import BuildEvent, CancelToken
+from app.backend.registry import BackendManifest
+from app.backend.toolchain import Tool, Toolchain, detect
+from app.errors import BuildCancelled, FastMTPError
+from app.gui.guarded import OwnedOps
+from app.gui.ops import BackgroundOp, Report
+
+_BAD = QColor("#b91c1c")
+_GOOD = QColor("#15803d")
+LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
+
+# installed backends table columns
+(B_ID, B_FLAVOR, B_PATCH, B_SELFTEST, B_BUILT, B_ACTIVE) = range(6)
+
+
+def _tool_text(tool: Tool | None, missing: str = "not found") -> str:
+    return f"{tool.version}  ({tool.path})" if tool is not None else missing
+
+
+def error_text(exc: Exception) -> str:
+    if isinstance(exc, FastMTPError):
+        return exc.message + (f"\n{exc.advice}" if exc.advice else "")
+    return f"{type(exc).__name__}: {exc}"
+
+
+def selftest_summary(result: dict[str, Any]) -> str:
+    """One plain sentence about a self-test result (the manifest's or a fresh one)."""
+    if not result:
+        return "not run"
+    if not result.get("ok"):
+        return f"FAILED: {result.get('error', 'no result')}"
+    parts = [f"passed in {result.get('seconds', '?')} s"]
+    agreement = result.get("greedy_table_agreement")
+    if isinstance(agreement, int | float):
+        parts.append(f"greedy decoding follows the demo table on {agreement:.0%} of steps")
+    d2t = result.get("d2t")
+    if isinstance(d2t, dict):
+        parts.append("d2t sidecar loads, draft logits match the full sidecar" if d2t.get("loaded")
+                     else "d2t sidecar refused, as an unpatched build must")
+    parts.append("GPU offload" if result.get("gpu_offload") else "CPU only")
+    return "; ".join(parts)
+
+
+class BackendPage(QWidget):
+    """Build tools, builds, and the installed backends."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.ops = OwnedOps(self)
+        self.toolchain: Toolchain | None = None
+        self.build_op: BackgroundOp[BackendManifest] | None = None
+        self.selftest_op: BackgroundOp[dict[str, Any]] | None = None
+        self.cancel_token: CancelToken | None = None
+        self.built: BackendManifest | None = None
+        self.last_error: Exception | None = None
+        self.selftest_result: dict[str, Any] | None = None  # the last self-test run from this page ...
+        self.selftest_of: str | None = None  # ... and the backend it tested
+        self._watched: QWidget | None = None
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self._build_toolchain_group())
+        layout.addWidget(self._build_build_group(), 1)
+        layout.addWidget(self._build_installed_group())
+        self.refresh_backends()
+        self.refresh_toolchain()
+
+    # ------------------------------------------------------------------ layout
+
+    def _build_toolchain_group(self) -> QGroupBox:
+        group = QGroupBox("Build tools and GPUs")
+        self.tool_labels: dict[str, QLabel] = {}
+        form = QFormLayout(group)
+        for key, title in (("cmake", "CMake"), ("ninja", "Ninja"), ("c_compiler", "C compiler"),
+                           ("cxx_compiler", "C++ compiler"), ("nvcc", "CUDA compiler"), ("cublas", "cuBLAS"),
+                           ("ccache", "ccache"), ("gpus", "NVIDIA GPUs")):
+            label = QLabel("…")
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            label.setWordWrap(True)
+            self.tool_labels[key] = label
+            form.addRow(title, label)
+        self.problems_label = QLabel()
+        self.problems_label.setWordWrap(True)
+        form.addRow(self.problems_label)
+        return group
+
+    def _build_build_group(self) -> QGroupBox:
+        group = QGroupBox("Build")
+        self.build_cpu_button = QPushButton("Build CPU backend")
+        self.build_cpu_button.clicked.connect(lambda: self.build("cpu"))
+        self.build_cuda_button = QPushButton("Build CUDA backend")
+        self.build_cuda_button.clicked.connect(lambda: self.build("cuda"))
+        self.cancel_build_button = QPushButton("Cancel build")
+        self.cancel_build_button.clicked.connect(self.cancel_build)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.build_cpu_button)
+        buttons.addWidget(self.build_cuda_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.cancel_build_button)
+        self.step_label = QLabel("The first build takes a few minutes; later builds with the same inputs reuse "
+                                 "the cached build tree and take seconds.")
+        self.step_label.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 100)
+        self.progress.setValue(0)
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(LOG_LINES)
+        self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.log.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.log.setPlaceholderText("The build log appears here.")
+        box = QVBoxLayout(group)
+        box.addLayout(buttons)
+        box.addWidget(self.step_label)
+        box.addWidget(self.progress)
+        box.addWidget(self.log, 1)
+        self.build_cuda_button.setEnabled(False)  # until the toolchain says CUDA can be built
+        self.cancel_build_button.setEnabled(False)
+        return group
+
+    def _build_installed_group(self) -> QGroupBox:
+        group = QGroupBox("Installed backends")
+        self.table = QTableWidget(0, 6)
+        self.table.setHorizontalHeaderLabels(["Backend", "Flavor", "d2t patch", "Self-test", "Built", ""])
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setMaximumHeight(150)
+        self.table.itemSelectionChanged.connect(self._selection_changed)
+        self.details = QPlainTextEdit()
+        self.details.setReadOnly(True)
+        self.details.setMaximumHeight(140)
+        self.details.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.details.setPlaceholderText("Select a backend to see its manifest.")
+        self.use_button = QPushButton("Use")
+        self.use_button.clicked.connect(self.use_selected)
+        self.selftest_button = QPushButton("Run self-test")
+        self.selftest_button.clicked.connect(self.selftest_selected)
+        self.selftest_label = QLabel()
+        self.selftest_label.setWordWrap(True)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.selftest_label, 1)
+        buttons.addWidget(self.use_button)
+        buttons.addWidget(self.selftest_button)
+        box = QVBoxLayout(group)
+        box.addWidget(self.table)
+        box.addWidget(self.details)
+        box.addLayout(buttons)
+        return group
+
+    # ------------------------------------------------------------------ toolchain
+
+    def refresh_toolchain(self) -> None:
+        """Detect the build tools off the GUI thread (it runs each tool's --version and nvidia-smi)."""
+        for label in self.tool_labels.values():
+            label.setText("…")
+        self.ops.start(lambda _report: detect(), self._toolchain_detected,
+                       lambda exc: self.problems_label.setText(error_text(exc)))
+
+    def _toolchain_detected(self, tools: Toolchain) -> None:
+        self.toolchain = tools
+        labels = self.tool_labels
+        labels["cmake"].setText(_tool_text(tools.cmake))
+        labels["ninja"].setText(_tool_text(tools.ninja))
+        labels["c_compiler"].setText(_tool_text(tools.c_compiler))
+        labels["cxx_compiler"].setText(_tool_text(tools.cxx_compiler))
+        labels["nvcc"].setText(_tool_text(tools.nvcc, "not found (CPU builds only)"))
+        labels["cublas"].setText(f"{tools.cublas.lib_dir}{' (pip wheel)' if tools.cublas.from_wheel else ''}"
+                                 if tools.cublas else "not found")
+        labels["ccache"].setText(_tool_text(tools.ccache, "not found (optional: faster rebuilds)"))
+        labels["gpus"].setText(", ".join(f"{g.name} (compute {g.compute_capability}, {g.memory_mib} MiB)"
+                                         for g in tools.gpus) or "none found")
+        problems = tools.problems(cuda=tools.nvcc is not None)
+        if not tools.gpus and tools.can_build_cuda:
+            problems.append("No NVIDIA GPU was found, so the CUDA architecture is unknown: build the CPU backend "
+                            "here, or use `python -m app backend build --cuda --cuda-arch 89` for another machine.")
+        self.problems_label.setText("\n".join(problems) if problems else "Everything needed is there.")
+        self.problems_label.setStyleSheet(f"color: {_BAD.name()};" if not tools.can_build_cpu else "")
+        self._set_building(self.building)
+
+    # ------------------------------------------------------------------ building
+
+    @property
+    def building(self) -> bool:
+        return self.build_op is not None and self.build_op.running
+
+    def build(self, flavor: Flavor) -> None:
+        """Build, self-test, install and activate a backend, as ``python -m app backend build --<flavor>``."""
+        if self.building:
+            return
+        options = BuildOptions(flavor=flavor)
+        cancel = self.cancel_token = CancelToken()
+        self.built = None
+        self.last_error = None
+        self.log.clear()
+        self.progress.setValue(0)
+        self.step_label.setStyleSheet("")
+        self.step_label.setText(f"Starting the {flavor.upper()} build…")
+
+        def work(report: Report) -> BackendManifest:
+            return build_backend(options, report, cancel)
+
+        self.build_op = self.ops.start(work, self._build_done, self._build_failed, self._event)
+        self._set_building(True)
+
+    def cancel_build(self) -> None:
+        if self.cancel_token is not None and self.building:
+            self.step_label.setText("Cancelling the build…")
+            self.cancel_build_button.setEnabled(False)
+            self.cancel_token.cancel()
+
+    def _set_building(self, building: bool) -> None:
+        tools = self.toolchain
+        self.build_cpu_button.setEnabled(not building and (tools is None or tools.can_build_cpu))
+        self.build_cuda_button.setEnabled(not building and tools is not None and tools.can_build_cuda
+                                          and bool(tools.gpus))
+        self.cancel_build_button.setEnabled(building)
+
+    def _event(self, value: Any) -> None:
+        if not isinstance(value, BuildEvent):
+            return
+        if value.percent is not None:
+            self.progress.setValue(round(value.percent))
+        if value.kind in ("step", "done"):
+            self.step_label.setText(value.message[:1].upper() + value.message[1:])
+        if value.kind in ("step", "log", "done", "error") and value.message.strip():
+            prefix = "==> " if value.kind == "step" else ""
+            self.log.appendPlainText(prefix + value.message.rstrip())
+
+    def _build_done(self, manifest: BackendManifest) -> None:
+        self.built = manifest
+        self.cancel_token = None
+        self._set_building(False)
+        self.progress.setValue(100)
+        self.refresh_backends(select=manifest.id)
+
+    def _build_failed(self, exc: Exception) -> None:
+        self.last_error = exc
+        self.cancel_token = None
+        self._set_building(False)
+        if isinstance(exc, BuildCancelled):
+            self.step_label.setText("Build cancelled; nothing was installed. Building again resumes from the "
+                                    "cached build tree.")
+        else:
+            self.step_label.setText("The build failed; nothing was installed. " + error_text(exc))
+            self.step_label.setStyleSheet(f"color: {_BAD.name()};")
+        self.refresh_backends()
+
+    # ------------------------------------------------------------------ installed backends
+
+    def refresh_backends(self, select: str | None = None) -> None:
+        """Re-read the registry (small JSON files) and show every backend, the active one marked."""
+        if not self.building:
+            registry.cleanup_stale_staging()
+        backends = registry.list_backends()
+        active = registry.active_id()
+        selected = select or self.selected_id()
+        self.manifests = {m.id: m for m in backends}
+        self.table.setRowCount(len(backends))
+        for row, manifest in enumerate(backends):
+            cells = [manifest.id, manifest.flavor + (f" sm_{','.join(manifest.cuda_archs)}"
+                                                     if manifest.cuda_archs else ""),
+                     "yes" if manifest.patched else "no (cannot load d2t sidecars)",
+                     "ok" if manifest.selftest_ok else "FAILED", manifest.built_at.replace("T", " ")[:19],
+                     "● active" if manifest.id == active else ""]
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if column == B_SELFTEST:
+                    item.setForeground(_GOOD if manifest.selftest_ok else _BAD)
+                self.table.setItem(row, column, item)
+        ids = [m.id for m in backends]
+        if selected in ids:
+            self.table.selectRow(ids.index(selected))
+        self._selection_changed()
+
+    def selected_id(self) -> str | None:
+        rows = {index.row() for index in self.table.selectionModel().selectedRows()}
+        if not rows:
+            return None
+        item = self.table.item(min(rows), B_ID)
+        return item.text() if item is not None else None
+
+    def row_texts(self, backend_id: str) -> dict[str, str]:
+        """The texts of one backend's row by column name (what a user reads; used by tests)."""
+        columns = ["id", "flavor", "patch", "selftest", "built", "active"]
+        for row in range(self.table.rowCount()):
+            texts = [item.text() if (item := self.table.item(row, column)) is not None else ""
+                     for column in range(len(columns))]
+            if texts[B_ID] == backend_id:
+                return dict(zip(columns, texts, strict=True))
+        raise KeyError(backend_id)
+
+    def _selection_changed(self) -> None:
+        backend_id = self.selected_id()
+        manifest = self.manifests.get(backend_id) if backend_id else None
+        busy = self.selftest_op is not None and self.selftest_op.running
+        self.use_button.setEnabled(manifest is not None and manifest.id != registry.active_id())
+        self.selftest_button.setEnabled(manifest is not None and not busy)
+        if manifest is None:
+            self.details.clear()
+            return
+        self.details.setPlainText(json.dumps(manifest.to_dict(), indent=2))
+        if busy:
+            return
+        if self.selftest_result is not None and self.selftest_of == manifest.id:
+            self.selftest_label.setText(f"Self-test of {manifest.id}: {selftest_summary(self.selftest_result)}")
+        else:
+            self.selftest_label.setText(f"Self-test at build time: {selftest_summary(manifest.selftest)}")
+
+    def use_selected(self) -> None:
+        backend_id = self.selected_id()
+        if backend_id is None:
+            return
+        try:
+            registry.set_active(backend_id)
+        except FastMTPError as exc:
+            self.selftest_label.setText(error_text(exc))
+            return
+        self.refresh_backends(select=backend_id)
+        self.selftest_label.setText(f"{backend_id} is the active backend now; the next model load uses it.")
+
+    def selftest_selected(self) -> None:
+        """Run the self-test again in a child process (a native crash cannot take the window down)."""
+        backend_id = self.selected_id()
+        if backend_id is None or (self.selftest_op is not None and self.selftest_op.running):
+            return
+        folder = registry.backend_dir(backend_id)
+        self.selftest_result = None
+        self.selftest_label.setText(f"Self-testing {backend_id}…")
+        self.selftest_button.setEnabled(False)
+
+        self.selftest_of = backend_id
+
+        def done(result: dict[str, Any]) -> None:
+            self.selftest_result = result
+            self._selection_changed()
+
+        def failed(exc: Exception) -> None:
+            self.selftest_result = {"ok": False, "error": f"the self-test could not run: {error_text(exc)}"}
+            self._selection_changed()
+
+        self.selftest_op = self.ops.start(lambda _report: run_selftest_subprocess(folder), done, failed)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def showEvent(self, event: QShowEvent) -> None:
+        window = self.window()
+        if window is not self and window is not self._watched:
+            window.installEventFilter(self)
+            self._watched = window
+        super().showEvent(event)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self._watched and event.type() == QEvent.Type.Close:
+            self.shutdown()
+        return False
+
+    def shutdown(self) -> None:
+        """Cancel a running build (nothing half-built is ever installed) so the window can close promptly."""
+        if self.cancel_token is not None:
+            self.cancel_token.cancel()
