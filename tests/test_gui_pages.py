@@ -344,3 +344,26 @@ def test_an_unpatched_backend_cannot_be_made_active_from_the_page(
     qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
     assert "without the FastMTP d2t patch" in page.selftest_label.text()
     assert registry.active_id() == patched_backend.id
+
+
+# ----------------------------------------------------------------------------- in the window
+
+
+def test_the_window_has_the_models_and_backend_pages(qtbot: QtBot, folders: Path) -> None:
+    from app.gui.main import MainWindow
+    from app.history import HistoryStore
+
+    history = HistoryStore(folders / "history.sqlite3")
+    window = MainWindow(history=history)
+    qtbot.addWidget(window)
+    window.show()
+    names = [window.nav.item(row).text() for row in range(window.nav.count())]
+    assert names[:3] == ["Chat", "Models", "Backend"] and names[-1] == "Settings"
+    window.nav.setCurrentRow(names.index("Models"))
+    assert isinstance(window.pages.currentWidget(), ModelsPage)
+    window.nav.setCurrentRow(names.index("Backend"))
+    backend = window.pages.currentWidget()
+    assert isinstance(backend, BackendPage) and backend.isVisible()
+    qtbot.waitUntil(lambda: backend.toolchain is not None, timeout=WAIT_MS)
+    window.close()
+    history.close()

@@ -38,10 +38,12 @@ from app.engine.chat_template import Message
 from app.engine.speculative import EngineConfig
 from app.gguftools.demo_model import DemoModel
 from app.gui import theme
+from app.gui.backend_page import BackendPage
 from app.gui.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat_view import ChatView
 from app.gui.engine_bridge import EngineBridge
 from app.gui.hud import drafting_warning
+from app.gui.models_page import ModelsPage
 from app.gui.ops import run_in_background, wait_for_all
 from app.gui.settings_page import SettingsPage
 from app.gui.sidebar import Sidebar
@@ -206,6 +208,8 @@ class MainWindow(QMainWindow):
         shell.addWidget(self.pages, 1)
         self.setCentralWidget(outer)
         self.add_page("Chat", chat_page)
+        self.add_page("Models", ModelsPage())
+        self.add_page("Backend", BackendPage())
         self.settings_page = SettingsPage(self.settings)
         self.settings_page.saved.connect(self.apply_settings)
         self.add_page("Settings", self.settings_page)
