@@ -1,0 +1,42 @@
+"""The frozen app's entry point: ``fastmtp-chat [command ...]``, exactly like ``python -m app``.
+
+The app starts child processes as ``sys.executable -m MODULE ...`` (the engine worker, the backend
+self-test). In a frozen app ``sys.executable`` is this program, so ``-m MODULE`` is handled here by
+running that bundled module. The bundled cmake and ninja go on PATH, and the bundled pinned sdist
+is offered as the wheelhouse, so the first-run backend build needs only a C/C++ compiler.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+
+
+def _prepare_frozen_environment(bundle: Path) -> None:
+    tools = [bundle / "tools" / "cmake" / "bin", bundle / "tools" / "ninja"]
+    found = [str(folder) for folder in tools if folder.is_dir()]
+    if found:
+        os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
+    sdist = bundle / "sdist"
+    if sdist.is_dir() and not os.environ.get("FASTMTP_WHEELHOUSE"):
+        os.environ["FASTMTP_WHEELHOUSE"] = str(sdist)
+
+
+def main() -> int:
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle is not None:
+        _prepare_frozen_environment(Path(bundle))
+        if len(sys.argv) > 2 and sys.argv[1] == "-m":
+            module = sys.argv[2]
+            sys.argv = [sys.argv[0], *sys.argv[3:]]
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            return 0
+    from app.cli import main as cli_main
+
+    return cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
