@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import Qt, QThread
+from PySide6.QtCore import Qt, QThread, QUrl
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
@@ -278,4 +278,142 @@ def test_pages_are_added_to_the_switcher_and_shown_when_picked(qtbot: QtBot, tmp
     assert win.pages.currentWidget() is replacement
     win.show_page("Chat")
     assert win.pages.currentWidget().isAncestorOf(win.chat)
+    store.close()
+
+
+def test_thinking_switch_regenerate_and_edit_resend_against_the_engine(
+        qtbot: QtBot, window: MainWindow) -> None:
+    qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)
+    window.thinking_box.setChecked(False)  # per chat: sent to the engine, saved with the chat
+    assert window.options.thinking is False
+    _tokens, done = _send(qtbot, window, "First question about lighthouses")
+    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
+    conv_id = window.conversation_id
+    assert conv_id is not None and window.history.get(conv_id).settings["thinking"] is False
+    hud = window.chat.hud
+    assert re.match(r"\d+ tok/s", hud.prompt_tps.text()) and re.match(r"\d+ ms", hud.first_token.text())
+    assert len(hud.sparkline.values) > 1
+    first_reply = window.history.messages(conv_id)[-1]
+    assert first_reply.complete and first_reply.content.strip() == done[0]["text"].strip()
+
+    # regenerate: the last reply is replaced, in the view and in the history
+    window.chat.activate_link(QUrl(f"regenerate:{len(window.chat.entries) - 1}"))
+    qtbot.waitUntil(lambda: len(done) == 2, timeout=WAIT_MS)
+    stored = window.history.messages(conv_id)
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[1].created > first_reply.created
+    assert [e.role for e in window.chat.entries] == ["user", "assistant"]
+
+    # edit-and-resend: the user message is replaced and everything after it goes
+    window.chat.activate_link(QUrl("edit:0"))
+    assert window.chat.input.toPlainText() == "First question about lighthouses"
+    window.chat.input.setPlainText("A better question about ships")
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(done) == 3, timeout=WAIT_MS)
+    stored = window.history.messages(conv_id)
+    assert [(m.role, m.content) for m in stored][:1] == [("user", "A better question about ships")]
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[1].complete
+    assert "First question" not in window.chat.transcript_text()
+
+    # reopening the chat restores its thinking switch
+    window.thinking_box.setChecked(True)
+    window.open_conversation(conv_id)
+    assert window.thinking_box.isChecked() is True
+    window.thinking_box.setChecked(False)
+    window.open_conversation(conv_id)
+    assert window.thinking_box.isChecked() is False and window.options.thinking is False
+    window.thinking_box.setChecked(True)
+
+
+def test_an_engine_killed_mid_reply_keeps_the_streamed_text_and_restarts(
+        qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    monkeypatch.setattr(window, "options", ChatOptions(max_tokens=1500))
+    qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)
+    tokens: list[dict[str, Any]] = []
+
+    def kill_after_some(event: dict[str, Any]) -> None:
+        tokens.append(event)
+        if len(tokens) == 40:  # past the first partial save (every 32 tokens)
+            pid = window.bridge._client.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+
+    window.bridge.token.connect(kill_after_some)
+    window.chat.input.setPlainText("Tell me a very long story.")
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(window.banner.isVisible, timeout=WAIT_MS)
+    window.bridge.token.disconnect(kill_after_some)
+    assert "SIGKILL" in window.banner.text.text() and window.banner.restart_button.isVisible()
+    partial = window.chat.entries[-1].text
+    assert len(tokens) >= 40 and partial.strip()
+    assert _squash(partial)[:40] in _squash(window.chat.transcript_text())
+    conv_id = window.conversation_id
+    assert conv_id is not None
+    saved = window.history.messages(conv_id)[-1]
+    assert saved.role == "assistant" and not saved.complete and saved.content == partial
+    qtbot.mouseClick(window.banner.restart_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
+    assert not window.banner.isVisible()
+    _tokens, done = _send(qtbot, window, "Are you back?")
+    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
+    assert done[0]["text"].strip()
+
+
+def test_drafting_banner_explains_missing_drafts_and_break_even(demo: DemoModel) -> None:
+    from app.gui.hud import break_even_acceptance, drafting_warning
+
+    sidecar = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=3)
+    assert drafting_warning(sidecar, {"generated": 40, "drafted": 0}) is not None
+    assert "no tokens were drafted" in str(drafting_warning(sidecar, {"generated": 40, "drafted": 0}))
+    assert drafting_warning(EngineConfig(demo.target, mode="off"), {"generated": 40, "drafted": 0}) is None
+    even = break_even_acceptance(0.5, 3)  # drafting takes half the time: a pass must yield 2 tokens
+    assert even is not None and abs((1 - even ** 4) / (1 - even) - 2.0) < 1e-6
+    slow = {"generated": 64, "drafted": 60, "acceptance": 0.2, "draft_time_share": 0.5, "tokens_per_pass": 1.2}
+    warning = drafting_warning(sidecar, slow)
+    assert warning is not None and "below break-even" in warning and "20%" in warning
+    fine = {**slow, "acceptance": 0.9, "tokens_per_pass": 3.4}
+    assert drafting_warning(sidecar, fine) is None
+
+
+def test_settings_page_saves_the_file_and_switches_the_theme(qtbot: QtBot, tmp_path: Path) -> None:
+    from app import settings as app_settings
+    from app.gui.markdown import DARK, LIGHT
+
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    assert win.page_names()[-1] == "Settings"
+    win.show_page("Settings")
+    page = win.settings_page
+    page.context_size.setValue(8192)
+    page.draft_depth.setValue(5)
+    page.theme.setCurrentText("dark")
+    qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+    saved = app_settings.load()
+    assert (saved.context_size, saved.draft_depth, saved.theme) == (8192, 5, "dark")
+    assert win.chat.colors is DARK
+    page.theme.setCurrentText("light")
+    page.save()
+    assert win.chat.colors is LIGHT
+    app_settings.save(app_settings.Settings())
+    store.close()
+
+
+def test_export_and_import_chats_from_the_window(qtbot: QtBot, tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    conv = store.create_conversation("Tides")
+    store.add_message(conv, "user", "Why are there two tides a day?")
+    store.add_message(conv, "assistant", "The **Moon** and the Earth's rotation.", {"decode_tps": 10.0})
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    win.open_conversation(conv)
+    assert win.export_chats(tmp_path / "tides.md", "md") == 1
+    assert "# Tides" in (tmp_path / "tides.md").read_text()
+    assert win.export_chats(tmp_path / "all.json", "json", current=False) == 1
+    created = win.import_chats(tmp_path / "all.json")
+    assert len(created) == 1 and win.sidebar.conversation_ids()[0] == created[0]
+    assert [m.content for m in store.messages(created[0])] == [m.content for m in store.messages(conv)]
+    (tmp_path / "bad.json").write_text("{}")
+    assert win.import_chats(tmp_path / "bad.json") == [] and win.banner.isVisibleTo(win)
     store.close()
