@@ -24,7 +24,7 @@ HIDDEN_IMPORTS = [
 
 # Never needed at run time; some are importable in the build environment and would bloat the bundle.
 EXCLUDES = ["tkinter", "pytest", "_pytest", "pytestqt", "mypy", "ruff", "IPython", "matplotlib",
-            "PyInstaller", "setuptools", "pip"]
+            "PIL", "PyInstaller", "setuptools", "pip"]
 
 
 def resource_files(root: Path = ROOT) -> list[tuple[str, str]]:
