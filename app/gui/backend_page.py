@@ -290,7 +290,7 @@ class BackendPage(QWidget):
             registry.cleanup_stale_staging()
         backends = registry.list_backends()
         active = registry.active_id()
-        selected = select or self.selected_id()
+        selected = select or self.selected_id() or active
         self.manifests = {m.id: m for m in backends}
         self.table.setRowCount(len(backends))
         for row, manifest in enumerate(backends):

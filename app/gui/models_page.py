@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -32,6 +33,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -142,10 +144,18 @@ class ModelsPage(QWidget):
         self._failed: set[str] = set()
         self._watched: QWidget | None = None
 
+        content = QWidget()
+        column = QVBoxLayout(content)
+        column.addWidget(self._build_quant_group())
+        column.addWidget(self._build_download_group(), 1)
+        column.addWidget(self._build_settings_group())
+        scroll = QScrollArea()  # the window may be shorter than the page: scroll, never squash
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(content)
         layout = QVBoxLayout(self)
-        layout.addWidget(self._build_quant_group())
-        layout.addWidget(self._build_download_group(), 1)
-        layout.addWidget(self._build_settings_group())
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(scroll)
         self.refresh_fit()
         self.refresh_mirrors()
         self.refresh_token_status()
@@ -181,14 +191,17 @@ class ModelsPage(QWidget):
         self.quant_table.verticalHeader().setVisible(False)
         self.quant_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.quant_table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.quant_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.quant_table.horizontalHeader().setStretchLastSection(True)
+        header = self.quant_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(Q_STATE, QHeaderView.ResizeMode.Stretch)
         self.download_buttons: dict[str, QPushButton] = {}
         for row, quant in enumerate(self.catalog.quants):
             button = QPushButton("Download")
             button.clicked.connect(lambda _checked=False, name=quant.name: self.download(name))
             self.download_buttons[quant.name] = button
             self.quant_table.setCellWidget(row, Q_ACTION, button)
+        rows = sum(self.quant_table.rowHeight(row) for row in range(self.quant_table.rowCount()))
+        self.quant_table.setMinimumHeight(rows + header.height() + 2 * self.quant_table.frameWidth() + 2)
         self.fit_note = QLabel()
         self.fit_note.setWordWrap(True)
         self.fit_note.setStyleSheet("color: palette(mid);")
@@ -207,11 +220,13 @@ class ModelsPage(QWidget):
         self.total_bar = QProgressBar()
         self.total_bar.setRange(0, 1000)
         self.total_bar.setTextVisible(False)
+        self.total_bar.setFixedHeight(8)
         self.total_label = QLabel()
         self.files_table = QTableWidget(0, 8)
         self.files_table.setHorizontalHeaderLabels(["File", "Progress", "Speed", "ETA", "Signature", "Size",
                                                     "sha256", "Status"])
         self.files_table.verticalHeader().setVisible(False)
+        self.files_table.setMinimumHeight(130)
         self.files_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         header = self.files_table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -239,7 +254,7 @@ class ModelsPage(QWidget):
     def _build_settings_group(self) -> QGroupBox:
         group = QGroupBox("Mirrors and hub token")
         self.mirror_list = QListWidget()
-        self.mirror_list.setMaximumHeight(70)
+        self.mirror_list.setFixedHeight(64)
         self.mirror_kind = QComboBox()
         self.mirror_kind.addItem("plain base URL", "plain")
         self.mirror_kind.addItem("HF-compatible host", "hf")
