@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
 
@@ -22,7 +23,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QStackedWidget
 from pytestqt.qtbot import QtBot
 
-from app import secrets
+from app import paths, secrets
 from app.backend import registry
 from app.backend.registry import BackendManifest
 from app.errors import TrustError
@@ -253,6 +254,16 @@ def test_refusing_the_key_installs_nothing_and_pins_nothing(qtbot: QtBot, page: 
     assert trust.user_keys(CATALOG.repo) == [] and installed_files() == [] and server.gets(MODEL) == []
 
 
+def test_closing_while_the_key_question_is_open_refuses_it_and_stops(qtbot: QtBot, page: ModelsPage,
+                                                                    server: ReleaseServer) -> None:
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: page.trust_dialog is not None and page.trust_dialog.isVisible(), timeout=WAIT_MS)
+    page.shutdown()  # what closing the window does
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert page.trust_dialog is None and "cancelled" in page.step_label.text()
+    assert trust.user_keys(CATALOG.repo) == [] and installed_files() == [] and server.gets(MODEL) == []
+
+
 # ----------------------------------------------------------------------------- mirrors and token
 
 
@@ -303,9 +314,13 @@ def test_backend_page_shows_the_detected_build_tools(qtbot: QtBot, backend_page:
 
 def test_backend_page_shows_a_real_build_then_lists_and_self_tests_it(
         qtbot: QtBot, backend_page: BackendPage, patched_backend: BackendManifest) -> None:
-    """The same inputs as the cached patched CPU build: the real builder re-links from its cache."""
+    """The same inputs as the cached patched CPU build, with one small source file touched: the real builder
+    recompiles that file and re-links from its cache (seconds), so ninja's [n/N] lines drive the bar."""
     page = backend_page
     qtbot.waitUntil(lambda: page.toolchain is not None, timeout=WAIT_MS)
+    tree = paths.cache_dir() / "src" / f"{patched_backend.llama_cpp_python_version}-d2t-" \
+        f"{(patched_backend.patch_sha256 or '')[:12]}"
+    os.utime(tree / "vendor" / "llama.cpp" / "src" / "llama-cparams.cpp")  # 100 bytes: compiles in a moment
     seen: list[int] = []
     page.progress.valueChanged.connect(seen.append)
     qtbot.mouseClick(page.build_cpu_button, Qt.MouseButton.LeftButton)
@@ -314,7 +329,9 @@ def test_backend_page_shows_a_real_build_then_lists_and_self_tests_it(
     assert page.last_error is None, page.step_label.text()
     assert page.built is not None and page.built.id == patched_backend.id
     assert seen == sorted(seen) and len(set(seen)) >= 5 and seen[-1] == 100
+    assert any(10 < value < 92 for value in seen)  # within the compile step: from ninja's [n/N]
     log = page.log.toPlainText()
+    assert re.search(r"^\[\d+/\d+\] Building CXX object .*llama-cparams", log, re.MULTILINE)
     assert "==> checking the build tools" in log and "reusing the cached build tree" in log
     assert "==> self-testing the new backend" in log
     assert page.step_label.text().startswith(f"Backend {patched_backend.id} ready")

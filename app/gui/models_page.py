@@ -140,6 +140,7 @@ class ModelsPage(QWidget):
         self.installed: Installed | None = None
         self.last_error: Exception | None = None
         self.paused = False
+        self.cancel_requested = False
         self._rows: dict[str, int] = {}
         self._failed: set[str] = set()
         self._watched: QWidget | None = None
@@ -346,6 +347,7 @@ class ModelsPage(QWidget):
         self.installed = None
         self.last_error = None
         self.paused = False
+        self.cancel_requested = False
         self._rows.clear()
         self._failed.clear()
         self.files_table.setRowCount(0)
@@ -390,6 +392,7 @@ class ModelsPage(QWidget):
 
     def cancel(self) -> None:
         if self.control is not None and self.downloading:
+            self.cancel_requested = True  # also when the key question was pending: that ends as a refusal
             self.cancel_button.setEnabled(False)
             self.total_label.setText("Cancelling…")
             self.control.cancel()
@@ -532,7 +535,7 @@ class ModelsPage(QWidget):
         self._set_running(False)
         if self.trust_dialog is not None:
             self.trust_dialog.reject()
-        if isinstance(exc, DownloadCancelled):
+        if isinstance(exc, DownloadCancelled) or self.cancel_requested:
             self.total_label.setText("")
             self._set_step("Download cancelled. The partial files are kept: Download again resumes them.")
             return
@@ -634,5 +637,5 @@ class ModelsPage(QWidget):
 
     def shutdown(self) -> None:
         """Stop the download (its parts are kept for next time) so the window can close promptly."""
-        if self.control is not None:
-            self.control.cancel()
+        if self.control is not None and self.downloading:
+            self.cancel()
