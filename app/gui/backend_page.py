@@ -36,8 +36,8 @@ from app.backend.events import BuildEvent, CancelToken
 from app.backend.registry import BackendManifest
 from app.backend.toolchain import Tool, Toolchain, detect
 from app.errors import BuildCancelled, FastMTPError
-from app.gui.guarded import OwnedOps
 from app.gui.ops import BackgroundOp, Report
+from app.gui.page_ops import OwnedOps, error_text
 
 _BAD = QColor("#b91c1c")
 _GOOD = QColor("#15803d")
@@ -50,11 +50,6 @@ LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stay
 def _tool_text(tool: Tool | None, missing: str = "not found") -> str:
     return f"{tool.version}  ({tool.path})" if tool is not None else missing
 
-
-def error_text(exc: Exception) -> str:
-    if isinstance(exc, FastMTPError):
-        return exc.message + (f"\n{exc.advice}" if exc.advice else "")
-    return f"{type(exc).__name__}: {exc}"
 
 
 def selftest_summary(result: dict[str, Any]) -> str:

@@ -45,8 +45,8 @@ from app import secrets
 from app.backend.toolchain import Gpu, detect_gpus
 from app.errors import FastMTPError, VerificationError
 from app.fit import GIB, FitReport, fit
-from app.gui.guarded import OwnedOps
 from app.gui.ops import BackgroundOp, Report
+from app.gui.page_ops import OwnedOps, error_text
 from app.gui.trust_dialog import TrustKeyDialog
 from app.release.catalog import (
     Catalog,
@@ -90,14 +90,16 @@ class _TrustQuestion:
 
 
 def human_bytes(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(count) < 1000 or unit == "GB":
+    """Decimal units, as download sizes are quoted: 16.5 GB, 48.0 MB/s."""
+    for unit in ("B", "KB", "MB"):
+        if abs(count) < 1000:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1000
     return f"{count:.1f} GB"
 
 
 def human_eta(seconds: float | None) -> str:
+    """``42 s``, ``3 min 05 s``, ``1 h 20 min``; a dash while the speed is unknown."""
     if seconds is None:
         return "—"
     seconds = round(seconds)
@@ -118,11 +120,6 @@ def plain_failure(message: str) -> tuple[str | None, str]:
                           "The file was deleted; nothing was installed.")
     return None, message.splitlines()[0]
 
-
-def error_text(exc: Exception) -> str:
-    if isinstance(exc, FastMTPError):
-        return exc.message + (f"\n{exc.advice}" if exc.advice else "")
-    return f"{type(exc).__name__}: {exc}"
 
 
 class ModelsPage(QWidget):

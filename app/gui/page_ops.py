@@ -1,8 +1,8 @@
-"""Background ops owned by a widget: their results may arrive after the widget is gone.
+"""What the pages share: background ops owned by a widget, and errors in words.
 
 A page starts its slow work through :class:`OwnedOps` instead of calling ``run_in_background``
-directly: the callbacks are skipped once Qt has deleted the page, and ``idle`` tells (a test, or a
-window about to close) whether any of the page's work is still running.
+directly: the callbacks are skipped once Qt has deleted the page (a download or a build may end
+after it), and ``idle`` tells a test, or a window about to close, whether any of it still runs.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import shiboken6
 from PySide6.QtWidgets import QWidget
 
+from app.errors import FastMTPError
 from app.gui.ops import BackgroundOp, Report, run_in_background
 
 T = TypeVar("T")
@@ -47,3 +48,10 @@ class OwnedOps:
     @property
     def idle(self) -> bool:
         return not any(op.running for op in self._ops)
+
+
+def error_text(exc: Exception) -> str:
+    """What went wrong and what to do, for a label; unexpected errors keep their type name."""
+    if isinstance(exc, FastMTPError):
+        return exc.message + (f"\n{exc.advice}" if exc.advice else "")
+    return f"{type(exc).__name__}: {exc}"
