@@ -351,6 +351,21 @@ def test_backend_page_shows_a_real_build_then_lists_and_self_tests_it(
     assert text.startswith(f"Self-test of {patched_backend.id}: passed") and "d2t sidecar loads" in text
 
 
+def test_use_makes_the_selected_backend_the_active_one(qtbot: QtBot, backend_page: BackendPage,
+                                                      patched_backend: BackendManifest) -> None:
+    page = backend_page
+    (paths.backends_dir() / "active.json").unlink()  # no active backend, as after `backend remove` of it
+    try:
+        page.refresh_backends(select=patched_backend.id)
+        assert page.row_texts(patched_backend.id)["active"] == "" and page.use_button.isEnabled()
+        qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
+        assert registry.active_id() == patched_backend.id
+        assert page.row_texts(patched_backend.id)["active"] == "● active" and not page.use_button.isEnabled()
+        assert page.selftest_label.text().startswith(f"{patched_backend.id} is the active backend now")
+    finally:
+        registry.set_active(patched_backend.id)
+
+
 def test_an_unpatched_backend_cannot_be_made_active_from_the_page(
         qtbot: QtBot, backend_page: BackendPage, patched_backend: BackendManifest,
         unpatched_backend: BackendManifest) -> None:
