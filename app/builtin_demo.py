@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.gguftools.demo_model import DEMO_SHAPES, DemoModel, Size, read_demo_table, write_demo_model
-from app.gguftools.reader import open_gguf, tensors_by_name
+from app.gguftools.sidecar import read_d2t_ids
 
 _MARKER = "demo.json"
 
@@ -36,8 +36,10 @@ def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9
 
 def d2t_ids(sidecar: Path) -> npt.NDArray[np.int64]:
     """The absolute target ids of a d2t sidecar's draft vocabulary."""
-    tensor = tensors_by_name(open_gguf(sidecar))["d2t"]
-    return np.asarray(tensor.data, dtype=np.int64).reshape(-1)
+    ids = read_d2t_ids(sidecar)
+    if ids is None:
+        raise ValueError(f"{sidecar} has no d2t tensor")
+    return ids
 
 
 def table_prompt(demo: DemoModel, n: int = 8) -> list[int]:

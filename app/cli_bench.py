@@ -57,6 +57,58 @@ def cmd_bench_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_spec(args: argparse.Namespace) -> int:
+    from app.backend.builder import BuildOptions
+    from app.bench import spec
+    from app.bench.report import record
+    from app.builtin_demo import ensure_demo_model
+
+    if args.target:
+        if not (args.full and args.d2t):
+            raise SystemExit("--target needs --full and --d2t too")
+        target, full, d2t = args.target, args.full, args.d2t
+        name = target.name
+    else:
+        folder = paths.cache_dir() / "bench-models" / f"{args.size}-a{args.acceptance}"
+        print(f"preparing the {args.size} demo model (acceptance {args.acceptance}) in {folder} ...",
+              file=sys.stderr, flush=True)
+        demo = ensure_demo_model(folder, size=args.size, acceptance=args.acceptance)
+        target, full, d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
+        name = f"{args.size} demo model, acceptance {args.acceptance}"
+    depths = [int(d) for d in args.depths.split(",")]
+    modes = args.modes.split(",")
+    variants = spec.default_variants(depths, modes, upstream=not args.no_upstream)
+    server = None
+    if not args.no_upstream:
+        from app.backend.upstream_server import build_server
+
+        print("building (or reusing) llama-server from the patched tree ...", file=sys.stderr, flush=True)
+        server = build_server(BuildOptions(flavor="cuda" if args.gpu_layers != 0 else "cpu"))
+    result = spec.run(target, {"full": full, "d2t": d2t}, variants=variants, n_tokens=args.tokens, runs=args.runs,
+                      n_threads=args.threads, n_gpu_layers=args.gpu_layers, server_binary=server,
+                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    result.model = name
+    out = args.out or paths.cache_dir() / "bench-spec"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "spec.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    (out / "spec.md").write_text(result.markdown())
+    chart = result.chart(args.chart or out / "spec.png")
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
+    print(f"wrote {out / 'spec.json'}, {out / 'spec.md'} and {chart}", file=sys.stderr)
+    if args.record:
+        command = "python -m app " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        link = ""
+        if args.chart:
+            link = f"![bench spec chart]({Path(args.chart).resolve().relative_to(args.record.resolve().parent)})\n\n"
+        record(args.record, f"Speculative decoding matrix ({name})", command, result.markdown(),
+               link + f"Decode tok/s medians of {result.runs} interleaved runs, {result.n_tokens} tokens per prompt, "
+               "each prompt a fresh conversation. Acceptance counts the drafts actually tested. Bound: the "
+               "speedup over off that the measured acceptance and the measured draft-step and verify-pass costs "
+               "allow with zero loop overhead; efficiency = measured speedup / bound. Python ms/round: decode "
+               "time outside llama_decode per target pass.")
+    return 0
+
+
 def cmd_bench_gui(args: argparse.Namespace) -> int:
     from app.bench import gui
     from app.bench.report import record
@@ -95,3 +147,20 @@ def add_commands(sub: Any, command: Any) -> None:
     fe.add_argument("--size-mb", type=int, default=2048, help="size of the generated file in MiB")
     fe.add_argument("--runs", type=int, default=3, help="runs per client, alternating")
     fe.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    sp = command(bsub, "spec", cmd_bench_spec,
+                 "modes x draft depths x prompt sets, ours and llama-server side by side")
+    sp.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    sp.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
+    sp.add_argument("--target", type=Path, help="run real files instead: the target ...")
+    sp.add_argument("--full", type=Path, help="... its full sidecar ...")
+    sp.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    sp.add_argument("--tokens", type=int, default=128, help="tokens generated per prompt")
+    sp.add_argument("--runs", type=int, default=3, help="interleaved runs; figures are medians")
+    sp.add_argument("--depths", default="1,2,3,4", help="fixed draft depths (adaptive uses the largest)")
+    sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
+    sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")
+    sp.add_argument("--threads", type=int)
+    sp.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
+    sp.add_argument("--out", type=Path, help="folder for spec.json, spec.md and spec.png")
+    sp.add_argument("--chart", type=Path, help="where to write the PNG chart (e.g. docs/bench-spec.png)")
+    sp.add_argument("--record", type=Path, help="append the table to this markdown file (docs/benchmarks.md)")

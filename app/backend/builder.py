@@ -117,7 +117,7 @@ def _wheel_cublas_args(cublas: toolchain.Cublas) -> list[str]:
     return [*args, f"-DCMAKE_CUDA_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
 
 
-class _Reporter:
+class Reporter:
     """Turns step progress into whole-build percentages for the event sink."""
 
     def __init__(self, sink: EventSink) -> None:
@@ -156,7 +156,7 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
     """
     sink: EventSink = on_event or (lambda _event: None)
     cancel = cancel or CancelToken()
-    report = _Reporter(sink)
+    report = Reporter(sink)
     started = time.monotonic()
     registry.cleanup_stale_staging()
 
@@ -166,8 +166,8 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
                + (f", CUDA archs {','.join(plan.cuda_archs)}" if plan.cuda_archs else "") + ")")
 
     report.start("source", f"getting llama-cpp-python {plan.pin.version} source")
-    tree = _prepare_source(plan, options, report)
-    _check_cancel(cancel)
+    tree = prepare_source(plan, options, report)
+    check_cancel(cancel)
 
     build_dir = paths.cache_dir() / "build" / plan.backend_id
     report.start("configure", "configuring with CMake")
@@ -175,7 +175,7 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
 
     report.start("compile", "compiling llama.cpp (this takes a few minutes the first time)")
     jobs = options.jobs or os.cpu_count() or 2
-    _run([_cmake(plan), "--build", str(build_dir), "--target", "llama", "-j", str(jobs)],
+    run_build_command([cmake_path(plan), "--build", str(build_dir), "--target", "llama", "-j", str(jobs)],
          tree, report, cancel, "Compiling llama.cpp failed", progress=True)
 
     report.start("install", "installing into a staging folder")
@@ -184,7 +184,7 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
         _install(tree, build_dir, staging)
         manifest = _manifest(plan, time.monotonic() - started)
         manifest.write(staging)
-        _check_cancel(cancel)
+        check_cancel(cancel)
 
         report.start("selftest", "self-testing the new backend")
         manifest.selftest = run_selftest_subprocess(staging, report, cancel)
@@ -193,7 +193,7 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
         if not manifest.selftest_ok:
             raise BackendError(f"The new backend failed its self-test: {manifest.selftest.get('error')}",
                                "Nothing was installed. See the log above; report it with the log attached.")
-        _check_cancel(cancel)
+        check_cancel(cancel)
 
         report.start("activate", "installing the backend")
         final = registry.backend_dir(plan.backend_id)
@@ -207,16 +207,16 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
     return manifest
 
 
-def _cmake(plan: BuildPlan) -> str:
+def cmake_path(plan: BuildPlan) -> str:
     return plan.tools.cmake.path if plan.tools.cmake else "cmake"
 
 
-def _check_cancel(cancel: CancelToken) -> None:
+def check_cancel(cancel: CancelToken) -> None:
     if cancel.cancelled:
         raise BuildCancelled("The backend build was cancelled; nothing was installed.")
 
 
-def _prepare_source(plan: BuildPlan, options: BuildOptions, report: _Reporter) -> Path:
+def prepare_source(plan: BuildPlan, options: BuildOptions, report: Reporter) -> Path:
     """The working source tree for this plan: a patched (or pristine) copy, made once and reused."""
     sdist = source.fetch_sdist(plan.pin, options.sdist, options.wheelhouse, log=report.log)
     pristine = source.unpack(plan.pin, sdist, paths.cache_dir() / "src" / f"{plan.pin.version}-pristine")
@@ -239,26 +239,26 @@ def _prepare_source(plan: BuildPlan, options: BuildOptions, report: _Reporter) -
     return tree
 
 
-def _configure(plan: BuildPlan, tree: Path, build_dir: Path, report: _Reporter, cancel: CancelToken) -> None:
+def _configure(plan: BuildPlan, tree: Path, build_dir: Path, report: Reporter, cancel: CancelToken) -> None:
     if (build_dir / "build.ninja").is_file() and (build_dir / "CMakeCache.txt").is_file():
         report.log("reusing the cached build tree")
         return
     shutil.rmtree(build_dir, ignore_errors=True)
     build_dir.mkdir(parents=True)
     ninja = plan.tools.ninja.path if plan.tools.ninja else "ninja"
-    cmd = [_cmake(plan), "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
+    cmd = [cmake_path(plan), "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
            *plan.cmake_args]
     try:
-        _run(cmd, tree, report, cancel, "Configuring the build with CMake failed")
+        run_build_command(cmd, tree, report, cancel, "Configuring the build with CMake failed")
     except BackendError:
         shutil.rmtree(build_dir, ignore_errors=True)  # a half-configured tree must not be reused
         raise
 
 
-def _run(cmd: list[str], cwd: Path, report: _Reporter, cancel: CancelToken, failure: str,
+def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: CancelToken, failure: str,
          progress: bool = False) -> None:
     """Run a build command, streaming its lines as events; cancel kills its whole process group."""
-    _check_cancel(cancel)
+    check_cancel(cancel)
     report.log("$ " + " ".join(cmd))
     tail: deque[str] = deque(maxlen=30)
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -279,7 +279,7 @@ def _run(cmd: list[str], cwd: Path, report: _Reporter, cancel: CancelToken, fail
         if proc.poll() is None:
             _kill_group(proc)
             proc.wait()
-    _check_cancel(cancel)
+    check_cancel(cancel)
     if code != 0:
         raise BackendError(f"{failure} (exit code {code}). Last lines:\n" + "\n".join(tail),
                            "Nothing was installed. Fix the cause named above and build again; "
@@ -351,7 +351,7 @@ def _manifest(plan: BuildPlan, seconds: float) -> registry.BackendManifest:
     )
 
 
-def run_selftest_subprocess(folder: Path, report: _Reporter | None = None,
+def run_selftest_subprocess(folder: Path, report: Reporter | None = None,
                             cancel: CancelToken | None = None) -> dict[str, object]:
     """Run the self-test in a child process, so a native crash cannot take the caller down."""
     env = dict(os.environ, FASTMTP_BACKEND_DIR=str(folder), PYTHONDONTWRITEBYTECODE="1")
@@ -372,7 +372,7 @@ def run_selftest_subprocess(folder: Path, report: _Reporter | None = None,
         if cancel is not None:
             cancel.set_kill(None)
     if cancel is not None:
-        _check_cancel(cancel)
+        check_cancel(cancel)
     for line in reversed(lines):
         if line.startswith("{"):
             try:

@@ -27,6 +27,7 @@ import numpy as np
 from app.engine.sampling import Sampler, SamplingParams, draft_pick
 from app.engine.stats import ReplyStats
 from app.errors import ContextFullError, EngineError
+from app.gguftools.sidecar import read_d2t_ids
 from app.native.handles import Context, FloatArray, Model
 
 Mode = Literal["off", "embedded", "sidecar"]
@@ -114,6 +115,7 @@ class SpeculativeDecoder:
             _check_pair(config.target, config.draft)
         self.config = config
         drafting = config.mode != "off"
+        self._draft_ids = read_d2t_ids(config.draft) if config.mode == "sidecar" and config.draft else None
         self.target = Model(config.target, n_gpu_layers=config.n_gpu_layers, load_mtp=config.mode == "embedded")
         self._owned: list[Model | Context] = [self.target]
         try:
@@ -140,6 +142,7 @@ class SpeculativeDecoder:
         # target-evaluated tokens the draft context has not seen yet, each with the hidden row before it
         self._held: list[tuple[int, FloatArray]] = []
         self.adaptive = AdaptiveDepth(config.n_max) if config.adaptive else None
+        self._native_marks = (0.0, 0.0)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -221,6 +224,7 @@ class SpeculativeDecoder:
         logits = self._prefill(prompt[common:])
         stats.prompt_seconds = time.perf_counter() - started
         decode_started = time.perf_counter()
+        self._native_marks = (self.tctx.native_seconds, self._draft_native())
 
         def emit(token: int, provenance: Provenance) -> bool:
             reply.tokens.append(token)
@@ -262,7 +266,7 @@ class SpeculativeDecoder:
             finished = False
             bonus = -1
             for i in range(len(batch)):
-                pick = sampler.pick(self.tctx.logits(i), history)
+                pick = sampler.pick(self.tctx.logits_view(i), history)
                 if i < len(drafts) and pick == drafts[i]:
                     accepted += 1
                     history.append(pick)
@@ -276,7 +280,7 @@ class SpeculativeDecoder:
             stats.draft_seconds += t1 - t0
             # drafts past the first mismatch were never really tested: they followed a wrong token
             tested = min(len(drafts), accepted + 1)
-            stats.record_round(tested, accepted)
+            stats.record_round(tested, accepted, proposed=len(drafts))
             if self.adaptive is not None:
                 self.adaptive.observe(tested, accepted, len(drafts), t1 - t0, t2 - t1)
             self._commit_round(pending, drafts, accepted, drafted=depth > 0)
@@ -303,7 +307,7 @@ class SpeculativeDecoder:
         drafts: list[int] = []
         pos = n_past
         while True:
-            proposal, confident = draft_pick(self.dctx.logits(-1), self.config.p_min)
+            proposal, confident = draft_pick(self.dctx.logits_view(-1), self.config.p_min, self._draft_ids)
             if not confident:
                 break
             drafts.append(proposal)
@@ -334,8 +338,13 @@ class SpeculativeDecoder:
             self.pending_h = hidden[accepted]
         self.tokens.extend([pending, *drafts[:accepted]])
 
+    def _draft_native(self) -> float:
+        return self.dctx.native_seconds if self.dctx is not None else 0.0
+
     def _finish(self, reply: Reply, decode_started: float) -> Reply:
         reply.stats.decode_seconds = time.perf_counter() - decode_started
+        reply.stats.verify_native_seconds = self.tctx.native_seconds - self._native_marks[0]
+        reply.stats.draft_native_seconds = self._draft_native() - self._native_marks[1]
         return reply
 
 

@@ -18,7 +18,11 @@ class ReplyStats:
     target_passes: int = 0
     drafted: int = 0
     accepted: int = 0
+    proposed: int = 0  # every draft token made, tested or not (llama-server's ``draft_n`` counts these)
     draft_seconds: float = 0.0
+    # time inside llama_decode during the decode phase (target verify passes / draft steps): the rest is ours
+    verify_native_seconds: float = 0.0
+    draft_native_seconds: float = 0.0
     drafted_at: list[int] = field(default_factory=list)  # per draft position: how many were tested
     accepted_at: list[int] = field(default_factory=list)  # per draft position: how many were accepted
     _started: float = field(default_factory=time.perf_counter, repr=False)
@@ -29,9 +33,11 @@ class ReplyStats:
         self.generated += 1
         self._recent.append((time.perf_counter(), 1))
 
-    def record_round(self, tested: int, accepted: int) -> None:
-        """One target pass: ``tested`` drafts were checked, the first ``accepted`` of them matched."""
+    def record_round(self, tested: int, accepted: int, proposed: int | None = None) -> None:
+        """One target pass: ``tested`` drafts were checked, the first ``accepted`` of them matched
+        (``proposed`` drafts were made, those after the first mismatch untested)."""
         self.target_passes += 1
+        self.proposed += tested if proposed is None else proposed
         self.drafted += tested
         self.accepted += accepted
         while len(self.drafted_at) < tested:
@@ -61,6 +67,14 @@ class ReplyStats:
         span = self._recent[-1][0] - self._recent[0][0]
         return sum(n for _, n in list(self._recent)[1:]) / span if span > 0 else self.decode_tps
 
+    @property
+    def python_ms_per_round(self) -> float | None:
+        """Decode time outside llama_decode per target pass (sampling, bookkeeping): the loop's own cost."""
+        passes = self.target_passes - 1  # the first token comes from the prompt pass
+        if passes <= 0:
+            return None
+        return (self.decode_seconds - self.verify_native_seconds - self.draft_native_seconds) / passes * 1000.0
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
@@ -71,10 +85,12 @@ class ReplyStats:
             "rolling_tps": self.rolling_tps,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "proposed": self.proposed,
             "acceptance": self.acceptance,
             "acceptance_by_position": [a / d if d else None for a, d in zip(self.accepted_at, self.drafted_at,
                                                                            strict=True)],
             "tokens_per_pass": self.tokens_per_pass,
             "target_passes": self.target_passes,
+            "python_ms_per_round": self.python_ms_per_round,
             "draft_time_share": self.draft_seconds / self.decode_seconds if self.decode_seconds > 0 else 0.0,
         }

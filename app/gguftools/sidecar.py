@@ -238,6 +238,14 @@ def _checked(ids: npt.NDArray[np.int64], n_vocab: int) -> npt.NDArray[np.int64]:
     return ids
 
 
+def read_d2t_ids(sidecar: Path) -> npt.NDArray[np.int64] | None:
+    """The absolute target ids of a d2t sidecar's draft vocabulary; None for a full sidecar."""
+    from app.gguftools.reader import open_gguf, tensors_by_name
+
+    tensor = tensors_by_name(open_gguf(sidecar)).get("d2t")
+    return None if tensor is None else np.asarray(tensor.data, dtype=np.int64).reshape(-1)
+
+
 def check_pair(target: GgufReport, sidecar: GgufReport) -> None:
     """Raise SidecarError unless ``sidecar`` is an MTP sidecar that fits ``target``."""
     if not sidecar.is_sidecar:

@@ -179,6 +179,7 @@ class Batch:
         self.n_embd = n_embd
         self._batch: Any = lib.llama_batch_init(capacity, 0, 1)
         self._embd = np.zeros((capacity, n_embd), dtype=np.float32)
+        self._embd_pointer = self._embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         self._owned = True
 
     def fill(self, tokens: list[int], start_pos: int, *, hidden: FloatArray | None = None,
@@ -189,15 +190,16 @@ class Batch:
             raise ValueError(f"batch holds {self.capacity} tokens, got {n}")
         batch = self._batch
         batch.n_tokens = n
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = start_pos + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = 1 if logits == "all" or (logits == "last" and i == n - 1) else 0
+        token, pos, n_seq_id, seq_id, wants = batch.token, batch.pos, batch.n_seq_id, batch.seq_id, batch.logits
+        for i, value in enumerate(tokens):
+            token[i] = value
+            pos[i] = start_pos + i
+            n_seq_id[i] = 1
+            seq_id[i][0] = 0
+            wants[i] = 1 if logits == "all" or (logits == "last" and i == n - 1) else 0
         if hidden is not None:
             self._embd[:n] = hidden
-            batch.embd = self._embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            batch.embd = self._embd_pointer
         else:
             batch.embd = None
 
@@ -243,6 +245,12 @@ class NodeTimer:
         return self.stamps[last] - self.stamps[first]
 
 
+def _row(array_type: Any, address: int) -> FloatArray:
+    """A float32 numpy view of llama.cpp memory at ``address`` (no copy)."""
+    view: FloatArray = np.frombuffer(array_type.from_address(address), dtype=np.float32)
+    return view
+
+
 class Context:
     """A ``llama_context``: a target context, or an MTP draft context bound to a target one."""
 
@@ -274,7 +282,11 @@ class Context:
                                  "Try a smaller context size, or fewer GPU layers.")
         self.n_ctx = n_ctx
         self.is_draft = draft_for is not None
+        self.native_seconds = 0.0  # wall time inside llama_decode: the rest of a round is ours (bench spec)
         self._batch = Batch(self.lib, n_batch, model.n_embd)
+        # fixed-size ctypes array types: viewing a llama.cpp row costs a cast, not a dtype inference
+        self._logits_row = ctypes.c_float * model.n_vocab
+        self._hidden_row = ctypes.c_float * model.n_embd
         if nextn_outputs or self.is_draft:
             from llama_cpp import llama_cpp_ext
 
@@ -290,24 +302,36 @@ class Context:
                logits: str = "last") -> None:
         """Evaluate ``tokens`` at ``start_pos``; raises ModelLoadError on a llama.cpp failure."""
         self._batch.fill(tokens, start_pos, hidden=hidden, logits=logits)
+        started = time.perf_counter()
         code = self.lib.llama_decode(self.ptr, self._batch.struct)
+        self.native_seconds += time.perf_counter() - started
         if code != 0:
             raise ModelLoadError(f"llama_decode failed with code {code} at position {start_pos}.",
                                  "The context may be full: start a new chat or raise the context size.")
 
     def logits(self, i: int) -> FloatArray:
         """Logits of output row ``i`` (negative counts from the end), copied out of llama.cpp."""
-        ptr = self.lib.llama_get_logits_ith(self.ptr, i)
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,)).copy()
+        return self.logits_view(i).copy()
+
+    def logits_view(self, i: int) -> FloatArray:
+        """Logits of output row ``i`` without a copy: valid only until this context's next ``decode``.
+
+        The hot path reads each row once (an argmax or a sample) right after the pass, so copying
+        the vocabulary-sized row (1 MB for Qwen) every position would be pure overhead.
+        """
+        address = ctypes.cast(self.lib.llama_get_logits_ith(self.ptr, i), ctypes.c_void_p).value
+        if not address:
+            raise ValueError(f"no logits row {i}")
+        return _row(self._logits_row, address)
 
     def nextn_hidden(self, i: int) -> FloatArray:
         """The MTP hidden row of output ``i`` (needs ``nextn_outputs`` or a draft context)."""
         from llama_cpp import llama_cpp_ext
 
-        ptr = llama_cpp_ext.llama_get_embeddings_nextn_ith(self.ptr, i)
-        if not ptr:
+        address = ctypes.cast(llama_cpp_ext.llama_get_embeddings_nextn_ith(self.ptr, i), ctypes.c_void_p).value
+        if not address:
             raise ValueError(f"no nextn hidden row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd,)).copy()
+        return _row(self._hidden_row, address).copy()
 
     def truncate(self, n_keep: int) -> bool:
         """Forget every position from ``n_keep`` on (rollback after a rejected draft).

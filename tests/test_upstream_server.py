@@ -1,0 +1,90 @@
+"""llama.cpp's own llama-server, built from the same patched tree, agrees with our engine token for token.
+
+This is the article's usage (``--spec-type draft-mtp --spec-draft-model <d2t sidecar>``): it proves the
+sidecar and the patch work outside our loop, and that our draft counts mean what upstream's mean.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.backend.builder import BuildOptions
+from app.backend.upstream_server import UpstreamServer, build_server
+from app.builtin_demo import ensure_demo_model, table_prompt
+from app.engine.speculative import EngineConfig, Mode, SpeculativeDecoder
+from app.errors import EngineError
+from app.gguftools.demo_model import DemoModel
+
+N_TOKENS = 96
+
+
+@pytest.fixture(scope="module")
+def server_binary() -> Path:
+    """Built once from the patched vendored tree and cached; later runs are a ninja no-op."""
+    return build_server(BuildOptions(flavor="cpu"))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("upstream-demo"), size="tiny", acceptance=0.8, seed=9)
+
+
+def _ours(demo: DemoModel, prompt: list[int], mode: Mode, draft: Path | None, n_max: int = 3) -> tuple[list[int],
+                                                                                                       int, int]:
+    decoder = SpeculativeDecoder(EngineConfig(demo.target, mode=mode, draft=draft, n_max=n_max, n_ctx=1024))
+    try:
+        reply = decoder.generate(prompt, N_TOKENS)
+    finally:
+        decoder.close()
+    return reply.tokens, reply.stats.proposed, reply.stats.accepted
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_llama_server_with_the_d2t_sidecar_matches_our_engine(server_binary: Path, demo: DemoModel) -> None:
+    prompt = table_prompt(demo)
+    plain, _, _ = _ours(demo, prompt, "off", None)
+    ours, proposed, accepted = _ours(demo, prompt, "sidecar", demo.sidecar_d2t)
+    assert ours == plain  # lossless in our loop
+
+    with UpstreamServer(server_binary, demo.target, draft=demo.sidecar_d2t, n_max=3, ctx_size=1024,
+                        threads=2) as server:
+        upstream = server.complete(prompt, N_TOKENS)
+        again = server.complete(prompt, N_TOKENS)
+    assert upstream.tokens == ours, "llama-server's temp-0 completion differs from our engine's"
+    assert again.tokens == ours  # no state leaks between requests on the server either
+
+    # upstream counts every drafted token (draft_n) and the accepted ones; so do ``proposed`` / ``accepted``
+    assert upstream.drafted > 0, f"llama-server did not draft at all: {upstream.timings}"
+    ours_rate = accepted / proposed
+    upstream_rate = upstream.accepted / upstream.drafted
+    assert abs(ours_rate - upstream_rate) <= 0.05, (ours_rate, upstream_rate, upstream.timings)
+    assert abs(proposed - upstream.drafted) <= 0.1 * upstream.drafted, (proposed, upstream.timings)
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_llama_server_without_a_draft_matches_plain_decoding(server_binary: Path, demo: DemoModel) -> None:
+    prompt = table_prompt(demo)
+    plain, _, _ = _ours(demo, prompt, "off", None)
+    with UpstreamServer(server_binary, demo.target, ctx_size=1024, threads=2) as server:
+        completion = server.complete(prompt, N_TOKENS)
+    assert completion.tokens == plain
+    assert completion.drafted == 0
+
+
+def test_a_server_that_cannot_start_is_reported_with_its_log(server_binary: Path, tmp_path: Path) -> None:
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"GGUF but not really")
+    with pytest.raises(EngineError) as caught:
+        UpstreamServer(server_binary, bogus).start()
+    assert "llama-server exited" in caught.value.message
+    assert "not-a-model.gguf" in caught.value.message  # the server's own log lines name the file
+
+
+def test_the_upstream_build_is_cached(server_binary: Path) -> None:
+    events: list[str] = []
+    again = build_server(BuildOptions(flavor="cpu"), on_event=lambda e: events.append(e.message))
+    assert again == server_binary
+    assert not any("Configuring" in m or "-G Ninja" in m for m in events)  # no second configure
+    assert not any("Building CXX" in m for m in events)  # nothing recompiled
