@@ -31,7 +31,7 @@ from app.fit import GIB, fit
 from app.gui.backend_page import BackendPage
 from app.gui.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
 from app.release import signing, trust
-from app.release.catalog import endpoints_for, load_catalog
+from app.release.catalog import add_user_endpoint, endpoints_for, load_catalog
 from app.release.install import default_destination
 from app.release.publish import KeyPair, keygen, sign_release
 from tests.release_server import Fault, ReleaseServer
@@ -262,6 +262,19 @@ def test_closing_while_the_key_question_is_open_refuses_it_and_stops(qtbot: QtBo
     qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
     assert page.trust_dialog is None and "cancelled" in page.step_label.text()
     assert trust.user_keys(CATALOG.repo) == [] and installed_files() == [] and server.gets(MODEL) == []
+
+
+def test_deleting_the_page_during_the_key_question_stops_the_download(qtbot: QtBot, server: ReleaseServer) -> None:
+    add_user_endpoint("plain", server.url(""))
+    page = ModelsPage(detect_gpu=False)
+    page.show()
+    click_download(qtbot, page)
+    qtbot.waitUntil(lambda: page.trust_dialog is not None and page.trust_dialog.isVisible(), timeout=WAIT_MS)
+    operation = page.download_op
+    assert operation is not None
+    page.deleteLater()  # e.g. the page replaced in the window: nobody is left to answer
+    qtbot.waitUntil(lambda: not operation.running, timeout=WAIT_MS)
+    assert trust.user_keys(CATALOG.repo) == [] and installed_files() == []
 
 
 # ----------------------------------------------------------------------------- mirrors and token

@@ -232,6 +232,7 @@ class BackendPage(QWidget):
             return build_backend(options, report, cancel)
 
         self.build_op = self.ops.start(work, self._build_done, self._build_failed, self._event)
+        self.destroyed.connect(lambda *_args: cancel.cancel())  # nothing half-built is installed
         self._set_building(True)
 
     def cancel_build(self) -> None:

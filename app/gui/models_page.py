@@ -369,6 +369,8 @@ class ModelsPage(QWidget):
                                  on_step=lambda message: report(_Step(message)), control=control, confirm=confirm)
 
         self.download_op = self.ops.start(work, self._download_done, self._download_failed, self._on_progress)
+        # a page deleted mid-download cannot answer the key question or show the end: stop the worker
+        self.destroyed.connect(lambda *_args: control.cancel())
 
     def pause(self) -> None:
         if self.control is not None and self.downloading:
