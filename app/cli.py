@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from app.backend.events import BuildEvent, CancelToken
 from app.errors import FastMTPError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -30,13 +31,8 @@ def _archs(text: str) -> list[str]:
 # ----------------------------------------------------------------------------- backend
 
 
-def cmd_backend_build(args: argparse.Namespace) -> int:
-    from app.backend.builder import BuildOptions, Flavor, build_backend
-    from app.backend.events import BuildEvent, CancelToken
-
-    cancel = CancelToken()
-    signal.signal(signal.SIGINT, lambda *_: cancel.cancel())
-    signal.signal(signal.SIGTERM, lambda *_: cancel.cancel())
+def _build_event_printer(args: argparse.Namespace) -> Callable[[BuildEvent], None]:
+    """Build events as JSON lines (``--json``) or as steps and 5% progress ticks."""
     last_percent = [-1.0]
 
     def on_event(event: BuildEvent) -> None:
@@ -52,6 +48,21 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
         elif event.kind == "done":
             print(event.message, flush=True)
 
+    return on_event
+
+
+def _cancel_on_signals() -> CancelToken:
+    cancel = CancelToken()
+    signal.signal(signal.SIGINT, lambda *_: cancel.cancel())
+    signal.signal(signal.SIGTERM, lambda *_: cancel.cancel())
+    return cancel
+
+
+def cmd_backend_build(args: argparse.Namespace) -> int:
+    from app.backend.builder import BuildOptions, Flavor, build_backend
+
+    cancel = _cancel_on_signals()
+    on_event = _build_event_printer(args)
     flavor: Flavor = "cpu" if args.cpu else "cuda" if args.cuda else "auto"
     patch_file = None
     if args.release_patch:  # the publisher's patch, only once its signature chain and hash checked out
@@ -64,6 +75,20 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
     manifest = build_backend(options, on_event, cancel)
     if args.json:
         print(json.dumps({"kind": "result", "manifest": manifest.to_dict()}), flush=True)
+    return 0
+
+
+def cmd_backend_server(args: argparse.Namespace) -> int:
+    """Build llama.cpp's own llama-server from the same patched tree (the side-by-side peer of bench spec)."""
+    from app.backend.builder import BuildOptions
+    from app.backend.upstream_server import build_server
+
+    options = BuildOptions(flavor="cuda" if args.cuda else "cpu", version=args.version, jobs=args.jobs)
+    binary = build_server(options, _build_event_printer(args), _cancel_on_signals())
+    if args.json:
+        print(json.dumps({"kind": "result", "llama_server": str(binary)}), flush=True)
+    else:
+        print(binary)
     return 0
 
 
@@ -231,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--wheelhouse", type=Path, help="folder holding the sdist (offline machines)")
     b.add_argument("--jobs", type=int, help="parallel compile jobs")
     b.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
+    sv = command(bsub, "server", cmd_backend_server,
+                 "build llama.cpp's own llama-server from the same patched tree (for bench spec)")
+    sv.add_argument("--cuda", action="store_true", help="CUDA build (default: CPU)")
+    sv.add_argument("--version", default="0.3.35", help="llama-cpp-python version (pinned ones only)")
+    sv.add_argument("--jobs", type=int, help="parallel compile jobs")
+    sv.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
     command(bsub, "status", cmd_backend_status, "show the active backend and the build tools")
     command(bsub, "doctor", cmd_backend_doctor, "check the build tools and say what is missing")
     command(bsub, "list", cmd_backend_list, "list installed backends")

@@ -6,6 +6,9 @@ sidecar and the patch work outside our loop, and that our draft counts mean what
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,10 @@ def test_the_upstream_build_is_cached(server_binary: Path) -> None:
     assert again == server_binary
     assert not any("Configuring" in m or "-G Ninja" in m for m in events)  # no second configure
     assert not any("Building CXX" in m for m in events)  # nothing recompiled
+
+
+def test_backend_server_command_reports_the_binary(server_binary: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "app", "backend", "server", "--json"], capture_output=True,
+                          text=True, check=True, timeout=600)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"kind": "result", "llama_server": str(server_binary)}

@@ -137,10 +137,21 @@ class UpstreamServer:
         self.stop()
 
     def start(self) -> None:
-        """Start the server and wait until ``/health`` answers 200; raise EngineError with its log if it dies."""
+        """Start the server and wait until ``/health`` answers 200; raise EngineError with its log if it dies.
+
+        Whatever goes wrong while waiting (even Ctrl+C), the server process is stopped, never leaked.
+        """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:  # the child keeps its own handle
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -153,7 +164,6 @@ class UpstreamServer:
             except httpx.TransportError:
                 pass
             time.sleep(0.1)  # polling a child process we do not control; not test synchronisation
-        self.stop()
         raise EngineError(f"llama-server did not become ready within {START_TIMEOUT_S:.0f} s.",
                           "Last lines:\n" + self.log_tail())
 
