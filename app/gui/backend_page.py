@@ -37,10 +37,8 @@ from app.backend.registry import BackendManifest
 from app.backend.toolchain import Tool, Toolchain, detect
 from app.errors import BuildCancelled, FastMTPError
 from app.gui.ops import BackgroundOp, Report
-from app.gui.page_ops import OwnedOps, error_text
+from app.gui.page_ops import OwnedOps, error_text, status_colours
 
-_BAD = QColor("#b91c1c")
-_GOOD = QColor("#15803d")
 LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
 
 # installed backends table columns
@@ -92,6 +90,14 @@ class BackendPage(QWidget):
         layout.addWidget(self._build_installed_group())
         self.refresh_backends()
         self.refresh_toolchain()
+
+    @property
+    def _good(self) -> QColor:
+        return status_colours(self)[0]
+
+    @property
+    def _bad(self) -> QColor:
+        return status_colours(self)[1]
 
     # ------------------------------------------------------------------ layout
 
@@ -206,7 +212,7 @@ class BackendPage(QWidget):
             problems.append("No NVIDIA GPU was found, so the CUDA architecture is unknown: build the CPU backend "
                             "here, or use `python -m app backend build --cuda --cuda-arch 89` for another machine.")
         self.problems_label.setText("\n".join(problems) if problems else "Everything needed is there.")
-        self.problems_label.setStyleSheet(f"color: {_BAD.name()};" if not tools.can_build_cpu else "")
+        self.problems_label.setStyleSheet(f"color: {self._bad.name()};" if not tools.can_build_cpu else "")
         self._set_building(self.building)
 
     # ------------------------------------------------------------------ building
@@ -275,7 +281,7 @@ class BackendPage(QWidget):
                                     "cached build tree.")
         else:
             self.step_label.setText("The build failed; nothing was installed. " + error_text(exc))
-            self.step_label.setStyleSheet(f"color: {_BAD.name()};")
+            self.step_label.setStyleSheet(f"color: {self._bad.name()};")
         self.refresh_backends()
 
     # ------------------------------------------------------------------ installed backends
@@ -298,7 +304,7 @@ class BackendPage(QWidget):
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if column == B_SELFTEST:
-                    item.setForeground(_GOOD if manifest.selftest_ok else _BAD)
+                    item.setForeground(self._good if manifest.selftest_ok else self._bad)
                 self.table.setItem(row, column, item)
         ids = [m.id for m in backends]
         if selected in ids:
@@ -381,6 +387,11 @@ class BackendPage(QWidget):
             window.installEventFilter(self)
             self._watched = window
         super().showEvent(event)
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:  # light <-> dark: recolour the table
+            self.refresh_backends()
+        super().changeEvent(event)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self._watched and event.type() == QEvent.Type.Close:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import shiboken6
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QWidget
 
 from app.errors import FastMTPError
@@ -55,3 +56,9 @@ def error_text(exc: Exception) -> str:
     if isinstance(exc, FastMTPError):
         return exc.message + (f"\n{exc.advice}" if exc.advice else "")
     return f"{type(exc).__name__}: {exc}"
+
+
+def status_colours(widget: QWidget) -> tuple[QColor, QColor]:
+    """(good, bad) text colours that read well on ``widget``'s background, in the light or the dark theme."""
+    dark = widget.palette().color(QPalette.ColorRole.Base).lightness() < 128
+    return (QColor("#4ade80"), QColor("#f87171")) if dark else (QColor("#15803d"), QColor("#b91c1c"))
