@@ -1,4 +1,5 @@
-"""The app's settings, saved as JSON in the config folder: models folder, engine sizes, drafting, theme.
+"""The app's settings, saved as JSON in the config folder: models folder, engine sizes, drafting, theme,
+and whether the first-run panel was answered.
 
 Qt-free. ``load()`` never fails on a damaged or older file: unknown keys are dropped, bad values fall back
 to their defaults (and the file is rewritten on the next ``save``).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,13 +30,15 @@ class Settings:
     adaptive_depth: bool = False
     p_min: float = 0.0
     theme: Theme = "system"
+    first_run_done: bool = False  # the first-run panel was answered (the demo tried or the real set-up started)
 
     def models_path(self) -> Path:
         return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
 
     def validated(self) -> Settings:
         """A copy with every value inside its range."""
-        return Settings(
+        return replace(
+            self,
             models_dir=self.models_dir.strip(),
             context_size=min(max(self.context_size, 512), 262_144),
             gpu_layers=max(self.gpu_layers, -1),

@@ -1,4 +1,5 @@
-"""The main window (pages, chat, HUD, drafting mode, banners, export / import) and ``run()``, the entry point."""
+"""The main window (pages, first-run panel, chat, HUD, drafting mode, banners, export / import) and ``run()``,
+the entry point."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from app.gui.backend_page import BackendPage
 from app.gui.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat_view import ChatView
 from app.gui.engine_bridge import EngineBridge
+from app.gui.first_run import FirstRunPanel
 from app.gui.hud import drafting_warning
 from app.gui.models_page import ModelsPage
 from app.gui.ops import run_in_background, wait_for_all
@@ -194,6 +196,13 @@ class MainWindow(QMainWindow):
         row.setContentsMargins(12, 10, 0, 12)
         row.addWidget(self.sidebar)
         row.addWidget(central, 1)
+        self.first_run = FirstRunPanel(self.settings.context_size)
+        self.first_run.demo_ready.connect(self._first_run_demo)
+        self.first_run.backend_build_requested.connect(self._first_run_build)
+        self.first_run.models_requested.connect(self._first_run_models)
+        self.chat_stack = QStackedWidget()  # the chat, or the first-run panel in its place
+        self.chat_stack.addWidget(chat_page)
+        self.chat_stack.addWidget(self.first_run)
 
         self.nav = QListWidget()  # the page switcher: Chat, then the pages added with ``add_page``
         self.nav.setObjectName("nav")
@@ -207,9 +216,11 @@ class MainWindow(QMainWindow):
         shell.addWidget(self.nav)
         shell.addWidget(self.pages, 1)
         self.setCentralWidget(outer)
-        self.add_page("Chat", chat_page)
-        self.add_page("Models", ModelsPage())
-        self.add_page("Backend", BackendPage())
+        self.add_page("Chat", self.chat_stack)
+        self.models_page = ModelsPage()
+        self.add_page("Models", self.models_page)
+        self.backend_page = BackendPage()
+        self.add_page("Backend", self.backend_page)
         self.settings_page = SettingsPage(self.settings)
         self.settings_page.saved.connect(self.apply_settings)
         self.add_page("Settings", self.settings_page)
@@ -266,6 +277,51 @@ class MainWindow(QMainWindow):
     def _show_page(self, row: int) -> None:
         if row >= 0:
             self.pages.setCurrentIndex(row)
+
+    # ------------------------------------------------------------------ first run
+
+    def needs_first_run(self) -> bool:
+        """True until the first-run panel was answered, and whenever no backend is active."""
+        from app.backend.registry import active
+
+        return not self.settings.first_run_done or active() is None
+
+    def start(self) -> None:
+        """What a fresh window does: the first-run panel when it is needed, else load the demo model."""
+        if self.needs_first_run():
+            self.show_first_run()
+        else:
+            self.load_demo()
+
+    def show_first_run(self) -> None:
+        self.first_run.refresh()
+        self.chat_stack.setCurrentWidget(self.first_run)
+        self.show_page("Chat")
+
+    def first_run_visible(self) -> bool:
+        return self.chat_stack.currentWidget() is self.first_run and self.first_run.isVisible()
+
+    def _first_run_answered(self) -> None:
+        if not self.settings.first_run_done:
+            self.settings = replace(self.settings, first_run_done=True)
+            app_settings.save(self.settings)
+            self.settings_page.show_settings(self.settings)
+
+    def _first_run_demo(self, demo: DemoModel) -> None:
+        self._first_run_answered()
+        self.chat_stack.setCurrentIndex(0)
+        self.use_demo(demo)
+
+    def _first_run_build(self, flavor: str) -> None:
+        """The real model: build the proposed backend on the Backend page (its progress shows there)."""
+        self._first_run_answered()
+        self.show_page("Backend")
+        if not self.backend_page.building:
+            self.backend_page.build("cuda" if flavor == "cuda" else "cpu")
+
+    def _first_run_models(self) -> None:
+        self._first_run_answered()
+        self.show_page("Models")
 
     # ------------------------------------------------------------------ models
 
@@ -549,6 +605,7 @@ class MainWindow(QMainWindow):
             self.import_chats(Path(name))
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.first_run.cancel()
         self.bridge.close()
         wait_for_all(10_000)
         if self._owns_history:
@@ -563,24 +620,13 @@ def _gpu_backend() -> bool:
     return manifest is not None and manifest.flavor == "cuda"
 
 
-def ensure_backend() -> bool:
-    """True once an active backend exists; asks to build one when there is none."""
-    from app.backend.registry import active
-    from app.gui.backend_dialog import BuildBackendDialog
-
-    if active() is not None:
-        return True
-    return BuildBackendDialog().exec() == QDialog.DialogCode.Accepted
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     """Open the desktop app; returns the process exit code."""
     app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv)
     assert isinstance(app, QApplication)
     app.setApplicationName("FastMTP Chat")
-    if not ensure_backend():
-        return 1
     window = MainWindow()
+    window.apply_settings(window.settings)
     window.show()
-    window.load_demo()
+    window.start()
     return app.exec()

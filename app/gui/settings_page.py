@@ -3,6 +3,8 @@ theme. Saved to the settings file in the config folder when the user presses Sav
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -83,6 +85,7 @@ class SettingsPage(QWidget):
         self.show_settings(settings)
 
     def show_settings(self, settings: Settings) -> None:
+        self._settings = settings  # fields this page does not show are kept as they are
         self.models_dir.setText(settings.models_dir)
         self.context_size.setValue(settings.context_size)
         self.gpu_layers.setValue(settings.gpu_layers)
@@ -94,11 +97,11 @@ class SettingsPage(QWidget):
 
     def current(self) -> Settings:
         theme = self.theme.currentText()
-        return Settings(models_dir=self.models_dir.text().strip(), context_size=self.context_size.value(),
-                        gpu_layers=self.gpu_layers.value(), threads=self.threads.value(),
-                        draft_depth=self.draft_depth.value(), adaptive_depth=self.adaptive.isChecked(),
-                        p_min=self.p_min.value(),
-                        theme="dark" if theme == "dark" else "light" if theme == "light" else "system").validated()
+        return replace(self._settings, models_dir=self.models_dir.text().strip(),
+                       context_size=self.context_size.value(), gpu_layers=self.gpu_layers.value(),
+                       threads=self.threads.value(), draft_depth=self.draft_depth.value(),
+                       adaptive_depth=self.adaptive.isChecked(), p_min=self.p_min.value(),
+                       theme="dark" if theme == "dark" else "light" if theme == "light" else "system").validated()
 
     def save(self) -> None:
         settings = self.current()

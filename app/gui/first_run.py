@@ -1,0 +1,267 @@
+"""The first-run panel: two ways in, offered at once.
+
+- **Try the demo model**: the tiny built-in demo model on the CPU backend. When no backend is active,
+  the patched CPU backend is built first (the core builder, minutes the first time, seconds when the
+  build tree is cached), with its progress shown here; then the demo model is written (seconds) and
+  ``demo_ready(DemoModel)`` is emitted.
+- **Set up the real model**: the detected GPU and build tools decide the proposal: build the CUDA backend
+  when it can be built (else the CPU one), and the quantization the fit advice recommends for the GPU's
+  memory at the configured context. ``backend_build_requested(flavor)`` or ``models_requested`` tell the
+  window which page to open.
+
+All slow work (detection, build, demo model) runs through :mod:`app.gui.ops`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import shiboken6
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import paths
+from app.backend import registry
+from app.backend.builder import BuildOptions, build_backend
+from app.backend.events import BuildEvent, CancelToken
+from app.backend.toolchain import Toolchain, detect
+from app.builtin_demo import ensure_demo_model
+from app.errors import FastMTPError
+from app.fit import GIB, fit
+from app.gguftools.demo_model import DemoModel
+from app.gui.ops import Report, run_in_background
+
+_STYLE = """
+#firstRun QFrame#card { border: 1px solid palette(mid); border-radius: 10px; background: palette(base); }
+#firstRun QLabel#title { font-size: 22px; font-weight: 600; }
+#firstRun QLabel#cardTitle { font-size: 15px; font-weight: 600; }
+#firstRun QLabel#muted { color: palette(placeholder-text); }
+#firstRun QPushButton#primary { padding: 6px 14px; font-weight: 600; }
+"""
+
+
+def _size(count: int) -> str:
+    return f"{count / GIB:.1f} GiB"
+
+
+def real_model_advice(tools: Toolchain, context: int) -> tuple[str, str]:
+    """What the real-model card proposes for this machine: ``(text, backend flavor to build)``."""
+    gpus = tools.gpus
+    if not gpus:
+        flavor = "cpu"
+        text = ("No NVIDIA GPU was found (nvidia-smi). Qwen3.8-27B needs a GPU with about 16 GiB or more to "
+                "run at chat speed; on this machine you can build the CPU backend and pick a quantization "
+                "for another machine on the Models page.")
+        return text, flavor
+    names = " + ".join(f"{g.name} ({g.memory_mib / 1024:.0f} GiB)" for g in gpus)
+    vram = sum(g.memory_mib for g in gpus) * (1 << 20)
+    report = fit(vram, context, names)
+    best = report.recommended
+    if tools.can_build_cuda:
+        flavor, step1 = "cuda", "1. Build the CUDA backend (a few minutes, once)."
+    else:
+        missing = "; ".join(tools.problems(cuda=True)) or "the CUDA build tools are missing"
+        flavor, step1 = "cpu", f"1. The CUDA backend cannot be built yet ({missing}). Build the CPU one for now."
+    if best is None:
+        step2 = (f"2. No quantization fits {_size(vram)} with a {context}-token context: lower the context in "
+                 "Settings, or pick one on the Models page to run partly on the CPU.")
+    else:
+        choice = next(q for q in report.quants if q.name == best)
+        step2 = (f"2. Download {best}: about {_size(choice.total_bytes)} of GPU memory with the FastMTP sidecar "
+                 f"and a {context}-token context, so it fits.")
+    return f"Found {names}.\n{step1}\n{step2}", flavor
+
+
+class FirstRunPanel(QWidget):
+    """Shown in place of the chat until a model can run. Emits ``demo_ready(DemoModel)``,
+    ``backend_build_requested(flavor)`` and ``models_requested``."""
+
+    demo_ready = Signal(object)
+    backend_build_requested = Signal(str)
+    models_requested = Signal()
+
+    def __init__(self, context: int = 4096, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("firstRun")
+        self.setStyleSheet(_STYLE)
+        self.context = context
+        self.toolchain: Toolchain | None = None
+        self.flavor = "cpu"  # the backend the real-model card proposes
+        self.cancel_token: CancelToken | None = None
+        self.demo_running = False
+        self.last_error: Exception | None = None
+
+        title = QLabel("Welcome to FastMTP Chat")
+        title.setObjectName("title")
+        intro = QLabel("Chat with Qwen3.8-27B on your own GPU, sped up by FastMTP drafting. Pick how to start; "
+                       "the other way stays on the Backend and Models pages.")
+        intro.setObjectName("muted")
+        intro.setWordWrap(True)
+
+        self.demo_button = QPushButton("Try the demo model")
+        self.demo_button.setObjectName("primary")
+        self.demo_button.setDefault(True)
+        self.demo_button.clicked.connect(self.try_demo)
+        self.demo_text = QLabel()
+        self.demo_progress = QProgressBar()
+        self.demo_progress.setRange(0, 100)
+        self.demo_progress.hide()
+        self.demo_step = QLabel()
+        self.demo_step.setObjectName("muted")
+        self.demo_step.setWordWrap(True)
+        demo_card = self._card("Try the demo model", self.demo_text,
+                               [self.demo_progress, self.demo_step], [self.demo_button])
+
+        self.real_text = QLabel("Looking for an NVIDIA GPU and the build tools…")
+        self.build_button = QPushButton("Set up the real model")
+        self.build_button.setObjectName("primary")
+        self.build_button.setEnabled(False)
+        self.build_button.clicked.connect(lambda: self.backend_build_requested.emit(self.flavor))
+        self.models_button = QPushButton("Choose a quantization…")
+        self.models_button.clicked.connect(self.models_requested.emit)
+        real_card = self._card("Set up the real model", self.real_text, [], [self.build_button, self.models_button])
+
+        cards = QHBoxLayout()
+        cards.setSpacing(16)
+        cards.addWidget(demo_card, 1)
+        cards.addWidget(real_card, 1)
+        column = QVBoxLayout()
+        column.addStretch(1)
+        column.addWidget(title)
+        column.addWidget(intro)
+        column.addSpacing(12)
+        column.addLayout(cards)
+        column.addStretch(2)
+        holder = QWidget()
+        holder.setLayout(column)
+        holder.setMaximumWidth(900)
+        outer = QHBoxLayout(self)
+        outer.setContentsMargins(24, 16, 24, 16)
+        outer.addStretch(1)
+        outer.addWidget(holder, 8)
+        outer.addStretch(1)
+
+    @staticmethod
+    def _card(title: str, text: QLabel, extra: list[QWidget], buttons: list[QPushButton]) -> QFrame:
+        card = QFrame()
+        card.setObjectName("card")
+        card.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        heading = QLabel(title)
+        heading.setObjectName("cardTitle")
+        text.setWordWrap(True)
+        text.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        text.setMinimumHeight(96)
+        layout = QVBoxLayout(card)
+        layout.setContentsMargins(18, 14, 18, 16)
+        layout.addWidget(heading)
+        layout.addWidget(text)
+        for widget in extra:
+            layout.addWidget(widget)
+        row = QHBoxLayout()
+        for button in buttons:
+            row.addWidget(button)
+        row.addStretch(1)
+        layout.addLayout(row)
+        return card
+
+    # ------------------------------------------------------------------ detection
+
+    def refresh(self) -> None:
+        """Say what the demo needs, and look for GPUs and build tools (in the background)."""
+        manifest = registry.active()
+        if manifest is None:
+            self.demo_text.setText("A tiny built-in model that answers in a few seconds on any CPU: the way to "
+                                   "see the app, the live speed HUD and the drafting at work right now. First "
+                                   "the patched CPU backend is built (a few minutes, once).")
+        else:
+            self.demo_text.setText("A tiny built-in model that answers in a few seconds: the way to see the app, "
+                                   f"the live speed HUD and the drafting at work right now. It runs on the active "
+                                   f"{manifest.flavor.upper()} backend.")
+        run_in_background(lambda _report: detect(), self._alive(self._detected),
+                          self._alive(self._detection_failed))
+
+    def _alive(self, callback: Any) -> Any:
+        def call(value: Any) -> None:
+            if shiboken6.isValid(self):
+                callback(value)
+        return call
+
+    def _detected(self, tools: Toolchain) -> None:
+        self.toolchain = tools
+        text, self.flavor = real_model_advice(tools, self.context)
+        self.real_text.setText(text)
+        self.build_button.setText(f"Build the {self.flavor.upper()} backend")
+        self.build_button.setEnabled(tools.can_build_cpu)
+        if not tools.can_build_cpu:
+            self.real_text.setText(text + "\nThe build tools are missing: " + "; ".join(tools.problems(cuda=False)))
+
+    def _detection_failed(self, exc: Exception) -> None:
+        self.real_text.setText(f"Could not look for GPUs and build tools: {exc}. The Backend page tries again.")
+        self.build_button.setEnabled(True)
+
+    # ------------------------------------------------------------------ demo
+
+    def try_demo(self) -> None:
+        """Build the CPU backend if no backend is active, write the demo model, then emit ``demo_ready``."""
+        if self.demo_running:
+            return
+        self.demo_running = True
+        self.last_error = None
+        self.demo_button.setEnabled(False)
+        self.demo_progress.setValue(0)
+        self.demo_step.setStyleSheet("")
+        cancel = self.cancel_token = CancelToken()
+        needs_backend = registry.active() is None
+        self.demo_progress.setVisible(needs_backend)
+        self.demo_step.setText("Building the patched CPU backend…" if needs_backend else "Preparing the demo model…")
+
+        def work(report: Report) -> DemoModel:
+            if registry.active() is None:
+                build_backend(BuildOptions(flavor="cpu"), report, cancel)
+            report("demo")
+            return ensure_demo_model(paths.demo_model_dir())
+
+        run_in_background(work, self._alive(self._demo_done), self._alive(self._demo_failed),
+                          self._alive(self._demo_event))
+
+    def cancel(self) -> None:
+        """Stop a backend build under way (the window is closing)."""
+        if self.cancel_token is not None:
+            self.cancel_token.cancel()
+
+    def _demo_event(self, value: Any) -> None:
+        if value == "demo":
+            self.demo_progress.setValue(100)
+            self.demo_step.setText("Writing the demo model…")
+        elif isinstance(value, BuildEvent):
+            if value.percent is not None:
+                self.demo_progress.setValue(round(value.percent))
+            if value.kind == "step" and value.message:
+                self.demo_step.setText(value.message[:1].upper() + value.message[1:])
+
+    def _demo_done(self, demo: DemoModel) -> None:
+        self.demo_running = False
+        self.cancel_token = None
+        self.demo_button.setEnabled(True)
+        self.demo_step.setText("Loading the demo model…")
+        self.demo_ready.emit(demo)
+
+    def _demo_failed(self, exc: Exception) -> None:
+        self.demo_running = False
+        self.cancel_token = None
+        self.last_error = exc
+        self.demo_button.setEnabled(True)
+        self.demo_button.setText("Try again")
+        self.demo_progress.hide()
+        text = exc.message + (f"\n{exc.advice}" if exc.advice else "") if isinstance(exc, FastMTPError) else str(exc)
+        self.demo_step.setText(f"The demo could not be prepared: {text}")
+        self.demo_step.setStyleSheet("color: #b91c1c;")
