@@ -16,7 +16,7 @@ def _config(args: argparse.Namespace) -> Any:
 
     return EngineConfig(target=args.model, mode=args.mtp, draft=args.draft, n_max=args.n_max, p_min=args.p_min,
                         adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch, n_gpu_layers=args.gpu_layers,
-                        n_threads=args.threads)
+                        n_threads=args.threads, flash_attn={"on": True, "off": False}.get(args.flash_attn))
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -133,6 +133,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--threads", type=int)
+    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto", help="flash attention")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temp", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=40)

@@ -90,7 +90,16 @@ def test_generate_json_has_tokens_text_provenance_and_stats(patched_backend: Bac
     out = json.loads(proc.stdout)
     assert len(out["tokens"]) == len(out["provenance"]) == 20 and out["stop_reason"] == "length"
     assert len(out["text"].split()) >= 10
-    assert set(out["stats"]) >= {"decode_tps", "acceptance", "tokens_per_pass", "acceptance_by_position"}
+    assert set(out["stats"]) >= {"decode_tps", "acceptance", "tokens_per_pass", "acceptance_by_position",
+                                 "proposed", "python_ms_per_round"}
+    assert out["stats"]["proposed"] >= out["stats"]["drafted"] >= out["stats"]["accepted"]
+    flash = {}
+    for setting in ("on", "off"):
+        run = run_app("generate", "--model", str(demo.target), "--draft", str(demo.sidecar_d2t), "--mtp", "sidecar",
+                      "--prompt", "Hi", "--max-tokens", "12", "--flash-attn", setting, "--json")
+        assert run.returncode == 0, run.stderr
+        flash[setting] = json.loads(run.stdout)["tokens"]
+    assert flash["on"] == flash["off"]
     bad = run_app("generate", "--model", str(demo.target), "--mtp", "sidecar", "--prompt", "Hi")
     assert bad.returncode == 1 and "needs a draft sidecar" in bad.stderr
 
