@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QColor, QDesktopServices, QFont, QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QFont,
+    QGuiApplication,
+    QKeyEvent,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+)
 from PySide6.QtWidgets import (
     QCheckBox,
     QGridLayout,
@@ -168,7 +177,7 @@ class _Region:
             cursor.removeSelectedText()
             source = "".join(self._marked(text, start) for text, start in self.pending)
             cursor.insertHtml(self._wrap(view.renderer.render(source, view._register_code)))
-            cursor.insertBlock()
+            _new_block(cursor)
             self.tail_pos = cursor.position()
             self.committed += self.pending
             self.pending = []
@@ -192,6 +201,12 @@ class _Region:
 
     def _wrap(self, body: str) -> str:
         return f'<div style="{self.style}">{body}</div>' if self.style else body
+
+
+def _new_block(cursor: QTextCursor) -> None:
+    """Start a new block with plain formats (``insertBlock()`` would carry over the last HTML block's
+    background and margins, e.g. a user message's tint onto the next header)."""
+    cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
 
 
 def _rebased(splitter: BlockSplitter, offset: int) -> BlockSplitter:
@@ -218,7 +233,7 @@ class _ReplyStream:
         cursor = self.view._end_cursor()
         self.start_pos = cursor.position()
         cursor.insertHtml(self.view._header_html(self.entry, self.index, streaming=True))
-        cursor.insertBlock()
+        _new_block(cursor)
         if self.thinking is not None:
             self._thinking_label()
         for region in (self.thinking, self.answer):
@@ -261,7 +276,7 @@ class _ReplyStream:
     def _thinking_label(self) -> None:
         cursor = self.view._end_cursor()
         cursor.insertHtml(f'<p style="color:{self.view.colors.muted}"><i>Thinking…</i></p>')
-        cursor.insertBlock()
+        _new_block(cursor)
 
     def _start_answer(self, text: str, provenance: str) -> None:
         self.answer = _Region(self.view)
@@ -532,7 +547,7 @@ class ChatView(QWidget):
         self._prepare_document()
         cursor = cursor or self._end_cursor()
         cursor.insertHtml(self._entry_html(self.entries[index], index))
-        cursor.insertBlock()
+        _new_block(cursor)
 
     def _entry_html(self, entry: ChatEntry, index: int) -> str:
         parts = [self._header_html(entry, index)]

@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
-    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -154,18 +153,17 @@ class FirstRunPanel(QWidget):
     def _card(title: str, text: QLabel, extra: list[QWidget], buttons: list[QPushButton]) -> QFrame:
         card = QFrame()
         card.setObjectName("card")
-        card.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         heading = QLabel(title)
         heading.setObjectName("cardTitle")
         text.setWordWrap(True)
         text.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        text.setMinimumHeight(96)
         layout = QVBoxLayout(card)
         layout.setContentsMargins(18, 14, 18, 16)
         layout.addWidget(heading)
         layout.addWidget(text)
         for widget in extra:
             layout.addWidget(widget)
+        layout.addStretch(1)  # both cards are as tall as the taller one; buttons sit at the bottom
         row = QHBoxLayout()
         for button in buttons:
             row.addWidget(button)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QProgressBar, QWidget
 from app.engine.speculative import EngineConfig
 
 _STYLE = """
-#hud { background: rgba(24, 28, 36, 215); border-radius: 8px; }
+#hud { background: rgba(24, 28, 36, 215); border: 1px solid rgba(255, 255, 255, 40); border-radius: 8px; }
 #hud QLabel { color: #e8ecf2; font-size: 11px; }
 #hud QLabel[role="value"] { font-weight: 600; font-family: monospace; }
 #hud QProgressBar { background: rgba(255, 255, 255, 40); border: none; border-radius: 2px; max-height: 4px; }

@@ -147,7 +147,9 @@ class MainWindow(QMainWindow):
         self._save_timer.timeout.connect(self._save_partial)
 
         self.model_label = QLabel("No model loaded")
-        self.model_label.setStyleSheet("font-weight: 600;")
+        bold = self.model_label.font()
+        bold.setBold(True)
+        self.model_label.setFont(bold)
         self.mode_box = QComboBox()
         for label, key in MODES:
             self.mode_box.addItem(label, key)

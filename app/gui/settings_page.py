@@ -63,6 +63,10 @@ class SettingsPage(QWidget):
         self.note.setWordWrap(True)
 
         form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        self.models_dir.setMinimumWidth(460)
+        for box in (self.context_size, self.gpu_layers, self.threads, self.draft_depth, self.p_min, self.theme):
+            box.setMinimumWidth(160)
         form.addRow("Models folder", folder)
         form.addRow("Context size (tokens)", self.context_size)
         form.addRow("GPU layers (CUDA backends)", self.gpu_layers)

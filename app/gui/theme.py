@@ -37,7 +37,12 @@ def apply(app: QApplication, theme: Theme) -> Palette:
                              (QPalette.ColorRole.HighlightedText, "#ffffff"), (QPalette.ColorRole.Link, "#7aa2f7"),
                              (QPalette.ColorRole.PlaceholderText, "#8b93a1")):
             palette.setColor(role, colour)
+        for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
+            palette.setColor(QPalette.ColorGroup.Disabled, role, "#6b7280")
     else:
         palette = app.style().standardPalette()
     app.setPalette(palette)
+    for widget in app.allWidgets():  # widgets under a style sheet keep their old palette until polished again
+        widget.style().unpolish(widget)
+        widget.style().polish(widget)
     return colours

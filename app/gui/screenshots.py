@@ -1,0 +1,129 @@
+"""Screenshots of the real app for the README: ``python -m app.gui.screenshots OUTDIR``.
+
+Run it under a display (``xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python -m app.gui.screenshots
+docs/screenshots``). It opens the real window with the built-in demo model on the active backend (the
+patched CPU backend is built first when none is active: seconds when its build tree is cached), sends a
+message, waits for the streamed reply, and grabs the window with ``QWidget.grab()``: the first-run panel,
+the chat with its HUD in the light and the dark theme, and the Models, Backend and Settings pages.
+History and settings live in a temporary folder, so the user's own chats are neither shown nor changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QEventLoop, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app import paths
+from app.settings import Settings
+
+SIZE = (1280, 800)
+PROMPT = "Hello! Tell me about the lighthouse keeper."
+
+
+def wait_until(app: QApplication, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Run the event loop until ``condition()`` holds (checked every 20 ms)."""
+    deadline = time.monotonic() + timeout_s
+    loop = QEventLoop()
+    timer = QTimer()
+    timer.setInterval(20)
+    timer.timeout.connect(lambda: loop.quit() if condition() or time.monotonic() > deadline else None)
+    timer.start()
+    if not condition():
+        loop.exec()
+    timer.stop()
+    if not condition():
+        raise TimeoutError(f"gave up waiting for {what} after {timeout_s:.0f} s")
+
+
+def settle(app: QApplication, ms: int = 300) -> None:
+    """Let layouts, detection results and repaints land before a grab."""
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
+    app.processEvents()
+
+
+def take(out: Path, themes: tuple[str, ...] = ("light", "dark")) -> list[Path]:
+    """Write the screenshots into ``out``; returns their paths."""
+    from app.backend import registry
+    from app.backend.builder import BuildOptions, build_backend
+    from app.builtin_demo import ensure_demo_model
+    from app.gui.main import MainWindow
+    from app.history import HistoryStore
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(app, QApplication)
+    app.setApplicationName("FastMTP Chat")
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    scratch = Path(tempfile.mkdtemp(prefix="fastmtp-shots-"))
+    os.environ["FASTMTP_CONFIG_DIR"] = str(scratch / "config")
+    if registry.active() is None:
+        print("no active backend: building the patched CPU backend", file=sys.stderr)
+        build_backend(BuildOptions(flavor="cpu"))
+    demo = ensure_demo_model(paths.demo_model_dir())
+
+    history = HistoryStore(scratch / "history.sqlite3")
+    window = MainWindow(history=history, settings=Settings(first_run_done=True))
+    window.resize(*SIZE)
+    window.show()
+
+    def grab(name: str) -> None:
+        settle(app)
+        path = out / f"{name}.png"
+        window.grab().save(str(path))
+        written.append(path)
+        print(path)
+
+    def set_theme(name: str) -> None:
+        window.apply_settings(Settings(theme="dark" if name == "dark" else "light", first_run_done=True))
+        window.settings_page.show_settings(window.settings)
+
+    window.show_first_run()
+    wait_until(app, lambda: window.first_run.toolchain is not None, 120, "GPU and build tool detection")
+    for name in themes:
+        set_theme(name)
+        grab(f"first-run-{name}")
+
+    window.chat_stack.setCurrentIndex(0)
+    window.use_demo(demo)
+    wait_until(app, lambda: window.ready, 120, "the demo model to load")
+    done: list[dict[str, Any]] = []
+    window.bridge.done.connect(done.append)
+    window.send(PROMPT)
+    wait_until(app, lambda: bool(done), 120, "the streamed reply")
+    for name in themes:
+        set_theme(name)
+        window.show_page("Chat")
+        grab(f"chat-{name}")
+    for page in ("Models", "Backend", "Settings"):
+        for name in themes:
+            set_theme(name)
+            window.show_page(page)
+            grab(f"{page.lower()}-{name}")
+    window.close()
+    history.close()
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.gui.screenshots", description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="folder for the PNG files (docs/screenshots)")
+    parser.add_argument("--theme", choices=["light", "dark", "both"], default="both")
+    args = parser.parse_args(argv)
+    themes = ("light", "dark") if args.theme == "both" else (args.theme,)
+    take(args.out, themes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
