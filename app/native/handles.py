@@ -7,6 +7,7 @@ Each class owns one C object, raises a plain error when creation fails, and free
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
 import time
@@ -245,6 +246,16 @@ class NodeTimer:
         return self.stamps[last] - self.stamps[first]
 
 
+def default_threads() -> int:
+    """Decode threads when none are asked for: one per physical core (llama.cpp's own default is a fixed 4).
+
+    Decoding is memory-bound and llama.cpp's threads spin while they wait, so more threads than
+    cores (or than the SMT siblings' share) make it much slower, not faster.
+    """
+    logical = os.cpu_count() or 1
+    return max(1, logical // 2) if logical >= 4 else max(1, logical - 1) if logical > 1 else 1
+
+
 def _row(array_type: Any, address: int) -> FloatArray:
     """A float32 numpy view of llama.cpp memory at ``address`` (no copy)."""
     view: FloatArray = np.frombuffer(array_type.from_address(address), dtype=np.float32)
@@ -264,9 +275,8 @@ class Context:
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         params.n_rs_seq = n_rs_seq
-        if n_threads:
-            params.n_threads = n_threads
-            params.n_threads_batch = n_threads
+        params.n_threads = n_threads or default_threads()
+        params.n_threads_batch = n_threads or os.cpu_count() or 1
         if flash_attn is not None:
             params.flash_attn_type = 1 if flash_attn else 0
         if timer is not None:
