@@ -276,7 +276,7 @@ class Context:
         params.n_ubatch = n_batch
         params.n_rs_seq = n_rs_seq
         params.n_threads = n_threads or default_threads()
-        params.n_threads_batch = n_threads or os.cpu_count() or 1
+        params.n_threads_batch = n_threads or default_threads()
         if flash_attn is not None:
             params.flash_attn_type = 1 if flash_attn else 0
         if timer is not None:
