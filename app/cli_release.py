@@ -1,4 +1,5 @@
-"""CLI commands for releases: ``fetch``, ``verify``, ``trust``, ``release``, ``token``, ``fit``, ``mirror``."""
+"""CLI commands for releases: ``fetch``, ``verify``, ``models``, ``trust``, ``release``, ``token``, ``fit``,
+``mirror``."""
 
 from __future__ import annotations
 
@@ -79,6 +80,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"  ok       {name}")
     for name in result.missing:
         print(f"  absent   {name}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from app.release.installed import list_installed, model_roots
+
+    models = list_installed(*([args.dir] if args.dir else []))
+    if args.json:
+        print_json([m.to_dict() for m in models])
+        return 0
+    if not models:
+        where = args.dir or " or ".join(str(root) for root in model_roots())
+        print(f"No downloaded model in {where}. Get one with `python -m app fetch`.")
+    for m in models:
+        sidecars = ", ".join(f"{kind} {path.name}" for kind, path in (("d2t", m.sidecar_d2t), ("full", m.sidecar_full))
+                             if path is not None) or "no sidecar"
+        state = "verified" if m.verified else "NOT VERIFIED"
+        print(f"{m.quant:8} release {m.version}  {m.size_bytes / 1e9:.1f} GB  {state}  {m.target}\n"
+              f"         sidecars: {sidecars}")
+        if m.problem:
+            print("         " + m.problem.replace("\n", "\n         "))
     return 0
 
 
@@ -260,6 +282,11 @@ def add_commands(sub: Any, command: Any) -> None:
     v.add_argument("dir", type=Path)
     v.add_argument("--repo", help="repository id the release belongs to (default: the catalog's)")
     v.add_argument("--trust-fingerprint", help="trust the publisher key with this fingerprint (no prompt)")
+
+    md = command(sub, "models", cmd_models, "list the downloaded models: target, FastMTP sidecars, checks passed "
+                 "(signatures and sizes; `verify DIR` re-hashes)")
+    md.add_argument("--dir", type=Path, help="the models folder to list (default: the one in the settings, and the "
+                    "one downloads go to)")
 
     trust = sub.add_parser("trust", help="publisher keys trusted for releases")
     tsub = trust.add_subparsers(dest="trust_command", required=True)

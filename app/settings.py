@@ -1,5 +1,5 @@
 """The app's settings, saved as JSON in the config folder: models folder, engine sizes, drafting, theme,
-and whether the first-run panel was answered.
+the chat's model, and whether the first-run panel was answered.
 
 Qt-free. ``load()`` never fails on a damaged or older file: unknown keys are dropped, bad values fall back
 to their defaults (and the file is rewritten on the next ``save``).
@@ -31,6 +31,7 @@ class Settings:
     p_min: float = 0.0
     theme: Theme = "system"
     first_run_done: bool = False  # the first-run panel was answered (the demo tried or the real set-up started)
+    chat_model: str = ""  # the model the chat loads: "" the built-in demo, else an installed target's path
 
     def models_path(self) -> Path:
         return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()

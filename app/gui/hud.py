@@ -15,6 +15,7 @@ from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen, QPolygonF
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QProgressBar, QWidget
 
 from app.engine.speculative import EngineConfig
+from app.release.installed import sidecar_kind
 
 _STYLE = """
 #hud { background: rgba(24, 28, 36, 215); border: 1px solid rgba(255, 255, 255, 40); border-radius: 8px; }
@@ -34,8 +35,8 @@ def describe_mode(config: EngineConfig | None) -> str:
     if config.mode == "embedded":
         kind = "embedded MTP"
     else:
-        name = config.draft.name if config.draft else ""
-        kind = "FastMTP d2t" if "d2t" in name else "full sidecar"
+        d2t = config.draft is not None and sidecar_kind(config.draft.name) == "d2t"
+        kind = "FastMTP d2t" if d2t else "full sidecar"
     depth = f"depth ≤{config.n_max} adaptive" if config.adaptive else f"depth {config.n_max}"
     return f"{kind} · {depth}"
 
