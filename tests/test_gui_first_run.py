@@ -59,7 +59,7 @@ def test_first_run_tries_the_demo_model_then_a_second_start_goes_straight_to_cha
     assert progress and progress[-1] == 100  # the build's progress, then the demo model
     assert not win.first_run_visible() and win.chat.isVisible()
     assert app_settings.load().first_run_done
-    assert "demo" in win.model_label.text()
+    assert win.model_box.currentText() == "Demo model (built-in)"
 
     done: list[dict[str, Any]] = []
     tokens: list[dict[str, Any]] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtGui import QAction, QCloseEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -50,6 +50,7 @@ from app.gui.ops import run_in_background, wait_for_all
 from app.gui.settings_page import SettingsPage
 from app.gui.sidebar import Sidebar
 from app.history import Conversation, HistoryError, HistoryStore
+from app.release.installed import InstalledModel, list_installed, model_roots
 from app.settings import Settings
 
 SYSTEM_PROMPT = "You are a helpful assistant."
@@ -59,6 +60,8 @@ TITLE_CHARS = 40  # a new conversation's title: the start of its first message
 # (label, key): key picks the EngineConfig in ``MainWindow.config_for``
 MODES = [("FastMTP d2t sidecar", "sidecar-d2t"), ("Full sidecar", "sidecar-full"),
          ("Embedded MTP head", "embedded"), ("Off (target only)", "off")]
+DEMO_KEY = ""  # the model selector's (and the settings') key of the built-in demo model
+DEMO_LABEL = "Demo model (built-in)"
 
 
 class Banner(QFrame):
@@ -139,6 +142,9 @@ class MainWindow(QMainWindow):
         self._reply_message: int | None = None  # its history row, saved as it streams
         self._unsaved_tokens = 0
         self.demo: DemoModel | None = None
+        self.installed: list[InstalledModel] = []  # the models folder's models, as last listed
+        self._listing = 0  # model listings under way
+        self._pending_chat: tuple[Path, str] | None = None  # "Chat with it now": folder and quantization
         self.ready = False
         self.chat_settings = ChatSettings(max_tokens=256)
         self.options = self.chat_settings.options()
@@ -146,10 +152,10 @@ class MainWindow(QMainWindow):
         self._save_timer.setInterval(SAVE_INTERVAL_MS)
         self._save_timer.timeout.connect(self._save_partial)
 
-        self.model_label = QLabel("No model loaded")
-        bold = self.model_label.font()
-        bold.setBold(True)
-        self.model_label.setFont(bold)
+        self.model_box = QComboBox()  # the demo model, then each installed model (``refresh_models``)
+        self.model_box.setToolTip("The model the chat uses; downloads from the Models page appear here")
+        self.model_box.addItem(DEMO_LABEL, DEMO_KEY)
+        self.model_box.currentIndexChanged.connect(lambda _i: self._model_chosen())
         self.mode_box = QComboBox()
         for label, key in MODES:
             self.mode_box.addItem(label, key)
@@ -158,7 +164,7 @@ class MainWindow(QMainWindow):
         self.status.setStyleSheet("color: #6b7280;")
         top = QHBoxLayout()
         top.addWidget(QLabel("Model:"))
-        top.addWidget(self.model_label)
+        top.addWidget(self.model_box)
         top.addSpacing(16)
         top.addWidget(QLabel("Drafting:"))
         top.addWidget(self.mode_box)
@@ -220,6 +226,8 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(outer)
         self.add_page("Chat", self.chat_stack)
         self.models_page = ModelsPage()
+        self.models_page.model_installed.connect(lambda _installed: self.refresh_models())
+        self.models_page.chat_requested.connect(self.chat_with)
         self.add_page("Models", self.models_page)
         self.backend_page = BackendPage()
         self.add_page("Backend", self.backend_page)
@@ -233,6 +241,7 @@ class MainWindow(QMainWindow):
         self.bridge.done.connect(self._done)
         self.bridge.error.connect(self._error)
         self.bridge.busy_changed.connect(self._busy_changed)
+        self.refresh_models()
 
     # ------------------------------------------------------------------ pages
 
@@ -289,11 +298,14 @@ class MainWindow(QMainWindow):
         return not self.settings.first_run_done or active() is None
 
     def start(self) -> None:
-        """What a fresh window does: the first-run panel when it is needed, else load the demo model."""
+        """What a fresh window does: the first-run panel when it is needed, else load the model the settings name
+        (the demo model when that one is no longer installed and verified)."""
         if self.needs_first_run():
             self.show_first_run()
-        else:
+        elif self.settings.chat_model == DEMO_KEY:
             self.load_demo()
+        else:
+            self.refresh_models(select=self.settings.chat_model, fallback_to_demo=True)
 
     def show_first_run(self) -> None:
         self.first_run.refresh()
@@ -334,30 +346,173 @@ class MainWindow(QMainWindow):
                           lambda exc: self._error({"message": f"The demo model could not be written: {exc}"}))
 
     def use_demo(self, demo: DemoModel) -> None:
+        """Chat with the demo model: it is selected (and remembered) and loaded."""
         self.demo = demo
+        self._select_model(DEMO_KEY)
+        self._remember_model(DEMO_KEY)
         self.reload()
 
+    def refresh_models(self, select: str | None = None, fallback_to_demo: bool = False) -> None:
+        """List the installed models again (a background op: it checks signatures and sizes) into the selector.
+
+        ``select``: then choose and load the model with this key (a target's path) when it is there and
+        verified; else, with ``fallback_to_demo``, load the demo model."""
+        self._listing += 1
+        roots = model_roots(self.settings)
+
+        def listed(models: list[InstalledModel]) -> None:
+            self._listing -= 1
+            self._show_models(models)
+            chosen = self.installed_model(select) if select else None
+            if chosen is not None and chosen.verified:
+                self._select_model(chosen.key)
+                self._model_chosen()
+            elif select is not None and fallback_to_demo:
+                self.load_demo()
+
+        def failed(exc: Exception) -> None:
+            self._listing -= 1
+            self.banner.show_error({"message": f"The models folder could not be read: {exc}",
+                                    "advice": "Check the models folder on the Settings page."})
+
+        run_in_background(lambda _report: list_installed(*roots), listed, failed)
+
+    @property
+    def listing_models(self) -> bool:
+        return self._listing > 0
+
+    def installed_model(self, key: str | None) -> InstalledModel | None:
+        """The listed installed model with this key, or None (the demo model, or one no longer there)."""
+        return next((m for m in self.installed if m.key == key), None)
+
+    def chat_with(self, folder: str, quant: str) -> None:
+        """"Chat with it now" on the Models page: list the models again, then load the one just downloaded."""
+        self.show_page("Chat")
+        self.chat_stack.setCurrentIndex(0)
+        self._pending_chat = (Path(folder), quant)
+        self.refresh_models()
+
+    def _show_models(self, models: list[InstalledModel]) -> None:
+        """Fill the selector: the demo model, then every installed model (unverified ones greyed, with why)."""
+        self.installed = models
+        current = str(self.model_box.currentData() or DEMO_KEY)
+        self.model_box.blockSignals(True)
+        self.model_box.clear()
+        self.model_box.addItem(DEMO_LABEL, DEMO_KEY)
+        several_folders = len({m.folder for m in models}) > 1
+        for model in models:
+            where = f" · {model.folder.name}" if several_folders else ""
+            self.model_box.addItem(f"{model.quant} · release {model.version} · {model.size_bytes / 1e9:.1f} GB{where}",
+                                   model.key)
+            row = self.model_box.count() - 1
+            tip = f"{model.target}\nFastMTP d2t sidecar: {_name(model.sidecar_d2t)}\n" \
+                  f"Full sidecar: {_name(model.sidecar_full)}"
+            if not model.verified:
+                tip = f"Not offered: it did not pass its checks.\n{model.problem}\n\n{tip}"
+                self._set_item_enabled(self.model_box, row, False)
+            self.model_box.setItemData(row, tip, Qt.ItemDataRole.ToolTipRole)
+        index = self.model_box.findData(current)
+        self.model_box.setCurrentIndex(index if index >= 0 else 0)
+        self.model_box.blockSignals(False)
+        pending, self._pending_chat = self._pending_chat, None
+        if pending is not None:  # "Chat with it now" before the new model was listed
+            chosen = next((m for m in models if m.folder == pending[0] and m.quant == pending[1] and m.verified),
+                          None)
+            if chosen is not None and chosen.key != self.model_box.currentData():
+                self._select_model(chosen.key)
+                self._model_chosen()
+        self._update_modes()
+
+    def _select_model(self, key: str) -> None:
+        index = self.model_box.findData(key)
+        if index >= 0 and index != self.model_box.currentIndex():
+            self.model_box.blockSignals(True)
+            self.model_box.setCurrentIndex(index)
+            self.model_box.blockSignals(False)
+        self._update_modes()
+
+    def _model_chosen(self) -> None:
+        """The selector picked a model: remember it, offer the drafting modes it has files for, load it."""
+        key = str(self.model_box.currentData() or DEMO_KEY)
+        self._remember_model(key)
+        self._update_modes()
+        if key == DEMO_KEY and self.demo is None:
+            self.load_demo()
+        else:
+            self.reload()
+
+    def _remember_model(self, key: str) -> None:
+        if self.settings.chat_model != key:
+            self.settings = replace(self.settings, chat_model=key)
+            app_settings.save(self.settings)
+            self.settings_page.keep_chat_model(key)
+
+    def _model_files(self) -> tuple[Path, Path | None, Path | None] | None:
+        """The chosen model's target, d2t sidecar and full sidecar; None while the demo model is not written yet."""
+        installed = self.installed_model(str(self.model_box.currentData() or DEMO_KEY))
+        if installed is not None:
+            return installed.target, installed.sidecar_d2t, installed.sidecar_full
+        if self.demo is not None:
+            return self.demo.target, self.demo.sidecar_d2t, self.demo.sidecar_full
+        return None
+
+    def _update_modes(self) -> None:
+        """Grey out the drafting modes whose file the chosen model lacks, saying why; move off a greyed one."""
+        files = self._model_files()
+        missing = {"sidecar-d2t": files is not None and files[1] is None,
+                   "sidecar-full": files is not None and files[2] is None}
+        why = {"sidecar-d2t": "This model has no FastMTP d2t sidecar in its folder: download it on the Models page.",
+               "sidecar-full": "This model has no full MTP sidecar in its folder (the release ships the d2t one; "
+                               "`python -m app sidecar build --full` makes one)."}
+        for row, (_label, key) in enumerate(MODES):
+            self._set_item_enabled(self.mode_box, row, not missing.get(key, False))
+            self.mode_box.setItemData(row, why[key] if missing.get(key, False) else None, Qt.ItemDataRole.ToolTipRole)
+        if missing.get(str(self.mode_box.currentData()), False):
+            first = next(row for row, (_label, key) in enumerate(MODES) if not missing.get(key, False))
+            self.mode_box.blockSignals(True)
+            self.mode_box.setCurrentIndex(first)
+            self.mode_box.blockSignals(False)
+
+    @staticmethod
+    def _set_item_enabled(box: QComboBox, row: int, enabled: bool) -> None:
+        model = box.model()
+        if isinstance(model, QStandardItemModel):
+            item = model.item(row)
+            if item is not None:
+                item.setEnabled(enabled)
+
+    def mode_enabled(self, key: str) -> bool:
+        """Whether the drafting mode ``key`` can be picked for the chosen model."""
+        model = self.mode_box.model()
+        item = model.item(self.mode_box.findData(key)) if isinstance(model, QStandardItemModel) else None
+        return item is not None and item.isEnabled()
+
     def config_for(self, key: str) -> EngineConfig | None:
-        """The engine configuration for a drafting mode, sized by the settings (context, threads, depth)."""
-        if self.demo is None:
+        """The engine configuration of the chosen model for a drafting mode, sized by the settings (context, GPU
+        layers, threads, depth, adaptive, p_min); None when the model or the mode's file is not there."""
+        files = self._model_files()
+        if files is None:
             return None
+        target, sidecar_d2t, sidecar_full = files
         sizes = app_settings.engine_fields(self.settings)
         if not _gpu_backend():
             sizes["n_gpu_layers"] = 0
-        if key == "sidecar-d2t":
-            return EngineConfig(self.demo.target, mode="sidecar", draft=self.demo.sidecar_d2t, **sizes)
-        if key == "sidecar-full":
-            return EngineConfig(self.demo.target, mode="sidecar", draft=self.demo.sidecar_full, **sizes)
+        if key in ("sidecar-d2t", "sidecar-full"):
+            draft = sidecar_d2t if key == "sidecar-d2t" else sidecar_full
+            return EngineConfig(target, mode="sidecar", draft=draft, **sizes) if draft is not None else None
         if key == "embedded":
-            return EngineConfig(self.demo.target, mode="embedded", **sizes)
-        return EngineConfig(self.demo.target, mode="off", **sizes)
+            return EngineConfig(target, mode="embedded", **sizes)
+        return EngineConfig(target, mode="off", **sizes)
 
     def apply_settings(self, settings: Settings) -> None:
         """New settings from the Settings page: the theme now, engine sizes at the next load."""
+        folder_changed = settings.models_path() != self.settings.models_path()
         self.settings = settings
         app = QApplication.instance()
         if isinstance(app, QApplication):
             self.chat.set_palette(theme.apply(app, settings.theme))
+        if folder_changed:
+            self.refresh_models()
 
     def reload(self) -> None:
         """Load the model pair the mode selector names."""
@@ -373,7 +528,6 @@ class MainWindow(QMainWindow):
         self.ready = False
         self.banner.hide()
         self.status.setText("Loading the model…")
-        self.model_label.setText(f"{config.target.parent.name}/{config.target.name}")
         self.chat.hud.set_config(config)
         self.bridge.load(config)
 
@@ -510,6 +664,7 @@ class MainWindow(QMainWindow):
     def _busy_changed(self, busy: bool) -> None:
         self.chat.set_busy(busy)
         self.mode_box.setEnabled(not busy)
+        self.model_box.setEnabled(not busy)
         self.sidebar.setEnabled(not busy)
 
     def _done(self, event: dict[str, Any]) -> None:
@@ -613,6 +768,10 @@ class MainWindow(QMainWindow):
         if self._owns_history:
             self.history.close()
         super().closeEvent(event)
+
+
+def _name(path: Path | None) -> str:
+    return path.name if path is not None else "none"
 
 
 def _gpu_backend() -> bool:

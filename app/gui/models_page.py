@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QColor, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -121,7 +121,14 @@ def plain_failure(message: str) -> tuple[str | None, str]:
 
 
 class ModelsPage(QWidget):
-    """Quantizations, fit advice, downloads, mirrors and the hub token."""
+    """Quantizations, fit advice, downloads, mirrors and the hub token.
+
+    ``model_installed`` (an :class:`Installed`) fires when a download is verified and in place;
+    ``chat_requested`` (folder, quantization) when the user asks to chat with it now.
+    """
+
+    model_installed = Signal(object)
+    chat_requested = Signal(str, str)
 
     def __init__(self, parent: QWidget | None = None, *, detect_gpu: bool = True) -> None:
         super().__init__(parent)
@@ -130,6 +137,7 @@ class ModelsPage(QWidget):
         self.gpus: list[Gpu] = []
         self.report: FitReport | None = None
         self.download_op: BackgroundOp[Installed] | None = None
+        self.download_quant = ""
         self.control: FetchControl | None = None
         self.trust_dialog: TrustKeyDialog | None = None
         self.installed: Installed | None = None
@@ -242,8 +250,13 @@ class ModelsPage(QWidget):
         self.resume_button.clicked.connect(self.resume)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel)
+        self.chat_button = QPushButton("Chat with it now")
+        self.chat_button.setToolTip("Load the model just downloaded in the chat, with its FastMTP sidecar")
+        self.chat_button.clicked.connect(self._chat_now)
+        self.chat_button.hide()
         buttons = QHBoxLayout()
         buttons.addWidget(self.total_label, 1)
+        buttons.addWidget(self.chat_button)
         buttons.addWidget(self.pause_button)
         buttons.addWidget(self.resume_button)
         buttons.addWidget(self.cancel_button)
@@ -347,6 +360,8 @@ class ModelsPage(QWidget):
         plan = FetchPlan(quant=quant, repo=self.catalog.repo, revision=self.catalog.revision,
                          endpoints=endpoints_for())
         control = self.control = FetchControl()
+        self.download_quant = quant
+        self.chat_button.hide()
         self.installed = None
         self.last_error = None
         self.paused = False
@@ -533,6 +548,12 @@ class ModelsPage(QWidget):
         self._set_step(f"Installed version {installed.version} in {installed.folder} "
                        f"(publisher key {installed.fingerprint[:19]}…).{warnings}")
         self.refresh_fit()
+        self.chat_button.show()
+        self.model_installed.emit(installed)
+
+    def _chat_now(self) -> None:
+        if self.installed is not None:
+            self.chat_requested.emit(str(self.installed.folder), self.download_quant)
 
     def _download_failed(self, exc: Exception) -> None:
         self.last_error = exc

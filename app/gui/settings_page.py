@@ -99,6 +99,10 @@ class SettingsPage(QWidget):
         self.p_min.setValue(settings.p_min)
         self.theme.setCurrentText(settings.theme)
 
+    def keep_chat_model(self, key: str) -> None:
+        """The chat's model was picked in the window: keep it when this page saves (the fields shown stay as edited)."""
+        self._settings = replace(self._settings, chat_model=key)
+
     def current(self) -> Settings:
         theme = self.theme.currentText()
         return replace(self._settings, models_dir=self.models_dir.text().strip(),

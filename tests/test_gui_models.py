@@ -1,0 +1,143 @@
+"""The chat's model selector against the real core: installed releases of the tiny demo model in a models
+folder, the real engine loading them, and a wrong sidecar reported in words."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
+
+from app import settings as app_settings
+from app.builtin_demo import ensure_demo_model
+from app.gguftools.demo_model import DemoModel
+from app.gui.main import DEMO_LABEL, MainWindow
+from app.history import HistoryStore
+from app.release.installed import InstalledModel, list_installed
+from app.release.publish import keygen
+from app.settings import Settings
+from tests.demo_release import FULL_SIDECAR, MODEL, SIDECAR, install_release
+
+WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
+BAD_REPO = "tests/mismatched-pair"
+
+
+@pytest.fixture(scope="module")
+def config_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This module's own config folder: trusted keys, verified versions and the saved settings stay here."""
+    folder = tmp_path_factory.mktemp("gui-models-config")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FASTMTP_CONFIG_DIR", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory, config_dir: Path) -> Path:
+    """Two installed releases: the demo model with its d2t and full sidecars, and one whose "sidecar" is the
+    target model itself (signed and verified like any release: the files are what they claim, just wrong)."""
+    demo: DemoModel = ensure_demo_model(tmp_path_factory.mktemp("gui-models-demo"))
+    key = keygen(tmp_path_factory.mktemp("gui-models-keys"))
+    root = tmp_path_factory.mktemp("gui-models")
+    work = tmp_path_factory.mktemp("gui-models-work")
+    install_release(work / "good", key, root, {MODEL: demo.target, SIDECAR: demo.sidecar_d2t,
+                                                FULL_SIDECAR: demo.sidecar_full})
+    install_release(work / "bad", key, root, {MODEL: demo.target, SIDECAR: demo.target}, repo=BAD_REPO)
+    return root
+
+
+@pytest.fixture(scope="module")
+def installed(models: Path) -> dict[str, InstalledModel]:
+    listed = {"good" if m.repo != BAD_REPO else "bad": m for m in list_installed(models)}
+    assert set(listed) == {"good", "bad"} and all(m.verified for m in listed.values())
+    return listed
+
+
+@pytest.fixture(scope="module")
+def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: object, models: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[MainWindow]:
+    history = HistoryStore(tmp_path_factory.mktemp("gui-models-history") / "history.sqlite3")
+    win = MainWindow(history=history, settings=Settings(models_dir=str(models), first_run_done=True))
+    win.show()
+    QtBot(request).waitUntil(lambda: not win.listing_models, timeout=WAIT_MS)
+    yield win
+    win.close()
+    history.close()
+
+
+def _choose(qtbot: QtBot, win: MainWindow, key: str) -> None:
+    index = win.model_box.findData(key)
+    assert index >= 0
+    win.model_box.setCurrentIndex(index)
+    qtbot.waitUntil(lambda: not win.bridge.busy, timeout=WAIT_MS)
+
+
+def test_installed_models_are_offered_next_to_the_demo_model(window: MainWindow,
+                                                            installed: dict[str, InstalledModel]) -> None:
+    box = window.model_box
+    assert box.itemText(0) == DEMO_LABEL
+    keys = [box.itemData(row) for row in range(box.count())]
+    assert installed["good"].key in keys and installed["bad"].key in keys
+    text = box.itemText(box.findData(installed["good"].key))
+    assert "Q4_K_P" in text and "release 1" in text
+    tip = box.itemData(box.findData(installed["good"].key), Qt.ItemDataRole.ToolTipRole)
+    assert SIDECAR in tip and FULL_SIDECAR in tip
+
+
+def test_an_installed_model_chats_with_fastmtp_drafting(qtbot: QtBot, window: MainWindow,
+                                                        installed: dict[str, InstalledModel]) -> None:
+    good = installed["good"]
+    window.mode_box.setCurrentIndex(window.mode_box.findData("sidecar-d2t"))
+    _choose(qtbot, window, good.key)
+    assert window.ready, window.banner.text.text()
+    config = window.bridge.config
+    assert config is not None and config.target == good.target and config.draft == good.sidecar_d2t
+    assert config.mode == "sidecar" and config.n_ctx == window.settings.context_size
+    assert config.n_max == window.settings.draft_depth
+    assert all(window.mode_enabled(key) for key in ("sidecar-d2t", "sidecar-full", "embedded", "off"))
+    assert app_settings.load().chat_model == good.key  # remembered for the next start
+
+    tokens: list[dict[str, Any]] = []
+    done: list[dict[str, Any]] = []
+    window.bridge.token.connect(tokens.append)
+    window.bridge.done.connect(done.append)
+    window.chat.input.setPlainText("Hello, downloaded model!")
+    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
+    reply = done[0]
+    assert reply["text"].strip() and [t["token"] for t in tokens] == reply["tokens"]
+    assert "draft" in reply["provenance"]
+    assert re.match(r"\d+%", window.chat.hud.acceptance.text())
+    assert "FastMTP d2t" in window.chat.hud.mode.text()
+    assert not window.banner.isVisible()
+
+
+def test_a_sidecar_that_does_not_fit_its_model_gives_a_banner_in_words(qtbot: QtBot, window: MainWindow,
+                                                                       installed: dict[str, InstalledModel]) -> None:
+    bad = installed["bad"]
+    errors: list[dict[str, Any]] = []
+    window.bridge.error.connect(errors.append)
+    _choose(qtbot, window, bad.key)
+    assert errors and errors[0]["error"] == "SidecarError"
+    assert not window.ready and window.banner.isVisible()
+    text = window.banner.text.text()
+    assert "is not an MTP draft sidecar" in text and errors[0]["advice"] in text
+    assert not window.banner.restart_button.isVisible()
+    # this release has no full sidecar: that mode is greyed out and says why
+    assert not window.mode_enabled("sidecar-full")
+    tip = window.mode_box.itemData(window.mode_box.findData("sidecar-full"), Qt.ItemDataRole.ToolTipRole)
+    assert "no full MTP sidecar" in tip
+
+    # "Chat with it now" from the Models page brings the good model back
+    window.models_page.chat_requested.emit(str(installed["good"].folder), "Q4_K_P")
+    qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
+    assert window.model_box.currentData() == installed["good"].key and window.current_page() == "Chat"
+    assert not window.banner.isVisible()
