@@ -33,6 +33,7 @@ from app.gui.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
 from app.release import signing, trust
 from app.release.catalog import add_user_endpoint, endpoints_for, load_catalog
 from app.release.install import default_destination
+from app.release.installed import list_installed
 from app.release.publish import KeyPair, keygen, sign_release
 from tests.release_server import Fault, ReleaseServer
 
@@ -135,7 +136,12 @@ def test_download_shows_per_file_progress_and_installs_verified_files(qtbot: QtB
                                                                       server: ReleaseServer, key: KeyPair) -> None:
     pin(key)
     server.set_fault(MODEL, SLOW)
+    installed_signals: list[object] = []
+    page.model_installed.connect(installed_signals.append)
+    chat_requests: list[tuple[str, str]] = []
+    page.chat_requested.connect(lambda folder, quant: chat_requests.append((folder, quant)))
     click_download(qtbot, page)
+    assert not page.chat_button.isVisible()
     qtbot.waitUntil(lambda: MODEL in page._rows and "/s" in page.file_row(MODEL)["speed"], timeout=WAIT_MS)
     row = page.file_row(MODEL)
     assert row["signature"] == OK and row["sha256"] != OK  # signed manifest verified; file not complete yet
@@ -151,6 +157,15 @@ def test_download_shows_per_file_progress_and_installs_verified_files(qtbot: QtB
               for r in range(page.quant_table.rowCount())}
     assert states["Q4_K_P"] == "installed" and states["Q2_K_P"] == ""
     assert all(button.isEnabled() for button in page.download_buttons.values())
+    # the chat hears of it, and the download is a listed, verified model with its d2t sidecar
+    assert installed_signals == [page.installed]
+    folder = default_destination(CATALOG.repo)
+    [model] = list_installed(folder.parent)
+    assert model.verified and model.quant == "Q4_K_P" and model.target == folder / MODEL
+    assert model.sidecar_d2t == folder / SIDECAR and model.sidecar_full is None
+    assert page.chat_button.isVisible()
+    qtbot.mouseClick(page.chat_button, Qt.MouseButton.LeftButton)
+    assert chat_requests == [(str(folder), "Q4_K_P")]
 
 
 def test_a_tampered_file_fails_on_its_own_row_with_nothing_installed(qtbot: QtBot, page: ModelsPage,
