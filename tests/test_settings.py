@@ -45,3 +45,15 @@ def test_chat_settings_make_the_engine_options_and_survive_the_history_format() 
     assert ChatSettings.from_conversation(chat.system_prompt, stored) == chat
     old = ChatSettings.from_conversation("Talk like a pirate.", {"temperature": "hot"})
     assert old.preset == CUSTOM and old.temperature == ChatSettings().temperature
+
+
+def test_downloads_go_to_the_models_folder_chosen_in_settings(tmp_path: Path) -> None:
+    from app.release.install import default_destination
+
+    saved = app_settings.load()
+    try:
+        assert default_destination("Owner/Model").parent == app_settings.load().models_path()
+        app_settings.save(Settings(models_dir=str(tmp_path / "big-disk")))
+        assert default_destination("Owner/Model") == tmp_path / "big-disk" / "Owner--Model"
+    finally:
+        app_settings.save(saved)

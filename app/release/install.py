@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app import paths
 from app.errors import DiskSpaceError, FastMTPError, VerificationError
 from app.hashing import sha256_file
 from app.release import trust
@@ -35,8 +34,10 @@ class Installed:
 
 
 def default_destination(repo: str) -> Path:
-    """``<data>/models/<owner>--<name>/``."""
-    return paths.models_dir() / repo_slug(repo)
+    """``<models folder>/<owner>--<name>/``: the Settings' models folder, else ``<data>/models``."""
+    from app import settings
+
+    return settings.load().models_path() / repo_slug(repo)
 
 
 def _move(src: Path, target: Path, expected_sha256: str | None) -> None:
