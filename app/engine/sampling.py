@@ -64,20 +64,16 @@ class Sampler:
         return int(candidates[min(index, len(candidates) - 1)])
 
 
-def draft_pick(logits: npt.NDArray[np.float32], p_min: float,
-               draft_ids: npt.NDArray[np.int64] | None = None) -> tuple[int, bool]:
+def draft_pick(logits: npt.NDArray[np.float32], p_min: float) -> tuple[int, bool]:
     """The draft head's proposal (argmax) and whether it is confident enough (softmax prob >= p_min).
 
-    With a d2t sidecar every logit outside ``draft_ids`` is -inf, so only those are looked at
-    (an eighth of Qwen's vocabulary): same pick, less time per draft step.
+    A d2t head's row is -inf outside the draft vocabulary; one contiguous argmax over the whole row
+    is still faster than gathering the draft ids first (21 vs 41 µs for Qwen's 248320 here).
     """
-    if draft_ids is not None:
-        logits = logits[draft_ids]
-    index = int(np.argmax(logits))
-    best = int(draft_ids[index]) if draft_ids is not None else index
+    best = int(np.argmax(logits))
     if p_min <= 0.0:
         return best, True
     finite = logits[np.isfinite(logits)]
-    top = float(logits[index])
+    top = float(logits[best])
     prob = 1.0 / float(np.sum(np.exp(finite.astype(np.float64) - top)))
     return best, prob >= p_min

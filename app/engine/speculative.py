@@ -27,7 +27,6 @@ import numpy as np
 from app.engine.sampling import Sampler, SamplingParams, draft_pick
 from app.engine.stats import ReplyStats
 from app.errors import ContextFullError, EngineError
-from app.gguftools.sidecar import read_d2t_ids
 from app.native.handles import Context, FloatArray, Model
 
 Mode = Literal["off", "embedded", "sidecar"]
@@ -115,7 +114,6 @@ class SpeculativeDecoder:
             _check_pair(config.target, config.draft)
         self.config = config
         drafting = config.mode != "off"
-        self._draft_ids = read_d2t_ids(config.draft) if config.mode == "sidecar" and config.draft else None
         self.target = Model(config.target, n_gpu_layers=config.n_gpu_layers, load_mtp=config.mode == "embedded")
         self._owned: list[Model | Context] = [self.target]
         try:
@@ -261,7 +259,9 @@ class SpeculativeDecoder:
             t1 = time.perf_counter()
             batch = [pending, *drafts]
             self.tctx.decode(batch, n_past, logits="all")
-            history = [*self.tokens, pending]
+            # the sampler looks back ``repeat_last_n`` tokens at most: no copy of the whole conversation per round
+            window = sampler.params.repeat_last_n
+            history = [*(self.tokens[-window:] if window > 0 else self.tokens), pending]
             accepted = 0
             finished = False
             bonus = -1
@@ -307,7 +307,7 @@ class SpeculativeDecoder:
         drafts: list[int] = []
         pos = n_past
         while True:
-            proposal, confident = draft_pick(self.dctx.logits_view(-1), self.config.p_min, self._draft_ids)
+            proposal, confident = draft_pick(self.dctx.logits_view(-1), self.config.p_min)
             if not confident:
                 break
             drafts.append(proposal)
