@@ -68,7 +68,6 @@ class Sample:
     tested: int = 0
     proposed: int = 0
     accepted: int = 0
-    draft_seconds: float = 0.0
     draft_native: float = 0.0
     verify_native: float = 0.0
 
@@ -131,7 +130,6 @@ class SpecResult:
     runs: int
     model: str
     device: str
-    upstream: bool
 
     def row(self, variant: Variant, prompt_set: str) -> Row | None:
         return next((r for r in self.rows if r.variant == variant and r.prompt_set == prompt_set), None)
@@ -273,8 +271,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
             log(f"run {run_index + 1}/{runs} {variant.label}: "
                 + ", ".join(f"{p} {s.tps:.1f} tok/s" for p, s in samples.items())
                 + f" ({time.perf_counter() - started:.1f} s)")
-    return SpecResult(list(rows.values()), n_tokens, runs, target.name, device_description(),
-                      any(v.engine == "upstream" for v in variants))
+    return SpecResult(list(rows.values()), n_tokens, runs, target.name, device_description())
 
 
 def _config(variant: Variant, target: Path, sidecars: dict[str, Path], n_threads: int | None,
@@ -312,7 +309,6 @@ def _run_ours(variant: Variant, target: Path, sidecars: dict[str, Path], prompts
                 sample.tested += stats.drafted
                 sample.proposed += stats.proposed
                 sample.accepted += stats.accepted
-                sample.draft_seconds += stats.draft_seconds
                 sample.verify_native += stats.verify_native_seconds
                 sample.draft_native += stats.draft_native_seconds
             samples[name] = sample
