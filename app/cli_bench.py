@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from app import paths
 
 def cmd_bench_draft_head(args: argparse.Namespace) -> int:
     from app.bench import draft_head
-    from app.bench.report import record
+    from app.bench.report import record, this_command
     from app.builtin_demo import ensure_demo_model
 
     if args.target:
@@ -34,9 +33,8 @@ def cmd_bench_draft_head(args: argparse.Namespace) -> int:
     else:
         print(result.markdown())
     if args.record:
-        command = "python -m app " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         record(args.record, f"Draft head: full vs d2t ({args.size if not args.target else target.name})",
-               command, result.markdown(),
+               this_command(), result.markdown(),
                f"Medians of {result.runs} interleaved runs. The head matmul is timed inside the step with "
                "llama.cpp's eval callback. Arithmetic bound for the head: 248320 / 32768 = 7.58x.")
     return 0
@@ -44,13 +42,13 @@ def cmd_bench_draft_head(args: argparse.Namespace) -> int:
 
 def cmd_bench_fetch(args: argparse.Namespace) -> int:
     from app.bench import fetch
-    from app.bench.report import record
+    from app.bench.report import record, this_command
 
     result = fetch.run(args.size_mb * 1024 * 1024, args.runs, paths.cache_dir() / "bench-fetch")
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
     if args.record:
-        command = "python -m app " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        record(args.record, f"Fetcher vs curl ({args.size_mb} MiB from 127.0.0.1)", command, result.markdown(),
+        record(args.record, f"Fetcher vs curl ({args.size_mb} MiB from 127.0.0.1)", this_command(),
+               result.markdown(),
                "MB/s are 10^6 bytes per second. Ours is timed inside fetch_files (sha256 while streaming, size "
                "check, fsync, rename); curl from spawn to exit, writing the same disk. Peak RSS is each child's "
                "ru_maxrss.")
@@ -60,7 +58,7 @@ def cmd_bench_fetch(args: argparse.Namespace) -> int:
 def cmd_bench_spec(args: argparse.Namespace) -> int:
     from app.backend.builder import BuildOptions
     from app.bench import spec
-    from app.bench.report import record
+    from app.bench.report import record, this_command
     from app.builtin_demo import ensure_demo_model
 
     if args.target:
@@ -96,11 +94,10 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
     print(f"wrote {out / 'spec.json'}, {out / 'spec.md'} and {chart}", file=sys.stderr)
     if args.record:
-        command = "python -m app " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         link = ""
         if args.chart:
             link = f"![bench spec chart]({Path(args.chart).resolve().relative_to(args.record.resolve().parent)})\n\n"
-        record(args.record, f"Speculative decoding matrix ({name})", command, result.markdown(),
+        record(args.record, f"Speculative decoding matrix ({name})", this_command(), result.markdown(),
                link + f"Decode tok/s medians of {result.runs} interleaved runs, {result.n_tokens} tokens per prompt, "
                "each prompt a fresh conversation. Acceptance counts the drafts actually tested. Bound: the "
                "speedup over off that the measured acceptance and the measured draft-step and verify-pass costs "
@@ -111,15 +108,15 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
 
 def cmd_bench_gui(args: argparse.Namespace) -> int:
     from app.bench import gui
-    from app.bench.report import record
+    from app.bench.report import record, this_command
 
     result = gui.run(tokens=args.tokens, rate=args.rate)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
     if args.out:
         args.out.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
     if args.record:
-        command = "python -m app " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        record(args.record, f"GUI responsiveness ({args.tokens}-token markdown reply)", command, result.markdown(),
+        record(args.record, f"GUI responsiveness ({args.tokens}-token markdown reply)", this_command(),
+               result.markdown(),
                "Real ChatView (markdown, pygments, HUD), offscreen Qt, synthetic token events. Cost: append + draw "
                "after every token, median of 100 tokens around each point. Latency: a 10 ms heartbeat timer's "
                "lateness while a worker thread streams tokens through the GUI's queued-signal path.")

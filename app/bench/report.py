@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import statistics
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,6 +31,11 @@ def device_description() -> str:
 
 def median_ms(seconds: list[float]) -> float:
     return round(statistics.median(seconds) * 1000.0, 3)
+
+
+def this_command() -> str:
+    """The command line that ran this benchmark, as it is written into docs/benchmarks.md."""
+    return "python -m app " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
 def record(path: Path, title: str, command: str, table: str, notes: str = "") -> None:
