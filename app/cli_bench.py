@@ -75,7 +75,7 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
         name = f"{args.size} demo model, acceptance {args.acceptance}"
     depths = [int(d) for d in args.depths.split(",")]
     modes = args.modes.split(",")
-    variants = spec.default_variants(depths, modes, upstream=not args.no_upstream)
+    variants = spec.default_variants(depths, modes, upstream=not args.no_upstream, adaptive_max=args.adaptive_max)
     server = None
     if not args.no_upstream:
         from app.backend.upstream_server import build_server
@@ -153,7 +153,9 @@ def add_commands(sub: Any, command: Any) -> None:
     sp.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
     sp.add_argument("--tokens", type=int, default=128, help="tokens generated per prompt")
     sp.add_argument("--runs", type=int, default=3, help="interleaved runs; figures are medians")
-    sp.add_argument("--depths", default="1,2,3,4", help="fixed draft depths (adaptive uses the largest)")
+    sp.add_argument("--depths", default="1,2,3,4", help="fixed draft depths")
+    sp.add_argument("--adaptive-max", type=int, default=8,
+                    help="deepest depth adaptive may choose (0: no adaptive rows)")
     sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
     sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")
     sp.add_argument("--threads", type=int)

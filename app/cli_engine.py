@@ -126,9 +126,10 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True, help="target GGUF")
     p.add_argument("--draft", type=Path, help="FastMTP sidecar GGUF (full or d2t)")
     p.add_argument("--mtp", choices=["off", "embedded", "sidecar"], default="off")
-    p.add_argument("--n-max", type=int, default=3, help="draft depth 1..8")
+    p.add_argument("--n-max", type=int, default=3, help="draft depth 1..8 (with --adaptive: the deepest it may go)")
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft confidence")
-    p.add_argument("--adaptive", action="store_true", help="tune the depth from the running acceptance")
+    p.add_argument("--adaptive", action="store_true",
+                   help="choose the depth round by round from the measured acceptance and costs")
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--gpu-layers", type=int, default=0)

@@ -173,3 +173,29 @@ def test_sidecar_build_from_a_corpus_uses_the_targets_tokenizer_and_merges_count
     assert proc.returncode == 0, proc.stderr
     assert json.loads(merged.read_text()) != saved
     assert set(d2t_ids(tmp_path / "again.gguf").tolist()) == ids  # same ranking, so the same vocabulary
+
+
+def test_output_rows_read_as_one_block_match_llamas_per_row_accessors(demo: DemoModel) -> None:
+    """The hot path views a pass's logits and nextn rows as one block; llama.cpp's ``_ith`` calls agree."""
+    from llama_cpp import llama_cpp_ext
+
+    from app.native.handles import Context
+
+    with Model(demo.target) as target:
+        prompt = table_prompt(demo)[:12]
+        with Context(target, n_ctx=64, n_batch=32, nextn_outputs=True) as ctx:
+            ctx.decode(prompt, 0, logits="all")
+            rows = ctx.nextn_rows(len(prompt))
+            for i in range(len(prompt)):
+                pointer = target.lib.llama_get_logits_ith(ctx.ptr, i)
+                np.testing.assert_array_equal(ctx.logits_view(i), np.ctypeslib.as_array(pointer, (target.n_vocab,)))
+                pointer = llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx.ptr, i)
+                np.testing.assert_array_equal(rows[i], np.ctypeslib.as_array(pointer, (target.n_embd,)))
+                np.testing.assert_array_equal(ctx.nextn_hidden(i), rows[i])
+            assert ctx.truncate(0)
+            ctx.decode(prompt[:3], 0, logits="last")
+            np.testing.assert_array_equal(ctx.logits_view(-1), ctx.logits_view(2))
+            with pytest.raises(ValueError, match="no logits row 0"):
+                ctx.logits_view(0)  # only the last position has logits after a "last" pass
+            with pytest.raises(ValueError, match="no logits row 3"):
+                ctx.logits_view(3)

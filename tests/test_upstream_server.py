@@ -105,15 +105,21 @@ def test_backend_server_command_reports_the_binary(server_binary: Path) -> None:
 def test_bench_spec_runs_ours_and_llama_server_side_by_side(server_binary: Path, tmp_path: Path) -> None:
     """A one-run, one-depth smoke run of the benchmark command: every row measured, files written."""
     done = subprocess.run([sys.executable, "-m", "app", "bench", "spec", "--size", "tiny", "--runs", "1",
-                           "--tokens", "12", "--modes", "off,d2t", "--depths", "2", "--threads", "1",
+                           "--tokens", "12", "--modes", "off,d2t", "--depths", "2", "--adaptive-max", "3",
+                           "--threads", "1",
                            "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     rows = {(r["variant"], r["prompt_set"]): r for r in result["rows"]}
-    variants = {"off", "d2t sidecar k=2", "d2t sidecar adaptive", "llama-server off", "llama-server d2t sidecar k=2"}
+    variants = {"off", "d2t sidecar k=2", "d2t sidecar adaptive k<=3", "llama-server off",
+                "llama-server d2t sidecar k=2"}
     assert {v for v, _ in rows} == variants and {p for _, p in rows} == {"document", "reasoning"}
     assert all(r["decode_tps_median"] > 0 for r in rows.values())
     ours = rows[("d2t sidecar k=2", "document")]
     assert ours["vs_upstream"] is not None and ours["bound"] is not None and ours["python_ms_per_round"] > 0
     assert rows[("llama-server d2t sidecar k=2", "document")]["drafted"] > 0
+    # adaptive is set against llama-server's fastest fixed depth (here the only one, k=2)
+    adaptive = rows[("d2t sidecar adaptive k<=3", "document")]
+    peer = rows[("llama-server d2t sidecar k=2", "document")]
+    assert adaptive["vs_upstream"] == pytest.approx(adaptive["decode_tps_median"] / peer["decode_tps_median"], rel=0.02)
     assert {p.name for p in tmp_path.iterdir()} >= {"spec.json", "spec.md", "spec.png"}

@@ -42,7 +42,7 @@ class Variant:
             what = "off"
         else:
             what = ("d2t sidecar" if self.draft == "d2t" else "full sidecar") if self.mode == "sidecar" else "embedded"
-            what += " adaptive" if self.adaptive else f" k={self.n_max}"
+            what += f" adaptive k<={self.n_max}" if self.adaptive else f" k={self.n_max}"
         return what if self.engine == "ours" else f"llama-server {what}"
 
     @property
@@ -139,8 +139,14 @@ class SpecResult:
                      and r.prompt_set == prompt_set), None)
 
     def upstream_peer(self, row: Row) -> Row | None:
-        if row.variant.engine != "ours" or row.variant.adaptive:
+        """llama-server at the same settings; for adaptive depth (which llama-server lacks), its fastest
+        fixed depth with the same draft in this run: the strictest comparison."""
+        if row.variant.engine != "ours":
             return None
+        if row.variant.adaptive:
+            same = [r for r in self.rows if r.variant.engine == "upstream" and r.prompt_set == row.prompt_set
+                    and r.variant.mode == row.variant.mode and r.variant.draft == row.variant.draft]
+            return max(same, key=lambda r: r.tps, default=None)
         return next((r for r in self.rows if r.variant.engine == "upstream" and r.prompt_set == row.prompt_set
                      and r.variant.fixed_key == row.variant.fixed_key), None)
 
@@ -235,13 +241,15 @@ _MODES: list[tuple[str, Mode, DraftKind | None]] = [("embedded", "embedded", Non
                                                      ("d2t", "sidecar", "d2t")]
 
 
-def default_variants(depths: list[int], modes: list[str], upstream: bool) -> list[Variant]:
-    """Ours: off, then each drafting mode at each depth and adaptive; upstream: off and the sidecars."""
+def default_variants(depths: list[int], modes: list[str], upstream: bool, adaptive_max: int = 8) -> list[Variant]:
+    """Ours: off, then each drafting mode at each depth and adaptive (up to ``adaptive_max``, 0 for none);
+    upstream: off and the sidecars."""
     variants = [Variant("ours", "off")] if "off" in modes else []
     for name, mode, draft in _MODES:
         if name in modes:
             variants += [Variant("ours", mode, draft, k) for k in depths]
-            variants.append(Variant("ours", mode, draft, max(depths), adaptive=True))
+            if adaptive_max:
+                variants.append(Variant("ours", mode, draft, adaptive_max, adaptive=True))
     if upstream:
         variants.append(Variant("upstream", "off"))
         for name, mode, draft in _MODES:

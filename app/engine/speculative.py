@@ -24,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 
+from app.engine.adaptive import AdaptiveDepth
 from app.engine.sampling import Sampler, SamplingParams, draft_pick
 from app.engine.stats import ReplyStats
 from app.errors import ContextFullError, EngineError
@@ -58,48 +59,6 @@ class Reply:
 
 TokenSink = Callable[[int, Provenance, ReplyStats], None]
 StopCheck = Callable[[list[int]], bool]
-
-
-class AdaptiveDepth:
-    """Chooses the draft depth that maximises expected tokens per second from measured costs.
-
-    With acceptance ``a`` and depth ``k`` a round emits (1 - a^(k+1)) / (1 - a) tokens and costs one
-    verify pass plus ``k`` draft steps; depth 0 (no drafting) is chosen when drafting would not pay.
-    """
-
-    def __init__(self, n_max: int) -> None:
-        self.n_max = n_max
-        self.accepted = 4.0  # a mild optimistic prior: 4 of 5 accepted
-        self.tested = 5.0
-        self.draft_cost = 0.0
-        self.verify_cost = 0.0
-        self.rounds_at_zero = 0
-
-    def depth(self) -> int:
-        if self.verify_cost <= 0.0:
-            return self.n_max
-        if self.rounds_at_zero >= 16:  # probe now and then: the text may have become predictable
-            self.rounds_at_zero = 0
-            return 1
-        a = min(self.accepted / self.tested, 0.999)
-        best_k, best_rate = 0, 1.0 / self.verify_cost
-        for k in range(1, self.n_max + 1):
-            rate = ((1 - a ** (k + 1)) / (1 - a)) / (self.verify_cost + k * self.draft_cost)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        if best_k == 0:
-            self.rounds_at_zero += 1
-        return best_k
-
-    def observe(self, tested: int, accepted: int, n_drafted: int, draft_seconds: float,
-                verify_seconds: float) -> None:
-        decay = 0.9
-        self.tested = self.tested * decay + tested
-        self.accepted = self.accepted * decay + accepted
-        if n_drafted:
-            per = draft_seconds / n_drafted
-            self.draft_cost = per if self.draft_cost == 0 else 0.8 * self.draft_cost + 0.2 * per
-        self.verify_cost = verify_seconds if self.verify_cost == 0 else 0.8 * self.verify_cost + 0.2 * verify_seconds
 
 
 class SpeculativeDecoder:
@@ -181,18 +140,19 @@ class SpeculativeDecoder:
                 f"The conversation needs {n_past + len(suffix)} tokens, more than the context of "
                 f"{self.config.n_ctx} allows.", "Start a new chat, or raise the context size.")
         step = self.config.n_batch
-        hidden_rows: list[FloatArray] = []
+        hidden_blocks: list[FloatArray] = []
         for start in range(0, len(suffix), step):
             chunk = suffix[start:start + step]
             self.tctx.decode(chunk, n_past + start, logits="last")
             if self.dctx is not None:
-                hidden_rows.extend(self.tctx.nextn_hidden(i) for i in range(len(chunk)))
+                hidden_blocks.append(self.tctx.nextn_rows(len(chunk)))
         logits = self.tctx.logits(-1)
         if self.dctx is not None:
             # the draft gets every new token but the last, each with the hidden row of the one before
             previous = self.pending_h if self.pending_h is not None else np.zeros(self.target.n_embd, np.float32)
+            hidden_rows = np.concatenate(hidden_blocks)
             tokens = [*(t for t, _ in self._held), *suffix]
-            rows = np.stack([*(r for _, r in self._held), previous, *hidden_rows[:-1]])
+            rows = np.concatenate([np.stack([*(r for _, r in self._held), previous]), hidden_rows[:-1]])
             start = n_past - len(self._held)
             if len(tokens) > 1:
                 self._draft_catch_up(tokens[:-1], start, rows[:-1])
@@ -276,14 +236,13 @@ class SpeculativeDecoder:
                     continue
                 bonus = pick
                 break
-            t2 = time.perf_counter()
             stats.draft_seconds += t1 - t0
             # drafts past the first mismatch were never really tested: they followed a wrong token
             tested = min(len(drafts), accepted + 1)
             stats.record_round(tested, accepted, proposed=len(drafts))
-            if self.adaptive is not None:
-                self.adaptive.observe(tested, accepted, len(drafts), t1 - t0, t2 - t1)
             self._commit_round(pending, drafts, accepted, drafted=depth > 0)
+            if self.adaptive is not None:
+                self.adaptive.observe(depth, tested, accepted, time.perf_counter() - t0)
             if finished:
                 return self._finish(reply, decode_started)
             pending = bonus
@@ -313,7 +272,7 @@ class SpeculativeDecoder:
             drafts.append(proposal)
             if len(drafts) >= depth:
                 break
-            hidden = self.dctx.nextn_hidden(-1)
+            hidden = self.dctx.nextn_view(-1)  # copied into the batch before the pass overwrites it
             pos += 1
             self.dctx.decode([proposal], pos, hidden=hidden[None, :], logits="last")
         return drafts
@@ -326,15 +285,15 @@ class SpeculativeDecoder:
             raise EngineError("The target context could not roll back a rejected draft.",
                               "This backend build lacks recurrent-state rollback; rebuild it.")
         if self.dctx is not None:
-            hidden = [self.tctx.nextn_hidden(i) for i in range(accepted + 1)]
+            hidden = self.tctx.nextn_rows(accepted + 1)
             if not drafted:  # the draft context did not take part in this round: hold ``pending`` too
                 assert self.pending_h is not None
                 self._held.append((pending, self.pending_h))
-            else:  # it is right up to ``pending`` (fed the target's row); redo the accepted drafts
+            else:  # it is right up to ``pending`` (fed the target's row); the accepted drafts were fed
+                # the draft's own rows: drop them and hold them, with the target's rows, for the next
+                # round's first draft pass (one draft pass per round catches up, not two)
                 self.dctx.truncate(n_past + 1)
-                if accepted > 1:
-                    self._draft_catch_up(drafts[:accepted - 1], n_past + 1, np.stack(hidden[:accepted - 1]))
-                self._held = [(drafts[accepted - 1], hidden[accepted - 1])] if accepted else []
+                self._held = [(drafts[i], hidden[i]) for i in range(accepted)]
             self.pending_h = hidden[accepted]
         self.tokens.extend([pending, *drafts[:accepted]])
 

@@ -42,7 +42,7 @@ def greedy(model: Model, prompt: list[int], n_new: int, n_threads: int | None = 
 def draft_inputs(tctx: Context, n: int) -> tuple[FloatArray, FloatArray]:
     """The target's nextn hidden rows of its last ``n``-token batch, and the same shifted right by one
     (row 0 zero): what the draft context is fed for those positions."""
-    hidden = np.stack([tctx.nextn_hidden(i) for i in range(n)])
+    hidden = tctx.nextn_rows(n)
     shifted = np.zeros_like(hidden)
     shifted[1:] = hidden[:-1]
     return hidden, shifted

@@ -172,7 +172,11 @@ class Model:
 
 
 class Batch:
-    """A ``llama_batch`` for one sequence, with an embeddings array too (MTP batches carry both)."""
+    """A ``llama_batch`` for one sequence, with an embeddings array too (MTP batches carry both).
+
+    Its token, position and output-flag arrays are written through numpy views: filling a batch
+    costs a few slice assignments, not a Python loop of ctypes stores per token.
+    """
 
     def __init__(self, lib: ModuleType, capacity: int, n_embd: int) -> None:
         self.lib = lib
@@ -182,6 +186,14 @@ class Batch:
         self._embd = np.zeros((capacity, n_embd), dtype=np.float32)
         self._embd_pointer = self._embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         self._owned = True
+        batch = self._batch
+        self._token = np.ctypeslib.as_array(batch.token, shape=(capacity,))
+        self._pos = np.ctypeslib.as_array(batch.pos, shape=(capacity,))
+        self._wants = np.ctypeslib.as_array(batch.logits, shape=(capacity,))
+        self._offsets = np.arange(capacity, dtype=self._pos.dtype)
+        for i in range(capacity):  # one sequence: the same for every slot, set once
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
 
     def fill(self, tokens: list[int], start_pos: int, *, hidden: FloatArray | None = None,
              logits: str = "last") -> None:
@@ -189,20 +201,17 @@ class Batch:
         n = len(tokens)
         if n > self.capacity:
             raise ValueError(f"batch holds {self.capacity} tokens, got {n}")
-        batch = self._batch
-        batch.n_tokens = n
-        token, pos, n_seq_id, seq_id, wants = batch.token, batch.pos, batch.n_seq_id, batch.seq_id, batch.logits
-        for i, value in enumerate(tokens):
-            token[i] = value
-            pos[i] = start_pos + i
-            n_seq_id[i] = 1
-            seq_id[i][0] = 0
-            wants[i] = 1 if logits == "all" or (logits == "last" and i == n - 1) else 0
+        self._batch.n_tokens = n
+        self._token[:n] = tokens
+        np.add(self._offsets[:n], start_pos, out=self._pos[:n])
+        self._wants[:n] = 1 if logits == "all" else 0
+        if logits == "last" and n:
+            self._wants[n - 1] = 1
         if hidden is not None:
             self._embd[:n] = hidden
-            batch.embd = self._embd_pointer
+            self._batch.embd = self._embd_pointer
         else:
-            batch.embd = None
+            self._batch.embd = None
 
     @property
     def struct(self) -> Any:
@@ -256,12 +265,6 @@ def default_threads() -> int:
     return max(1, logical // 2) if logical >= 4 else max(1, logical - 1) if logical > 1 else 1
 
 
-def _row(array_type: Any, address: int) -> FloatArray:
-    """A float32 numpy view of llama.cpp memory at ``address`` (no copy)."""
-    view: FloatArray = np.frombuffer(array_type.from_address(address), dtype=np.float32)
-    return view
-
-
 class Context:
     """A ``llama_context``: a target context, or an MTP draft context bound to a target one."""
 
@@ -294,12 +297,17 @@ class Context:
         self.is_draft = draft_for is not None
         self.native_seconds = 0.0  # wall time inside llama_decode: the rest of a round is ours (bench spec)
         self._batch = Batch(self.lib, n_batch, model.n_embd)
-        # fixed-size ctypes array types: viewing a llama.cpp row costs a cast, not a dtype inference
-        self._logits_row = ctypes.c_float * model.n_vocab
-        self._hidden_row = ctypes.c_float * model.n_embd
-        if nextn_outputs or self.is_draft:
-            from llama_cpp import llama_cpp_ext
+        self.n_vocab = model.n_vocab
+        self.n_embd = model.n_embd
+        # the shape of the latest pass's output: rows with logits, and how batch indices map onto them
+        self._n_tokens = 0
+        self._outputs = "none"
+        self._logits_block: FloatArray | None = None
+        self._array_types: dict[int, Any] = {}  # ctypes float arrays by length: a view costs a cast, no inference
+        from llama_cpp import llama_cpp_ext
 
+        self._ext = llama_cpp_ext
+        if nextn_outputs or self.is_draft:
             llama_cpp_ext.llama_set_embeddings_nextn(self._ptr, True, self.is_draft)
 
     @property
@@ -312,44 +320,81 @@ class Context:
                logits: str = "last") -> None:
         """Evaluate ``tokens`` at ``start_pos``; raises ModelLoadError on a llama.cpp failure."""
         self._batch.fill(tokens, start_pos, hidden=hidden, logits=logits)
+        self._logits_block = None
         started = time.perf_counter()
         code = self.lib.llama_decode(self.ptr, self._batch.struct)
         self.native_seconds += time.perf_counter() - started
+        self._n_tokens, self._outputs = len(tokens), logits
         if code != 0:
+            self._n_tokens, self._outputs = 0, "none"
             raise ModelLoadError(f"llama_decode failed with code {code} at position {start_pos}.",
                                  "The context may be full: start a new chat or raise the context size.")
 
+    def _view(self, address: int | None, length: int) -> FloatArray:
+        """A float32 numpy view of ``length`` floats of llama.cpp memory at ``address`` (no copy)."""
+        if not address:
+            raise ValueError("llama.cpp returned no output buffer")
+        array_type: Any = self._array_types.get(length)
+        if array_type is None:
+            array_type = self._array_types[length] = ctypes.c_float * length
+        view: FloatArray = np.frombuffer(array_type.from_address(address), dtype=np.float32)
+        return view
+
+    def _output_row(self, i: int) -> int:
+        """Which output row holds batch index ``i`` (negative counts from the end) of the latest pass."""
+        n = self._n_tokens
+        index = i + n if i < 0 else i
+        if not 0 <= index < n or self._outputs == "none" or (self._outputs == "last" and index != n - 1):
+            raise ValueError(f"no logits row {i}")
+        return index if self._outputs == "all" else 0
+
     def logits(self, i: int) -> FloatArray:
-        """Logits of output row ``i`` (negative counts from the end), copied out of llama.cpp."""
+        """Logits of batch index ``i`` (negative counts from the end), copied out of llama.cpp."""
         return self.logits_view(i).copy()
 
     def logits_view(self, i: int) -> FloatArray:
-        """Logits of output row ``i`` without a copy: valid only until this context's next ``decode``.
+        """Logits of batch index ``i`` without a copy: valid only until this context's next ``decode``.
 
         The hot path reads each row once (an argmax or a sample) right after the pass, so copying
-        the vocabulary-sized row (1 MB for Qwen) every position would be pure overhead.
+        the vocabulary-sized row (1 MB for Qwen) every position would be pure overhead. All rows of a
+        pass are one block in llama.cpp (a single sequence keeps batch order), viewed once per pass.
         """
-        address = ctypes.cast(self.lib.llama_get_logits_ith(self.ptr, i), ctypes.c_void_p).value
-        if not address:
-            raise ValueError(f"no logits row {i}")
-        return _row(self._logits_row, address)
+        row = self._output_row(i)
+        if self._logits_block is None:
+            n_rows = self._n_tokens if self._outputs == "all" else 1
+            address = ctypes.cast(self.lib.llama_get_logits(self.ptr), ctypes.c_void_p).value
+            self._logits_block = self._view(address, n_rows * self.n_vocab).reshape(n_rows, self.n_vocab)
+        view: FloatArray = self._logits_block[row]
+        return view
 
     def nextn_hidden(self, i: int) -> FloatArray:
-        """The MTP hidden row of output ``i`` (needs ``nextn_outputs`` or a draft context)."""
-        from llama_cpp import llama_cpp_ext
+        """The MTP hidden row of batch index ``i`` (a copy; needs ``nextn_outputs`` or a draft context)."""
+        return self.nextn_view(i).copy()
 
-        address = ctypes.cast(llama_cpp_ext.llama_get_embeddings_nextn_ith(self.ptr, i), ctypes.c_void_p).value
-        if not address:
-            raise ValueError(f"no nextn hidden row {i}")
-        return _row(self._hidden_row, address).copy()
+    def nextn_view(self, i: int) -> FloatArray:
+        """Like ``nextn_hidden`` without the copy: valid only until this context's next ``decode``."""
+        pointer = self._ext.llama_get_embeddings_nextn_ith(self.ptr, i)
+        return self._view(ctypes.cast(pointer, ctypes.c_void_p).value, self.n_embd)
+
+    def nextn_rows(self, n: int) -> FloatArray:
+        """A copy of the MTP hidden rows of batch indices ``0..n-1`` of a target context's latest pass
+        (a target keeps a row for every token, in batch order): one read for a whole verify pass."""
+        if self.is_draft or not 0 < n <= self._n_tokens:
+            raise ValueError(f"no nextn rows 0..{n - 1}")
+        pointer = self._ext.llama_get_embeddings_nextn(self.ptr)
+        return self._view(ctypes.cast(pointer, ctypes.c_void_p).value, n * self.n_embd).reshape(n, self.n_embd).copy()
 
     def truncate(self, n_keep: int) -> bool:
         """Forget every position from ``n_keep`` on (rollback after a rejected draft).
 
-        False when llama.cpp cannot: a recurrent state has no snapshot that far back.
+        False when llama.cpp cannot: a recurrent state has no snapshot that far back. The rollback
+        is llama.cpp's work (restoring a recurrent snapshot), so it counts as native time.
         """
+        started = time.perf_counter()
         memory = self.lib.llama_get_memory(self.ptr)
-        return bool(self.lib.llama_memory_seq_rm(memory, 0, n_keep, -1))
+        done = bool(self.lib.llama_memory_seq_rm(memory, 0, n_keep, -1))
+        self.native_seconds += time.perf_counter() - started
+        return done
 
     def close(self) -> None:
         if self._ptr:
