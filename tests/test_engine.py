@@ -187,3 +187,27 @@ def test_p_min_cutoff_drafts_less_and_stays_lossless(demo: DemoModel) -> None:
         assert reply.tokens == expected
         drafted.append(reply.stats.drafted)
     assert drafted[0] >= drafted[1] >= drafted[2] == 0
+
+
+def test_adaptive_depth_stops_drafting_where_drafts_fail_and_stays_lossless(tmp_path_factory: pytest.TempPathFactory,
+                                                                           demo: DemoModel) -> None:
+    """A draft head that is almost always wrong: adaptive depth learns to skip drafting (rounds at depth 0
+    hold their tokens for the draft context, probes catch it up in one pass), and the text is unchanged."""
+    bad = ensure_demo_model(tmp_path_factory.mktemp("engine-demo-bad"), size="tiny", acceptance=0.0, seed=4)
+    prompt = table_prompt(bad)
+    plain = _decoder(bad, "off")
+    reference = _run(plain, prompt, 160, GREEDY)
+    plain.close()
+    fixed = _decoder(bad, "sidecar", "full", n_max=4)
+    adaptive = _decoder(bad, "sidecar", "full", n_max=4, adaptive=True)
+    try:
+        fixed_reply = fixed.generate(prompt, 160, Sampler(GREEDY))
+        reply = adaptive.generate(prompt, 160, Sampler(GREEDY))
+    finally:
+        fixed.close()
+        adaptive.close()
+    assert fixed_reply.tokens == reference and reply.tokens == reference
+    assert (fixed_reply.stats.acceptance or 0.0) < 0.2
+    assert fixed_reply.stats.proposed >= 3.5 * fixed_reply.stats.target_passes  # fixed depth drafts 4 every round
+    assert reply.stats.proposed < 0.5 * reply.stats.target_passes  # adaptive mostly does not draft at all
+    assert reply.stats.proposed > 0  # but it keeps probing
