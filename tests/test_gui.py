@@ -417,3 +417,20 @@ def test_export_and_import_chats_from_the_window(qtbot: QtBot, tmp_path: Path) -
     (tmp_path / "bad.json").write_text("{}")
     assert win.import_chats(tmp_path / "bad.json") == [] and win.banner.isVisibleTo(win)
     store.close()
+
+
+def test_hud_shows_the_depth_adaptive_chose_for_the_latest_round(qtbot: QtBot, demo: DemoModel) -> None:
+    from app.engine.stats import ReplyStats
+    from app.gui.hud import Hud
+
+    hud = Hud()
+    qtbot.addWidget(hud)
+    hud.set_config(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=8, adaptive=True))
+    assert hud.mode.text() == "FastMTP d2t · depth ≤8 adaptive"
+    stats = ReplyStats()
+    stats.depth = 5
+    hud.show_stats(stats.to_dict())
+    assert hud.mode.text() == "FastMTP d2t · depth 5 of ≤8 adaptive"
+    hud.set_config(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=3))
+    hud.show_stats(stats.to_dict())  # a fixed depth is the depth: the round's figure changes nothing
+    assert hud.mode.text() == "FastMTP d2t · depth 3"

@@ -213,7 +213,7 @@ class SpeculativeDecoder:
             if room < 0:  # keep what was written; the caller shows the reason
                 reply.stop_reason = "context_full"
                 return self._finish(reply, decode_started)
-            depth = min(self._depth(), room)
+            depth = stats.depth = min(self._depth(), room)
             t0 = time.perf_counter()
             drafts = self._draft(pending, depth) if depth > 0 else []
             t1 = time.perf_counter()

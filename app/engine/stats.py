@@ -20,6 +20,7 @@ class ReplyStats:
     accepted: int = 0
     proposed: int = 0  # every draft token made, tested or not (llama-server's ``draft_n`` counts these)
     draft_seconds: float = 0.0
+    depth: int = 0  # the draft depth of the latest round (adaptive depth changes it round by round)
     # time inside llama_decode during the decode phase (target verify passes / draft steps): the rest is ours
     verify_native_seconds: float = 0.0
     draft_native_seconds: float = 0.0
@@ -91,6 +92,7 @@ class ReplyStats:
                                                                            strict=True)],
             "tokens_per_pass": self.tokens_per_pass,
             "target_passes": self.target_passes,
+            "depth": self.depth,
             "python_ms_per_round": self.python_ms_per_round,
             "draft_time_share": self.draft_seconds / self.decode_seconds if self.decode_seconds > 0 else 0.0,
         }

@@ -26,8 +26,9 @@ _STYLE = """
 """
 
 
-def describe_mode(config: EngineConfig | None) -> str:
-    """The drafting mode in words, e.g. ``FastMTP d2t · depth 3``."""
+def describe_mode(config: EngineConfig | None, depth_now: int | None = None) -> str:
+    """The drafting mode in words, e.g. ``FastMTP d2t · depth 3``; with adaptive depth, the depth of the
+    latest round when known (``depth 5 of ≤8 adaptive``)."""
     if config is None:
         return "no model"
     if config.mode == "off":
@@ -37,7 +38,11 @@ def describe_mode(config: EngineConfig | None) -> str:
     else:
         d2t = config.draft is not None and sidecar_kind(config.draft.name) == "d2t"
         kind = "FastMTP d2t" if d2t else "full sidecar"
-    depth = f"depth ≤{config.n_max} adaptive" if config.adaptive else f"depth {config.n_max}"
+    depth = f"depth {config.n_max}"
+    if config.adaptive:
+        depth = f"depth ≤{config.n_max} adaptive"
+        if depth_now is not None:
+            depth = f"depth {depth_now} of ≤{config.n_max} adaptive"
     return f"{kind} · {depth}"
 
 
@@ -148,6 +153,7 @@ class Hud(QFrame):
         grid.addWidget(self.acceptance_bar, 5, 0, 1, 2)
         self.per_pass = self._row(grid, 6, "tokens / pass")
         self.mode = self._row(grid, 7, "mode")
+        self._config: EngineConfig | None = None
         self.reset()
 
     @staticmethod
@@ -170,6 +176,7 @@ class Hud(QFrame):
         self.per_pass.setText("—")
 
     def set_config(self, config: EngineConfig | None) -> None:
+        self._config = config
         self.mode.setText(describe_mode(config))
 
     def show_stats(self, stats: dict[str, Any], final: bool = False) -> None:
@@ -192,3 +199,6 @@ class Hud(QFrame):
         per_pass = stats.get("tokens_per_pass")
         if isinstance(per_pass, int | float):
             self.per_pass.setText(f"{per_pass:.2f}")
+        depth = stats.get("depth")
+        if self._config is not None and self._config.adaptive and isinstance(depth, int):
+            self.mode.setText(describe_mode(self._config, depth))
