@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtGui import QColor, QFontDatabase, QShowEvent
+from PySide6.QtGui import QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -37,7 +37,7 @@ from app.backend.registry import BackendManifest
 from app.backend.toolchain import Tool, Toolchain, detect
 from app.errors import BuildCancelled, FastMTPError
 from app.gui.ops import BackgroundOp, Report
-from app.gui.page_ops import OwnedOps, error_text, status_colours
+from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
 
 LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
 
@@ -90,14 +90,6 @@ class BackendPage(QWidget):
         layout.addWidget(self._build_installed_group())
         self.refresh_backends()
         self.refresh_toolchain()
-
-    @property
-    def _good(self) -> QColor:
-        return status_colours(self)[0]
-
-    @property
-    def _bad(self) -> QColor:
-        return status_colours(self)[1]
 
     # ------------------------------------------------------------------ layout
 
@@ -212,7 +204,7 @@ class BackendPage(QWidget):
             problems.append("No NVIDIA GPU was found, so the CUDA architecture is unknown: build the CPU backend "
                             "here, or use `python -m app backend build --cuda --cuda-arch 89` for another machine.")
         self.problems_label.setText("\n".join(problems) if problems else "Everything needed is there.")
-        self.problems_label.setStyleSheet(f"color: {self._bad.name()};" if not tools.can_build_cpu else "")
+        self.problems_label.setStyleSheet(f"color: {bad_colour(self).name()};" if not tools.can_build_cpu else "")
         self._set_building(self.building)
 
     # ------------------------------------------------------------------ building
@@ -281,7 +273,7 @@ class BackendPage(QWidget):
                                     "cached build tree.")
         else:
             self.step_label.setText("The build failed; nothing was installed. " + error_text(exc))
-            self.step_label.setStyleSheet(f"color: {self._bad.name()};")
+            self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
         self.refresh_backends()
 
     # ------------------------------------------------------------------ installed backends
@@ -304,7 +296,7 @@ class BackendPage(QWidget):
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if column == B_SELFTEST:
-                    item.setForeground(self._good if manifest.selftest_ok else self._bad)
+                    item.setForeground(good_colour(self) if manifest.selftest_ok else bad_colour(self))
                 self.table.setItem(row, column, item)
         ids = [m.id for m in backends]
         if selected in ids:

@@ -46,7 +46,7 @@ from app.backend.toolchain import Gpu, detect_gpus
 from app.errors import FastMTPError, VerificationError
 from app.fit import GIB, FitReport, fit
 from app.gui.ops import BackgroundOp, Report
-from app.gui.page_ops import OwnedOps, error_text, status_colours
+from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
 from app.gui.trust_dialog import TrustKeyDialog
 from app.release.catalog import (
     Catalog,
@@ -165,14 +165,6 @@ class ModelsPage(QWidget):
         self.refresh_token_status()
         if detect_gpu:
             self.ops.start(lambda _report: detect_gpus(), self._gpus_detected, self._gpu_detection_failed)
-
-    @property
-    def _good(self) -> QColor:
-        return status_colours(self)[0]
-
-    @property
-    def _bad(self) -> QColor:
-        return status_colours(self)[1]
 
     # ------------------------------------------------------------------ layout
 
@@ -339,7 +331,7 @@ class ModelsPage(QWidget):
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if column == Q_FITS:
-                    item.setForeground(self._good if advice.fits else self._bad)
+                    item.setForeground(good_colour(self) if advice.fits else bad_colour(self))
                 self.quant_table.setItem(row, column, item)
         cost = self.report.cost
         self.fit_note.setText(f"Needed = file + sidecar (~{human_bytes(self.report.sidecar_bytes)}) + KV cache "
@@ -428,7 +420,7 @@ class ModelsPage(QWidget):
 
     def _set_step(self, text: str, error: bool = False) -> None:
         self.step_label.setText(text)
-        self.step_label.setStyleSheet(f"color: {self._bad.name()};" if error else "")
+        self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};" if error else "")
 
     def _on_progress(self, value: Any) -> None:
         if isinstance(value, FetchEvent):
@@ -480,8 +472,8 @@ class ModelsPage(QWidget):
                 bar.setValue(1000)
             self._cell(row, F_SPEED, "")
             self._cell(row, F_ETA, "")
-            self._cell(row, F_SIZE, OK, self._good)
-            self._cell(row, F_SHA256, OK, self._good)
+            self._cell(row, F_SIZE, OK, good_colour(self))
+            self._cell(row, F_SHA256, OK, good_colour(self))
             self._cell(row, F_STATUS, "verified")
         elif event.kind == "error":
             self._mark_failed(event.file, event.message)
@@ -499,7 +491,7 @@ class ModelsPage(QWidget):
         bar.setRange(0, 1000)
         bar.setValue(0)
         self.files_table.setCellWidget(row, F_PROGRESS, bar)
-        self._cell(row, F_SIGNATURE, OK, self._good).setToolTip("Listed in the release's signed manifest; the "
+        self._cell(row, F_SIGNATURE, OK, good_colour(self)).setToolTip("Listed in the release's signed manifest; the "
                                                            "signature verified with the trusted publisher key.")
         self._cell(row, F_SIZE, PENDING)
         self._cell(row, F_SHA256, PENDING)
@@ -517,13 +509,13 @@ class ModelsPage(QWidget):
         self._failed.add(name)
         check, text = plain_failure(message)
         if check == "size":
-            self._cell(row, F_SIZE, FAILED, self._bad)
+            self._cell(row, F_SIZE, FAILED, bad_colour(self))
         elif check == "sha256":
-            self._cell(row, F_SIZE, OK, self._good)
-            self._cell(row, F_SHA256, FAILED, self._bad)
+            self._cell(row, F_SIZE, OK, good_colour(self))
+            self._cell(row, F_SHA256, FAILED, bad_colour(self))
         self._cell(row, F_SPEED, "")
         self._cell(row, F_ETA, "")
-        self._cell(row, F_STATUS, text, self._bad).setToolTip(message)
+        self._cell(row, F_STATUS, text, bad_colour(self)).setToolTip(message)
 
     def file_row(self, name: str) -> dict[str, str]:
         """The texts of one file's row by column name (what a user reads; used by tests and screenshots)."""
@@ -543,7 +535,7 @@ class ModelsPage(QWidget):
         self.total_bar.setValue(1000)
         self.total_label.setText("")
         for row in self._rows.values():
-            self._cell(row, F_STATUS, "installed", self._good)
+            self._cell(row, F_STATUS, "installed", good_colour(self))
         warnings = "".join(f"\nWarning: {w}" for w in installed.warnings)
         self._set_step(f"Installed version {installed.version} in {installed.folder} "
                        f"(publisher key {installed.fingerprint[:19]}…).{warnings}")
@@ -669,9 +661,9 @@ class ModelsPage(QWidget):
                 if item is None:
                     continue
                 if item.text() == FAILED or (column == F_STATUS and name in self._failed):
-                    item.setForeground(self._bad)
+                    item.setForeground(bad_colour(self))
                 elif item.text() in (OK, "installed"):
-                    item.setForeground(self._good)
+                    item.setForeground(good_colour(self))
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self._watched and event.type() == QEvent.Type.Close:

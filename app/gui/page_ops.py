@@ -62,3 +62,11 @@ def status_colours(widget: QWidget) -> tuple[QColor, QColor]:
     """(good, bad) text colours that read well on ``widget``'s background, in the light or the dark theme."""
     dark = widget.palette().color(QPalette.ColorRole.Base).lightness() < 128
     return (QColor("#4ade80"), QColor("#f87171")) if dark else (QColor("#15803d"), QColor("#b91c1c"))
+
+
+def good_colour(widget: QWidget) -> QColor:
+    return status_colours(widget)[0]
+
+
+def bad_colour(widget: QWidget) -> QColor:
+    return status_colours(widget)[1]
