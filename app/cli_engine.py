@@ -119,7 +119,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _status_of(stats: dict[str, Any]) -> str:
     acc = f"{stats['acceptance']:.0%}" if stats.get("acceptance") is not None else "-"
     tpp = f"{stats['tokens_per_pass']:.2f}" if stats.get("tokens_per_pass") is not None else "-"
-    return f"{stats['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass"
+    depth = f" | depth {stats['depth']}" if stats.get("drafted") else ""
+    return f"{stats['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass{depth}"
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:

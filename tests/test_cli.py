@@ -78,7 +78,7 @@ def test_terminal_chat_answers_each_line_with_a_status_summary(patched_backend: 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("assistant>") == 2
     summaries = [line for line in proc.stderr.splitlines() if "tokens/pass" in line]
-    assert len(summaries) == 2 and all("acceptance" in line for line in summaries)
+    assert len(summaries) == 2 and all("acceptance" in line and "depth 3" in line for line in summaries)
 
 
 def test_generate_json_has_tokens_text_provenance_and_stats(patched_backend: BackendManifest, tmp_path: Path,
@@ -91,7 +91,8 @@ def test_generate_json_has_tokens_text_provenance_and_stats(patched_backend: Bac
     assert len(out["tokens"]) == len(out["provenance"]) == 20 and out["stop_reason"] == "length"
     assert len(out["text"].split()) >= 10
     assert set(out["stats"]) >= {"decode_tps", "acceptance", "tokens_per_pass", "acceptance_by_position",
-                                 "proposed", "python_ms_per_round"}
+                                 "proposed", "python_ms_per_round", "depth"}
+    assert out["stats"]["depth"] == 2
     assert out["stats"]["proposed"] >= out["stats"]["drafted"] >= out["stats"]["accepted"]
     flash = {}
     for setting in ("on", "off"):
