@@ -91,3 +91,9 @@ def test_recovers_when_the_text_becomes_predictable() -> None:
     chosen = simulate(adaptive, lambda _p: 0.9, 0.030, 0.005, 300, rng)
     assert adaptive.best() == optimum(lambda _p: 0.9, 0.030, 0.005, 4) == 4
     assert chosen[4] > 150, chosen
+
+
+def test_before_any_round_it_drafts_at_the_deepest_depth() -> None:
+    adaptive = AdaptiveDepth(n_max=5)
+    assert adaptive.best() == 5  # the optimistic prior with equal costs: deeper always pays
+    assert adaptive.depth() == 5

@@ -87,6 +87,8 @@ class AdaptiveDepth:
         """Round time as ``intercept + slope * depth``: a weighted least-squares line through the per-depth
         means (a mean measured long ago weighs little)."""
         total = sum(self.weight.values())
+        if total <= 0.0:  # nothing measured yet: every depth costs the same
+            return 1.0, 0.0
         mean_k = sum(w * k for k, w in self.weight.items()) / total
         mean_c = sum(w * self.cost[k] for k, w in self.weight.items()) / total
         spread = sum(w * (k - mean_k) ** 2 for k, w in self.weight.items())
