@@ -101,7 +101,7 @@ class Row:
 
     @property
     def python_ms_per_round(self) -> float | None:
-        """Decode time not spent inside llama_decode, per target pass: our loop's own cost."""
+        """Decode time not spent inside llama.cpp (decode and rollback), per target pass: our loop's own cost."""
         if self.variant.engine != "ours" or not self.samples[0].passes:
             return None
         return self.median(lambda s: (s.decode_seconds - s.draft_native - s.verify_native) / s.passes * 1000)

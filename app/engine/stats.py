@@ -21,7 +21,7 @@ class ReplyStats:
     proposed: int = 0  # every draft token made, tested or not (llama-server's ``draft_n`` counts these)
     draft_seconds: float = 0.0
     depth: int = 0  # the draft depth of the latest round (adaptive depth changes it round by round)
-    # time inside llama_decode during the decode phase (target verify passes / draft steps): the rest is ours
+    # time inside llama.cpp (llama_decode and rollback) during the decode phase, target / draft: the rest is ours
     verify_native_seconds: float = 0.0
     draft_native_seconds: float = 0.0
     drafted_at: list[int] = field(default_factory=list)  # per draft position: how many were tested
@@ -70,7 +70,7 @@ class ReplyStats:
 
     @property
     def python_ms_per_round(self) -> float | None:
-        """Decode time outside llama_decode per target pass (sampling, bookkeeping): the loop's own cost."""
+        """Decode time outside llama.cpp (decode and rollback) per target pass: the loop's own cost."""
         passes = self.target_passes - 1  # the first token comes from the prompt pass
         if passes <= 0:
             return None

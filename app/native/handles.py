@@ -295,7 +295,7 @@ class Context:
                                  "Try a smaller context size, or fewer GPU layers.")
         self.n_ctx = n_ctx
         self.is_draft = draft_for is not None
-        self.native_seconds = 0.0  # wall time inside llama_decode: the rest of a round is ours (bench spec)
+        self.native_seconds = 0.0  # wall time inside llama_decode and rollback: the rest of a round is ours
         self._batch = Batch(self.lib, n_batch, model.n_embd)
         self.n_vocab = model.n_vocab
         self.n_embd = model.n_embd
