@@ -16,7 +16,7 @@ _MARKER = "demo.json"
 
 def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9, seed: int = 0) -> DemoModel:
     """The demo model in ``folder``; written (seconds for ``tiny``) unless the same one is already there."""
-    from app.backend.source import qwen35_vocab_path
+    from app.gguftools.vocab import qwen35_vocab_path
 
     wanted = {"size": size, "acceptance": acceptance, "seed": seed}
     marker = folder / _MARKER

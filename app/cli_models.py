@@ -102,8 +102,8 @@ def _demo_sequence(args: argparse.Namespace, target: Any) -> list[int]:
 
 
 def cmd_demo_model(args: argparse.Namespace) -> int:
-    from app.backend.source import qwen35_vocab_path
     from app.gguftools.demo_model import write_demo_model
+    from app.gguftools.vocab import qwen35_vocab_path
 
     demo = write_demo_model(args.out, qwen35_vocab_path(), size=args.size, acceptance=args.acceptance,
                             seed=args.seed)

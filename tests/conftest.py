@@ -32,7 +32,7 @@ def isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def qwen_vocab_path() -> Path:
-    from app.backend.source import qwen35_vocab_path
+    from app.gguftools.vocab import qwen35_vocab_path
 
     return qwen35_vocab_path()
 

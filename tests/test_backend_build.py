@@ -16,7 +16,7 @@ from app.backend import registry, toolchain
 from app.backend.builder import BuildOptions, build_backend, plan_build
 from app.backend.events import BuildEvent, CancelToken, ninja_fraction
 from app.backend.patching import default_patch
-from app.backend.registry import BackendManifest
+from app.backend.registry import BackendManifest, backend_dir
 from app.errors import BackendError, BuildCancelled, ToolchainError
 
 
@@ -212,3 +212,14 @@ def test_the_release_patch_is_used_only_after_its_signature_chain_checks_out(
                        "--trust-fingerprint", signed.fingerprint)
     assert tampered.returncode == 4
     assert name in json.loads(tampered.stdout.splitlines()[-1])["message"]
+
+
+def test_selftest_runs_offline_with_an_empty_cache(patched_backend: BackendManifest, tmp_path: Path) -> None:
+    """A backend carried to a machine with no sdist and no network still self-tests (the app carries the vocab)."""
+    env = dict(os.environ, FASTMTP_CACHE_DIR=str(tmp_path / "cache"), PIP_NO_INDEX="1",
+               PIP_INDEX_URL="http://127.0.0.1:9/simple", FASTMTP_BACKEND_DIR=str(backend_dir(patched_backend.id)))
+    done = subprocess.run([sys.executable, "-m", "app.backend.selftest", str(backend_dir(patched_backend.id))],
+                          env=env, capture_output=True, text=True, timeout=600)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"] is True, result
+    assert not (tmp_path / "cache" / "sources").exists()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.backend.builder import BuildOptions
+from app.backend.builder import BuildOptions, build_dir_of, plan_build
+from app.backend.registry import BackendManifest, backend_dir
 from app.backend.upstream_server import UpstreamServer, build_server
 from app.builtin_demo import ensure_demo_model, table_prompt
 from app.engine.speculative import EngineConfig, Mode, SpeculativeDecoder
@@ -92,6 +93,21 @@ def test_the_upstream_build_is_cached(server_binary: Path) -> None:
     assert again == server_binary
     assert not any("Configuring" in m or "-G Ninja" in m for m in events)  # no second configure
     assert not any("Building CXX" in m for m in events)  # nothing recompiled
+
+
+def test_the_server_shares_the_backends_build_tree_and_libraries(server_binary: Path,
+                                                                   patched_backend: BackendManifest) -> None:
+    """One compile of ggml: the server is a target of the backend's own tree and links its shared libllama."""
+    build_dir = build_dir_of(plan_build(BuildOptions(flavor="cpu")))
+    assert patched_backend.id == build_dir.name
+    assert server_binary.parent == build_dir / "bin"
+    linked = subprocess.run(["ldd", str(server_binary)], capture_output=True, text=True, check=True).stdout
+    libllama = [line for line in linked.splitlines() if "libllama.so" in line]
+    assert libllama, f"llama-server is not linked to the shared libllama:\n{linked}"
+    assert str(build_dir / "bin") in libllama[0], libllama[0]
+    # the backend installed from the same tree carries the very same library file
+    installed = backend_dir(patched_backend.id) / "llama_cpp" / "lib" / "libllama.so"
+    assert installed.read_bytes() == (build_dir / "bin" / "libllama.so").read_bytes()
 
 
 def test_backend_server_command_reports_the_binary(server_binary: Path) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from app import paths
-from app.backend import patching, registry, source, toolchain
+from app.backend import buildlock, patching, registry, source, toolchain
 from app.backend.events import BuildEvent, CancelToken, EventKind, EventSink, ninja_fraction
 from app.errors import BackendError, BuildCancelled, ToolchainError
 
@@ -32,13 +32,19 @@ Flavor = Literal["auto", "cpu", "cuda"]
 # percent of the whole build at which each step starts
 _STEP_START = {"toolchain": 0.0, "source": 1.0, "configure": 5.0, "compile": 10.0,
                "install": 92.0, "selftest": 94.0, "activate": 99.0}
+# The tools and llama-server are configured in the backend's own tree (but only built on request, see
+# upstream_server.py): the peer then links the backend's shared libraries instead of compiling ggml again.
 _COMMON_CMAKE_ARGS = [
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAVA_BUILD=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_TOOLS=OFF",
-    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
 ]
 
 
@@ -169,19 +175,16 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
     tree = prepare_source(plan, options, report)
     check_cancel(cancel)
 
-    build_dir = paths.cache_dir() / "build" / plan.backend_id
-    report.start("configure", "configuring with CMake")
-    _configure(plan, tree, build_dir, report, cancel)
-
-    report.start("compile", "compiling llama.cpp (this takes a few minutes the first time)")
-    jobs = options.jobs or os.cpu_count() or 2
-    run_build_command([cmake_path(plan), "--build", str(build_dir), "--target", "llama", "-j", str(jobs)],
-         tree, report, cancel, "Compiling llama.cpp failed", progress=True)
-
-    report.start("install", "installing into a staging folder")
+    build_dir = build_dir_of(plan)
     staging = paths.backends_dir() / f"{registry.STAGING_PREFIX}{plan.backend_id}-{os.getpid()}"
     try:
-        _install(tree, build_dir, staging)
+        with buildlock.locked(build_dir, report.log):
+            report.start("configure", "configuring with CMake")
+            configure(plan, tree, build_dir, report, cancel)
+            report.start("compile", "compiling llama.cpp (this takes a few minutes the first time)")
+            compile_target(plan, options, tree, build_dir, "llama", report, cancel)
+            report.start("install", "installing into a staging folder")
+            _install(tree, build_dir, staging)
         manifest = _manifest(plan, time.monotonic() - started)
         manifest.write(staging)
         check_cancel(cancel)
@@ -207,6 +210,19 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
     return manifest
 
 
+def build_dir_of(plan: BuildPlan) -> Path:
+    """The cached CMake/ninja tree of a plan: the backend and its llama-server are built here."""
+    return paths.cache_dir() / "build" / plan.backend_id
+
+
+def compile_target(plan: BuildPlan, options: BuildOptions, tree: Path, build_dir: Path, target: str,
+                   report: Reporter, cancel: CancelToken) -> None:
+    """Build one target of a configured tree with the ninja that configured it (``cmake --build``)."""
+    jobs = options.jobs or os.cpu_count() or 2
+    run_build_command([cmake_path(plan), "--build", str(build_dir), "--target", target, "-j", str(jobs)],
+                      tree, report, cancel, f"Compiling {target} failed", progress=True)
+
+
 def cmake_path(plan: BuildPlan) -> str:
     return plan.tools.cmake.path if plan.tools.cmake else "cmake"
 
@@ -225,21 +241,23 @@ def prepare_source(plan: BuildPlan, options: BuildOptions, report: Reporter) -> 
         return pristine
     tree = paths.cache_dir() / "src" / f"{plan.pin.version}-d2t-{(plan.patch_sha256 or '')[:12]}"
     marker = tree / ".fastmtp-patched"
-    if not marker.is_file():
-        shutil.rmtree(tree, ignore_errors=True)
-        partial = tree.with_name(tree.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(pristine, partial, symlinks=True)
-        vendored = partial / "vendor" / "llama.cpp"
-        report.log(f"checking and applying {plan.patch.name}")
-        patching.apply(vendored, plan.patch)
-        os.replace(partial, tree)
-        marker.write_text((plan.patch_sha256 or "") + "\n")
+    with buildlock.locked(tree, report.log):
+        if not marker.is_file():
+            shutil.rmtree(tree, ignore_errors=True)
+            partial = tree.with_name(tree.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(pristine, partial, symlinks=True)
+            vendored = partial / "vendor" / "llama.cpp"
+            report.log(f"checking and applying {plan.patch.name}")
+            patching.apply(vendored, plan.patch)
+            os.replace(partial, tree)
+            marker.write_text((plan.patch_sha256 or "") + "\n")
     report.log(f"source tree {tree} (patch {plan.patch.name}, sha256 {plan.patch_sha256})")
     return tree
 
 
-def _configure(plan: BuildPlan, tree: Path, build_dir: Path, report: Reporter, cancel: CancelToken) -> None:
+def configure(plan: BuildPlan, tree: Path, build_dir: Path, report: Reporter, cancel: CancelToken) -> None:
+    """Configure ``build_dir`` once; a tree that is already configured is reused as it is."""
     if (build_dir / "build.ninja").is_file() and (build_dir / "CMakeCache.txt").is_file():
         report.log("reusing the cached build tree")
         return

@@ -167,7 +167,3 @@ def pristine_tree(pin: PinnedSource | None = None, log: LogFn = lambda _line: No
     sdist = fetch_sdist(pin, log=log)
     return unpack(pin, sdist, paths.cache_dir() / "src" / f"{pin.version}-pristine")
 
-
-def qwen35_vocab_path() -> Path:
-    """The real Qwen tokenizer GGUF shipped inside the sdist (used by the demo model)."""
-    return pristine_tree() / "vendor" / "llama.cpp" / "models" / "ggml-vocab-qwen35.gguf"
