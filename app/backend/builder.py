@@ -99,10 +99,11 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
     args = list(_COMMON_CMAKE_ARGS)
     if flavor == "cuda":
         assert tools.nvcc is not None and tools.cublas is not None
+        archs = toolchain.fit_cuda_archs(tools.nvcc.path, archs)  # a GPU newer than nvcc: PTX, JIT-compiled
         args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}",
                  f"-DCMAKE_CUDA_COMPILER={tools.nvcc.path}", "-DGGML_NATIVE=ON"]
         if tools.cublas.from_wheel:
-            args += _wheel_cublas_args(tools.cublas)
+            args += _wheel_cublas_args(tools.cublas, tools.cuda_toolkit)
         if tools.cuda_driver_lib is None:
             # no libcuda.so to link (compile-only machine without driver or stubs): use the legacy memory pool
             args.append("-DGGML_CUDA_NO_VMM=ON")
@@ -114,8 +115,15 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
     return BuildPlan(pin, patch, flavor, archs, args, tools)
 
 
-def _wheel_cublas_args(cublas: toolchain.Cublas) -> list[str]:
-    """Point CMake's FindCUDAToolkit at the ``nvidia-cublas`` wheel (versioned .so names, own include dir)."""
+def _wheel_cublas_args(cublas: toolchain.Cublas, toolkit: toolchain.CudaToolkit | None = None) -> list[str]:
+    """Point CMake's FindCUDAToolkit at the ``nvidia-cublas`` wheel (versioned .so names, own include dir).
+
+    The app's own toolkit (all wheels merged into one root) is a whole toolkit: CUDAToolkit_ROOT names it,
+    and a RUNPATH to its lib folder lets the backend find libcudart/libcublas where the system has none.
+    """
+    if toolkit is not None and toolkit.source == "app":
+        root = Path(toolkit.root)
+        return [f"-DCUDAToolkit_ROOT={root}", f"-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath,{root / 'lib'}"]
     lib = Path(cublas.lib_dir)
     found = {name: sorted(lib.glob(f"lib{name}.so*")) for name in ("cublas", "cublasLt")}
     args = [f"-DCUDA_{name}_LIBRARY={paths[0]}" for name, paths in found.items() if paths]

@@ -9,7 +9,12 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from app.backend import cuda_wheels
+from app.errors import ToolchainError
+
+ToolkitMode = Literal["auto", "system", "app"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,15 @@ class Cublas:
     from_wheel: bool
 
 
+@dataclass(frozen=True)
+class CudaToolkit:
+    """Which CUDA toolkit a CUDA build uses: the system's, or the app's own from pip wheels (its cache)."""
+
+    source: Literal["system", "app"]
+    root: str
+    version: str
+
+
 @dataclass
 class Toolchain:
     cmake: Tool | None
@@ -49,6 +63,7 @@ class Toolchain:
     gpus: list[Gpu] = field(default_factory=list)
     cublas: Cublas | None = None
     cuda_driver_lib: str | None = None  # libcuda.so (driver or toolkit stub); without it, no CUDA VMM
+    cuda_toolkit: CudaToolkit | None = None  # where nvcc (and cuBLAS) come from
 
     @property
     def can_build_cpu(self) -> bool:
@@ -70,13 +85,17 @@ class Toolchain:
             advice.append("No C/C++ compiler was found: on Debian/Ubuntu run `sudo apt install build-essential`; "
                           "on Windows install Visual Studio Build Tools with the C++ workload; "
                           "on macOS run `xcode-select --install`.")
+        fetch = ("`python -m app backend cuda-toolkit install` (NVIDIA's pip wheels matching your driver, "
+                 "about 530 MB, into the app's cache; or `backend build --cuda --fetch-cuda-toolkit`)")
         if cuda and self.nvcc is None:
-            advice.append("The CUDA compiler nvcc was not found: install the NVIDIA CUDA Toolkit (12.x or newer) "
-                          "and make sure nvcc is on PATH or CUDA_PATH is set; or build the CPU backend.")
+            advice.append("The CUDA compiler nvcc was not found: let the app fetch its own CUDA toolkit with "
+                          f"{fetch}, or install the NVIDIA CUDA Toolkit (12.x or newer) and make sure nvcc is on "
+                          "PATH or CUDA_PATH is set; or build the CPU backend.")
         elif cuda and self.cublas is None:
             advice.append("nvcc is there but the cuBLAS development files (cublas_v2.h, libcublas) are not: "
                           "install the full CUDA Toolkit (on Debian/Ubuntu: libcublas-dev for your CUDA version), "
-                          "or run `pip install nvidia-cublas` inside the app's environment; the builder uses it.")
+                          "or run `pip install nvidia-cublas` inside the app's environment; the builder uses it. "
+                          f"Or let the app fetch a whole CUDA toolkit with {fetch}.")
         return advice
 
     def to_dict(self) -> dict[str, Any]:
@@ -186,9 +205,52 @@ def detect_gpus() -> list[Gpu]:
     return parse_nvidia_smi(proc.stdout) if proc.returncode == 0 else []
 
 
+def toolkit_mode() -> ToolkitMode:
+    """``FASTMTP_CUDA_TOOLKIT``: ``auto`` (the system's when complete, else the app's), ``system`` or ``app``."""
+    value = (os.environ.get(cuda_wheels.TOOLKIT_ENV) or "auto").strip().lower()
+    if value == "auto":
+        return "auto"
+    if value == "system":
+        return "system"
+    if value == "app":
+        return "app"
+    raise ToolchainError(f"{cuda_wheels.TOOLKIT_ENV}={value!r} is not a choice.",
+                         f"Set {cuda_wheels.TOOLKIT_ENV} to auto, system or app (or unset it).")
+
+
+def nvcc_gpu_codes(nvcc: str) -> list[int]:
+    """The real architectures this nvcc can compile for (``nvcc --list-gpu-code``: sm_75 … sm_121), oldest first."""
+    try:
+        proc = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted({int(code) for code in re.findall(r"^sm_(\d+)\w*$", proc.stdout, re.MULTILINE)})
+
+
+def _app_toolkit() -> cuda_wheels.AppToolkit | None:
+    if not cuda_wheels.installed_toolkits():
+        return None  # no need to ask nvidia-smi
+    return cuda_wheels.find_toolkit(cuda_wheels.driver_cuda_version())
+
+
 def detect() -> Toolchain:
+    """The build tools; for CUDA, the system toolkit when it is complete, else the app's own (``toolkit_mode``)."""
     dirs = _tool_dirs()
-    nvcc = _nvcc_path()
+    mode = toolkit_mode()
+    nvcc = _nvcc_path() if mode != "app" else None
+    nvcc_tool = _tool(nvcc, r"release (\d+\.\d+)")
+    cublas = find_cublas(nvcc) if nvcc else None
+    cuda_toolkit = CudaToolkit("system", str(Path(nvcc).resolve().parent.parent), nvcc_tool.version) \
+        if nvcc and nvcc_tool else None
+    # an nvcc that does not run (a wrapper whose toolkit is gone) has no version: it is no toolkit
+    system_complete = nvcc_tool is not None and nvcc_tool.version != "unknown" and cublas is not None
+    if mode != "system" and not system_complete:
+        app = _app_toolkit()
+        if app is not None:
+            nvcc = str(app.nvcc)
+            nvcc_tool = Tool(nvcc, app.nvcc_version)
+            cublas = Cublas(str(app.include_dir), str(app.lib_dir), from_wheel=True)
+            cuda_toolkit = CudaToolkit("app", str(app.root), app.nvcc_version)
     cc = os.environ.get("CC") or _which(["cc", "gcc", "clang"])
     cxx = os.environ.get("CXX") or _which(["c++", "g++", "clang++"])
     return Toolchain(
@@ -196,9 +258,27 @@ def detect() -> Toolchain:
         ninja=_tool(_which(["ninja"], dirs)),
         c_compiler=_tool(cc),
         cxx_compiler=_tool(cxx),
-        nvcc=_tool(nvcc, r"release (\d+\.\d+)"),
+        nvcc=nvcc_tool,
         ccache=_tool(_which(["ccache"])),
         gpus=detect_gpus(),
-        cublas=find_cublas(nvcc) if nvcc else None,
+        cublas=cublas,
         cuda_driver_lib=find_cuda_driver_lib(nvcc) if nvcc else None,
+        cuda_toolkit=cuda_toolkit,
     )
+
+
+def fit_cuda_archs(nvcc: str, archs: list[str]) -> list[str]:
+    """Archs this nvcc knows stay; one newer than it knows becomes PTX of the newest arch it knows.
+
+    The driver JIT-compiles that PTX for the newer GPU (slower first start, still correct). 12x archs are
+    not used for it: ggml turns them into the arch-specific 12xa, whose PTX runs on no other GPU.
+    """
+    known = nvcc_gpu_codes(nvcc)
+    fitted: list[str] = []
+    for arch in archs:
+        if not arch.isdigit() or not known or int(arch) in known or int(arch) < known[0]:
+            fitted.append(arch)
+            continue
+        portable = [code for code in known if not 120 <= code <= 129 and code < int(arch)]
+        fitted.append(f"{(portable or known)[-1]}-virtual")
+    return sorted(set(fitted))
