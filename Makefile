@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # System libraries Qt's offscreen platform needs (the GUI and its tests): installed only when missing, only as root.
 QT_DEB_PACKAGES := libegl1 libgl1 libfontconfig1 libxkbcommon0 libglib2.0-0 libdbus-1-3 fonts-dejavu-core
 
-.PHONY: run test lint venv clean
+.PHONY: run test lint venv clean gpu-prepare gpu-check
 
 venv: $(VENV)/.installed
 
@@ -35,3 +35,29 @@ test: lint
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# The one-shot GPU check (docs/benchmarks.md, "GPU check"). On the CPU machine: `make gpu-prepare` builds the
+# portable sm_90 CUDA backend and llama-server, packs them and the wheels gpu-check needs into gpu-carry/
+# (under 64 MiB). On the GPU machine, with gpu-carry/ carried: `make gpu-check` (OUT=folder for the results).
+# With .venv present it runs from there against the active backend: a rehearsal on the CPU is
+# `make gpu-check GPU_CHECK_ARGS="--gpu-layers 0 --size small"`.
+GPU_CARRY      ?= gpu-carry
+GPU_CHECK_ARGS ?=
+GPU_OUT        := $(if $(OUT),$(OUT),gpu-check-out)
+
+gpu-prepare: venv
+	$(BIN)/python -m app gpu-prepare --out $(GPU_CARRY) $(GPU_PREPARE_ARGS)
+
+gpu-check:
+	@set -e; \
+	if [ -x $(BIN)/python ]; then py=$(BIN)/python; else \
+	  py=$(PYTHON); \
+	  if [ -d $(GPU_CARRY)/wheels ]; then \
+	    $$py -m pip install -q --no-index --no-deps --target .gpu-deps $(GPU_CARRY)/wheels/*.whl; \
+	  fi; \
+	  export PYTHONPATH=$$PWD/.gpu-deps; \
+	  scratch=$${TMPDIR:-/tmp}/fastmtp-gpu-check; \
+	  export FASTMTP_DATA_DIR=$$scratch/data FASTMTP_CONFIG_DIR=$$scratch/config FASTMTP_CACHE_DIR=$$scratch/cache; \
+	fi; \
+	archive=""; if [ -f $(GPU_CARRY)/backend.tar.xz ]; then archive="--archive $(GPU_CARRY)/backend.tar.xz"; fi; \
+	$$py -m app gpu-check --out $(GPU_OUT) $$archive $(GPU_CHECK_ARGS)

@@ -71,7 +71,8 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
         patch_file = verified_release_patch(args.release_patch, trust_fingerprint=args.trust_fingerprint)
     options = BuildOptions(flavor=flavor, cuda_archs=args.cuda_arch or [], version=args.version,
                            patched=not args.unpatched, patch_file=patch_file, sdist=args.sdist,
-                           wheelhouse=args.wheelhouse, jobs=args.jobs, activate=not args.no_activate)
+                           wheelhouse=args.wheelhouse, jobs=args.jobs, activate=not args.no_activate,
+                           portable=args.portable)
     manifest = build_backend(options, on_event, cancel)
     if args.json:
         print(json.dumps({"kind": "result", "manifest": manifest.to_dict()}), flush=True)
@@ -83,7 +84,8 @@ def cmd_backend_server(args: argparse.Namespace) -> int:
     from app.backend.builder import BuildOptions
     from app.backend.upstream_server import build_server
 
-    options = BuildOptions(flavor="cuda" if args.cuda else "cpu", version=args.version, jobs=args.jobs)
+    options = BuildOptions(flavor="cuda" if args.cuda else "cpu", version=args.version, jobs=args.jobs,
+                           cuda_archs=args.cuda_arch or [], portable=args.portable)
     binary = build_server(options, _build_event_printer(args), _cancel_on_signals())
     if args.json:
         print(json.dumps({"kind": "result", "llama_server": str(binary)}), flush=True)
@@ -255,11 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sdist", type=Path, help="use this llama-cpp-python sdist file (offline machines)")
     b.add_argument("--wheelhouse", type=Path, help="folder holding the sdist (offline machines)")
     b.add_argument("--jobs", type=int, help="parallel compile jobs")
+    b.add_argument("--portable", action="store_true",
+                   help="no -march=native: the build runs on other machines' CPUs too (to pack and carry)")
     b.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
     sv = command(bsub, "server", cmd_backend_server,
                  "build llama.cpp's own llama-server from the same patched tree (for bench spec)")
     sv.add_argument("--cuda", action="store_true", help="CUDA build (default: CPU)")
     sv.add_argument("--version", default="0.3.35", help="llama-cpp-python version (pinned ones only)")
+    sv.add_argument("--cuda-arch", type=_archs, help="CUDA architectures of the backend's build")
+    sv.add_argument("--portable", action="store_true", help="the tree of a --portable backend build")
     sv.add_argument("--jobs", type=int, help="parallel compile jobs")
     sv.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
     command(bsub, "status", cmd_backend_status, "show the active backend and the build tools")
@@ -278,7 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     pc = command(bsub, "patch-check", cmd_backend_patch_check, "check that the d2t patch applies to a version")
     pc.add_argument("--version", default="0.3.35")
 
-    from app import cli_bench, cli_engine, cli_history, cli_models, cli_release
+    from app import cli_bench, cli_engine, cli_gpu, cli_history, cli_models, cli_release
+
+    cli_gpu.add_backend_commands(bsub, command)
+    cli_gpu.add_commands(sub, command)
 
     cli_models.add_commands(sub, command)
     cli_engine.add_commands(sub, command)

@@ -1,4 +1,4 @@
-"""CLI for benchmarks: ``python -m app bench draft-head``."""
+"""CLI for benchmarks: ``python -m app bench draft-head | fetch | spec | ops | gui``."""
 
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
     depths = [int(d) for d in args.depths.split(",")]
     modes = args.modes.split(",")
     variants = spec.default_variants(depths, modes, upstream=not args.no_upstream, adaptive_max=args.adaptive_max)
-    server = None
-    if not args.no_upstream:
+    server = args.server
+    if not args.no_upstream and server is None:
         from app.backend.upstream_server import build_server
 
         print("building (or reusing) llama-server from the patched tree ...", file=sys.stderr, flush=True)
@@ -103,6 +103,43 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
                "speedup over off that the measured acceptance and the measured draft-step and verify-pass costs "
                "allow with zero loop overhead; efficiency = measured speedup / bound. Python ms/round: decode "
                "time outside llama_decode per target pass.")
+    return 0
+
+
+def cmd_bench_ops(args: argparse.Namespace) -> int:
+    from app.bench import ops
+    from app.bench.report import record, this_command
+    from app.builtin_demo import ensure_demo_model
+
+    if args.model:
+        target, draft = args.model, args.draft
+        name = target.name
+    else:
+        folder = paths.cache_dir() / "bench-models" / args.size
+        print(f"preparing the {args.size} demo model in {folder} ...", file=sys.stderr, flush=True)
+        demo = ensure_demo_model(folder, size=args.size)
+        target, draft = demo.target, args.draft or demo.sidecar_d2t
+        name = f"{args.size} demo model"
+    if args.no_draft:
+        draft = None
+    try:
+        sizes = [int(n) for n in args.tokens_per_pass.split(",") if n.strip()]
+    except ValueError:
+        raise SystemExit(f"--tokens-per-pass takes numbers separated by commas, not {args.tokens_per_pass!r}") from None
+    result = ops.run(target, draft, tokens_per_pass=sizes, prompt_tokens=args.prompt_tokens, runs=args.runs,
+                     profile_runs=args.profile_runs, n_threads=args.threads, n_gpu_layers=args.gpu_layers,
+                     bandwidth_gbs=args.bandwidth_gbs, log=lambda line: print(line, file=sys.stderr, flush=True))
+    result.model = name
+    data = result.to_dict()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(data, indent=2) if args.json else result.markdown())
+    if args.record:
+        record(args.record, f"Per-op profile of a target pass ({name})", this_command(), result.markdown(),
+               f"Plain passes: medians of {result.runs} synchronized passes in a context without callbacks, rolled "
+               "back after each. Profiled: the eval callback computes one node at a time and synchronizes after "
+               "each, so its sums exceed the plain times; read the shares.")
     return 0
 
 
@@ -135,6 +172,22 @@ def add_commands(sub: Any, command: Any) -> None:
     dh.add_argument("--threads", type=int)
     dh.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
     dh.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    op = command(bsub, "ops", cmd_bench_ops,
+                 "per-op profile of target passes of 1 and k+1 tokens and a prompt; verify-pass cost ratio")
+    op.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to profile")
+    op.add_argument("--model", type=Path, help="profile this target instead of a demo model")
+    op.add_argument("--draft", type=Path, help="MTP sidecar for the draft-step profile (the target itself: its "
+                                               "embedded head); the demo's d2t sidecar by default")
+    op.add_argument("--no-draft", action="store_true", help="no draft-step profile")
+    op.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
+    op.add_argument("--tokens-per-pass", default="1,2,3,4,5", help="pass sizes to time (1 is always added)")
+    op.add_argument("--prompt-tokens", type=int, default=512, help="the prompt pass, and the position of the others")
+    op.add_argument("--runs", type=int, default=10, help="plain passes per size; the figures are medians")
+    op.add_argument("--profile-runs", type=int, default=1, help="profiled passes per size (per-node medians)")
+    op.add_argument("--threads", type=int)
+    op.add_argument("--bandwidth-gbs", type=float, help="the device's memory bandwidth, for the decode floor")
+    op.add_argument("--out", type=Path, help="write the result JSON here")
+    op.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     gu = command(bsub, "gui", cmd_bench_gui, "chat view: event-loop latency and per-token rendering cost")
     gu.add_argument("--tokens", type=int, default=5000, help="length of the synthetic markdown reply")
     gu.add_argument("--rate", type=int, default=1000, help="tokens per second of the latency stream")
@@ -144,6 +197,9 @@ def add_commands(sub: Any, command: Any) -> None:
     fe.add_argument("--size-mb", type=int, default=2048, help="size of the generated file in MiB")
     fe.add_argument("--runs", type=int, default=3, help="runs per client, alternating")
     fe.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    from app import cli_gpu
+
+    cli_gpu.add_bench_commands(bsub, command)
     sp = command(bsub, "spec", cmd_bench_spec,
                  "modes x draft depths x prompt sets, ours and llama-server side by side")
     sp.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
@@ -158,6 +214,7 @@ def add_commands(sub: Any, command: Any) -> None:
                     help="deepest depth adaptive may choose (0: no adaptive rows)")
     sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
     sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")
+    sp.add_argument("--server", type=Path, help="llama-server binary to use (default: built from the active tree)")
     sp.add_argument("--threads", type=int)
     sp.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
     sp.add_argument("--out", type=Path, help="folder for spec.json, spec.md and spec.png")

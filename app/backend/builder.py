@@ -59,6 +59,7 @@ class BuildOptions:
     wheelhouse: Path | None = None
     jobs: int | None = None
     activate: bool = True
+    portable: bool = False  # GGML_NATIVE=OFF: runs on another machine's CPU (a backend archive to carry)
 
 
 @dataclass(frozen=True)
@@ -97,18 +98,19 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
         raise ToolchainError("No NVIDIA GPU was found, so the CUDA architecture is unknown.",
                              "Pass --cuda-arch (for example --cuda-arch 89,90) or build with --cpu.")
     args = list(_COMMON_CMAKE_ARGS)
+    native = f"-DGGML_NATIVE={'OFF' if options.portable else 'ON'}"
     if flavor == "cuda":
         assert tools.nvcc is not None and tools.cublas is not None
         archs = toolchain.fit_cuda_archs(tools.nvcc.path, archs)  # a GPU newer than nvcc: PTX, JIT-compiled
         args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}",
-                 f"-DCMAKE_CUDA_COMPILER={tools.nvcc.path}", "-DGGML_NATIVE=ON"]
+                 f"-DCMAKE_CUDA_COMPILER={tools.nvcc.path}", native]
         if tools.cublas.from_wheel:
             args += _wheel_cublas_args(tools.cublas, tools.cuda_toolkit)
         if tools.cuda_driver_lib is None:
             # no libcuda.so to link (compile-only machine without driver or stubs): use the legacy memory pool
             args.append("-DGGML_CUDA_NO_VMM=ON")
     else:
-        args += ["-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON"]
+        args += ["-DGGML_CUDA=OFF", native]
     pin = source.pinned(options.version)
     patch = (patching.Patch(options.patch_file) if options.patch_file else patching.default_patch()) \
         if options.patched else None

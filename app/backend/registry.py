@@ -42,6 +42,11 @@ class BackendManifest:
         return self.patch_sha256 is not None
 
     @property
+    def portable(self) -> bool:
+        """Built without -march=native, so it runs on other machines' processors too."""
+        return "-DGGML_NATIVE=OFF" in self.cmake_args
+
+    @property
     def selftest_ok(self) -> bool:
         return bool(self.selftest.get("ok"))
 

@@ -7,6 +7,7 @@ so a rebuild with the same inputs is a no-op for ninja.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 
 from app import paths
-from app.backend import buildlock
+from app.backend import archive, buildlock
 from app.backend.builder import (
     BuildOptions,
     Reporter,
@@ -135,12 +136,21 @@ class UpstreamServer:
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:  # the child keeps its own handle
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self._env())
         try:
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
+
+    def _env(self) -> dict[str, str]:
+        """A server carried inside a backend folder (``backend unpack``) finds its libraries beside it."""
+        env = dict(os.environ)
+        binary = Path(self.cmd[0])
+        if binary.parent.name == archive.SERVER_DIR:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                [*archive.server_library_path(binary), *filter(None, [env.get("LD_LIBRARY_PATH")])])
+        return env
 
     def _wait_ready(self) -> None:
         assert self.proc is not None

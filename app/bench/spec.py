@@ -264,7 +264,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones."""
     prompts = {name: load_prompts(name) for name in prompt_sets}
     rows = {(v, p): Row(v, p) for v in variants for p in prompt_sets}
-    token_prompts = _tokenize(target, prompts)
+    token_prompts = tokenize_prompts(target, prompts)
     for run_index in range(runs):
         for variant in variants:
             started = time.perf_counter()
@@ -289,7 +289,7 @@ def _config(variant: Variant, target: Path, sidecars: dict[str, Path], n_threads
                         n_ctx=2048, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
 
 
-def _tokenize(target: Path, prompts: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+def tokenize_prompts(target: Path, prompts: dict[str, list[str]]) -> dict[str, list[list[int]]]:
     """Each prompt as the user turn of a chat, rendered with the target's template (thinking off)."""
     session = ChatSession(EngineConfig(target, n_ctx=256))
     try:
