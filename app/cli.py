@@ -73,6 +73,11 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
                            patched=not args.unpatched, patch_file=patch_file, sdist=args.sdist,
                            wheelhouse=args.wheelhouse, jobs=args.jobs, activate=not args.no_activate,
                            portable=args.portable)
+    if args.fetch_cuda_toolkit:
+        from app.cli_cuda import fetch_toolkit_for_build
+
+        fetch_toolkit_for_build(None if args.fetch_cuda_toolkit == "driver" else args.fetch_cuda_toolkit,
+                                on_event, cancel)
     manifest = build_backend(options, on_event, cancel)
     if args.json:
         print(json.dumps({"kind": "result", "manifest": manifest.to_dict()}), flush=True)
@@ -123,6 +128,9 @@ def _print_toolchain(tools: Any) -> None:
             print(f"  GPU           {gpu.name}, compute capability {gpu.compute_capability}, {gpu.memory_mib} MiB")
     else:
         print("  GPU           no NVIDIA GPU found (nvidia-smi)")
+    toolkit = tools.cuda_toolkit
+    print(f"  cuda toolkit  {toolkit.source + ' ' + toolkit.version + '  ' + toolkit.root if toolkit else 'none'}"
+          + ("  (the app's own, from pip wheels)" if toolkit and toolkit.source == "app" else ""))
     for line in tools.problems(cuda=bool(tools.gpus)):
         print("  ! " + line)
 
@@ -257,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sdist", type=Path, help="use this llama-cpp-python sdist file (offline machines)")
     b.add_argument("--wheelhouse", type=Path, help="folder holding the sdist (offline machines)")
     b.add_argument("--jobs", type=int, help="parallel compile jobs")
+    b.add_argument("--fetch-cuda-toolkit", nargs="?", const="driver", metavar="CUDA",
+                   help="without nvcc/cuBLAS: get the CUDA toolkit as pip wheels first (for the driver's CUDA "
+                        "version, or this one, e.g. 13.0)")
     b.add_argument("--portable", action="store_true",
                    help="no -march=native: the build runs on other machines' CPUs too (to pack and carry)")
     b.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
@@ -289,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     cli_gpu.add_backend_commands(bsub, command)
     cli_gpu.add_commands(sub, command)
 
+    from app import cli_cuda
+
+    cli_cuda.add_backend_commands(bsub, command)
     cli_models.add_commands(sub, command)
     cli_engine.add_commands(sub, command)
     cli_history.add_commands(sub, command)
