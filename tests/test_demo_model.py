@@ -5,19 +5,23 @@ Pure-file tests: the greedy and draft predictions are recomputed in numpy from t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
 
 from app.gguftools.demo_model import (
     DEMO_SHAPES,
+    TABLE_WORDS,
     DemoModel,
+    demo_shape,
     demo_target_plans,
+    encode_rows,
     make_table,
-    q4_k_block,
     read_demo_table,
     write_demo_model,
 )
@@ -127,7 +131,7 @@ def test_full_acceptance_needs_no_separate_draft_embedding(qwen_vocab_path: Path
     assert "blk.4.nextn.embed_tokens.weight" not in names and "blk.4.nextn.eh_proj.weight" in names
 
 
-def test_27b_shape_is_the_real_models_and_fits_in_40_gb() -> None:
+def test_27b_shape_is_the_real_models_with_q4_k_m_types(qwen_vocab_path: Path) -> None:
     shape = DEMO_SHAPES["27b"]
     assert shape == QWEN35_27B
     assert (shape.n_embd, shape.block_count, shape.n_vocab, shape.ssm_inner, shape.conv_dim) == (
@@ -135,17 +139,41 @@ def test_27b_shape_is_the_real_models_and_fits_in_40_gb() -> None:
     )  # fmt: skip
     assert [shape.is_recurrent(i) for i in range(8)] == [True, True, True, False] * 2
     assert not shape.is_recurrent(64) and shape.rope_sections == (11, 11, 10, 0)
-    plans = demo_target_plans("27b")  # lazy: nothing is generated or written
+    table = make_table(load_tokenizer(qwen_vocab_path).padded(248320), TABLE_WORDS["27b"], 0.92, seed=0)
+    assert len(table.wrong) == 320
+    plans = demo_target_plans("27b", table)  # lazy: only the table's few thousand rows are made now
     check_plans(shape, plans)
-    assert 14e9 < sum(p.nbytes for p in plans) < 40e9
-    assert {p.ggml_type.name for p in plans if len(p.shape) == 2 and "conv1d" not in p.name} == {"Q4_K"}
+    assert 15e9 < sum(p.nbytes for p in plans) < 17.5e9  # the 15.4 GB of all-Q4_K, output Q6_K, embed_tokens
+    types = {p.name: p.ggml_type.name for p in plans if len(p.shape) == 2 and "conv1d" not in p.name}
+    assert types.pop("output.weight") == "Q6_K"
+    assert set(types.values()) == {"Q4_K"} and "blk.64.nextn.embed_tokens.weight" in types
 
 
-def test_q4_k_block_is_valid_and_zero_mean() -> None:
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
+def test_27b_at_reduced_depth_changes_only_the_trunk(qwen_vocab_path: Path) -> None:
+    table = make_table(load_tokenizer(qwen_vocab_path).padded(248320), TABLE_WORDS["27b"], 0.8, seed=0)
+    shallow = demo_shape("27b", n_trunk=4)
+    assert shallow == dataclasses.replace(QWEN35_27B, n_trunk=4) and demo_shape("27b") is QWEN35_27B
+    plans = demo_target_plans("27b", table, n_trunk=4)
+    check_plans(shallow, plans)
+    kept = {p.name.replace("blk.4.", "blk.64."): (p.ggml_type, p.shape) for p in plans}  # the MTP block moves up
+    full = {p.name: (p.ggml_type, p.shape) for p in demo_target_plans("27b", table)}
+    assert kept == {name: spec for name, spec in full.items() if not re.match(r"blk\.([4-9]|[1-5]\d|6[0-3])\.", name)}
 
-    block = q4_k_block(np.random.default_rng(0))
-    values = dequantize(np.frombuffer(block, dtype=np.uint8).reshape(1, 144), GGMLQuantizationType.Q4_K)
-    assert values.shape == (1, 256) and np.all(np.isfinite(values))
-    assert abs(float(values.mean())) < 0.003 and 0.005 < float(values.std()) < 0.02
+
+@pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K])
+def test_k_quant_rows_are_valid_blocks_close_to_the_values(qtype: GGMLQuantizationType) -> None:
+    """Checked against the gguf package's own dequantizer, at the embedding's and the LM head's magnitudes."""
+    rng = np.random.default_rng(0)
+    for scale in (1.0, 16.0 / 5120):  # an embedding row; an LM-head row (subnormal f16 block scales)
+        rows = (rng.standard_normal((8, 5120)) * scale).astype(np.float32)
+        rows[3] = 0.0
+        encoded = encode_rows(rows, qtype)
+        assert encoded.dtype == np.uint8 and encoded.shape == (8, 5120 // 256 * (144 if qtype.name == "Q4_K" else 210))
+        back = dequantize(encoded, qtype)
+        assert back.shape == rows.shape and np.all(back[3] == 0.0)
+        rms = float(np.sqrt(np.mean((back - rows) ** 2))) / scale
+        assert rms < (0.09 if qtype.name == "Q4_K" else 0.025), rms
+        cosine = np.sum(back * rows, axis=1) / (np.linalg.norm(back, axis=1) * np.linalg.norm(rows, axis=1) + 1e-30)
+        assert np.all(np.delete(cosine, 3) > 0.99)
+    identity = np.eye(5, 512, 2, dtype=np.float32)  # eh_proj's [I | 0]
+    np.testing.assert_allclose(dequantize(encode_rows(identity, qtype), qtype), identity, atol=1e-3)

@@ -10,16 +10,24 @@ The MTP block predicts ``f(input token)`` (``eh_proj = [I | 0]``, zero attention
 ``nextn.embed_tokens`` swaps the embedding of a ``1 - acceptance`` fraction of the words for another
 word's, so the draft proposes a wrong successor there: the acceptance rate is a dial.
 
-The table is stored as KV under ``fastmtp.demo.*`` (see :class:`DemoTable`). The ``27b`` size has the
-real model's shapes, constant Q4_K weights and no table: it exists to time loading and decoding.
+The table is stored as KV under ``fastmtp.demo.*`` (see :class:`DemoTable`). ``tiny`` and ``small`` are
+F16 throughout. ``27b`` has the real model's shapes (n_embd 5120, 64 trunk layers, vocab 248320) and a
+Q4_K_M-style typing, so loading and decoding it costs about what the real Q4_K model costs: every trunk
+and MTP-block matrix is Q4_K (all zero), ``token_embd``, ``nextn.embed_tokens`` and ``nextn.eh_proj`` are
+Q4_K and ``output`` is Q6_K, quantized here (:func:`quantize_q4_k`, :func:`quantize_q6_k`); only the
+table's rows carry data (the embedding's other rows repeat the entry word's), so writing streams zero
+blocks and gathers a few thousand pre-quantized rows. It differs from the real release in its values
+(zero trunk, so the work is real but the arithmetic is trivial), in the extra ``nextn.embed_tokens``
+(0.7 GB, the acceptance dial), and in keeping every trunk matrix Q4_K where a llama.cpp Q4_K_M file
+makes some ``attn_v``/``ffn_down`` Q6_K. ``n_trunk`` writes it shallower (the tests); nothing else changes.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +37,7 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
 
 from app.errors import GGUFError
 from app.gguftools.counts import TokenCounts
-from app.gguftools.qwen35 import QWEN35_27B, Qwen35Shape, constant, neutral_plans, write_qwen35
+from app.gguftools.qwen35 import QWEN35_27B, Qwen35Shape, neutral_plans, write_qwen35
 from app.gguftools.reader import field_value, open_gguf
 from app.gguftools.sidecar import DEFAULT_DRAFT_VOCAB, SidecarSource, build_sidecar
 from app.gguftools.tokenizer import Tokenizer, TokenType, load_tokenizer
@@ -41,8 +49,6 @@ from app.gguftools.writer import (
     kv_f32,
     kv_str,
     kv_u32,
-    repeat_bytes,
-    row_bytes,
 )
 
 Size = Literal["tiny", "small", "27b"]
@@ -76,9 +82,31 @@ DEMO_SHAPES: dict[str, Qwen35Shape] = {
     ),
     "27b": QWEN35_27B,
 }
-TABLE_WORDS: dict[str, int] = {"tiny": 2000, "small": 4000}
+TABLE_WORDS: dict[str, int] = {"tiny": 2000, "small": 4000, "27b": 4000}
 _WORD = re.compile(r"\u0120[A-Za-z]{3,}")
 _CHUNK_ROWS = 8192
+QK_K = 256  # values per Q4_K / Q6_K block
+
+
+@dataclass(frozen=True)
+class DemoTypes:
+    """Tensor types of a demo size: the zero matrices, the embedding-like rows (token_embd, nextn.embed_tokens,
+    nextn.eh_proj) and the LM head; norms and ``ssm_conv1d`` are always F32."""
+
+    matrix: GGMLQuantizationType
+    embedding: GGMLQuantizationType
+    head: GGMLQuantizationType
+    file_type: LlamaFileType
+
+
+_F16 = GGMLQuantizationType.F16
+DEMO_TYPES: dict[str, DemoTypes] = {
+    "tiny": DemoTypes(_F16, _F16, _F16, LlamaFileType.MOSTLY_F16),
+    "small": DemoTypes(_F16, _F16, _F16, LlamaFileType.MOSTLY_F16),
+    "27b": DemoTypes(
+        GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, LlamaFileType.MOSTLY_Q4_K_M
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -132,7 +160,8 @@ class DemoTable:
 
 @dataclass(frozen=True)
 class DemoModel:
-    """The files :func:`write_demo_model` wrote, and the table they follow (None for ``27b``)."""
+    """The files :func:`write_demo_model` wrote, and the table they follow (None only when read back from an
+    older file that has none)."""
 
     target: Path
     sidecar_full: Path
@@ -161,8 +190,12 @@ def write_demo_model(
     seed: int = 0,
     *,
     draft_vocab: int = DEFAULT_DRAFT_VOCAB,
+    n_trunk: int | None = None,
 ) -> DemoModel:
     """Write ``target.gguf``, ``sidecar-full.gguf`` and ``sidecar-d2t.gguf`` into ``out_dir``.
+
+    ``n_trunk`` overrides the size's trunk depth (the tests write the ``27b`` with a few layers); every
+    other shape, type and the table stay the size's own.
 
     Raises:
         GGUFError: bad arguments, an unreadable vocabulary file, or a failed write.
@@ -171,28 +204,44 @@ def write_demo_model(
         raise GGUFError(f"Unknown demo model size {size!r}.", "Choose tiny, small or 27b.")
     if not 0.0 <= acceptance <= 1.0:
         raise GGUFError(f"Acceptance {acceptance} is not a fraction.", "Choose a value between 0 and 1.")
-    shape = DEMO_SHAPES[size]
+    shape = demo_shape(size, n_trunk)
     tokenizer = load_tokenizer(vocab_path).padded(shape.n_vocab)
     out = Path(out_dir)
     target = out / "target.gguf"
-    kv: list[KVItem] = [kv_u32(KEY + "version", 1), kv_str(KEY + "size", size), kv_u32(KEY + "seed", seed)]
-
-    table: DemoTable | None = None
-    if size == "27b":
-        plans = demo_target_plans(size, seed=seed)
-        file_type = LlamaFileType.MOSTLY_Q4_K_M
-    else:
-        table = make_table(tokenizer, TABLE_WORDS[size], acceptance, seed)
-        kv += [kv_f32(KEY + "acceptance", acceptance), *table.to_kv()]
-        plans = demo_target_plans(size, table, seed)
-        file_type = LlamaFileType.MOSTLY_F16
-    write_qwen35(target, shape, tokenizer.to_kv(), plans, file_type=file_type, name=f"FastMTP demo {size}", extra_kv=kv)
+    table = make_table(tokenizer, TABLE_WORDS[size], acceptance, seed)
+    kv: list[KVItem] = [
+        kv_u32(KEY + "version", 1),
+        kv_str(KEY + "size", size),
+        kv_u32(KEY + "seed", seed),
+        kv_f32(KEY + "acceptance", acceptance),
+        *table.to_kv(),
+    ]
+    plans = demo_target_plans(size, table, seed, n_trunk=n_trunk)
+    write_qwen35(
+        target,
+        shape,
+        tokenizer.to_kv(),
+        plans,
+        file_type=DEMO_TYPES[size].file_type,
+        name=f"FastMTP demo {size}",
+        extra_kv=kv,
+    )
 
     source = SidecarSource(target)
-    counts = TokenCounts.from_token_ids(table.cycle) if table else None
+    counts = TokenCounts.from_token_ids(table.cycle)  # every table word is in the d2t draft vocabulary
     full = build_sidecar(source, out / "sidecar-full.gguf", full=True)
     d2t = build_sidecar(source, out / "sidecar-d2t.gguf", vocab_size=min(draft_vocab, shape.n_vocab), counts=counts)
     return DemoModel(target, Path(full.path), Path(d2t.path), size, shape, table)
+
+
+def demo_shape(size: Size, n_trunk: int | None = None) -> Qwen35Shape:
+    """The shape of a demo size, with ``n_trunk`` trunk layers instead of its own when given."""
+    shape = DEMO_SHAPES[size]
+    if n_trunk is None or n_trunk == shape.n_trunk:
+        return shape
+    if n_trunk < 1:
+        raise GGUFError(f"A model needs at least one trunk layer, not {n_trunk}.", "Choose n_trunk >= 1.")
+    return replace(shape, n_trunk=n_trunk)
 
 
 def make_table(tokenizer: Tokenizer, n_words: int, acceptance: float, seed: int) -> DemoTable:
@@ -218,20 +267,15 @@ def make_table(tokenizer: Tokenizer, n_words: int, acceptance: float, seed: int)
     return DemoTable(tuple(cycle), cycle[0], wrong)
 
 
-def demo_target_plans(size: Size, table: DemoTable | None = None, seed: int = 0) -> list[TensorPlan]:
-    """The tensors of the demo target (data is produced only when written); ``table`` for tiny/small."""
-    shape = DEMO_SHAPES[size]
-    if size == "27b":
-        return _constant_plans(shape, seed)
-    if table is None:
-        raise GGUFError(f"The {size} demo model needs its word table.", "This is a bug.")
-    return _table_plans(shape, table, seed)
+def demo_target_plans(size: Size, table: DemoTable, seed: int = 0, *, n_trunk: int | None = None) -> list[TensorPlan]:
+    """The tensors of the demo target (data is produced only when written)."""
+    return _table_plans(demo_shape(size, n_trunk), DEMO_TYPES[size], table, seed)
 
 
-# --- tiny / small: the table-driven weights ---------------------------------------------------------
+# --- the table-driven weights -----------------------------------------------------------------------
 
 
-def _table_plans(shape: Qwen35Shape, table: DemoTable, seed: int) -> list[TensorPlan]:
+def _table_plans(shape: Qwen35Shape, types: DemoTypes, table: DemoTable, seed: int) -> list[TensorPlan]:
     E, V = shape.n_embd, shape.n_vocab
     n = len(table.cycle)
     rng = np.random.default_rng(seed + 1)
@@ -246,57 +290,141 @@ def _table_plans(shape: Qwen35Shape, table: DemoTable, seed: int) -> list[Tensor
         draft_src[word] = pos[seen_as]
     head_src = np.full(V, -1, dtype=np.int64)  # LM-head row of f(t) holds t's embedding
     head_src[np.roll(cycle, -1)] = np.arange(n)
-    head = emb * np.float32(LOGIT_SCALE / E)
 
-    f16 = GGMLQuantizationType.F16
+    # Only n distinct rows (plus the zero row) exist: encode each once, then gather them while writing.
+    emb_rows = encode_rows(emb, types.embedding)
+    head_rows = encode_rows(emb * np.float32(LOGIT_SCALE / E), types.head)
+    del emb
+
     mtp = f"blk.{shape.mtp_layer}.nextn."
     overrides = {
-        "token_embd.weight": TensorPlan("token_embd.weight", f16, (E, V), _gather_rows(emb, embed_src)),
-        "output.weight": TensorPlan("output.weight", f16, (E, V), _gather_rows(head, head_src)),
+        "token_embd.weight": TensorPlan(
+            "token_embd.weight", types.embedding, (E, V), _gather_rows(emb_rows, embed_src)
+        ),
+        "output.weight": TensorPlan("output.weight", types.head, (E, V), _gather_rows(head_rows, head_src)),
         # [I | 0]: the MTP block keeps the token part of [embedding, hidden] and drops the hidden part
         mtp + "eh_proj.weight": TensorPlan(
-            mtp + "eh_proj.weight", f16, (2 * E, E), constant(np.eye(E, 2 * E, dtype=np.float16))
+            mtp + "eh_proj.weight", types.embedding, (2 * E, E), _identity_rows(E, 2 * E, types.embedding)
         ),
     }
     if table.wrong:
         name = mtp + "embed_tokens.weight"
-        overrides[name] = TensorPlan(name, f16, (E, V), _gather_rows(emb, draft_src))
-    return neutral_plans(shape, f16, embed_tokens=bool(table.wrong), overrides=overrides)
+        overrides[name] = TensorPlan(name, types.embedding, (E, V), _gather_rows(emb_rows, draft_src))
+    return neutral_plans(shape, types.matrix, embed_tokens=bool(table.wrong), overrides=overrides)
 
 
-def _gather_rows(rows: npt.NDArray[np.float32], src: npt.NDArray[np.int64]) -> ChunkSource:
-    """F16 rows ``rows[src[i]]`` (zero where ``src[i] < 0``), produced chunk by chunk."""
+def _gather_rows(rows: npt.NDArray[Any], src: npt.NDArray[np.int64]) -> ChunkSource:
+    """Encoded rows ``rows[src[i]]`` (zero where ``src[i] < 0``), produced chunk by chunk."""
 
     def chunks() -> Iterator[npt.NDArray[Any]]:
-        padded = np.vstack([rows, np.zeros((1, rows.shape[1]), dtype=rows.dtype)]).astype(np.float16)
+        padded = np.vstack([rows, np.zeros((1, rows.shape[1]), dtype=rows.dtype)])  # zero bytes: zero values
         for start in range(0, src.size, _CHUNK_ROWS):
             yield padded[src[start : start + _CHUNK_ROWS]]  # -1 picks the zero row
 
     return chunks
 
 
-# --- 27b: real shapes, constant Q4_K weights --------------------------------------------------------
+def _identity_rows(n_rows: int, n_cols: int, ggml_type: GGMLQuantizationType) -> ChunkSource:
+    """The rows of ``eye(n_rows, n_cols)``, encoded as ``ggml_type`` chunk by chunk."""
+    step = max(1, (1 << 24) // (4 * n_cols))
+
+    def chunks() -> Iterator[npt.NDArray[Any]]:
+        for start in range(0, n_rows, step):
+            yield encode_rows(np.eye(min(step, n_rows - start), n_cols, start, dtype=np.float32), ggml_type)
+
+    return chunks
 
 
-def q4_k_block(rng: np.random.Generator, d: float = 0.003) -> bytes:
-    """One valid Q4_K block (144 bytes) of zero-mean values ``d * (q - 7.5)``.
+# --- row encoders: F16, and Q4_K / Q6_K written here (the gguf package only dequantizes k-quants) --------
 
-    Layout: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins (all set to 1), 128 bytes of 4-bit quants.
+
+def encode_rows(rows: npt.NDArray[np.float32], ggml_type: GGMLQuantizationType) -> npt.NDArray[Any]:
+    """``rows`` (n, row length) as the raw data of ``ggml_type``: float16 values or uint8 block bytes."""
+    if ggml_type == GGMLQuantizationType.F16:
+        return rows.astype(np.float16)
+    if ggml_type == GGMLQuantizationType.F32:
+        return rows.astype(np.float32)
+    encoder = _ENCODERS.get(ggml_type)
+    if encoder is None:
+        raise GGUFError(f"The demo model cannot write {ggml_type.name} rows.", "This is a bug.")
+    if rows.shape[-1] % QK_K:
+        raise GGUFError(f"Rows of {rows.shape[-1]} values are not whole {ggml_type.name} blocks.", "This is a bug.")
+    n = rows.shape[0]
+    out = [encoder(rows[i : i + 1024].reshape(-1, QK_K).astype(np.float32)) for i in range(0, n, 1024)]
+    return np.concatenate(out).reshape(n, -1) if out else np.zeros((0, 0), np.uint8)
+
+
+def _f16(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float16]:
+    return x.astype(np.float16)
+
+
+def _quantize(x: npt.NDArray[np.float32], scale: npt.NDArray[np.float32], lo: int, hi: int) -> npt.NDArray[np.int32]:
+    """``round(x / scale)`` clipped to ``[lo, hi]``, 0 where ``scale`` is 0."""
+    safe = np.where(scale > 0, scale, 1.0)
+    q = np.rint(x / safe)
+    return np.clip(np.where(scale > 0, q, 0), lo, hi).astype(np.int32)
+
+
+def quantize_q4_k(blocks: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
+    """Q4_K blocks (144 bytes each) of ``blocks`` (n, 256): ``d*sc*q - dmin*m`` per 32-value sub-block.
+
+    Layout (ggml ``block_q4_K``): f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of 4-bit
+    quants (sub-blocks 2i and 2i+1 share 32 bytes: low and high nibble). Min/max per sub-block, not
+    llama.cpp's search for the best scale: plenty for the demo's rows.
     """
-    header = np.array([d, 7.5 * d], dtype=np.float16).tobytes()
-    scales = bytes([1] * 8 + [0x11] * 4)
-    quants = rng.integers(0, 256, size=128, dtype=np.uint8).tobytes()
-    return header + scales + quants
+    n = blocks.shape[0]
+    x = blocks.reshape(n, 8, 32)
+    lo = np.minimum(x.min(axis=2), 0.0)
+    hi = np.maximum(x.max(axis=2), 0.0)
+    scale, mins = (hi - lo) / 15.0, -lo
+    d = _f16(scale.max(axis=1) / 63.0)
+    dmin = _f16(mins.max(axis=1) / 63.0)
+    sc = _quantize(scale, d.astype(np.float32)[:, None], 0, 63)
+    m = _quantize(mins, dmin.astype(np.float32)[:, None], 0, 63)
+    step = (d.astype(np.float32)[:, None] * sc)[:, :, None]
+    offset = (dmin.astype(np.float32)[:, None] * m)[:, :, None]
+    q = _quantize(x + offset, np.broadcast_to(step, x.shape), 0, 15).astype(np.uint8)
+
+    out = np.empty((n, 144), dtype=np.uint8)
+    out[:, 0:2] = d.view(np.uint8).reshape(n, 2)
+    out[:, 2:4] = dmin.view(np.uint8).reshape(n, 2)
+    sc8, m8 = sc.astype(np.uint8), m.astype(np.uint8)
+    out[:, 4:8] = (sc8[:, :4] & 63) | ((sc8[:, 4:] >> 4) << 6)
+    out[:, 8:12] = (m8[:, :4] & 63) | ((m8[:, 4:] >> 4) << 6)
+    out[:, 12:16] = (sc8[:, 4:] & 15) | ((m8[:, 4:] & 15) << 4)
+    pairs = q.reshape(n, 4, 2, 32)
+    out[:, 16:] = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
+    return out
 
 
-def _constant_plans(shape: Qwen35Shape, seed: int) -> list[TensorPlan]:
-    rng = np.random.default_rng(seed)
-    pool = [q4_k_block(rng) for _ in range(16)]
+def quantize_q6_k(blocks: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
+    """Q6_K blocks (210 bytes each) of ``blocks`` (n, 256): ``d*sc*(q - 32)`` per 16-value sub-block.
 
-    def fill(_name: str, wtype: GGMLQuantizationType, ne: tuple[int, ...]) -> ChunkSource:
-        n_blocks = row_bytes(wtype, ne[0]) // len(pool[0])
-        row = b"".join(pool[(i * 7) % len(pool)] for i in range(n_blocks))
-        n_rows = int(np.prod(ne[1:], dtype=np.int64))
-        return lambda: repeat_bytes(row, len(row) * n_rows)
+    Layout (ggml ``block_q6_K``): 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8 scales, f16 d.
+    In each half of 128 values, value ``l + 32*g`` (g = 0..3) keeps its low bits in byte ``l`` (g even) or
+    ``32 + l`` (g odd), low nibble for g < 2, high nibble otherwise, and its high bits at bit ``2g`` of
+    byte ``l`` of the half's 32 high-bit bytes.
+    """
+    n = blocks.shape[0]
+    x = blocks.reshape(n, 16, 16)
+    scale = np.abs(x).max(axis=2) / 31.0
+    d = _f16(scale.max(axis=1) / 127.0)
+    sc = _quantize(scale, d.astype(np.float32)[:, None], 0, 127)
+    step = (d.astype(np.float32)[:, None] * sc)[:, :, None]
+    q = (_quantize(x, np.broadcast_to(step, x.shape), -32, 31) + 32).astype(np.uint8).reshape(n, 2, 4, 32)
 
-    return neutral_plans(shape, GGMLQuantizationType.Q4_K, matrix_fill=fill)
+    out = np.empty((n, 210), dtype=np.uint8)
+    low, high = q & 15, q >> 4
+    ql = np.concatenate([low[:, :, 0] | (low[:, :, 2] << 4), low[:, :, 1] | (low[:, :, 3] << 4)], axis=2)
+    out[:, :128] = ql.reshape(n, 128)
+    qh = high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6)
+    out[:, 128:192] = qh.reshape(n, 64)
+    out[:, 192:208] = sc.astype(np.int8).view(np.uint8)
+    out[:, 208:210] = d.view(np.uint8).reshape(n, 2)
+    return out
+
+
+_ENCODERS: dict[GGMLQuantizationType, Callable[[npt.NDArray[np.float32]], npt.NDArray[np.uint8]]] = {
+    GGMLQuantizationType.Q4_K: quantize_q4_k,
+    GGMLQuantizationType.Q6_K: quantize_q6_k,
+}
