@@ -190,6 +190,7 @@ class SpeculativeDecoder:
             if stats.first_token_seconds is None:
                 stats.first_token_seconds = time.perf_counter() - started
             stats.decode_seconds = time.perf_counter() - decode_started
+            self._native_into(stats)  # the live split (verify / draft / host) streams with every token
             stats.record_token()
             if on_token is not None:
                 on_token(token, provenance, stats)
@@ -300,10 +301,13 @@ class SpeculativeDecoder:
     def _draft_native(self) -> float:
         return self.dctx.native_seconds if self.dctx is not None else 0.0
 
+    def _native_into(self, stats: ReplyStats) -> None:
+        stats.verify_native_seconds = self.tctx.native_seconds - self._native_marks[0]
+        stats.draft_native_seconds = self._draft_native() - self._native_marks[1]
+
     def _finish(self, reply: Reply, decode_started: float) -> Reply:
         reply.stats.decode_seconds = time.perf_counter() - decode_started
-        reply.stats.verify_native_seconds = self.tctx.native_seconds - self._native_marks[0]
-        reply.stats.draft_native_seconds = self._draft_native() - self._native_marks[1]
+        self._native_into(reply.stats)
         return reply
 
 

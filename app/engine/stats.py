@@ -21,7 +21,8 @@ class ReplyStats:
     proposed: int = 0  # every draft token made, tested or not (llama-server's ``draft_n`` counts these)
     draft_seconds: float = 0.0
     depth: int = 0  # the draft depth of the latest round (adaptive depth changes it round by round)
-    # time inside llama.cpp (llama_decode and rollback) during the decode phase, target / draft: the rest is ours
+    # time inside llama.cpp (llama_decode and rollback, each followed by llama_synchronize, so a GPU's work is
+    # in it) during the decode phase, target / draft: the rest is ours
     verify_native_seconds: float = 0.0
     draft_native_seconds: float = 0.0
     drafted_at: list[int] = field(default_factory=list)  # per draft position: how many were tested
@@ -69,12 +70,35 @@ class ReplyStats:
         return sum(n for _, n in list(self._recent)[1:]) / span if span > 0 else self.decode_tps
 
     @property
+    def rounds(self) -> int:
+        """Target passes of the decode phase (the first token comes from the prompt pass)."""
+        return max(self.target_passes - 1, 0)
+
+    @property
+    def verify_ms_per_round(self) -> float | None:
+        """The target's pass per round, rollback included: device time too (llama_decode is synchronized)."""
+        return self.verify_native_seconds / self.rounds * 1000.0 if self.rounds else None
+
+    @property
+    def draft_ms_per_round(self) -> float | None:
+        """The draft head's passes per round (catch-up and every draft step), rollback included."""
+        return self.draft_native_seconds / self.rounds * 1000.0 if self.rounds else None
+
+    @property
+    def draft_ms_per_step(self) -> float | None:
+        """Draft time per draft token made; 0 when nothing was drafted (``off``), None when draft passes ran
+        but made no token (a p_min cutoff)."""
+        if self.proposed:
+            return self.draft_native_seconds / self.proposed * 1000.0
+        return 0.0 if self.draft_native_seconds == 0.0 else None
+
+    @property
     def python_ms_per_round(self) -> float | None:
-        """Decode time outside llama.cpp (decode and rollback) per target pass: the loop's own cost."""
-        passes = self.target_passes - 1  # the first token comes from the prompt pass
-        if passes <= 0:
+        """Decode time outside llama.cpp (decode and rollback, each synchronized) per target pass: the loop's
+        own host cost. With ``verify_ms_per_round`` and ``draft_ms_per_round`` it adds up to the decode time."""
+        if not self.rounds:
             return None
-        return (self.decode_seconds - self.verify_native_seconds - self.draft_native_seconds) / passes * 1000.0
+        return (self.decode_seconds - self.verify_native_seconds - self.draft_native_seconds) / self.rounds * 1000.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +117,10 @@ class ReplyStats:
             "tokens_per_pass": self.tokens_per_pass,
             "target_passes": self.target_passes,
             "depth": self.depth,
+            # per round (target pass): verify + draft + host (Python) = decode time; device time is native
+            "verify_ms_per_round": self.verify_ms_per_round,
+            "draft_ms_per_round": self.draft_ms_per_round,
+            "draft_ms_per_step": self.draft_ms_per_step,
             "python_ms_per_round": self.python_ms_per_round,
             "draft_time_share": self.draft_seconds / self.decode_seconds if self.decode_seconds > 0 else 0.0,
         }

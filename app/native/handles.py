@@ -14,7 +14,7 @@ import time
 from collections import deque
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any, Self, TextIO
+from typing import Any, Protocol, Self, TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,12 @@ FloatArray = npt.NDArray[np.float32]
 # llama.cpp's complaint when an unpatched build meets a trimmed (d2t) LM head
 _WRONG_SHAPE = re.compile(
     r"tensor '(?P<name>[^']+)' has wrong shape; expected\s+(?P<expected>[\d, ]+), got\s+(?P<got>[\d, ]+)")
+
+
+_GRAPH_LINE = re.compile(r"graph (nodes|splits)\s*=")
+# "graph splits = 3" or "graph splits = 5 (with bs=512), 3 (with bs=1)"
+_GRAPH_COUNT = re.compile(r"graph (?P<what>nodes|splits)\s*=\s*(?P<first>\d+)"
+                          r"(?:\s*\(with bs=(?P<bs>\d+)\),\s*(?P<second>\d+)\s*\(with bs=1\))?")
 
 
 class NativeLog:
@@ -224,6 +230,28 @@ class Batch:
             self._owned = False
 
 
+class EvalCallbackOwner(Protocol):
+    """What ``Context(timer=...)`` takes: an object holding a ``ggml_backend_sched_eval_callback``."""
+
+    callback: Any
+
+
+def ggml_base(lib: ModuleType) -> ctypes.CDLL:
+    """The backend's ggml-base library (the one ``lib`` loaded), with the graph-inspection calls typed."""
+    folder = Path(lib.__file__ or "").parent / "lib"
+    path = next(iter(sorted(folder.glob("*ggml-base*"))), None)
+    if path is None:
+        raise ModelLoadError(f"No ggml-base library next to {lib.__file__}.")
+    base = ctypes.CDLL(str(path))
+    for name, restype in (("ggml_get_name", ctypes.c_char_p), ("ggml_op_desc", ctypes.c_char_p),
+                          ("ggml_backend_buffer_name", ctypes.c_char_p),
+                          ("ggml_backend_buffer_is_host", ctypes.c_bool)):
+        function = getattr(base, name)
+        function.argtypes = [ctypes.c_void_p]
+        function.restype = restype
+    return base
+
+
 class NodeTimer:
     """Times chosen graph nodes through llama.cpp's eval callback.
 
@@ -232,13 +260,7 @@ class NodeTimer:
     """
 
     def __init__(self, lib: ModuleType, names: set[str]) -> None:
-        folder = Path(lib.__file__ or "").parent / "lib"
-        ggml_base = next(iter(sorted(folder.glob("*ggml-base*"))), None)
-        if ggml_base is None:
-            raise ModelLoadError(f"No ggml-base library next to {lib.__file__}.")
-        get_name = ctypes.CDLL(str(ggml_base)).ggml_get_name
-        get_name.argtypes = [ctypes.c_void_p]
-        get_name.restype = ctypes.c_char_p
+        get_name = ggml_base(lib).ggml_get_name
         self.stamps: dict[str, float] = {}
 
         def on_node(tensor: int, ask: bool, _user: object) -> bool:
@@ -270,7 +292,7 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int = 2048, n_batch: int = 512, n_threads: int | None = None,
                  n_rs_seq: int = 0, draft_for: Context | None = None, nextn_outputs: bool = False,
-                 flash_attn: bool | None = None, timer: NodeTimer | None = None) -> None:
+                 flash_attn: bool | None = None, timer: EvalCallbackOwner | None = None) -> None:
         self.lib = model.lib
         self.model = model
         params = self.lib.llama_context_default_params()
@@ -293,9 +315,16 @@ class Context:
             detail = "\n".join(LOG.since(mark)[-5:])
             raise ModelLoadError(f"llama.cpp could not create a context for {model.path.name}.\n{detail}",
                                  "Try a smaller context size, or fewer GPU layers.")
+        # llama.cpp's own account of the graph it reserved: "graph nodes = ...", "graph splits = ..."
+        self.graph_log = [line.strip() for line in LOG.since(mark) if _GRAPH_LINE.search(line)]
         self.n_ctx = n_ctx
         self.is_draft = draft_for is not None
-        self.native_seconds = 0.0  # wall time inside llama_decode and rollback: the rest of a round is ours
+        self.nextn_outputs = nextn_outputs or self.is_draft
+        # wall time inside llama_decode and rollback, each followed by llama_synchronize so that a GPU's
+        # work is in it (llama_decode returns before the device is done): the rest of a round is ours
+        self.native_seconds = 0.0
+        self._llama_decode = self.lib.llama_decode
+        self._synchronize = self.lib.llama_synchronize
         self._batch = Batch(self.lib, n_batch, model.n_embd)
         self.n_vocab = model.n_vocab
         self.n_embd = model.n_embd
@@ -310,6 +339,18 @@ class Context:
         if nextn_outputs or self.is_draft:
             llama_cpp_ext.llama_set_embeddings_nextn(self._ptr, True, self.is_draft)
 
+    def graph_counts(self) -> dict[str, dict[str, int]]:
+        """Graph nodes and splits (backend hand-overs) llama.cpp reported when it reserved this context's
+        graphs: ``{"splits": {"batch": n, "single": m}, "nodes": {...}}`` for a full batch and one token."""
+        counts: dict[str, dict[str, int]] = {}
+        for line in self.graph_log:
+            match = _GRAPH_COUNT.search(line)
+            if match:
+                first = int(match["first"])
+                second = int(match["second"]) if match["second"] else first
+                counts[match["what"]] = {"batch": first, "single": second}
+        return counts
+
     @property
     def ptr(self) -> Any:
         if not self._ptr:
@@ -321,8 +362,12 @@ class Context:
         """Evaluate ``tokens`` at ``start_pos``; raises ModelLoadError on a llama.cpp failure."""
         self._batch.fill(tokens, start_pos, hidden=hidden, logits=logits)
         self._logits_block = None
+        ptr = self.ptr
         started = time.perf_counter()
-        code = self.lib.llama_decode(self.ptr, self._batch.struct)
+        code = self._llama_decode(ptr, self._batch.struct)
+        # a GPU backend returns from llama_decode before the device has finished: wait for it here, so
+        # the pass's device time is counted as native (not in whatever reads the outputs first)
+        self._synchronize(ptr)
         self.native_seconds += time.perf_counter() - started
         self._n_tokens, self._outputs = len(tokens), logits
         if code != 0:
@@ -390,9 +435,11 @@ class Context:
         False when llama.cpp cannot: a recurrent state has no snapshot that far back. The rollback
         is llama.cpp's work (restoring a recurrent snapshot), so it counts as native time.
         """
+        ptr = self.ptr
         started = time.perf_counter()
-        memory = self.lib.llama_get_memory(self.ptr)
+        memory = self.lib.llama_get_memory(ptr)
         done = bool(self.lib.llama_memory_seq_rm(memory, 0, n_keep, -1))
+        self._synchronize(ptr)  # any device copy the rollback started is native time too
         self.native_seconds += time.perf_counter() - started
         return done
 
