@@ -31,6 +31,7 @@ lint: venv
 
 test: lint
 	$(BIN)/python -m app backend fetch --version 0.3.35 --version 0.3.36
+	$(BIN)/python -m app backend cuda-toolkit fetch --cuda 13.0  # the wheels tests/test_cuda_wheels.py builds with
 	$(BIN)/python -m pytest -ra
 
 clean:

@@ -235,8 +235,9 @@ def fetch(cuda: str, wheelhouse: Path | None = None, index_url: str | None = Non
     batches = [[req for req in missing if req.name == nvcc_name], [req for req in missing if req.name != nvcc_name]]
     for batch in (b for b in batches if b):
         say("downloading " + ", ".join(map(str, batch)))
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "off",
-               "--dest", str(house)]
+        # no pip cache: the wheelhouse is the cache, a second copy of cuBLAS would only take disk space
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
+               "--progress-bar", "off", "--dest", str(house)]
         if index_url:
             cmd += ["--index-url", index_url]
         code, tail = _run([*cmd, *map(str, batch)], say, cancel)
@@ -271,8 +272,9 @@ def _fetch_error(cuda: str, missing: list[Requirement], tail: list[str], house: 
     elsewhere = (f"On a Linux x86-64 machine with internet run `python -m app backend cuda-toolkit fetch "
                  f"--cuda {cuda} --wheelhouse DIR` (or `pip download --no-deps --only-binary=:all: -d DIR {reqs}`), "
                  f"copy DIR here and run `python -m app backend cuda-toolkit install --cuda {cuda} --wheelhouse DIR`.")
-    network = re.search(r"NewConnectionError|Failed to establish|Name or service not known|Temporary failure in name "
-                        r"resolution|Network is unreachable|timed out|ConnectionError|ProxyError|SSLError", text)
+    network = re.search(r"NewConnectionError|Failed to establish|Connection refused|Name or service not known|"
+                        r"Temporary failure in name resolution|Network is unreachable|timed out|ConnectionError|"
+                        r"ProxyError|SSLError", text)
     if network:
         return CudaWheelsUnreachable(
             f"The CUDA {cuda} wheels could not be downloaded: the package index was not reachable. "
@@ -313,7 +315,7 @@ def install(cuda: str, wheelhouse: Path | None = None, log: Log | None = None,
     try:
         target = staging / "pip"
         say(f"installing {len(wheels)} wheels from {house}")
-        cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
+        cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
                "--disable-pip-version-check", "--find-links", str(house), "--target", str(target),
                *map(str, wheels)]
         code, tail = _run(cmd, say, cancel)
