@@ -86,7 +86,7 @@ class Toolchain:
                           "on Windows install Visual Studio Build Tools with the C++ workload; "
                           "on macOS run `xcode-select --install`.")
         fetch = ("`python -m app backend cuda-toolkit install` (NVIDIA's pip wheels matching your driver, "
-                 "about 530 MB, into the app's cache; or `backend build --cuda --fetch-cuda-toolkit`)")
+                 "about 530 MB to download, into the app's cache; or `backend build --cuda --fetch-cuda-toolkit`)")
         if cuda and self.nvcc is None:
             advice.append("The CUDA compiler nvcc was not found: let the app fetch its own CUDA toolkit with "
                           f"{fetch}, or install the NVIDIA CUDA Toolkit (12.x or newer) and make sure nvcc is on "
