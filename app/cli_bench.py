@@ -101,8 +101,9 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
                link + f"Decode tok/s medians of {result.runs} interleaved runs, {result.n_tokens} tokens per prompt, "
                "each prompt a fresh conversation. Acceptance counts the drafts actually tested. Bound: the "
                "speedup over off that the measured acceptance and the measured draft-step and verify-pass costs "
-               "allow with zero loop overhead; efficiency = measured speedup / bound. Python ms/round: decode "
-               "time outside llama_decode per target pass.")
+               "allow with zero loop overhead; efficiency = measured speedup / bound. Each round splits into the "
+               "verify pass (ms/pass), the draft steps (ms per draft token) and Python ms/round (decode time "
+               "outside llama.cpp); native times are taken after llama_synchronize, so device work is in them.")
     return 0
 
 

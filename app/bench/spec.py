@@ -5,7 +5,9 @@ variant so machine noise hits all alike, and the reported figures are medians ov
 tok/s is generated tokens over decode time (after the prompt), as llama-server's
 ``predicted_per_second``. The bound is what the measured acceptance allows with the measured
 costs: (1 - a^(k+1)) / (1 - a) tokens per round for k draft steps plus one verify pass, against
-one plain pass per token; efficiency is the measured speedup over ``off`` divided by it.
+one plain pass per token; efficiency is the measured speedup over ``off`` divided by it. Our rows
+split each round into the verify pass, the draft steps and our host (Python) time; native times
+are taken after ``llama_synchronize``, so a GPU's work counts as native, not as ours.
 """
 
 from __future__ import annotations
@@ -99,6 +101,10 @@ class Row:
         passes = sum(s.passes for s in self.samples)
         return sum(s.generated for s in self.samples) / passes if passes else None
 
+    # Our rows split each round three ways: the target's verify pass, the draft steps, and our host
+    # (Python) time; the native parts are synchronized (``Context.decode`` waits for the device), so on a
+    # GPU the device's work is in them, not in the host share. llama-server rows have none of these.
+
     @property
     def python_ms_per_round(self) -> float | None:
         """Decode time not spent inside llama.cpp (decode and rollback), per target pass: our loop's own cost."""
@@ -108,15 +114,32 @@ class Row:
 
     @property
     def draft_ms(self) -> float | None:
-        if not any(s.proposed for s in self.samples):
+        """Draft time per draft token made (0 in ``off``)."""
+        if self.variant.engine != "ours":
             return None
+        if not any(s.proposed for s in self.samples):
+            return 0.0 if not any(s.draft_native for s in self.samples) else None
         return self.median(lambda s: s.draft_native / s.proposed * 1000 if s.proposed else 0.0)
 
     @property
+    def draft_ms_per_round(self) -> float | None:
+        if self.variant.engine != "ours":
+            return None
+        return self.median(lambda s: s.draft_native / s.passes * 1000 if s.passes else 0.0)
+
+    @property
     def verify_ms(self) -> float | None:
+        """The target's verify pass (rollback included) per round."""
         if self.variant.engine != "ours":
             return None
         return self.median(lambda s: s.verify_native / s.passes * 1000 if s.passes else 0.0)
+
+    @property
+    def round_ms(self) -> float | None:
+        """Decode wall time per round: verify + draft + host."""
+        if self.variant.engine != "ours":
+            return None
+        return self.median(lambda s: s.decode_seconds / s.passes * 1000 if s.passes else 0.0)
 
 
 def theoretical_tokens_per_round(a: float, k: int) -> float:
@@ -151,12 +174,15 @@ class SpecResult:
                      and r.variant.fixed_key == row.variant.fixed_key), None)
 
     def bound(self, row: Row) -> float | None:
-        """The speedup over ``off`` the measured acceptance and step costs allow with zero loop overhead."""
+        """The speedup over ``off`` the measured acceptance and step costs allow with zero loop overhead:
+        k draft steps and a verify pass per round against ``off``'s pass per token, all synchronized."""
         off = self.off_row("ours", row.prompt_set)
         a, draft_ms, verify_ms = row.acceptance, row.draft_ms, row.verify_ms
         if off is None or a is None or draft_ms is None or verify_ms is None or row.variant.mode == "off":
             return None
-        plain_ms = off.median(lambda s: s.verify_native / s.passes * 1000 if s.passes else 0.0)
+        plain_ms = off.verify_ms
+        if not plain_ms or verify_ms <= 0:
+            return None
         depths = range(1, row.variant.n_max + 1) if row.variant.adaptive else [row.variant.n_max]
         return max(theoretical_tokens_per_round(a, k) * plain_ms / (k * draft_ms + verify_ms) for k in depths)
 
@@ -173,8 +199,10 @@ class SpecResult:
             "acceptance": _round(row.acceptance), "tokens_per_pass": _round(row.tokens_per_pass),
             "vs_off": _round(vs_off), "vs_upstream": _round(row.tps / peer.tps if peer and peer.tps > 0 else None),
             "bound": _round(bound), "efficiency": _round(vs_off / bound if vs_off and bound else None),
-            "python_ms_per_round": _round(row.python_ms_per_round), "draft_ms_per_step": _round(row.draft_ms),
-            "verify_ms_per_pass": _round(row.verify_ms),
+            # per round: verify pass + draft steps + host (Python) = round_ms (each a median over runs)
+            "round_ms": _round(row.round_ms), "verify_ms_per_pass": _round(row.verify_ms),
+            "draft_ms_per_step": _round(row.draft_ms), "draft_ms_per_round": _round(row.draft_ms_per_round),
+            "python_ms_per_round": _round(row.python_ms_per_round),
             "drafted": sum(s.proposed for s in row.samples), "accepted": sum(s.accepted for s in row.samples),
         }
 
@@ -190,13 +218,15 @@ class SpecResult:
                 continue
             lines += [f"\n**{prompt_set} prompts**\n",
                       "| variant | tok/s (median) | acceptance | tokens/pass | vs off | vs llama-server | bound | "
-                      "efficiency | Python ms/round |", "|---|---|---|---|---|---|---|---|---|"]
+                      "efficiency | verify ms/pass | draft ms/step | Python ms/round |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
             for row in rows:
                 s = self.summary(row)
                 lines.append(f"| {s['variant']} | {s['decode_tps_median']:.1f} | {_fmt(s['acceptance'], '.3f')} | "
                              f"{_fmt(s['tokens_per_pass'], '.2f')} | {_fmt(s['vs_off'], '.2f', 'x')} | "
                              f"{_fmt(s['vs_upstream'], '.2f', 'x')} | {_fmt(s['bound'], '.2f', 'x')} | "
-                             f"{_fmt(s['efficiency'], '.0%')} | {_fmt(s['python_ms_per_round'], '.2f')} |")
+                             f"{_fmt(s['efficiency'], '.0%')} | {_fmt(s['verify_ms_per_pass'], '.2f')} | "
+                             f"{_fmt(s['draft_ms_per_step'], '.3f')} | {_fmt(s['python_ms_per_round'], '.2f')} |")
         return "\n".join(lines).strip() + "\n"
 
     def chart(self, path: Path) -> Path:
