@@ -142,13 +142,18 @@ def fetched(index: LocalIndex, tmp_path_factory: pytest.TempPathFactory) -> tupl
 
 @pytest.fixture(scope="module")
 def app_cache(fetched: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache folder holding the app's CUDA 13.0 toolkit, installed from the fetched wheels."""
+    """A cache folder holding the app's CUDA 13.0 toolkit, installed from the fetched wheels by the CLI."""
     cache = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FASTMTP_CACHE_DIR", str(cache))
-        toolkit = cuda_wheels.install(PIN, fetched[0])
-    assert toolkit.root == cache / "cuda-toolkit" / PIN
+    proc = _cli("backend", "cuda-toolkit", "install", "--cuda", PIN, "--wheelhouse", str(fetched[0]), "--json",
+                FASTMTP_CACHE_DIR=str(cache))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["root"] == str(cache / "cuda-toolkit" / PIN)
     return cache
+
+
+def _cli(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *argv], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, **env))
 
 
 # ----------------------------------------------------------------------------- (a) versions
@@ -299,6 +304,13 @@ def test_detection_finds_the_apps_toolkit_and_the_plan_builds_with_it(app_cache:
     bare = toolchain.detect()
     assert bare.nvcc is None and not bare.can_build_cuda
     assert any("backend cuda-toolkit install" in line for line in bare.problems(cuda=True))
+    doctor = json.loads(_cli("backend", "doctor", "--json", FASTMTP_CACHE_DIR=str(app_cache),
+                             FASTMTP_CUDA_TOOLKIT="app").stdout)
+    assert doctor["toolchain"]["cuda_toolkit"] == {"source": "app", "root": str(root), "version": PIN}
+    assert doctor["can_build_cuda"]
+    status = json.loads(_cli("backend", "cuda-toolkit", "status", "--cuda", PIN, "--json",
+                             FASTMTP_CACHE_DIR=str(app_cache)).stdout)
+    assert [tk["root"] for tk in status["installed"]] == [str(root)]
     monkeypatch.setenv(cuda_wheels.TOOLKIT_ENV, "maybe")
     with pytest.raises(ToolchainError, match="auto, system or app"):
         toolchain.detect()
