@@ -320,11 +320,9 @@ _CHILD = r"""
 import json, re, shutil, subprocess, sys
 from pathlib import Path
 from app.backend import toolchain
-from app.backend import builder
-from app.backend.builder import BuildOptions, Reporter, plan_build
+from app.backend.builder import BuildOptions, Reporter, configure, plan_build
 from app.backend.events import CancelToken
 
-configure = getattr(builder, "configure", None) or getattr(builder, "_configure")  # the builder's own configure step
 tree, build_dir, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 system_nvcc = shutil.which("nvcc")
 system_nvcc_runs = False

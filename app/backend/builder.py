@@ -180,6 +180,10 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
     plan = plan_build(options)
     report.log(f"building backend {plan.backend_id} ({plan.flavor}"
                + (f", CUDA archs {','.join(plan.cuda_archs)}" if plan.cuda_archs else "") + ")")
+    virtual = [arch for arch in plan.cuda_archs if arch.endswith("-virtual")]
+    if virtual:
+        report.log(f"the GPU is newer than this CUDA compiler knows: building PTX ({', '.join(virtual)}), which the "
+                   "driver compiles for the GPU on first use (the first start takes longer)")
 
     report.start("source", f"getting llama-cpp-python {plan.pin.version} source")
     tree = prepare_source(plan, options, report)
