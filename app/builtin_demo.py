@@ -12,13 +12,16 @@ from app.gguftools.demo_model import DEMO_SHAPES, DemoModel, Size, read_demo_tab
 from app.gguftools.sidecar import read_d2t_ids
 
 _MARKER = "demo.json"
+# bumped when the writer changes what a demo model is, so a cached older one is written again
+# (2: the 27b follows the word table; its constant-weight predecessor emitted one token forever)
+_FORMAT = 2
 
 
 def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9, seed: int = 0) -> DemoModel:
     """The demo model in ``folder``; written (seconds for ``tiny``) unless the same one is already there."""
     from app.gguftools.vocab import qwen35_vocab_path
 
-    wanted = {"size": size, "acceptance": acceptance, "seed": seed}
+    wanted = {"size": size, "acceptance": acceptance, "seed": seed, "format": _FORMAT}
     marker = folder / _MARKER
     target = folder / "target.gguf"
     try:

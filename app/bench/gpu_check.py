@@ -168,6 +168,19 @@ def gpu_description() -> dict[str, Any]:
             "cuda_runtime_dirs": cuda_runtime_dirs()}
 
 
+# peak memory bandwidth (GB/s) of GPUs a check may meet, by a word of their nvidia-smi name: the decode floor
+_BANDWIDTH_GBS = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100": 3350.0, "A100": 2039.0, "L40S": 864.0,
+                  "RTX 4090": 1008.0, "RTX 5090": 1792.0, "RTX 3090": 936.0}
+
+
+def memory_bandwidth_gbs(gpu: dict[str, Any]) -> float | None:
+    """The first GPU's peak bandwidth when its name is one we know (first match in table order)."""
+    names = gpu.get("gpus") or []
+    if not names:
+        return None
+    return next((gbs for word, gbs in _BANDWIDTH_GBS.items() if word in names[0]), None)
+
+
 def run(options: CheckOptions, log: Log = lambda _line: None) -> CheckRun:
     """Run the whole check and write its files; returns what happened, step by step."""
     options.out.mkdir(parents=True, exist_ok=True)
@@ -196,7 +209,10 @@ def run(options: CheckOptions, log: Log = lambda _line: None) -> CheckRun:
         files = ["--target", demo.result["target"], "--full", demo.result["sidecar_full"],
                  "--d2t", demo.result["sidecar_d2t"]]
         announce(check.step("lossless", ["bench", "lossless", *files, *gl, *threads, "--tokens", "64", "--json"], 0.15))
-        announce(check.step("ops", ["bench", "ops", "--model", demo.result["target"], *gl, *threads, "--json"], 0.15))
+        bandwidth = memory_bandwidth_gbs(gpu_description()) if options.gpu_layers != 0 else None
+        announce(check.step("ops", ["bench", "ops", "--model", demo.result["target"], "--draft",
+                                    demo.result["sidecar_d2t"], *gl, *threads, "--json",
+                                    *(["--bandwidth-gbs", str(bandwidth)] if bandwidth else [])], 0.15))
         announce(check.step("draft head", ["bench", "draft-head", *files, *gl, *threads, "--runs", "20", "--json"],
                             0.15))
         server = ["--server", str(check_server(check))] if check_server(check) else []
