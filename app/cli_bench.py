@@ -127,6 +127,8 @@ def cmd_bench_ops(args: argparse.Namespace) -> int:
         sizes = [int(n) for n in args.tokens_per_pass.split(",") if n.strip()]
     except ValueError:
         raise SystemExit(f"--tokens-per-pass takes numbers separated by commas, not {args.tokens_per_pass!r}") from None
+    if not all(1 <= n <= 9 for n in sizes):
+        raise SystemExit("--tokens-per-pass takes passes of 1 to 9 tokens (k+1 for draft depths up to 8)")
     result = ops.run(target, draft, tokens_per_pass=sizes, prompt_tokens=args.prompt_tokens, runs=args.runs,
                      profile_runs=args.profile_runs, n_threads=args.threads, n_gpu_layers=args.gpu_layers,
                      bandwidth_gbs=args.bandwidth_gbs, log=lambda line: print(line, file=sys.stderr, flush=True))
