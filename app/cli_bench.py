@@ -84,6 +84,7 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
         server = build_server(BuildOptions(flavor="cuda" if args.gpu_layers != 0 else "cpu"))
     result = spec.run(target, {"full": full, "d2t": d2t}, variants=variants, n_tokens=args.tokens, runs=args.runs,
                       n_threads=args.threads, n_gpu_layers=args.gpu_layers, server_binary=server,
+                      time_limit_s=args.time_limit,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
     result.model = name
     out = args.out or paths.cache_dir() / "bench-spec"
@@ -217,6 +218,8 @@ def add_commands(sub: Any, command: Any) -> None:
                     help="deepest depth adaptive may choose (0: no adaptive rows)")
     sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
     sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")
+    sp.add_argument("--time-limit", type=float, metavar="S",
+                    help="start no variant after S seconds; keep what was measured (marked cut short)")
     sp.add_argument("--server", type=Path, help="llama-server binary to use (default: built from the active tree)")
     sp.add_argument("--threads", type=int)
     sp.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")

@@ -67,7 +67,9 @@ def test_a_damaged_archive_is_named_and_installs_nothing(packed: Path, tmp_path:
     done = subprocess.run([sys.executable, "-m", "app", "backend", "unpack", str(broken), "--json"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
-    assert "damaged or incomplete" in json.loads(done.stdout)["error"]
+    error = json.loads(done.stdout)
+    assert "Could not unpack the backend archive" in error["message"] and "broken.tar.xz" in error["message"]
+    assert "damaged or incomplete" in error["advice"]
     backends = tmp_path / "data" / "backends"
     assert not [p for p in backends.iterdir() if p.is_dir()] if backends.exists() else True
 

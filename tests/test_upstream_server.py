@@ -139,3 +139,16 @@ def test_bench_spec_runs_ours_and_llama_server_side_by_side(server_binary: Path,
     peer = rows[("llama-server d2t sidecar k=2", "document")]
     assert adaptive["vs_upstream"] == pytest.approx(adaptive["decode_tps_median"] / peer["decode_tps_median"], rel=0.02)
     assert {p.name for p in tmp_path.iterdir()} >= {"spec.json", "spec.md", "spec.png"}
+
+
+def test_bench_spec_time_limit_keeps_what_it_measured(patched_backend: BackendManifest, tmp_path: Path) -> None:
+    """A zero time limit: the first variant still runs (something to report), nothing after it starts."""
+    done = subprocess.run([sys.executable, "-m", "app", "bench", "spec", "--size", "tiny", "--runs", "2",
+                           "--tokens", "8", "--modes", "off,d2t", "--depths", "2", "--no-upstream",
+                           "--time-limit", "0", "--out", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["cut_short"] is True and result["runs"] == 1
+    assert {r["variant"] for r in result["rows"]} == {"off"}
+    assert "time limit of 0 s reached" in done.stderr

@@ -153,6 +153,7 @@ class SpecResult:
     runs: int
     model: str
     device: str
+    cut_short: bool = False  # the time limit stopped it before every run of every variant was done
 
     def row(self, variant: Variant, prompt_set: str) -> Row | None:
         return next((r for r in self.rows if r.variant == variant and r.prompt_set == prompt_set), None)
@@ -208,6 +209,7 @@ class SpecResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "n_tokens": self.n_tokens, "runs": self.runs,
+                "cut_short": self.cut_short,
                 "rows": [self.summary(r) for r in self.rows]}
 
     def markdown(self) -> str:
@@ -290,13 +292,27 @@ def default_variants(depths: list[int], modes: list[str], upstream: bool, adapti
 
 def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_tokens: int = 128, runs: int = 3,
         prompt_sets: tuple[str, ...] = PROMPT_SETS, n_threads: int | None = None, n_gpu_layers: int = 0,
-        server_binary: Path | None = None, log: Log = lambda _m: None) -> SpecResult:
-    """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones."""
+        server_binary: Path | None = None, log: Log = lambda _m: None,
+        time_limit_s: float | None = None) -> SpecResult:
+    """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones.
+
+    With ``time_limit_s`` no variant but the first starts once that much time has passed: the result keeps what was
+    measured (rows without samples are left out) and says it was cut short, where a killed run would
+    keep nothing (a lent GPU machine's budget).
+    """
+    began = time.monotonic()
+    cut_short = False
     prompts = {name: load_prompts(name) for name in prompt_sets}
     rows = {(v, p): Row(v, p) for v in variants for p in prompt_sets}
     token_prompts = tokenize_prompts(target, prompts)
     for run_index in range(runs):
-        for variant in variants:
+        for index, variant in enumerate(variants):
+            started_any = run_index > 0 or index > 0  # the first variant always runs: something to report
+            if time_limit_s is not None and started_any and time.monotonic() - began >= time_limit_s:
+                cut_short = True
+                log(f"time limit of {time_limit_s:.0f} s reached: stopping before run {run_index + 1} "
+                    f"of {variant.label}")
+                break
             started = time.perf_counter()
             if variant.engine == "ours":
                 samples = _run_ours(variant, target, sidecars, token_prompts, n_tokens, n_threads, n_gpu_layers)
@@ -309,7 +325,11 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
             log(f"run {run_index + 1}/{runs} {variant.label}: "
                 + ", ".join(f"{p} {s.tps:.1f} tok/s" for p, s in samples.items())
                 + f" ({time.perf_counter() - started:.1f} s)")
-    return SpecResult(list(rows.values()), n_tokens, runs, target.name, device_description())
+        if cut_short:
+            break
+    measured = [row for row in rows.values() if row.samples]
+    completed = min((len(row.samples) for row in measured), default=0)
+    return SpecResult(measured, n_tokens, completed, target.name, device_description(), cut_short)
 
 
 def _config(variant: Variant, target: Path, sidecars: dict[str, Path], n_threads: int | None,
