@@ -53,6 +53,9 @@ class Fault:
     extra_bytes: int = 0  # send this many bytes more than the file holds ...
     declare_length: bool = True  # ... and say so in Content-Length (False: close-delimited body)
     replace_with: bytes | None = None  # after this response the file's content becomes this (new ETag)
+    endless: bool = False  # after the file (and any extra bytes) the body never ends; close-delimited unless ...
+    claim_length: int | None = None  # ... this Content-Length is sent, whatever the body holds (a lie)
+    silent: bool = False  # read the request, then answer nothing at all (no status line) until the server closes
     hook: Callable[[], None] | None = None  # run before the body is sent (e.g. a Barrier to prove concurrency)
 
 
@@ -220,6 +223,10 @@ class _Handler(BaseHTTPRequestHandler):
                 owner.put(name, fault.replace_with)
 
     def _respond(self, entry: _Entry | None, fault: Fault, headers: dict[str, str], *, head: bool) -> None:
+        if fault.silent:
+            self.owner._closing.wait(timeout=120)
+            self._reset()
+            return
         if fault.redirect_to is not None:
             self._short(302, "moved", {"Location": fault.redirect_to})
             return
@@ -250,7 +257,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Last-Modified", entry.last_modified)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-        if fault.declare_length:
+        if fault.claim_length is not None:
+            self.send_header("Content-Length", str(fault.claim_length))
+            self.close_connection = True
+        elif fault.declare_length and not fault.endless:
             self.send_header("Content-Length", str(length))
         else:
             self.send_header("Connection", "close")
@@ -269,6 +279,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         sent = 0
         for piece in _pieces(entry, start, stop, fault):
+            if self.owner._closing.is_set():  # an endless body ends with the server
+                self._reset()
+                return
             if fault.reset_after is not None and sent + len(piece) >= fault.reset_after:
                 self.wfile.write(piece[: max(0, fault.reset_after - sent)])
                 self.wfile.flush()
@@ -346,6 +359,9 @@ def _pieces(entry: _Entry, start: int, stop: int, fault: Fault) -> Iterator[byte
         count = min(_SEND_PIECE, remaining)
         yield b"X" * count
         remaining -= count
+    filler = b"X" * _SEND_PIECE
+    while fault.endless:
+        yield filler
 
 
 def _parse_range(value: str | None, size: int) -> tuple[int, int] | str | None:

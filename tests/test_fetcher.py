@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,52 @@ def test_a_longer_body_is_cut_off_and_reported(server: ReleaseServer, tmp_path: 
     assert_nothing_unverified(tmp_path)
 
 
+CAP = 256 * 1024
+
+
+def capped(server: ReleaseServer, name: str = NAME) -> FileRequest:
+    """A file of unknown size and hash with a cap, as the integrity files are fetched."""
+    return FileRequest(name, [server.url(name)], max_size=CAP)
+
+
+@pytest.mark.parametrize("fault", [
+    Fault(endless=True),  # close-delimited and endless
+    Fault(extra_bytes=CAP),  # larger than the cap, with an honest Content-Length
+    Fault(endless=True, claim_length=1 << 40),  # a huge Content-Length, and a body to match
+], ids=["endless", "honest length", "huge length"])
+def test_a_capped_file_larger_than_its_cap_is_refused_and_deleted(server: ReleaseServer, tmp_path: Path,
+                                                                  fault: Fault) -> None:
+    server.set_fault(NAME, fault)
+    with pytest.raises(VerificationError) as caught:
+        fetch_files([capped(server)], tmp_path, **FAST)
+    message = caught.value.message
+    assert caught.value.exit_code == 4 and NAME in message and "too large" in message and "256.0 KiB" in message
+    assert ("announces" in message) == (fault.claim_length is not None or not fault.endless)
+    assert list(tmp_path.iterdir()) == [] and len(server.gets(NAME)) == 1  # no part, no state, no retry
+
+
+def test_a_capped_file_never_reads_past_a_content_length_that_lies_low(server: ReleaseServer,
+                                                                       tmp_path: Path) -> None:
+    server.set_fault(NAME, Fault(endless=True, claim_length=10_000))
+    fetched = fetch_files([capped(server)], tmp_path, **FAST)[NAME]
+    assert fetched.size == 10_000 and fetched.path.read_bytes() == DATA[:10_000]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [NAME]
+
+
+def test_a_capped_file_within_its_cap_arrives(server: ReleaseServer, tmp_path: Path) -> None:
+    small = DATA[:CAP]
+    server.put(NAME, small)
+    assert fetch_files([capped(server)], tmp_path, **FAST)[NAME].path.read_bytes() == small
+
+
+def test_only_http_urls_are_fetched(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"local file")
+    with pytest.raises(DownloadError) as caught:
+        fetch_files([FileRequest(NAME, [secret.as_uri()])], tmp_path / "staging", **FAST)
+    assert "not an http(s) URL" in caught.value.message and not (tmp_path / "staging" / NAME).exists()
+
+
 def test_path_traversal_names_are_refused_before_any_request(server: ReleaseServer, tmp_path: Path) -> None:
     for bad in ("../evil.gguf", "/etc/passwd", "C:evil", "a/b.gguf", ".."):
         with pytest.raises(VerificationError, match="not a plain file name"):
@@ -321,6 +368,50 @@ def test_cancel_keeps_the_part_and_a_later_run_resumes_it(server: ReleaseServer,
     fetch_files([request(server)], tmp_path, **FAST)
     assert (tmp_path / NAME).read_bytes() == DATA
     assert ranges(server)[-1] == f"bytes={kept}-"
+
+
+def control_when_asked(server: ReleaseServer, action: Callable[[], None]) -> threading.Thread:
+    """Run ``action`` from another thread as soon as the server has received the request for NAME."""
+    def run() -> None:
+        deadline = time.monotonic() + 20
+        while not server.gets(NAME) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # the request is in; the client now waits for an answer that does not come
+        action()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_cancel_while_the_server_never_answers_ends_at_once(server: ReleaseServer, tmp_path: Path) -> None:
+    server.set_fault(NAME, Fault(silent=True))
+    control = FetchControl()
+    control_when_asked(server, control.cancel)
+    started = time.monotonic()
+    with pytest.raises(DownloadCancelled):
+        fetch_files([request(server)], tmp_path, control=control, **{**FAST, "stall_timeout": 30.0})
+    assert time.monotonic() - started < 10  # not the 30 s stall timeout
+    assert len(server.gets(NAME)) == 1 and not (tmp_path / NAME).exists()
+
+
+def test_pause_while_the_server_never_answers_holds_then_resumes(server: ReleaseServer, tmp_path: Path) -> None:
+    server.set_fault(NAME, Fault(silent=True))
+    control = FetchControl()
+    events: list[FetchEvent] = []
+    control_when_asked(server, control.pause)
+    results: list[object] = []
+    worker = threading.Thread(target=lambda: results.append(fetch_files(
+        [request(server)], tmp_path, control=control, on_event=events.append, **{**FAST, "stall_timeout": 30.0})))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not any(e.kind == "paused" for e in events) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert worker.is_alive() and len(server.gets(NAME)) == 1  # paused: no new request while paused
+    control.resume()
+    worker.join(20)
+    assert results and (tmp_path / NAME).read_bytes() == DATA
 
 
 def test_several_files_download_at_once_with_total_progress(tmp_path: Path) -> None:

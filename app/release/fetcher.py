@@ -61,6 +61,7 @@ class FileRequest:
     urls: list[str]
     size: int | None = None  # expected size: disk-space check, and never a byte past it
     sha256: str | None = None  # expected hash, checked at the end
+    max_size: int | None = None  # the most bytes accepted when the size is not known (integrity files)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,8 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
         DiskSpaceError: not enough free space for the known sizes (before any byte), or the disk filled up.
         DownloadError: a file could not be fetched from any mirror (``DownloadCancelled`` when cancelled).
         VerificationError: a file's size or sha256 differs from the expected one, or the server sent
-            more than expected; its ``.part`` is deleted.
+            (or announced) more than expected or more than the request's ``max_size``; its ``.part`` is
+            deleted.
     """
     requests = list(requests)
     _check_names(requests)
@@ -289,6 +291,7 @@ class _Download:
         self.state: PartState | None = None
         self.expected = request.size  # request.size, else what the server announced
         self._sock: socket.socket | None = None
+        self._url = ""  # the URL of the current attempt, for messages
         self._aborted = False  # set when a pause or cancel broke the current attempt on purpose
         self._sock_lock = threading.Lock()
 
@@ -334,7 +337,8 @@ class _Download:
         usable = (state is not None and (state.url in request.urls or request.sha256 is not None)
                   and not (request.size is not None and state.size is not None and state.size != request.size))
         kept = _size(self.part)
-        if not usable or (request.size is not None and kept > request.size):
+        limit = request.size if request.size is not None else request.max_size
+        if not usable or (limit is not None and kept > limit):
             self.part.unlink(missing_ok=True)
             part_state.remove(self.state_file)
             return
@@ -403,6 +407,7 @@ class _Download:
         """One request from ``self.done`` onwards; returns when the part is complete, else raises."""
         same_source = self.state is not None and self.state.url == url
         self._aborted = False
+        self._url = url
         headers = {"Accept-Encoding": "identity", "User-Agent": f"fastmtp-chat/{__version__}"}
         if self.done > 0:
             headers["Range"] = f"bytes={self.done}-"
@@ -439,10 +444,13 @@ class _Download:
         origin = urlsplit(url)
         current = url
         for _ in range(_MAX_REDIRECTS + 1):
+            if urlsplit(current).scheme not in ("http", "https"):
+                raise _MirrorFailed(f"{current} is not an http(s) URL; refused")
             sent = dict(headers)
             if self.settings.token and self._token_allowed(origin.geturl(), current):
                 sent["Authorization"] = f"Bearer {self.settings.token}"
-            response = client.send(client.build_request("GET", current, headers=sent), stream=True)
+            request = client.build_request("GET", current, headers=sent, extensions={"trace": self._trace})
+            response = client.send(request, stream=True)
             location = response.headers.get("location")
             if response.status_code not in (301, 302, 303, 307, 308) or not location:
                 self._remember_socket(response)
@@ -518,6 +526,12 @@ class _Download:
             raise VerificationError(f"{self.name} has the wrong size on {url}: expected {self.request.size} bytes, "
                                     f"the server announces {total}.",
                                     "The mirror serves a different file; try another mirror.")
+        if self.request.max_size is not None and total > self.request.max_size:
+            self._discard()
+            raise VerificationError(f"{self.name} on {url} is too large: the server announces {total} bytes, "
+                                    f"more than the {_human(self.request.max_size)} this file may have; "
+                                    "refused before reading it.",
+                                    "The mirror serves something else than a release file; try another mirror.")
         if self.expected is None:
             self.expected = total
             self.progress.set_total(self.name, total)
@@ -534,6 +548,13 @@ class _Download:
                 if self.control.stopping:
                     self._aborted = True
                     break
+                if self.request.max_size is not None and self.done + len(piece) > self.request.max_size:
+                    self._discard()
+                    raise VerificationError(
+                        f"{self.name} on {self._url} is too large: the server sent more than the "
+                        f"{_human(self.request.max_size)} this file may have; the download was stopped there "
+                        "and deleted.",
+                        "The mirror serves something else than a release file; try another mirror.")
                 if self.expected is not None and self.done + len(piece) > self.expected:
                     self._write(fd, memoryview(piece)[: self.expected - self.done])
                     self._discard()
@@ -633,9 +654,26 @@ class _Download:
 
     def _remember_socket(self, response: httpx.Response) -> None:
         stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
+        self._set_socket(stream.get_extra_info("socket") if stream is not None else None)
+
+    def _trace(self, event: str, info: dict[str, object]) -> None:
+        """httpcore's trace hook: the socket is known from the moment it connects, so a pause or cancel can
+        shut it while we still wait for the response's headers (a server that never answers)."""
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            get_extra_info = getattr(stream, "get_extra_info", None)
+            self._set_socket(get_extra_info("socket") if get_extra_info is not None else None)
+
+    def _set_socket(self, sock: object) -> None:
+        """Remember the live socket; when a pause or cancel came first, shut it at once."""
         with self._sock_lock:
             self._sock = sock if isinstance(sock, socket.socket) else None
+            stop = self._sock is not None and self.control.stopping
+            if stop:
+                self._aborted = True
+        if stop and isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     def _on_control(self, change: ControlChange) -> None:
         """On pause or cancel, shut the socket so a read blocked on a silent server returns now."""
