@@ -11,11 +11,15 @@ from app.backend import patching, source
 from app.errors import PatchError
 
 
+PATCHED_FILES = ["src/llama-model.cpp", "src/models/qwen35.cpp"]
+
+
 def _copy_models_dir(version: str, dest: Path) -> Path:
-    """A scratch copy of just the file the patch touches, from the pristine vendored tree."""
+    """A scratch copy of just the files the patch touches, from the pristine vendored tree."""
     tree = source.pristine_tree(source.pinned(version)) / "vendor" / "llama.cpp"
     (dest / "src" / "models").mkdir(parents=True)
-    shutil.copy2(tree / "src" / "models" / "qwen35.cpp", dest / "src" / "models" / "qwen35.cpp")
+    for name in PATCHED_FILES:
+        shutil.copy2(tree / name, dest / name)
     return dest
 
 
@@ -28,16 +32,20 @@ def test_patch_applies_to_the_pinned_0_3_35_tree(tmp_path: Path) -> None:
     assert "result_output_d2t" in text
     assert "ggml_set_rows" in text and "ggml_fill" in text and "-INFINITY" in text
     assert "d2t draft-vocab trim requires output.weight" in text
+    # the loader refuses a d2t it cannot scatter with (out-of-vocabulary or repeated ids, not 1-D I64)
+    loader = (tree / "src" / "llama-model.cpp").read_text()
+    assert "FastMTP d2t" in loader and "outside the vocabulary" in loader and "a repeated id" in loader
+    assert "ggml_backend_tensor_get(d2t" in loader
     assert patching.is_applied(tree, patch)
     patching.apply(tree, patch)  # idempotent
     assert text == (tree / "src" / "models" / "qwen35.cpp").read_text()
 
 
-def test_patch_stays_small_and_touches_only_qwen35() -> None:
+def test_patch_stays_small_and_touches_only_qwen35_and_the_loader() -> None:
     text = patching.default_patch().path.read_text()
     touched = [line[6:] for line in text.splitlines() if line.startswith("+++ b/")]
-    assert touched == ["src/models/qwen35.cpp"]
-    assert len(text.splitlines()) <= 60
+    assert touched == PATCHED_FILES
+    assert len(text.splitlines()) <= 90
 
 
 def test_patch_also_applies_to_0_3_36(tmp_path: Path) -> None:
