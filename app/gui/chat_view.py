@@ -15,7 +15,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QByteArray, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
@@ -112,6 +112,17 @@ def describe_reply(event: dict[str, Any]) -> str:
     if event.get("stop_reason"):
         parts.append(str(event["stop_reason"]))
     return " · ".join(parts)
+
+
+class Transcript(QTextBrowser):
+    """The transcript's browser: it loads no resource at all, whatever a message names.
+
+    Qt reads an ``<img>``'s file from disk (``/dev/zero`` until memory runs out) unless ``loadResource``
+    answers first; an empty answer (never ``None``, after which QTextDocument opens the file itself) leaves
+    nothing to read, locally or over the network. The renderer shows images as links anyway."""
+
+    def loadResource(self, type: int, name: QUrl | str) -> Any:
+        return QByteArray()
 
 
 class MessageInput(QPlainTextEdit):
@@ -317,7 +328,7 @@ class ChatView(QWidget):
         self._render_timer.setInterval(RENDER_INTERVAL_MS)
         self._render_timer.timeout.connect(self.flush_render)
 
-        self.transcript = QTextBrowser()
+        self.transcript = Transcript()
         self.transcript.setOpenLinks(False)
         self.transcript.anchorClicked.connect(self.activate_link)
         self.transcript.document().setDocumentMargin(14)

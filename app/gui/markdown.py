@@ -8,6 +8,10 @@ Pure Python (no Qt), so the chat view can re-render only what changed while a re
   rendered again per update.
 - ``MarkdownRenderer.render`` turns a piece of markdown into HTML; each fenced code block gets a number
   and a ``copy-code:N`` link; drafted characters (``mark_drafts``) come out tinted.
+
+A message never makes the window load anything: raw HTML is escaped (shown as text), and an image
+comes out as a link with its alt text (``[image: alt]``), never as an ``<img>`` that Qt would read from
+disk (``![x](/dev/zero)``) or ask for elsewhere.
 """
 
 from __future__ import annotations
@@ -190,8 +194,17 @@ class MarkdownRenderer:
         def fence(_renderer: Any, tokens: Sequence[Token], idx: int, _options: Any, env: Any) -> str:
             return self._fence(tokens[idx], env)
 
+        def image(renderer: Any, tokens: Sequence[Token], idx: int, options: Any, env: Any) -> str:
+            token = tokens[idx]
+            alt = _MARKS.sub("", renderer.renderInlineAsText(token.children or [], options, env)).strip()
+            src = str(token.attrs.get("src", ""))
+            label = html.escape(f"[image: {alt}]" if alt else "[image]")
+            in_link = sum((t.type == "link_open") - (t.type == "link_close") for t in tokens[:idx]) > 0
+            return label if in_link or not src else f'<a href="{html.escape(src)}">{label}</a>'
+
         self._md.add_render_rule("fence", fence)
         self._md.add_render_rule("code_block", fence)
+        self._md.add_render_rule("image", image)
 
     def render(self, source: str, register_code: Callable[[str], int]) -> str:
         tokens = self._md.parse(source)

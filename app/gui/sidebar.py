@@ -6,6 +6,7 @@ conversation and ``new_chat_requested`` for the button. The window decides what 
 
 from __future__ import annotations
 
+from PySide6 import QtGui
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QLineEdit, QListWidget, QListWidgetItem, QPushButton, QVBoxLayout, QWidget
 
@@ -47,7 +48,7 @@ class Sidebar(QWidget):
             for conv in self.history.conversations(self.search.text().strip()):
                 item = QListWidgetItem(conv.title or "Untitled")
                 item.setData(Qt.ItemDataRole.UserRole, conv.id)
-                item.setToolTip(conv.title)
+                item.setToolTip(QtGui.Qt.convertFromPlainText(conv.title))  # a title is text, never HTML
                 self.list.addItem(item)
                 if conv.id == self.current_id:
                     self.list.setCurrentItem(item)
