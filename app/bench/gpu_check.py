@@ -208,7 +208,8 @@ def run(options: CheckOptions, log: Log = lambda _line: None) -> CheckRun:
     if demo.ok:
         files = ["--target", demo.result["target"], "--full", demo.result["sidecar_full"],
                  "--d2t", demo.result["sidecar_d2t"]]
-        announce(check.step("lossless", ["bench", "lossless", *files, *gl, *threads, "--tokens", "64", "--json"], 0.15))
+        announce(check.step("lossless", ["bench", "lossless", *files, *gl, *threads, "--prompts", "1",
+                                         "--tokens", "48", "--json"], 0.2))
         bandwidth = memory_bandwidth_gbs(gpu_description()) if options.gpu_layers != 0 else None
         announce(check.step("ops", ["bench", "ops", "--model", demo.result["target"], "--draft",
                                     demo.result["sidecar_d2t"], *gl, *threads, "--json",

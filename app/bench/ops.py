@@ -4,9 +4,10 @@ Two questions a GPU run must answer: why a (k+1)-token verify pass costs more th
 for k=3 on an H200 with the 27b demo), and where a pass's time goes. So:
 
 - plain passes, in a context without any callback (what the engine's verify passes cost): one token
-  and k+1 tokens after a prompt, each timed with ``llama_synchronize`` and rolled back, interleaved, the
-  median of ``runs``; their ratio to the 1-token pass for each k; the prompt pass (tok/s); the plain
-  1-token pass against the bytes of weights a pass reads (and the device's bandwidth when given);
+  and k+1 tokens after a prompt, each timed with ``llama_synchronize`` and rolled back, each size
+  ``runs`` times in a row after two warm-ups (so CUDA graphs replay, as in the engine), the median;
+  their ratio to the 1-token pass for each k; the prompt pass (tok/s); the plain 1-token pass against
+  the bytes of weights a pass reads (and the device's bandwidth when given);
 - the same passes once more in a context with the eval callback (``OpProfiler``): every node timed,
   grouped by op type, by layer kind (recurrent, attention, MTP, output, input) and by the backend
   that ran it, with llama.cpp's graph split counts. One draft step of the MTP head is profiled too
@@ -353,13 +354,15 @@ def _time_target(plain: Context, profiled: Context, profiler: OpProfiler, prompt
     hidden = plain.nextn_rows(n) if plain.nextn_outputs else None
     log(f"prompt {n} tokens: {prompt_pass.ms:.2f} ms ({time.perf_counter() - started:.1f} s)")
     tokens = [int(t) for t in 1000 + np.arange(sizes[-1])]
-    for k in sizes:  # warm-up of every batch size (its graph and buffers)
-        _timed(plain, tokens[:k], n, logits="all")
-        _rollback(plain, n)
-    for r in range(runs):  # interleaved, rotating which size goes first
-        for k in sizes[r % len(sizes):] + sizes[: r % len(sizes)]:
-            decode[k].seconds.append(_timed(plain, tokens[:k], n, logits="all"))
+    # Blocked, as the engine's fixed-depth verify passes come: each size twice to warm up (its graph and
+    # buffers), then ``runs`` times in a row. Interleaving sizes would time something the engine never
+    # does on CUDA: ggml-cuda replays a CUDA graph only after two identical graphs in a row.
+    for k in sizes:
+        for i in range(2 + runs):
+            seconds = _timed(plain, tokens[:k], n, logits="all")
             _rollback(plain, n)
+            if i >= 2:
+                decode[k].seconds.append(seconds)
     log("plain passes: " + ", ".join(f"{k} tok {p.ms:.3f} ms" for k, p in decode.items()))
     # the same passes node by node
     prompt_pass.profile = Profile(_profiled(profiled, profiler, prompt, 0, "last"))  # one: it is long
