@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,23 @@ from app.cli import print_json
 
 
 def _store() -> Any:
+    """The history for a command. A damaged file is reported (exit 1), never replaced: the window does that."""
     from app.history import HistoryStore
 
-    return HistoryStore()
+    return HistoryStore(check=True)
+
+
+def _warn(store: Any) -> None:
+    """Rows read with defaults because their saved JSON was damaged, said once each on stderr."""
+    for warning in store.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def _when(timestamp: float) -> str:
+    try:
+        return f"{datetime.fromtimestamp(timestamp):%Y-%m-%d %H:%M}"
+    except (OverflowError, OSError, ValueError):
+        return "????-??-?? ??:??"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -23,7 +38,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([c.__dict__ for c in convs])
     for c in [] if args.json else convs:
-        print(f"{c.id:5}  {datetime.fromtimestamp(c.updated):%Y-%m-%d %H:%M}  {c.title}")
+        print(f"{c.id:5}  {_when(c.updated)}  {' '.join(c.title.split())}")
+    _warn(store)
     return 0
 
 
@@ -33,6 +49,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print_json(store.export_json([args.id]))
     else:
         print(store.export_markdown(args.id))
+    _warn(store)
     return 0
 
 
@@ -44,20 +61,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         text = json.dumps(store.export_json(ids), indent=2)
     if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
+        from app.errors import FastMTPError
+
+        try:
+            args.out.write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise FastMTPError(f"{args.out} cannot be written ({exc.strerror or type(exc).__name__}).",
+                               "Pick another --out path.") from None
         print(f"wrote {args.out}")
     else:
         print(text)
+    _warn(store)
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from app.history import HistoryError
+    from app.history import read_export
 
-    try:
-        data = json.loads(Path(args.file).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise HistoryError(f"{args.file} is not readable JSON ({exc}).") from exc
+    data = read_export(Path(args.file))
     ids = _store().import_json(data)
     if args.json:
         print_json({"imported": ids})

@@ -25,6 +25,10 @@ class FastMTPError(Exception):
         return {"error": type(self).__name__, "message": self.message, "advice": self.advice}
 
 
+class StorageError(FastMTPError):
+    """A folder or file of the app's own state (config, data, settings, history) cannot be used."""
+
+
 class GGUFError(FastMTPError):
     """A GGUF file is unreadable, truncated or not what the command needs."""
 

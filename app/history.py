@@ -2,16 +2,27 @@
 
 Every write commits at once, so a killed app loses at most the message being written. Qt-free: the GUI
 and ``python -m app history`` share it.
+
+Damage never ends in a traceback: a file SQLite calls corrupt raises :class:`HistoryDamagedError` (the
+window, which opens the store with ``recover=True``, copies the file aside with a timestamp and starts a
+new one), a lock held by another process raises :class:`HistoryBusyError`, and a row whose JSON columns
+are damaged is read with defaults (``warnings`` says which). The Markdown export escapes raw HTML.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from markdown_it import MarkdownIt
 
 from app import paths
 from app.errors import FastMTPError
@@ -42,10 +53,22 @@ MIGRATIONS: list[tuple[int, str]] = [
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 EXPORT_FORMAT = "fastmtp-chat-history/1"
+BUSY_TIMEOUT_S = 5.0  # how long a write waits for another process's lock before it gives up
+_SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions of a database file, kept with it
+_DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 
 
 class HistoryError(FastMTPError):
     """The history database or an import file is not usable."""
+
+
+class HistoryDamagedError(HistoryError):
+    """The history file is damaged: SQLite cannot read it as a database."""
+
+
+class HistoryBusyError(HistoryError):
+    """Another process (another FastMTP Chat) holds the history's lock."""
 
 
 @dataclass(frozen=True)
@@ -74,34 +97,125 @@ def default_path() -> Path:
 
 
 class HistoryStore:
-    def __init__(self, path: Path | None = None) -> None:
+    """The chat history in one SQLite file.
+
+    ``check=True`` (the CLI) reads the whole file once when it opens (``PRAGMA quick_check``), so a damaged
+    file raises :class:`HistoryDamagedError` before anything is read from or written into it; nothing is
+    changed. ``recover=True`` (the window) checks too, and copies a damaged file aside as
+    ``<name>.damaged-<YYYYmmdd-HHMMSS>`` (with its ``-wal``/``-shm``/``-journal`` files) before a new, empty
+    history is started in its place; ``damaged_copy`` names the copy. Damage found later (neither) raises
+    :class:`HistoryDamagedError` from the call that met it."""
+
+    def __init__(self, path: Path | None = None, *, check: bool = False, recover: bool = False) -> None:
         self.path = path or default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.damaged_copy: Path | None = None
+        self.warnings: list[str] = []  # rows read with defaults because their JSON was damaged
+        paths.ensure_dir(self.path.parent, "history")
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(SCHEMA)
-            self._migrate()
+            self._db = self._connect(check=check or recover)
+        except HistoryDamagedError:
+            if not recover:
+                raise
+            self.damaged_copy = self._set_aside()
+            self._db = self._connect(check=False)
+
+    def _connect(self, check: bool) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = None
+        try:
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            db.text_factory = lambda raw: raw.decode("utf-8", "replace")  # damaged text is shown, not fatal
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(SCHEMA)
+            self._migrate(db)
+            if check:
+                result = [str(row[0]) for row in db.execute("PRAGMA quick_check").fetchall()]
+                if result != ["ok"]:
+                    raise HistoryDamagedError(*self._damaged_words("; ".join(result[:3])))
+            return db
         except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"The chat history {self.path} cannot be opened ({exc}).",
-                               "Move the file aside; the app starts a new history.") from exc
+            if db is not None:
+                db.close()
+            raise self._problem(exc) from None
+        except HistoryError:
+            if db is not None:
+                db.close()
+            raise
+
+    def _damaged_words(self, detail: str) -> tuple[str, str]:
+        return (f"The chat history {self.path} is damaged ({detail}).",
+                "Open FastMTP Chat: it copies the damaged file aside (history.sqlite3.damaged-<date>) and starts a "
+                "new history. Or move the file aside yourself; `sqlite3 FILE .recover` may save what is left.")
+
+    def _problem(self, exc: sqlite3.DatabaseError) -> HistoryError:
+        """The words for an SQLite error: damaged file, another process's lock, or a file that cannot be used."""
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if code in _DAMAGED_CODES:
+            return HistoryDamagedError(*self._damaged_words(str(exc)))
+        if code in _BUSY_CODES:
+            return HistoryBusyError(
+                f"The chat history {self.path} is in use by another FastMTP Chat (it holds the database's lock).",
+                "Close the other FastMTP Chat window, or wait for its command to finish, then try again.")
+        return HistoryError(f"The chat history {self.path} cannot be read or written ({exc}).",
+                            "Check that its folder is writable and the disk is not full, then try again.")
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise self._problem(exc) from None
+
+    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        with self._guard():
+            return self._db.execute(sql, params)
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        with self._guard():
+            return self._db.execute(sql, params).fetchall()
+
+    def _set_aside(self) -> Path:
+        """Copy the damaged file (and its companions) to ``<name>.damaged-<time>``, then remove the original.
+
+        Nothing is removed until every copy is complete and on disk."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        copy = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        n = 1
+        while any(Path(f"{copy}{suffix}").exists() for suffix in ("", *_SIDE_FILES)):
+            n += 1
+            copy = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{n}")
+        sources = [(Path(f"{self.path}{suffix}"), Path(f"{copy}{suffix}")) for suffix in ("", *_SIDE_FILES)]
+        try:
+            for source, target in sources:
+                if source.exists():
+                    shutil.copy2(source, target)
+                    with open(target, "rb+") as handle:
+                        os.fsync(handle.fileno())
+            for source, _target in sources:
+                source.unlink(missing_ok=True)
+        except OSError as exc:
+            raise HistoryError(f"The chat history {self.path} is damaged, and it cannot be copied aside to {copy} "
+                               f"({exc.strerror or type(exc).__name__}).",
+                               "Free some disk space or move the file aside yourself, then start again.") from None
+        return copy
 
     def close(self) -> None:
         self._db.close()
 
-    def _migrate(self) -> None:
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
         """Bring an older database up to ``SCHEMA_VERSION``, one step per transaction (another process
         opening the same file at once waits for the write lock, then sees the new version)."""
         for number, statement in MIGRATIONS:
-            self._db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE")
             try:
-                if int(self._db.execute("PRAGMA user_version").fetchone()[0]) < number:
-                    self._db.execute(statement)
-                    self._db.execute(f"PRAGMA user_version = {number}")
-                self._db.execute("COMMIT")
+                if int(db.execute("PRAGMA user_version").fetchone()[0]) < number:
+                    db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {number}")
+                db.execute("COMMIT")
             except sqlite3.DatabaseError:
-                self._db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
                 raise
 
     # ------------------------------------------------------------------ writing
@@ -109,7 +223,7 @@ class HistoryStore:
     def create_conversation(self, title: str, system_prompt: str = "",
                             settings: dict[str, Any] | None = None) -> int:
         now = time.time()
-        cur = self._db.execute(
+        cur = self._run(
             "INSERT INTO conversations (title, system_prompt, settings, created, updated) VALUES (?, ?, ?, ?, ?)",
             (title, system_prompt, json.dumps(settings or {}), now, now))
         return int(cur.lastrowid or 0)
@@ -118,79 +232,100 @@ class HistoryStore:
                     stats: dict[str, Any] | None = None, complete: bool = True) -> int:
         self.get(conversation_id)
         now = time.time()
-        cur = self._db.execute(
+        cur = self._run(
             "INSERT INTO messages (conversation_id, role, content, stats, created, complete) VALUES (?, ?, ?, ?, ?, ?)",
             (conversation_id, role, content, json.dumps(stats) if stats is not None else None, now, int(complete)))
-        self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+        self._run("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return int(cur.lastrowid or 0)
 
     def update_message(self, message_id: int, content: str, stats: dict[str, Any] | None = None,
                        complete: bool | None = None) -> None:
         """Save a streamed reply as it grows (``complete=False``), and its final stats at the end."""
-        self._db.execute("UPDATE messages SET content = ?, stats = COALESCE(?, stats), "
-                         "complete = COALESCE(?, complete) WHERE id = ?",
-                         (content, json.dumps(stats) if stats is not None else None,
-                          None if complete is None else int(complete), message_id))
+        self._run("UPDATE messages SET content = ?, stats = COALESCE(?, stats), "
+                  "complete = COALESCE(?, complete) WHERE id = ?",
+                  (content, json.dumps(stats) if stats is not None else None,
+                   None if complete is None else int(complete), message_id))
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Delete a message and everything after it in its conversation (edit-and-resend, regenerate)."""
-        self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id))
+        self._run("DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id))
 
     def update_conversation(self, conversation_id: int, *, system_prompt: str | None = None,
                             settings: dict[str, Any] | None = None) -> None:
         """Change a conversation's system prompt and/or its settings (sampling, thinking, preset)."""
         self.get(conversation_id)
         if system_prompt is not None:
-            self._db.execute("UPDATE conversations SET system_prompt = ? WHERE id = ?",
-                             (system_prompt, conversation_id))
+            self._run("UPDATE conversations SET system_prompt = ? WHERE id = ?", (system_prompt, conversation_id))
         if settings is not None:
-            self._db.execute("UPDATE conversations SET settings = ? WHERE id = ?",
-                             (json.dumps(settings), conversation_id))
+            self._run("UPDATE conversations SET settings = ? WHERE id = ?", (json.dumps(settings), conversation_id))
 
     def rename(self, conversation_id: int, title: str) -> None:
-        self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+        self._run("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
 
     def delete(self, conversation_id: int) -> None:
-        self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        self._run("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
     # ------------------------------------------------------------------ reading
 
     def get(self, conversation_id: int) -> Conversation:
-        row = self._db.execute("SELECT id, title, system_prompt, settings, created, updated FROM conversations "
-                               "WHERE id = ?", (conversation_id,)).fetchone()
-        if row is None:
+        rows = self._rows("SELECT id, title, system_prompt, settings, created, updated FROM conversations "
+                          "WHERE id = ?", (conversation_id,))
+        if not rows:
             raise HistoryError(f"There is no conversation {conversation_id}.",
                                "List them with `python -m app history list`.")
-        return _conversation(row)
+        return self._conversation(rows[0])
 
     def conversations(self, query: str = "") -> list[Conversation]:
         """Newest first; ``query`` matches titles and message text (case-insensitive)."""
         if not query:
-            rows = self._db.execute("SELECT id, title, system_prompt, settings, created, updated "
-                                    "FROM conversations ORDER BY updated DESC, id DESC").fetchall()
+            rows = self._rows("SELECT id, title, system_prompt, settings, created, updated "
+                              "FROM conversations ORDER BY updated DESC, id DESC")
         else:
             like = f"%{query}%"
-            rows = self._db.execute(
+            rows = self._rows(
                 "SELECT id, title, system_prompt, settings, created, updated FROM conversations c "
                 "WHERE title LIKE ? OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id "
-                "AND m.content LIKE ?) ORDER BY updated DESC, id DESC", (like, like)).fetchall()
-        return [_conversation(r) for r in rows]
+                "AND m.content LIKE ?) ORDER BY updated DESC, id DESC", (like, like))
+        return [self._conversation(r) for r in rows]
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
-        rows = self._db.execute("SELECT id, conversation_id, role, content, stats, created, complete FROM messages "
-                                "WHERE conversation_id = ? ORDER BY id", (conversation_id,)).fetchall()
-        return [StoredMessage(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None, r[5], bool(r[6]))
-                for r in rows]
+        rows = self._rows("SELECT id, conversation_id, role, content, stats, created, complete FROM messages "
+                          "WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        return [StoredMessage(int(r[0]), int(r[1]), _text(r[2]), _text(r[3]),
+                              self._json_object(r[4], f"the stats of message {r[0]}") if r[4] else None,
+                              _number(r[5]), bool(r[6])) for r in rows]
+
+    def _conversation(self, row: tuple[Any, ...]) -> Conversation:
+        settings = self._json_object(row[3], f"the settings of conversation {row[0]}")
+        return Conversation(int(row[0]), _text(row[1]), _text(row[2]), settings or {}, _number(row[4]),
+                            _number(row[5]))
+
+    def _json_object(self, value: Any, what: str) -> dict[str, Any] | None:
+        """A JSON object column; damaged (not JSON, not an object, nested too deep): None and a warning."""
+        try:
+            data = json.loads(value) if isinstance(value, str | bytes) else None
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict):
+            return data
+        warning = f"{what.capitalize()} in {self.path} are damaged (not a JSON object); defaults are used."
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+        return None
 
     # ------------------------------------------------------------------ export / import
 
     def export_markdown(self, conversation_id: int) -> str:
+        """One conversation as Markdown. Raw HTML in its text is escaped (shown as text, never obeyed), and a
+        code fence a message leaves open is closed, so no message changes how the next one reads."""
         conv = self.get(conversation_id)
-        lines = [f"# {conv.title}", ""]
+        nonce = os.urandom(8).hex()  # marks the export's own footers, which stay HTML
+        footers: dict[str, str] = {}
+        lines = [f"# {' '.join(conv.title.split())}", ""]
         if conv.system_prompt:
-            lines += [f"_System: {conv.system_prompt}_", ""]
+            lines += [f"_System: {close_fences(conv.system_prompt)}_", ""]
         for m in self.messages(conversation_id):
-            lines += [f"**{m.role.capitalize()}:**", "", m.content, ""]
+            lines += [f"**{m.role.capitalize()}:**", "", close_fences(m.content), ""]
             if m.stats:
                 tps = m.stats.get("decode_tps")
                 acc = m.stats.get("acceptance")
@@ -198,8 +333,13 @@ class HistoryStore:
                          f"acceptance {acc:.0%}" if isinstance(acc, float) else ""]
                 footer = " · ".join(p for p in parts if p)
                 if footer:
-                    lines += [f"<sub>{footer}</sub>", ""]
-        return "\n".join(lines)
+                    mark = f"footer-{nonce}-{len(footers)}"
+                    footers[mark] = f"<sub>{footer}</sub>"
+                    lines += [mark, ""]
+        text = escape_html("\n".join(lines))
+        for mark, footer in footers.items():
+            text = text.replace(mark, footer)
+        return text
 
     def export_json(self, conversation_ids: list[int] | None = None) -> dict[str, Any]:
         ids = conversation_ids if conversation_ids is not None else [c.id for c in self.conversations()]
@@ -211,26 +351,117 @@ class HistoryStore:
         if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
             raise HistoryError("This file is not a FastMTP Chat history export.",
                                f"Export files carry \"format\": \"{EXPORT_FORMAT}\".")
+        conversations = data.get("conversations", [])
+        if not isinstance(conversations, list):
+            raise HistoryError("The history export is damaged (\"conversations\" is not a list); nothing was imported.")
         created: list[int] = []
+        self._run("BEGIN")
         try:
-            self._db.execute("BEGIN")
-            for conv in data.get("conversations", []):
-                new_id = self.create_conversation(str(conv["title"]), str(conv.get("system_prompt", "")),
-                                                  dict(conv.get("settings", {})))
-                for m in conv.get("messages", []):
-                    if m["role"] not in ("system", "user", "assistant"):
-                        raise HistoryError(f"A message has the unknown role {m['role']!r}.")
-                    self.add_message(new_id, m["role"], str(m["content"]), m.get("stats"),
-                                     bool(m.get("complete", True)))
+            for number, conv in enumerate(conversations, 1):
+                messages = conv.get("messages", []) if isinstance(conv, dict) else None
+                settings = conv.get("settings", {}) if isinstance(conv, dict) else None
+                if not isinstance(messages, list) or not isinstance(settings, dict):
+                    raise HistoryError(f"Conversation {number} of the export is damaged (expected an object with "
+                                       "a list of messages and a settings object); nothing was imported.")
+                new_id = self.create_conversation(str(conv["title"]), str(conv.get("system_prompt", "")), settings)
+                for m in messages:
+                    if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+                        role = m.get("role") if isinstance(m, dict) else m
+                        raise HistoryError(f"A message of conversation {number} has the unknown role "
+                                           f"{str(role)[:40]!r}; nothing was imported.")
+                    stats = m.get("stats")
+                    if stats is not None and not isinstance(stats, dict):
+                        raise HistoryError(f"A message of conversation {number} has stats that are not an "
+                                           "object; nothing was imported.")
+                    self.add_message(new_id, m["role"], str(m["content"]), stats, bool(m.get("complete", True)))
                 created.append(new_id)
-            self._db.execute("COMMIT")
-        except (KeyError, TypeError, ValueError, HistoryError) as exc:
-            self._db.execute("ROLLBACK")
+            self._run("COMMIT")
+        except (KeyError, TypeError, ValueError, RecursionError, HistoryError) as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
             if isinstance(exc, HistoryError):
                 raise
+            if isinstance(exc, RecursionError):
+                raise HistoryError("The history export nests its data too deeply; nothing was imported.") from None
             raise HistoryError(f"The history export is damaged ({exc!r}); nothing was imported.") from exc
         return created
 
 
-def _conversation(row: tuple[Any, ...]) -> Conversation:
-    return Conversation(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5])
+def read_export(path: Path) -> Any:
+    """The parsed JSON of an export file, or a :class:`HistoryError` that says why it cannot be read."""
+    advice = "Pick a JSON file exported by FastMTP Chat (`python -m app history export`)."
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise HistoryError(f"{path} cannot be read ({exc.strerror or type(exc).__name__}).", advice) from None
+    except UnicodeDecodeError:
+        raise HistoryError(f"{path} is not UTF-8 text, so it is not a history export.", advice) from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise HistoryError(f"{path} nests its JSON deeper than any history export does; nothing was imported.",
+                           advice) from None
+    except ValueError as exc:
+        raise HistoryError(f"{path} is not readable JSON ({exc}).", advice) from None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _number(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return number if number == number and abs(number) < 1e11 else 0.0  # NaN or beyond year 5000: unknown
+
+
+# ----------------------------------------------------------------------------- Markdown export
+
+_COMMONMARK = MarkdownIt("commonmark")  # raw HTML recognised exactly as CommonMark renderers do
+
+
+def close_fences(text: str) -> str:
+    """``text`` with a code fence it leaves open at its top level closed (an open fence would swallow, and
+    then be closed by, what follows it in the export)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    fences = [t for t in _COMMONMARK.parse(text) if t.type == "fence" and t.level == 0 and t.map]
+    if not fences:
+        return text
+    fence = fences[-1]
+    assert fence.map is not None
+    start, end = fence.map
+    last = text.split("\n")[end - 1].strip() if end - 1 > start else ""
+    closed = last[:1] == fence.markup[:1] and len(last) >= len(fence.markup) and set(last) == {fence.markup[0]}
+    return text if closed else f"{text.rstrip()}\n{fence.markup}"
+
+
+def escape_html(text: str) -> str:
+    """Markdown ``text`` with its raw HTML (blocks, inline tags, comments) escaped, so a renderer shows it as
+    text; code blocks and code spans keep their text as it is."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    for _ in range(200):  # each pass escapes at least one "<": a message with many tags takes a few passes
+        lines = text.split("\n")
+        targets: list[tuple[int, int, str | None]] = []
+        for token in _COMMONMARK.parse(text):
+            if token.type == "html_block" and token.map:
+                targets.append((token.map[0], token.map[1], None))
+            elif token.type == "inline" and token.map:
+                targets += [(token.map[0], token.map[1], child.content) for child in token.children or []
+                            if child.type == "html_inline"]
+        if not targets:
+            return text
+        for start, end, tag in targets:
+            block = "\n".join(lines[start:end])
+            if tag is not None and tag in block:
+                block = block.replace(tag, "&lt;" + tag[1:])
+            else:  # a tag split by a container's prefix ("> "), or a block: every "<" of it
+                block = block.replace("<", "&lt;")
+            lines[start:end] = block.split("\n")
+        text = "\n".join(lines)
+    code = {i for t in _COMMONMARK.parse(text) if t.type in ("fence", "code_block") and t.map
+            for i in range(*t.map)}
+    return "\n".join(line if i in code else line.replace("<", "&lt;") for i, line in enumerate(text.split("\n")))

@@ -2,6 +2,8 @@
 
 ``HF_TOKEN`` in the environment wins over the keyring (a script's explicit choice). Where the
 platform has no keyring backend, we say so and point at ``HF_TOKEN`` instead of writing plain text.
+A keyring that fails in any other way (a damaged keyring file) raises :class:`SecretsError` naming the
+backend and its file, never the error's own text (which may quote the file's lines, token included).
 """
 
 from __future__ import annotations
@@ -59,6 +61,17 @@ def _no_keyring() -> SecretsError:
                         "(or install a keyring backend such as gnome-keyring or KWallet).")
 
 
+def _damaged(exc: Exception) -> SecretsError:
+    backend = _backend()
+    where = getattr(backend, "file_path", None)  # the file-backed keyrings (keyrings.alt) name their file
+    place = f" ({where})" if isinstance(where, str) else ""
+    return SecretsError(f"The keyring {_backend_name(backend)}{place} cannot be read: {type(exc).__name__}, "
+                        "so it is damaged or not a keyring.",
+                        (f"Move {where} aside (then store the token again with `python -m app token set`)"
+                         if place else "Repair or reset the keyring") + f", or set the {ENV_VAR} environment "
+                        "variable for the runs that need a token.")
+
+
 def set_token(token: str) -> None:
     token = token.strip()
     if not token or any(ch.isspace() for ch in token):
@@ -71,6 +84,8 @@ def set_token(token: str) -> None:
     except keyring.errors.KeyringError as exc:
         raise SecretsError(f"The keyring refused to store the token: {type(exc).__name__}.",
                            f"Unlock the keyring and retry, or use the {ENV_VAR} environment variable.") from None
+    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
+        raise _damaged(exc) from None
 
 
 def clear_token() -> bool:
@@ -84,6 +99,8 @@ def clear_token() -> bool:
     except keyring.errors.KeyringError as exc:
         raise SecretsError(f"The keyring refused to delete the token: {type(exc).__name__}.",
                            "Unlock the keyring and retry.") from None
+    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
+        raise _damaged(exc) from None
     return True
 
 
@@ -94,6 +111,8 @@ def _stored() -> str | None:
         return keyring.get_password(SERVICE, USERNAME)
     except keyring.errors.KeyringError:
         return None
+    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
+        raise _damaged(exc) from None
 
 
 def get_token() -> str | None:

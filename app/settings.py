@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app import paths
+from app.errors import StorageError
 
 Theme = Literal["system", "light", "dark"]
 THEMES: tuple[Theme, ...] = ("system", "light", "dark")
@@ -60,7 +61,7 @@ def load(path: Path | None = None) -> Settings:
     path = path or settings_path()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not JSON, or nested deeper than Python parses
         return Settings()
     if not isinstance(data, dict):
         return Settings()
@@ -82,10 +83,14 @@ def load(path: Path | None = None) -> Settings:
 def save(settings: Settings, path: Path | None = None) -> None:
     """Write the settings atomically (a temporary file renamed over the old one)."""
     path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    paths.ensure_dir(path.parent, "config")
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(settings.validated()), indent=2) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(json.dumps(asdict(settings.validated()), indent=2) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise StorageError(f"The settings cannot be saved to {path}: {exc.strerror or type(exc).__name__}.",
+                           "Check that the config folder is writable and the disk is not full.") from None
 
 
 def engine_fields(settings: Settings) -> dict[str, Any]:

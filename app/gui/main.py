@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMessageBox,
     QPushButton,
     QStackedWidget,
     QVBoxLayout,
@@ -37,6 +38,7 @@ from app.builtin_demo import ensure_demo_model
 from app.chat_settings import ChatSettings
 from app.engine.chat_template import Message
 from app.engine.speculative import EngineConfig
+from app.errors import FastMTPError
 from app.gguftools.demo_model import DemoModel
 from app.gui import theme
 from app.gui.backend_page import BackendPage
@@ -49,7 +51,7 @@ from app.gui.models_page import ModelsPage
 from app.gui.ops import run_in_background, wait_for_all
 from app.gui.settings_page import SettingsPage
 from app.gui.sidebar import Sidebar
-from app.history import Conversation, HistoryError, HistoryStore
+from app.history import Conversation, HistoryError, HistoryStore, read_export
 from app.release.installed import InstalledModel, list_installed, model_roots
 from app.settings import Settings
 
@@ -135,7 +137,7 @@ class MainWindow(QMainWindow):
         self.resize(1180, 700)
         self.bridge = bridge or EngineBridge(self)
         self._owns_history = history is None
-        self.history = history or HistoryStore()
+        self.history = history or HistoryStore(recover=True)  # a damaged file is copied aside, a new one started
         self.settings = settings or app_settings.load()
         self.conversation_id: int | None = None  # None: a new chat, saved on its first message
         self._reply_conversation: int | None = None  # where the reply under way is saved
@@ -183,6 +185,16 @@ class MainWindow(QMainWindow):
         self.banner = Banner()
         self.banner.restart_button.clicked.connect(self._restart)
         self.drafting_banner = DraftingBanner()
+        self.history_banner = Banner()  # stays until closed: engine loads hide ``banner``, not this one
+        self.history_banner.restart_button.setText("Close")
+        self.history_banner.restart_button.clicked.connect(self.history_banner.hide)
+        if self.history.damaged_copy is not None:
+            copy = self.history.damaged_copy
+            self.history_banner.show_error({
+                "message": f"The chat history was damaged and could not be read, so a new one was started. "
+                           f"The damaged file was copied to {copy.name} in {copy.parent}; nothing was deleted.",
+                "advice": f"Tools such as `sqlite3 {copy.name} .recover` may save some of its chats."})
+            self.history_banner.restart_button.show()
         self.chat = ChatView()
         self.chat.send_requested.connect(self.send)
         self.chat.stop_requested.connect(self.bridge.cancel)
@@ -196,6 +208,7 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(12, 10, 12, 12)
         layout.addLayout(top)
+        layout.addWidget(self.history_banner)
         layout.addWidget(self.banner)
         layout.addWidget(self.drafting_banner)
         layout.addWidget(self.chat, 1)
@@ -737,11 +750,10 @@ class MainWindow(QMainWindow):
     def import_chats(self, path: Path) -> list[int]:
         """Add the chats of a JSON export; errors are shown in the banner."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            created = self.history.import_json(data)
-        except (OSError, ValueError, HistoryError) as exc:
-            advice = exc.advice if isinstance(exc, HistoryError) else "Pick a JSON file exported by FastMTP Chat."
-            self.banner.show_error({"message": f"{path.name} could not be imported: {exc}", "advice": advice})
+            created = self.history.import_json(read_export(path))
+        except HistoryError as exc:
+            self.banner.show_error({"message": f"{path.name} could not be imported: {exc.message}",
+                                    "advice": exc.advice})
             return []
         self.sidebar.refresh()
         self.status.setText(f"Imported {len(created)} chat{'s' if len(created) != 1 else ''}")
@@ -786,7 +798,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv)
     assert isinstance(app, QApplication)
     app.setApplicationName("FastMTP Chat")
-    window = MainWindow()
+    try:
+        window = MainWindow()
+    except FastMTPError as exc:  # an unusable config or data folder, a history another process holds, …
+        print(f"error: {exc.message}" + (f"\nwhat to do: {exc.advice}" if exc.advice else ""), file=sys.stderr)
+        QMessageBox.critical(None, "FastMTP Chat cannot start", str(exc))
+        return exc.exit_code
     window.apply_settings(window.settings)
     window.show()
     window.start()

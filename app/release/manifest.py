@@ -24,6 +24,7 @@ _SIZE_KEYS = ("size", "bytes", "size_bytes", "length")
 _VERSION_KEYS = ("version", "release_version", "manifest_version")
 _DATE_KEYS = ("date", "created", "released", "timestamp", "created_at", "released_at")
 _EXPIRY_KEYS = ("expires", "expiry", "expires_at", "valid_until", "not_after")
+_VERSION_DIGITS = 100  # a longer version number is malformed (Python's int() refuses more than 4300 digits)
 
 
 @dataclass(frozen=True)
@@ -105,14 +106,23 @@ def parse_version(value: object, source: str) -> Version:
     if isinstance(value, bool) or value is None:
         raise VerificationError(f"{source} has no version (expected one of the keys {', '.join(_VERSION_KEYS)}).",
                                 "Without a version the app cannot refuse rollbacks; the release is not used.")
-    if isinstance(value, int) and value >= 0:
+    if isinstance(value, int) and 0 <= value < 10**_VERSION_DIGITS:
         return Version(str(value), (value,))
     if isinstance(value, str):
         parts = re.findall(r"\d+", value)
         if parts and re.fullmatch(r"v?\d+([.\-_]\d+)*", value.strip()):
+            if max(len(p) for p in parts) > _VERSION_DIGITS:
+                raise VerificationError(f"{source}: version {_shown(value)} has a number longer than "
+                                        f"{_VERSION_DIGITS} digits.", "Report the malformed release to the publisher.")
             return Version(value.strip(), tuple(int(p) for p in parts))
-    raise VerificationError(f"{source}: version {value!r} is not a number or a dotted version like 1.2.0.",
+    raise VerificationError(f"{source}: version {_shown(value)} is not a number or a dotted version like 1.2.0.",
                             "Report the malformed release to the publisher.")
+
+
+def _shown(value: object) -> str:
+    """A value for a message, cut short: a hostile manifest's version can be megabytes long."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 4000 else "<a huge number>"
+    return text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"
 
 
 def parse_time(value: object, source: str, what: str) -> datetime:
@@ -172,6 +182,9 @@ def parse_files(value: object, source: str) -> dict[str, FileEntry]:
 def _load_json(data: bytes, source: str) -> dict[str, Any]:
     try:
         obj = json.loads(data.decode("utf-8-sig"))
+    except RecursionError:
+        raise VerificationError(f"{source} nests its JSON too deeply to be a release file.",
+                                "Report the malformed release to the publisher.") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise VerificationError(f"{source} is not valid JSON: {exc}.",
                                 "The download may be damaged; fetch it again.") from exc

@@ -108,7 +108,7 @@ def sign_release(folder: Path, key_path: Path, *, version: str | None = None, ex
     if patch is None:
         raise FastMTPError(f"{folder} has no {integ.patch}.",
                            "The release ships the llama.cpp patch its models need; put it in the folder.")
-    version_value: int | str = int(version) if version and version.isdigit() else \
+    version_value: int | str = int(version) if version and version.isdigit() and len(version) < 100 else \
         version or _default_version(folder / integ.manifest)
     parsed_version = parse_version(version_value, "--version")
     if expires is not None:

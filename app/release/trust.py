@@ -19,7 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from app import paths
-from app.errors import TrustError, VerificationError
+from app.errors import StorageError, TrustError, VerificationError
 from app.release import signing
 from app.release.catalog import repo_slug
 from app.release.manifest import Manifest
@@ -45,10 +45,23 @@ def _now() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
+_RESTORE = ("Fix the file by hand or restore it from a backup; deleting it forgets trusted keys and rollback "
+            "protection.")
+
+
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise StorageError(f"Cannot write {path}: {exc.strerror or type(exc).__name__}.",
+                           "Check that the config folder is writable and the disk is not full; nothing was "
+                           "changed.") from None
+
+
+def _damaged(path: Path, what: str) -> TrustError:
+    return TrustError(f"{path} is damaged: {what}.", _RESTORE)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -56,13 +69,28 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise _damaged(path, "its JSON is nested too deeply") from None
     except (OSError, ValueError) as exc:
-        raise TrustError(f"Cannot read {path}: {exc}",
-                         "Fix the file by hand or restore it from a backup; deleting it forgets trusted keys "
-                         "and rollback protection.") from exc
+        raise TrustError(f"Cannot read {path}: {exc}", _RESTORE) from exc
     if not isinstance(data, dict):
-        raise TrustError(f"{path} is damaged (expected a JSON object).", "Restore it from a backup.")
+        raise _damaged(path, f"expected a JSON object, found a JSON {type(data).__name__}")
     return data
+
+
+def _key_entries(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``keys`` list of the user's trusted-keys file, each entry checked for its shape."""
+    path = _user_keys_file()
+    keys = data.get("keys", [])
+    if not isinstance(keys, list):
+        raise _damaged(path, f'"keys" is a JSON {type(keys).__name__}, expected a list')
+    for number, item in enumerate(keys, 1):
+        if not isinstance(item, dict):
+            raise _damaged(path, f"key {number} is a JSON {type(item).__name__}, expected an object")
+        for field in ("repo", "public_key"):
+            if not isinstance(item.get(field), str):
+                raise _damaged(path, f'key {number} has no "{field}" text')
+    return keys
 
 
 # ----------------------------------------------------------------------------- keys
@@ -84,11 +112,14 @@ def shipped_keys(repo: str) -> list[TrustedKey]:
 def user_keys(repo: str | None = None) -> list[TrustedKey]:
     """Keys the user pinned, for one repository or all of them."""
     keys = []
-    for item in _read_json(_user_keys_file()).get("keys", []):
-        if repo is not None and item.get("repo") != repo:
+    for number, item in enumerate(_key_entries(_read_json(_user_keys_file())), 1):
+        if repo is not None and item["repo"] != repo:
             continue
-        key = signing.public_key_from_raw(bytes.fromhex(item["public_key"]))
-        keys.append(TrustedKey(item["repo"], signing.fingerprint(key), key, "user", item.get("added", "")))
+        try:
+            key = signing.public_key_from_raw(bytes.fromhex(item["public_key"]))
+        except ValueError:
+            raise _damaged(_user_keys_file(), f"the public key of key {number} is not 32 bytes of hex") from None
+        keys.append(TrustedKey(item["repo"], signing.fingerprint(key), key, "user", str(item.get("added", ""))))
     return keys
 
 
@@ -106,7 +137,7 @@ def pin_key(repo: str, key: Ed25519PublicKey) -> TrustedKey:
         raise key_changed_error(repo, fp, existing)
     data = _read_json(_user_keys_file())
     entry = {"repo": repo, "fingerprint": fp, "public_key": signing.raw_public_key(key).hex(), "added": _now()}
-    data["keys"] = [*data.get("keys", []), entry]
+    data["keys"] = [*_key_entries(data), entry]
     _write_json(_user_keys_file(), data)
     return TrustedKey(repo, fp, key, "user", entry["added"])
 
@@ -115,7 +146,7 @@ def remove_key(fingerprint: str) -> list[str]:
     """Forget a user-pinned key; returns the repositories it was pinned for. Shipped keys cannot be removed."""
     fp = signing.normalize_fingerprint(fingerprint)
     data = _read_json(_user_keys_file())
-    keys = data.get("keys", [])
+    keys = _key_entries(data)
     removed = [k["repo"] for k in keys if k.get("fingerprint") == fp]
     if not removed:
         raise TrustError(f"No user-pinned key has the fingerprint {fp}.",
@@ -200,8 +231,21 @@ def _state_file() -> Path:
 
 
 def last_verified(repo: str) -> dict[str, Any] | None:
-    entry = _read_json(_state_file()).get(repo)
-    return entry if isinstance(entry, dict) else None
+    """The last version verified for ``repo`` (its ``version_key`` checked), or None before the first."""
+    return _state_entry(_read_json(_state_file()), repo)
+
+
+def _state_entry(data: dict[str, Any], repo: str) -> dict[str, Any] | None:
+    entry = data.get(repo)
+    if entry is None:
+        return None
+    path = _state_file()
+    if not isinstance(entry, dict):
+        raise _damaged(path, f"the entry of {repo} is a JSON {type(entry).__name__}, expected an object")
+    key = entry.get("version_key", [])
+    if not isinstance(key, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in key):
+        raise _damaged(path, f'the "version_key" of {repo} is not a list of whole numbers')
+    return entry
 
 
 def check_freshness(repo: str, manifest: Manifest, manifest_sha256: str, now: datetime | None = None) -> list[str]:
@@ -231,8 +275,8 @@ def check_freshness(repo: str, manifest: Manifest, manifest_sha256: str, now: da
 def record_verified(repo: str, manifest: Manifest, manifest_sha256: str) -> None:
     """Remember this version as the floor for later releases of ``repo``."""
     data = _read_json(_state_file())
-    last = data.get(repo)
-    if isinstance(last, dict) and tuple(last.get("version_key", [])) > manifest.version.key:
+    last = _state_entry(data, repo)
+    if last is not None and tuple(last.get("version_key", [])) > manifest.version.key:
         return
     data[repo] = {"version": manifest.version.text, "version_key": list(manifest.version.key),
                   "manifest_sha256": manifest_sha256, "verified_at": _now()}
