@@ -296,17 +296,18 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
         time_limit_s: float | None = None) -> SpecResult:
     """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones.
 
-    With ``time_limit_s`` no variant but the first starts once that much time has passed: the result keeps what was
-    measured (rows without samples are left out) and says it was cut short, where a killed run would
-    keep nothing (a lent GPU machine's budget).
+    With ``time_limit_s`` no variant but the first starts once that much time has passed: the result
+    keeps what was measured (rows without samples are left out) and says it was cut short, where a
+    killed run would keep nothing (a lent GPU machine's budget).
     """
     began = time.monotonic()
     cut_short = False
+    run_order = sorted(variants, key=_priority)  # what a run cut short by its time limit should still have
     prompts = {name: load_prompts(name) for name in prompt_sets}
     rows = {(v, p): Row(v, p) for v in variants for p in prompt_sets}
     token_prompts = tokenize_prompts(target, prompts)
     for run_index in range(runs):
-        for index, variant in enumerate(variants):
+        for index, variant in enumerate(run_order):
             started_any = run_index > 0 or index > 0  # the first variant always runs: something to report
             if time_limit_s is not None and started_any and time.monotonic() - began >= time_limit_s:
                 cut_short = True
@@ -330,6 +331,18 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     measured = [row for row in rows.values() if row.samples]
     completed = min((len(row.samples) for row in measured), default=0)
     return SpecResult(measured, n_tokens, completed, target.name, device_description(), cut_short)
+
+
+def _priority(variant: Variant) -> tuple[int, int, int]:
+    """Run order: off, then the default depth 3 (d2t first, ours before llama-server), adaptive, then the
+    depths further from 3. Medians do not depend on it; a run stopped by its time limit keeps the rows
+    that matter most."""
+    engine = 0 if variant.engine == "ours" else 1
+    if variant.mode == "off":
+        return 0, 0, engine
+    mode = {"d2t": 0, None: 1, "full": 2}[variant.draft]
+    depth = 1 if variant.adaptive else (0 if variant.n_max == 3 else 1 + abs(variant.n_max - 3))
+    return 1 + depth, mode, engine
 
 
 def _config(variant: Variant, target: Path, sidecars: dict[str, Path], n_threads: int | None,
