@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
+from app.gguftools.d2t import check_sidecars_for
 
 
 def cmd_bench_draft_head(args: argparse.Namespace) -> int:
@@ -21,6 +22,7 @@ def cmd_bench_draft_head(args: argparse.Namespace) -> int:
             raise SystemExit("--target needs --full and --d2t too")
         target, full, d2t = args.target, args.full, args.d2t
         folder = paths.cache_dir() / "bench-models" / "custom"
+        check_sidecars_for(target, full, d2t)
     else:
         folder = paths.cache_dir() / "bench-models" / args.size
         print(f"preparing the {args.size} demo model in {folder} ...", file=sys.stderr, flush=True)
@@ -66,6 +68,7 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
             raise SystemExit("--target needs --full and --d2t too")
         target, full, d2t = args.target, args.full, args.d2t
         name = target.name
+        check_sidecars_for(target, full, d2t)
     else:
         folder = paths.cache_dir() / "bench-models" / f"{args.size}-a{args.acceptance}"
         print(f"preparing the {args.size} demo model (acceptance {args.acceptance}) in {folder} ...",
@@ -116,6 +119,7 @@ def cmd_bench_ops(args: argparse.Namespace) -> int:
     if args.model:
         target, draft = args.model, args.draft
         name = target.name
+        check_sidecars_for(target, None if args.no_draft else draft)
     else:
         folder = paths.cache_dir() / "bench-models" / args.size
         print(f"preparing the {args.size} demo model in {folder} ...", file=sys.stderr, flush=True)

@@ -91,6 +91,7 @@ def cmd_backend_unpack(args: argparse.Namespace) -> int:
 def cmd_bench_lossless(args: argparse.Namespace) -> int:
     from app.bench import lossless
     from app.bench.spec import load_prompts, tokenize_prompts
+    from app.gguftools.d2t import check_sidecars_for
     from app.gguftools.inspect import inspect_gguf
 
     if not args.target:
@@ -100,6 +101,7 @@ def cmd_bench_lossless(args: argparse.Namespace) -> int:
         demo = ensure_demo_model(paths.cache_dir() / "bench-models" / f"{args.size}-a{args.acceptance}",
                                  size=args.size, acceptance=args.acceptance)
         args.target, args.full, args.d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
+    check_sidecars_for(args.target, args.full, args.d2t)
     prompts = tokenize_prompts(args.target, {name: load_prompts(name)[:args.prompts]
                                              for name in ("document", "reasoning")})
     info = inspect_gguf(args.target)

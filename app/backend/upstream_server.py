@@ -31,6 +31,7 @@ from app.backend.builder import (
 )
 from app.backend.events import CancelToken, EventSink
 from app.errors import BackendError, EngineError
+from app.gguftools.d2t import check_d2t
 
 TARGET = "llama-server"
 START_TIMEOUT_S = 120.0
@@ -118,6 +119,7 @@ class UpstreamServer:
                     "--spec-draft-n-max", str(n_max), "--spec-draft-n-min", "0",
                     "--spec-draft-p-min", str(p_min), "--spec-draft-ngl", str(n_gpu_layers)]
         self.cmd = cmd + (extra_args or [])
+        self.draft = draft
         self.log_path = paths.cache_dir() / "logs" / f"llama-server-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.client = httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0), trust_env=False)
@@ -133,7 +135,10 @@ class UpstreamServer:
         """Start the server and wait until ``/health`` answers 200; raise EngineError with its log if it dies.
 
         Whatever goes wrong while waiting (even Ctrl+C), the server process is stopped, never leaked.
+        A d2t sidecar is checked first (SidecarError), as for our own loads.
         """
+        if self.draft is not None:
+            check_d2t(self.draft)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:  # the child keeps its own handle
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self._env())

@@ -20,6 +20,7 @@ from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 
 from app.errors import SidecarError
 from app.gguftools.counts import TokenCounts
+from app.gguftools.d2t import check_d2t
 from app.gguftools.inspect import GgufReport
 from app.gguftools.qwen35 import ARCH
 from app.gguftools.reader import architecture, field_value, open_gguf, tensors_by_name
@@ -247,7 +248,8 @@ def read_d2t_ids(sidecar: Path) -> npt.NDArray[np.int64] | None:
 
 
 def check_pair(target: GgufReport, sidecar: GgufReport) -> None:
-    """Raise SidecarError unless ``sidecar`` is an MTP sidecar that fits ``target``."""
+    """Raise SidecarError unless ``sidecar`` is an MTP sidecar that fits ``target`` (a d2t map included:
+    distinct ids of the target's vocabulary, see ``check_d2t``)."""
     if not sidecar.is_sidecar:
         raise SidecarError(
             f"{Path(sidecar.path).name} is not an MTP draft sidecar (it looks like: {sidecar.kind}).",
@@ -266,6 +268,7 @@ def check_pair(target: GgufReport, sidecar: GgufReport) -> None:
             f"({'; '.join(problems)}).",
             "Use the sidecar released for this model, or build one from it.",
         )
+    check_d2t(sidecar.path, target.vocab_size)
 
 
 def _int(value: object) -> int | None:

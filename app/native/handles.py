@@ -19,7 +19,8 @@ from typing import Any, Protocol, Self, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from app.errors import FastMTPError, ModelLoadError, UnpatchedBackendError
+from app.errors import FastMTPError, ModelLoadError, SidecarError, UnpatchedBackendError
+from app.gguftools.d2t import D2T_ADVICE, check_d2t
 from app.native.loader import import_llama_cpp
 
 FloatArray = npt.NDArray[np.float32]
@@ -27,7 +28,8 @@ FloatArray = npt.NDArray[np.float32]
 # llama.cpp's complaint when an unpatched build meets a trimmed (d2t) LM head
 _WRONG_SHAPE = re.compile(
     r"tensor '(?P<name>[^']+)' has wrong shape; expected\s+(?P<expected>[\d, ]+), got\s+(?P<got>[\d, ]+)")
-
+# the patched loader's refusal of a d2t map it cannot scatter with
+_D2T_REFUSED = re.compile(r"(?P<why>FastMTP d2t.*?)\s*$")
 
 _GRAPH_LINE = re.compile(r"graph (nodes|splits)\s*=")
 # "graph splits = 3" or "graph splits = 5 (with bs=512), 3 (with bs=1)"
@@ -96,6 +98,9 @@ def llama() -> ModuleType:
 def explain_load_failure(path: Path, log_lines: list[str]) -> FastMTPError:
     """Turn llama.cpp's load log into an error a user can act on."""
     for line in log_lines:
+        refused = _D2T_REFUSED.search(line)
+        if refused:  # the patched loader's own d2t check (the backstop behind ``check_d2t``)
+            return SidecarError(f"llama.cpp refused the d2t sidecar {path}: {refused.group('why')}.", D2T_ADVICE)
         match = _WRONG_SHAPE.search(line)
         if match and match.group("name") == "output.weight":
             # llama.cpp prints four dims, padded with 1s: "got 64, 32768, 1, 1"
@@ -124,6 +129,10 @@ class Model:
         self.path = path
         if not path.is_file():
             raise ModelLoadError(f"The model file {path} does not exist.")
+        if load_mtp and not vocab_only:
+            # a d2t id llama.cpp cannot scatter with would abort this process (the patched loader refuses it
+            # too, but an older patched build does not): refuse it here, in words
+            check_d2t(path)
         params = self.lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.load_mtp = load_mtp
