@@ -58,14 +58,40 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     sys.stdout.write(model.piece(token).decode("utf-8", errors="replace"))
                     sys.stdout.flush()
         reply, text = session.reply(_messages(args), _options(args), None if args.json else on_token)
+        warning = _pair_warning(args, reply.stats.to_dict())
         if args.json:
             print_json({"text": text, "tokens": reply.tokens, "provenance": reply.provenance,
-                        "stop_reason": reply.stop_reason, "stats": reply.stats.to_dict()})
+                        "stop_reason": reply.stop_reason, "stats": reply.stats.to_dict(), "warning": warning})
         else:
             print(f"\n[{reply.stop_reason}] {_status_of(reply.stats.to_dict())}", file=sys.stderr)
+        if warning is not None:
+            print(f"warning: {warning}", file=sys.stderr)
     finally:
         session.close()
     return 0
+
+
+def _pair_warning(args: argparse.Namespace, stats: dict[str, Any]) -> str | None:
+    """The wrong-pair warning (a sidecar's drafts almost never accepted), for sidecar mode."""
+    from app.engine.stats import wrong_pair_warning
+
+    if args.mtp != "sidecar":
+        return None
+    return wrong_pair_warning(stats, args.draft.name if args.draft is not None else None)
+
+
+def _restarted(client: Any) -> None:
+    """Restart a crashed worker (without the sidecar when the pair is the suspect, saying why); a restart that
+    fails again ends the chat with its error instead of looping."""
+    from app.errors import EngineError
+
+    loaded = client.restart()
+    if loaded is None or loaded["kind"] == "error":
+        event = loaded or {}
+        raise EngineError(str(event.get("message", "The engine could not be restarted.")),
+                          str(event.get("advice", "")))
+    if loaded.get("notice"):
+        print(f"note: {loaded['notice']}", file=sys.stderr)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -78,9 +104,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     options = _options(args)
     with EngineClient() as client:
         loaded = client.load(_config(args))
-        if loaded["kind"] == "error":
+        if loaded["kind"] == "error" and loaded.get("error") == "WorkerCrashed":
+            print(f"error: {loaded['message']}\nwhat to do: {loaded.get('advice', '')}", file=sys.stderr)
+            _restarted(client)
+        elif loaded["kind"] == "error":
             raise FastMTPError(loaded["message"], loaded.get("advice", ""))
-        print(f"FastMTP chat ({args.mtp}). Type /reset for a new chat, /quit or Ctrl-D to leave.", file=sys.stderr)
+        mode = client.config.mode if client.config is not None else args.mtp
+        print(f"FastMTP chat ({mode}). Type /reset for a new chat, /quit or Ctrl-D to leave.", file=sys.stderr)
+        warned = False
         while True:
             try:
                 line = input("you> ")
@@ -108,11 +139,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if final.get("kind") == "error":
                 print(f"error: {final['message']}\nwhat to do: {final.get('advice', '')}", file=sys.stderr)
                 if final.get("error") == "WorkerCrashed":
-                    client.restart()
+                    _restarted(client)
                 history.pop()
                 continue
             history.append(Message("assistant", final.get("text", "")))
             print(f"[{_status_of(final['stats'])}]", file=sys.stderr)
+            warning = _pair_warning(args, final["stats"]) if client.config and client.config.mode == "sidecar" else None
+            if warning is not None and not warned:
+                print(f"warning: {warning}", file=sys.stderr)
+                warned = True
     return 0
 
 

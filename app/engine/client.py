@@ -1,20 +1,24 @@
 """The caller's side of the engine worker: start it, load models, stream replies, survive its crash.
 
 Events arrive as dicts (see ``protocol``). If the worker dies (a native abort, a segfault, a kill),
-the stream ends with an ``error`` event of kind ``WorkerCrashed`` carrying the tail of the engine log;
-``restart()`` starts a fresh worker and reloads the last configuration.
+the stream ends with an ``error`` event of kind ``WorkerCrashed`` carrying the tail of the engine log and
+llama.cpp's own assert line (``native_error``); ``restart()`` starts a fresh worker and reloads the last
+configuration, without the sidecar when the crash came while loading it or in the first drafting pass (the
+same pair would crash again). Each worker start keeps the previous run's log as ``engine.log.1``.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 from app import paths
 from app.engine import protocol
@@ -24,6 +28,10 @@ from app.engine.speculative import EngineConfig
 from app.errors import EngineError
 
 _END = {"loaded", "done", "error", "reset_done"}
+# what a native abort prints: ggml's "file.c:123: GGML_ASSERT(x) failed" / GGML_ABORT, a C++ terminate, an assert
+_NATIVE_ABORT = re.compile(r"GGML_ASSERT|GGML_ABORT|\.(?:c|cc|cpp|cu|h):\d+: |terminate called|Assertion .+ failed")
+
+Phase = Literal["idle", "load", "first_pass", "reply"]
 
 
 class EngineClient:
@@ -32,6 +40,12 @@ class EngineClient:
         self._events: queue.Queue[dict[str, Any]] = queue.Queue()
         self._config: EngineConfig | None = None
         self.log_path = paths.cache_dir() / "logs" / "engine.log"
+        self.previous_log_path = self.log_path.with_name(self.log_path.name + ".1")
+        # what the worker is doing, kept by the pump thread in event order: a crash in "load" or "first_pass"
+        # (a first reply up to its first verified draft round) blames the pair
+        self._phase: Phase = "idle"
+        self._replies = 0  # replies finished since the last load
+        self.last_crash: dict[str, Any] | None = None  # the latest WorkerCrashed event, until a restart
 
     # ------------------------------------------------------------------ process
 
@@ -39,13 +53,23 @@ class EngineClient:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    @property
+    def config(self) -> EngineConfig | None:
+        """The configuration loaded last (after a fallback restart: the one without the sidecar)."""
+        return self._config
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.log_path.is_file() and self.log_path.stat().st_size:  # keep the previous run (a crash's lines)
+            os.replace(self.log_path, self.previous_log_path)
         log = self.log_path.open("w", encoding="utf-8")
         self._events = queue.Queue()
+        env = dict(os.environ)
+        if not env.get("FASTMTP_NATIVE_BACKTRACE"):
+            env["GGML_NO_BACKTRACE"] = "1"  # no gdb attaching on an abort: the assert line stays the last line
+        self._phase, self._replies = "idle", 0
         self._proc = subprocess.Popen([sys.executable, "-m", "app.engine.worker"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                                      env=dict(os.environ))
+                                      stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, env=env)
         log.close()
         threading.Thread(target=self._pump, args=(self._proc, self._events), daemon=True).start()
         first = self._events.get()
@@ -56,19 +80,51 @@ class EngineClient:
         assert proc.stdout is not None
         for line in proc.stdout:
             try:
-                events.put(protocol.decode(line))
+                event = protocol.decode(line)
             except ValueError:
                 continue
+            self._track(event)
+            events.put(event)
         code = proc.wait()
-        events.put({"kind": "error", "error": "WorkerCrashed", "message": _describe_exit(code),
-                    "advice": "The text written so far is kept. Restart the engine to go on.",
-                    "log_tail": self.log_tail(), "exit_code": code})
+        lines = self._log_lines()
+        native = next((line.strip() for line in reversed(lines) if _NATIVE_ABORT.search(line)), None)
+        if native is not None:  # the tail ends at llama.cpp's own words, not at what a debugger printed after them
+            lines = lines[:max(i for i, line in enumerate(lines) if line.strip() == native) + 1]
+        phase, config = self._phase, self._config
+        advice = "The text written so far is kept. Restart the engine to go on."
+        if _blames_sidecar(phase, config):
+            assert config is not None and config.draft is not None
+            when = "while loading" if phase == "load" else "in its first drafting pass"
+            advice = (f"It crashed {when} with the sidecar {config.draft.name}: restarting loads "
+                      f"{config.target.name} without it (drafting off).")
+        event = {"kind": "error", "error": "WorkerCrashed",
+                 "message": _describe_exit(code) + (f" llama.cpp stopped at: {native}" if native else ""),
+                 "advice": advice, "log_tail": lines[-20:], "native_error": native, "exit_code": code,
+                 "during": phase}
+        if self._proc is proc:  # not a shutdown we asked for
+            self.last_crash = event
+        events.put(event)
 
-    def log_tail(self, n: int = 20) -> list[str]:
+    def _track(self, event: dict[str, Any]) -> None:
+        kind = event["kind"]
+        passes = (event.get("stats") or {}).get("target_passes", 0)
+        if kind == "loaded":
+            self._phase, self._replies = "idle", 0
+        elif kind == "done":
+            self._phase, self._replies = "idle", self._replies + 1
+        elif kind == "error":
+            self._phase = "idle"
+        elif kind == "token" and self._phase == "first_pass" and passes >= 2:
+            self._phase = "reply"  # a draft round was made and verified: the pair works
+
+    def _log_lines(self) -> list[str]:
         try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:]
+            return self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return []
+
+    def log_tail(self, n: int = 20) -> list[str]:
+        return self._log_lines()[-n:]
 
     def _send(self, kind: str, **fields: Any) -> None:
         if self._proc is None or self._proc.stdin is None or self._proc.poll() is not None:
@@ -93,21 +149,41 @@ class EngineClient:
         if self._proc is None or self._proc.poll() is not None:
             self.start()
         self._config = config
+        self._phase = "load"
         self._send("load", config=protocol.config_to_dict(config))
         return list(self._until_end())[-1]
 
     def generate(self, messages: list[Message], options: ChatOptions) -> Iterator[dict[str, Any]]:
-        """Stream the events of one reply; the last is ``done`` or ``error``."""
+        """Send the request now; the iterator streams the events of the reply, the last is ``done`` or ``error``."""
+        self._phase = "first_pass" if self._replies == 0 else "reply"
         self._send("generate", messages=[m.to_dict() for m in messages], options=protocol.options_to_dict(options))
-        yield from self._until_end()
+        return self._until_end()
 
     def cancel(self) -> None:
         self._send("cancel")
 
     def restart(self) -> dict[str, Any] | None:
+        """A fresh worker with the last configuration; after a crash while loading the sidecar or during the
+        first drafting pass, without the sidecar (the same pair would crash again): the ``loaded`` event then carries
+        a ``notice`` saying why."""
+        crash, self.last_crash = self.last_crash, None
         self.close()
         self.start()
-        return self.load(self._config) if self._config is not None else None
+        config = self._config
+        if config is None:
+            return None
+        notice = None
+        if crash is not None and _blames_sidecar(crash.get("during", "idle"), config):
+            assert config.draft is not None
+            when = "while loading" if crash.get("during") == "load" else "in its first drafting pass"
+            cause = crash.get("native_error") or crash.get("message")
+            notice = (f"The engine crashed {when} with the sidecar {config.draft.name} ({cause}), so it was "
+                      f"restarted without it: drafting is off. Check the pair with `python -m app sidecar check "
+                      f"--target {config.target} --draft {config.draft}`, or use the sidecar released for "
+                      f"this model.")
+            config = replace(config, mode="off", draft=None)
+        event = self.load(config)
+        return {**event, "notice": notice, "fallback": True} if notice and event["kind"] == "loaded" else event
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -128,6 +204,12 @@ class EngineClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _blames_sidecar(phase: str, config: EngineConfig | None) -> bool:
+    """A crash while loading a sidecar pair or in its first drafting pass: the pair is the suspect."""
+    return (phase in ("load", "first_pass") and config is not None and config.mode == "sidecar"
+            and config.draft is not None)
 
 
 def _describe_exit(code: int) -> str:

@@ -124,3 +124,25 @@ class ReplyStats:
             "python_ms_per_round": self.python_ms_per_round,
             "draft_time_share": self.draft_seconds / self.decode_seconds if self.decode_seconds > 0 else 0.0,
         }
+
+
+WRONG_PAIR_AFTER = 16  # drafts tested before a near-zero acceptance is called out (each costs one round then)
+WRONG_PAIR_ACCEPTANCE = 0.05  # "near zero": a sidecar of this model accepts far more (the release: 92%)
+
+
+def wrong_pair_warning(stats: dict[str, Any], sidecar: str | None = None) -> str | None:
+    """A loud warning when a sidecar's drafts are almost never accepted in the first rounds, else None.
+
+    llama.cpp loads any sidecar with the target's shapes, so one made from another model drafts happily and
+    every draft is rejected: the reply stays correct (the target verifies) but slower than without drafting.
+    """
+    drafted = int(stats.get("drafted") or 0)
+    acceptance = stats.get("acceptance")
+    if drafted < WRONG_PAIR_AFTER or not isinstance(acceptance, int | float) or acceptance > WRONG_PAIR_ACCEPTANCE:
+        return None
+    accepted = int(stats.get("accepted", round(acceptance * drafted)))
+    name = f"the sidecar {sidecar}" if sidecar else "the sidecar"
+    return (f"Drafting accepts almost nothing: {accepted} of {drafted} drafted tokens were accepted "
+            f"({accepted / drafted:.0%}). The likely cause: {name} was made from another model with the same "
+            "shapes. Use the sidecar released for this model, or build one from it (`python -m app sidecar "
+            "build`); until then turn drafting off, it only slows this reply down.")

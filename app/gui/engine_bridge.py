@@ -69,7 +69,8 @@ class EngineBridge(QObject):
                 self.error.emit(_error_event(exc))
 
     def restart(self) -> None:
-        """A fresh engine process, reloading the last configuration."""
+        """A fresh engine process, reloading the last configuration (without the sidecar after a crash while
+        loading it or in its first drafting pass: the ``loaded`` event's ``notice`` says so, ``config`` follows)."""
         self._set_busy(True)
         run_in_background(lambda _report: self._client.restart() or {"kind": "reset_done"},
                           self._finished, self._failed)
@@ -83,6 +84,7 @@ class EngineBridge(QObject):
         self._set_busy(False)
         kind = event.get("kind")
         if kind == "loaded":
+            self.config = self._client.config or self.config
             self.loaded.emit(event)
         elif kind == "done":
             self.done.emit(event)

@@ -2,7 +2,8 @@
 with a bar, tokens per target pass, mode, and a sparkline of tok/s over the reply.
 
 ``drafting_warning`` decides when the loud drafting banner shows: a sidecar is configured but nothing is
-drafted, or acceptance is below break-even for this machine.
+drafted, its drafts are almost never accepted (a sidecar from another model), or acceptance is below
+break-even for this machine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen, QPolygonF
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QProgressBar, QWidget
 
 from app.engine.speculative import EngineConfig
+from app.engine.stats import wrong_pair_warning
 from app.release.installed import sidecar_kind
 
 _STYLE = """
@@ -83,6 +85,10 @@ def drafting_warning(config: EngineConfig | None, stats: dict[str, Any]) -> str 
                if config.adaptive else " Check that the sidecar belongs to this model.")
         return (f"Drafting is configured ({mode}) but no tokens were drafted in {generated} tokens: this reply "
                 f"runs at plain decoding speed.{why}")
+    if config.mode == "sidecar":
+        wrong = wrong_pair_warning(stats, config.draft.name if config.draft is not None else None)
+        if wrong is not None:
+            return wrong
     acceptance = stats.get("acceptance")
     share = stats.get("draft_time_share")
     if generated < BREAK_EVEN_AFTER or not isinstance(acceptance, int | float) or not isinstance(share, int | float):

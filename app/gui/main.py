@@ -704,9 +704,12 @@ class MainWindow(QMainWindow):
             return
         self.sidebar.refresh()
 
-    def _loaded(self, _event: dict[str, Any]) -> None:
+    def _loaded(self, event: dict[str, Any]) -> None:
         self.ready = True
         self.status.setText("Ready")
+        if event.get("notice"):  # a restart after a crash dropped the sidecar: say why, loudly
+            self.chat.hud.set_config(self.bridge.config)
+            self.banner.show_error({"error": "SidecarDropped", "message": event["notice"]})
 
     def _error(self, event: dict[str, Any]) -> None:
         entry = self.chat.finish_reply(event)
