@@ -8,11 +8,26 @@ import getpass
 import json
 import signal
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from app.cli import print_json
 from app.errors import FastMTPError
+
+if TYPE_CHECKING:
+    from app.release.fetcher import FetchControl
+    from app.release.trust import Confirm
+
+
+class FetchStopped(FastMTPError):
+    """``fetch`` was stopped by SIGINT (exit 130) or SIGTERM (exit 1); the message says what was kept."""
+
+    def __init__(self, message: str, advice: str, exit_code: int) -> None:
+        super().__init__(message, advice)
+        self.exit_code = exit_code
 
 
 def _say(args: argparse.Namespace, message: str) -> None:
@@ -36,7 +51,6 @@ def cmd_fetch(args: argparse.Namespace) -> int:
                      endpoints=endpoints_for(args.endpoint, args.base_url), dest=args.dest,
                      trust_fingerprint=args.trust_fingerprint)
     control = FetchControl()
-    signal.signal(signal.SIGTERM, lambda *_: control.cancel())
     last = [-1.0]
 
     def on_event(event: FetchEvent) -> None:
@@ -53,14 +67,62 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         elif event.kind in ("retry", "paused", "resumed"):  # errors come once, at the end, from main()
             print(f"  {event.kind:7} {event.file} {event.message}".rstrip(), file=sys.stderr, flush=True)
 
-    installed = fetch_release(plan, token=secrets.get_token(), on_event=on_event, on_step=lambda m: _say(args, m),
-                              control=control, confirm=None if args.json else trust.default_confirm())
+    confirm = None if args.json else trust.default_confirm()
+    with _stop_on_signals(control) as prompting:
+        installed = fetch_release(plan, token=secrets.get_token(), on_event=on_event,
+                                  on_step=lambda m: _say(args, m), control=control,
+                                  confirm=prompting(confirm) if confirm is not None else None)
     if args.json:
         print(json.dumps(dict(installed.to_dict(), kind="result")), flush=True)
     else:
         print(f"Installed release {installed.version} ({', '.join(installed.files)}) in {installed.folder}; "
               f"every file verified against the manifest signed by {installed.fingerprint}.")
     return 0
+
+
+@contextmanager
+def _stop_on_signals(control: FetchControl) -> Iterator[Callable[[Confirm], Confirm]]:
+    """SIGINT and SIGTERM cancel the fetch through ``control``, in every phase: workers put their bytes
+    down, the integrity phase removes its partial files, and the command ends with :class:`FetchStopped`.
+
+    Yields a wrapper for the terminal's trust question, which a signal interrupts at once (``input()``
+    would otherwise wait on). A second signal interrupts whatever runs.
+    """
+    from app.release.fetcher import DownloadCancelled
+
+    received: list[int] = []
+    prompting = [False]
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        control.cancel()
+        if prompting[0] or len(received) > 1:
+            raise KeyboardInterrupt
+
+    def asking(confirm: Confirm) -> Confirm:
+        def ask(repo: str, fingerprint: str) -> bool:
+            prompting[0] = True
+            try:
+                return confirm(repo, fingerprint)
+            finally:
+                prompting[0] = False
+
+        return ask
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield asking
+    except (DownloadCancelled, KeyboardInterrupt) as exc:
+        if not received:
+            raise
+        signum = received[0]
+        what = exc.message if isinstance(exc, FastMTPError) else "Download stopped; nothing was installed."
+        raise FetchStopped(f"Interrupted by {signal.Signals(signum).name}. {what}",
+                           "Run the same command again; model files already downloaded resume where they stopped.",
+                           130 if signum == signal.SIGINT else 1) from exc
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -124,9 +186,10 @@ def cmd_trust_list(args: argparse.Namespace) -> int:
 def cmd_trust_add(args: argparse.Namespace) -> int:
     from app.release import signing, trust
     from app.release.catalog import load_catalog
+    from app.release.verify import read_capped
 
     try:
-        data = args.public_key.read_bytes()
+        data = read_capped(args.public_key, "public key")  # bounded: `trust add /dev/zero` ends
     except OSError as exc:
         raise FastMTPError(f"Cannot read {args.public_key}: {exc.strerror}.", "Give the publisher's .pem file.") \
             from exc

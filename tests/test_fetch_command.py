@@ -6,12 +6,17 @@ with its folders (and XDG folders) pointed into the test's temporary directory.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,9 @@ from keyrings.alt.file import PlaintextKeyring
 from app import secrets
 from app.cli import main
 from app.release.catalog import Endpoint, load_catalog, repo_slug
-from app.release.download import FetchPlan, token_hosts
+from app.release.download import FetchPlan, fetch_release, token_hosts
+from app.release.fetcher import DownloadCancelled, FetchControl, FetchEvent
+from app.release.install import Installed
 from app.release.publish import KeyPair, keygen, sign_release
 from tests.release_server import Fault, ReleaseServer
 
@@ -161,6 +168,255 @@ def test_the_hub_token_may_go_to_the_hub_only() -> None:
     mirror = Endpoint("hf", "https://mirror.example")
     assert token_hosts(FetchPlan("Q4_K_P", CATALOG.repo, "main", [mirror, hub])) == ["huggingface.co"]
     assert token_hosts(FetchPlan("Q4_K_P", CATALOG.repo, "main", [mirror])) == []
+
+
+# ----------------------------------------------------------------------------- hostile integrity files, cancel, signals
+
+
+def downloads(env: dict[str, str]) -> Path:
+    return Path(env["FASTMTP_DATA_DIR"]) / "downloads" / repo_slug(CATALOG.repo)
+
+
+def parts(env: dict[str, str], where: str = "") -> list[Path]:
+    """``.part`` files (and their state files) under the downloads folder, or one of its subfolders."""
+    root = downloads(env) / where
+    return sorted(p for p in root.rglob("*.part*")) if root.exists() else []
+
+
+SIG = INTEG.manifest + ".sig"
+
+
+@pytest.mark.parametrize(("name", "fault", "says"), [
+    (INTEG.manifest, Fault(endless=True), "too large"),  # close-delimited, never ends
+    (INTEG.checksums, Fault(extra_bytes=2 << 20), "announces 2097"),  # 2 MiB more, with an honest Content-Length
+    (SIG, Fault(endless=True, claim_length=1 << 40), "announces 1099511627776"),  # a huge Content-Length
+    (INTEG.public_key, Fault(endless=True), "too large"),
+    (INTEG.provenance, Fault(endless=True, claim_length=100), "does not verify"),  # a length that lies low
+], ids=["endless manifest", "large SHA256SUMS", "huge length signature", "endless key", "lying length"])
+def test_hostile_integrity_files_exit_4_and_leave_nothing(env: dict[str, str], server: ReleaseServer, key: KeyPair,
+                                                          name: str, fault: Fault, says: str) -> None:
+    server.set_fault(name, fault)
+    started = time.monotonic()
+    code, lines = fetch(env, server, "--trust-fingerprint", key.fingerprint)
+    assert time.monotonic() - started < 30
+    assert code == 4, lines
+    error = lines[-1]
+    assert name in error["message"] and says in error["message"], error
+    if fault.claim_length != 100:
+        assert "1 MiB" in error["message"] or "1.0 MiB" in error["message"]
+    assert parts(env) == [] and models(env) == [] and server.gets(MODEL) == []
+
+
+def plan_for(server: ReleaseServer, key: KeyPair) -> FetchPlan:
+    return FetchPlan("Q4_K_P", CATALOG.repo, "main", [Endpoint("plain", server.url("").rstrip("/"))],
+                     trust_fingerprint=key.fingerprint)
+
+
+@pytest.fixture
+def api_env(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The in-process API uses the same isolated folders as the child processes."""
+    for name in ("FASTMTP_DATA_DIR", "FASTMTP_CONFIG_DIR"):
+        monkeypatch.setenv(name, env[name])
+    return env
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+class Background:
+    """``fetch_release`` in a thread, with its events and its end (the result or the error)."""
+
+    def __init__(self, plan: FetchPlan, control: FetchControl) -> None:
+        self.events: list[FetchEvent] = []
+        self.result: Installed | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(plan, control), daemon=True)
+        self.thread.start()
+
+    def _run(self, plan: FetchPlan, control: FetchControl) -> None:
+        try:
+            self.result = fetch_release(plan, on_event=self.events.append, control=control)
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout: float) -> float:
+        started = time.monotonic()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "fetch_release did not return"
+        return time.monotonic() - started
+
+
+INTEGRITY_STALLS = {"silent": Fault(silent=True), "stalled mid-body": Fault(endless=True, stall_after=100_000)}
+
+
+@pytest.mark.parametrize("stall", list(INTEGRITY_STALLS), ids=list(INTEGRITY_STALLS))
+def test_cancel_in_the_integrity_phase_stops_at_once_and_keeps_no_part(api_env: dict[str, str],
+                                                                      server: ReleaseServer, key: KeyPair,
+                                                                      stall: str) -> None:
+    server.set_fault(INTEG.manifest, INTEGRITY_STALLS[stall])
+    control = FetchControl()
+    run = Background(plan_for(server, key), control)
+    wait_for(lambda: bool(server.gets(INTEG.manifest)))
+    if stall != "silent":
+        wait_for(lambda: bool(parts(api_env, "integrity")))  # a partial integrity file is on disk
+    control.cancel()
+    assert run.join(10) < 5  # not the 30 s stall timeout
+    assert isinstance(run.error, DownloadCancelled), run.error
+    assert "integrity files" in run.error.message and "no partial file" in run.error.message
+    assert parts(api_env) == [] and not (downloads(api_env) / "integrity").exists()
+    assert models(api_env) == [] and server.gets(MODEL) == []
+
+
+def test_pause_in_the_integrity_phase_holds_then_resume_installs(api_env: dict[str, str], server: ReleaseServer,
+                                                                 key: KeyPair) -> None:
+    server.set_fault(INTEG.manifest, Fault(silent=True))
+    control = FetchControl()
+    run = Background(plan_for(server, key), control)
+    wait_for(lambda: bool(server.gets(INTEG.manifest)))
+    control.pause()
+    wait_for(lambda: any(e.kind == "paused" for e in run.events))  # the caller hears of it (the GUI's label)
+    time.sleep(0.3)
+    assert run.thread.is_alive() and len(server.gets(INTEG.manifest)) == 1 and server.gets(MODEL) == []
+    control.resume()
+    run.join(30)
+    assert run.error is None and run.result is not None
+    assert (run.result.folder / MODEL).read_bytes() == PAYLOAD[MODEL]
+    assert len(server.gets(INTEG.manifest)) == 2  # asked again after the pause shut the silent connection
+    assert all(not e.file.startswith(INTEG.manifest) for e in run.events)  # integrity files get no rows
+
+
+def test_cancel_in_the_model_phase_keeps_the_model_part_only(api_env: dict[str, str], server: ReleaseServer,
+                                                             key: KeyPair) -> None:
+    server.set_fault(MODEL, Fault(trickle_after=32_768, trickle_piece=1024, trickle_delay=0.05))
+    control = FetchControl()
+    run = Background(plan_for(server, key), control)
+    wait_for(lambda: any(e.kind == "progress" and e.file == MODEL for e in run.events))
+    control.cancel()
+    assert run.join(10) < 5
+    assert isinstance(run.error, DownloadCancelled), run.error
+    kept = parts(api_env)
+    assert [p.name for p in kept if p.name.endswith(".part")] == [MODEL + ".part"] and kept[0].stat().st_size > 0
+    assert models(api_env) == []
+
+
+def test_pause_in_the_model_phase_then_resume_installs(api_env: dict[str, str], server: ReleaseServer,
+                                                       key: KeyPair) -> None:
+    server.set_fault(MODEL, Fault(trickle_after=32_768, trickle_piece=4096, trickle_delay=0.02))
+    control = FetchControl()
+    run = Background(plan_for(server, key), control)
+    wait_for(lambda: any(e.kind == "progress" and e.file == MODEL for e in run.events))
+    control.pause()
+    wait_for(lambda: any(e.kind == "paused" for e in run.events))
+    assert run.thread.is_alive()
+    control.resume()
+    run.join(30)
+    assert run.error is None and run.result is not None
+    assert (run.result.folder / MODEL).read_bytes() == PAYLOAD[MODEL]
+    assert server.gets(MODEL)[-1].headers.get("range", "bytes=0-") != "bytes=0-"  # resumed, not restarted
+
+
+PHASES = {"integrity, silent server": (INTEG.manifest, Fault(silent=True)),
+          "integrity, stalled body": (INTEG.manifest, Fault(endless=True, stall_after=100_000)),
+          "model files": (MODEL, Fault(trickle_after=32_768, trickle_piece=1024, trickle_delay=0.05))}
+
+
+@pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 1)], ids=["INT", "TERM"])
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_a_signal_stops_fetch_in_every_phase(env: dict[str, str], server: ReleaseServer, key: KeyPair,
+                                             tmp_path: Path, phase: str, signum: int, exit_code: int) -> None:
+    name, fault = PHASES[phase]
+    server.set_fault(name, fault)
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        child = subprocess.Popen([sys.executable, "-m", "app", "fetch", "--base-url", server.url(""),
+                                  "--trust-fingerprint", key.fingerprint], cwd=REPO_ROOT, env=env,
+                                 stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+        try:
+            folder = "files" if name == MODEL else "integrity"
+            if phase.endswith("silent server"):
+                wait_for(lambda: bool(server.gets(name)))
+                time.sleep(0.3)  # the request is in; the child waits for an answer that never comes
+            else:
+                wait_for(lambda: any(p.name == name + ".part" and p.stat().st_size > 0 for p in parts(env, folder)))
+            child.send_signal(signum)
+            started = time.monotonic()
+            code = child.wait(timeout=15)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert time.monotonic() - started < 10
+    message = err.read_text()
+    assert code == exit_code, message  # an exit code, never death by the signal
+    assert f"Interrupted by {signal.Signals(signum).name}" in message and "cancelled" in message, message
+    assert parts(env, "integrity") == [] and models(env) == []
+    if name == MODEL:
+        assert (downloads(env) / "files" / (MODEL + ".part")).stat().st_size > 0  # kept to resume
+    else:
+        assert server.gets(MODEL) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_sigint_at_the_trust_question_stops_at_once(env: dict[str, str], server: ReleaseServer, key: KeyPair,
+                                                    tmp_path: Path) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    with (tmp_path / "stdout").open("w") as stdout:
+        child = subprocess.Popen([sys.executable, "-m", "app", "fetch", "--base-url", server.url("")], cwd=REPO_ROOT,
+                                 env=env, stdin=follower, stdout=stdout, stderr=follower)
+    os.close(follower)
+    seen = b""
+    try:
+        while b"Compare this fingerprint" not in seen:  # the terminal asks whether to trust the key
+            assert select.select([leader], [], [], 30)[0], seen
+            chunk = os.read(leader, 4096)
+            assert chunk, seen
+            seen += chunk
+        time.sleep(0.3)  # nobody answers (the question itself goes to stdout, a file here)
+        child.send_signal(signal.SIGINT)
+        code = child.wait(timeout=15)
+        with contextlib.suppress(OSError):  # the child's last words; EIO once it is gone
+            seen += os.read(leader, 65536)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        os.close(leader)
+    assert code == 130, seen
+    assert b"Interrupted by SIGINT" in seen
+    assert not (Path(env["FASTMTP_CONFIG_DIR"]) / "trusted-keys.json").exists() and models(env) == []
+    assert server.gets(MODEL) == []
+
+
+def test_trust_add_reads_a_bounded_amount(env: dict[str, str]) -> None:
+    started = time.monotonic()
+    proc = run_app(env, "trust", "add", "/dev/zero")
+    assert time.monotonic() - started < 30
+    assert proc.returncode == 4, proc.stderr
+    assert "/dev/zero" in proc.stderr and "larger than 1 MiB" in proc.stderr
+    assert not (Path(env["FASTMTP_CONFIG_DIR"]) / "trusted-keys.json").exists()
+
+
+@pytest.mark.parametrize("bad", ["file:///etc/passwd", "ftp://mirror.example/rel", "https://"])
+def test_a_hand_edited_mirror_list_is_checked_on_load(env: dict[str, str], bad: str) -> None:
+    config = Path(env["FASTMTP_CONFIG_DIR"])
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "endpoints.json").write_text(json.dumps({"endpoints": [
+        {"kind": "plain", "url": "https://good.example/rel"}, {"kind": "plain", "url": bad}]}))
+    for args in (("fetch",), ("fetch", "--json"), ("mirror", "list")):
+        proc = run_app(env, *args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        said = proc.stdout + proc.stderr
+        assert repr(bad) in said and "endpoints.json" in said and "not an http(s) URL" in said
+    assert run_app(env, "mirror", "remove", bad).returncode == 0
+    listed = run_app(env, "mirror", "list", "--json")
+    assert listed.returncode == 0
+    assert [e["url"] for e in json.loads(listed.stdout)] == ["https://good.example/rel", "https://huggingface.co"]
 
 
 # ----------------------------------------------------------------------------- token

@@ -202,18 +202,33 @@ def _endpoints_file() -> Path:
     return paths.config_dir() / "endpoints.json"
 
 
-def user_endpoints() -> list[Endpoint]:
-    """Mirrors the user added, in the order they were added (tried before the hub)."""
+def user_endpoints(*, checked: bool = True) -> list[Endpoint]:
+    """Mirrors the user added, in the order they were added (tried before the hub).
+
+    The file may have been edited by hand, so every URL is checked as ``mirror add`` checks it: a
+    ``file:`` URL or one without a host is a :class:`CatalogError` that names it. ``checked=False`` gives
+    the entries as written (for ``mirror remove`` and ``mirror add``, so a bad entry can be removed).
+    """
     path = _endpoints_file()
     if not path.exists():
         return []
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return [Endpoint(kind=_endpoint_kind(e["kind"]), url=str(e["url"]), name=str(e.get("name", "")))
-                for e in data.get("endpoints", [])]
+        endpoints = [Endpoint(kind=_endpoint_kind(e["kind"]), url=str(e["url"]), name=str(e.get("name", "")))
+                     for e in data.get("endpoints", [])]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CatalogError(f"Cannot read the mirror list {path}: {exc}",
                            "Fix or delete that file; it holds only mirror URLs.") from exc
+    if checked:
+        for endpoint in endpoints:
+            try:
+                check_url(endpoint.url)
+            except CatalogError:
+                raise CatalogError(f"The mirror list {path} holds {endpoint.url!r}, which is not an http(s) URL "
+                                   "with a host; it is refused.",
+                                   f"Remove it with `python -m app mirror remove {endpoint.url}` or fix the file; "
+                                   "mirrors are https:// (or http://) URLs.") from None
+    return endpoints
 
 
 def _save_user_endpoints(endpoints: list[Endpoint]) -> None:
@@ -225,14 +240,14 @@ def _save_user_endpoints(endpoints: list[Endpoint]) -> None:
 
 def add_user_endpoint(kind: EndpointKind, url: str) -> Endpoint:
     endpoint = Endpoint(kind=kind, url=check_url(url))
-    endpoints = [e for e in user_endpoints() if e.url != endpoint.url]
+    endpoints = [e for e in user_endpoints(checked=False) if e.url != endpoint.url]
     _save_user_endpoints([*endpoints, endpoint])
     return endpoint
 
 
 def remove_user_endpoint(url: str) -> bool:
-    endpoints = user_endpoints()
-    kept = [e for e in endpoints if e.url != url.rstrip("/")]
+    endpoints = user_endpoints(checked=False)
+    kept = [e for e in endpoints if e.url not in (url, url.rstrip("/"))]
     _save_user_endpoints(kept)
     return len(kept) != len(endpoints)
 

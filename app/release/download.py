@@ -3,6 +3,10 @@
 The order is the point: gigabytes are only requested once a trusted signature vouches for their
 names, sizes and hashes, and they land in a staging folder under the data dir. Nothing reaches the
 models folder before :mod:`app.release.install` moves it there after every check passed.
+
+The integrity files come first and nothing vouches for them yet, so each is capped
+(:data:`~app.release.verify.INTEGRITY_MAX_BYTES`) and a failed or cancelled integrity phase leaves none of
+them behind. The one ``FetchControl`` pauses and cancels every phase.
 """
 
 from __future__ import annotations
@@ -15,11 +19,11 @@ from urllib.parse import urlsplit
 
 from app import paths
 from app.errors import DownloadError, VerificationError
-from app.release import trust
+from app.release import part_state, trust
 from app.release.catalog import Catalog, Endpoint, load_catalog, repo_slug
-from app.release.fetcher import FetchControl, FetchEvent, FileRequest, fetch_files
+from app.release.fetcher import DownloadCancelled, FetchControl, FetchEvent, FileRequest, fetch_files
 from app.release.install import Installed, install
-from app.release.verify import ReleaseMetadata, verify_file, verify_metadata
+from app.release.verify import INTEGRITY_MAX_BYTES, ReleaseMetadata, verify_file, verify_metadata
 
 OnStep = Callable[[str], None]
 
@@ -78,32 +82,78 @@ def pick_payload(meta: ReleaseMetadata, catalog: Catalog, quant: str) -> list[st
     return chosen
 
 
-def _fetch_first(plan: FetchPlan, names: list[str], folder: Path, token: str | None) -> str | None:
+def _integrity_request(plan: FetchPlan, name: str) -> FileRequest:
+    return FileRequest(name, _urls(plan, name), max_size=INTEGRITY_MAX_BYTES)
+
+
+def _control_events(on_event: Callable[[FetchEvent], None] | None) -> Callable[[FetchEvent], None] | None:
+    """Of the integrity phase's events, only pause and resume reach the caller (its rows are the payload's)."""
+    if on_event is None:
+        return None
+    relay = on_event
+    return lambda event: relay(event) if event.kind in ("paused", "resumed") else None
+
+
+def _fetch_first(plan: FetchPlan, names: list[str], folder: Path, token: str | None,
+                 control: FetchControl | None, on_event: Callable[[FetchEvent], None] | None) -> str | None:
     """Try the variants of one integrity file (``X.sig``, ``X.sig.b64``) in order; None when none exists."""
     for name in names:
         try:
-            fetch_files([FileRequest(name, _urls(plan, name))], folder, token=token, max_workers=1,
-                        token_hosts=token_hosts(plan))
+            fetch_files([_integrity_request(plan, name)], folder, token=token, max_workers=1,
+                        token_hosts=token_hosts(plan), control=control, on_event=on_event)
             return name
+        except DownloadCancelled:
+            raise
         except DownloadError:
+            _remove_partial(folder, name)
             (folder / name).unlink(missing_ok=True)
     return None
 
 
-def fetch_integrity(plan: FetchPlan, folder: Path, token: str | None) -> None:
-    """Download the small integrity files afresh into ``folder`` (never resumed from an older run)."""
+def _remove_partial(folder: Path, name: str) -> None:
+    part = folder / f"{name}.part"
+    part.unlink(missing_ok=True)
+    part_state.remove(part_state.state_path(part))
+
+
+def fetch_integrity(plan: FetchPlan, folder: Path, token: str | None, *, control: FetchControl | None = None,
+                    on_event: Callable[[FetchEvent], None] | None = None) -> None:
+    """Download the small integrity files afresh into ``folder`` (never resumed from an older run).
+
+    Each is capped at :data:`INTEGRITY_MAX_BYTES` (a larger one is a :class:`VerificationError`). When this
+    fails or is cancelled, ``folder`` is removed: no partial integrity file stays behind.
+    """
     integ = load_catalog().integrity
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    required = [integ.checksums, integ.manifest, integ.provenance]
-    fetch_files([FileRequest(n, _urls(plan, n)) for n in required], folder, token=token,
-                max_workers=plan.max_workers, token_hosts=token_hosts(plan))
-    for signed in (integ.manifest, integ.provenance):
-        names = integ.signature_names(signed)
-        if _fetch_first(plan, names, folder, token) is None:
-            raise DownloadError(f"The signature of {signed} could not be fetched (tried {', '.join(names)}).",
-                                "Check the mirror; a release without signatures is never used.")
-    _fetch_first(plan, [integ.public_key], folder, token)  # optional when a key is already pinned
+    relay = _control_events(on_event)
+    try:
+        required = [integ.checksums, integ.manifest, integ.provenance]
+        fetch_files([_integrity_request(plan, n) for n in required], folder, token=token,
+                    max_workers=plan.max_workers, token_hosts=token_hosts(plan), control=control, on_event=relay)
+        for signed in (integ.manifest, integ.provenance):
+            names = integ.signature_names(signed)
+            if _fetch_first(plan, names, folder, token, control, relay) is None:
+                raise DownloadError(f"The signature of {signed} could not be fetched (tried {', '.join(names)}).",
+                                    "Check the mirror; a release without signatures is never used.")
+        _fetch_first(plan, [integ.public_key], folder, token, control, relay)  # optional when a key is pinned
+    except DownloadCancelled as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise DownloadCancelled("Download cancelled while fetching the integrity files; no partial file was kept.",
+                                "Run the same command again to start over.") from exc
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _checkpoint(control: FetchControl | None, where: str) -> None:
+    """Between two phases: wait out a pause, stop when cancelled."""
+    if control is None:
+        return
+    control.wait_while_paused()
+    if control.cancelled:
+        raise DownloadCancelled(f"Download cancelled {where}; nothing was installed.",
+                                "Run the same command again; model files already downloaded are kept and resumed.")
 
 
 def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callable[[FetchEvent], None] | None = None,
@@ -122,11 +172,13 @@ def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callab
 
     step("fetching the integrity files")
     meta_dir = staging / "integrity"
-    fetch_integrity(plan, meta_dir, token)
+    fetch_integrity(plan, meta_dir, token, control=control, on_event=on_event)
+    _checkpoint(control, "after the integrity files")
     step("checking signatures and the publisher key")
     meta = verify_metadata(meta_dir, repo=plan.repo, trust_fingerprint=plan.trust_fingerprint, confirm=confirm)
     for warning in meta.warnings:
         step("warning: " + warning)
+    _checkpoint(control, "after the signatures checked out")
 
     names = pick_payload(meta, catalog, plan.quant)
     files_dir = staging / "files"
@@ -145,5 +197,6 @@ def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callab
             path.unlink(missing_ok=True)  # never resume from bytes that failed their check
             raise
         verified[name] = path
+    _checkpoint(control, "before the verified files were moved into place")
     step("moving the verified files into place")
     return install(meta, verified, plan.dest)

@@ -19,6 +19,25 @@ from app.release import signing, trust
 from app.release.catalog import Catalog, load_catalog
 from app.release.manifest import FileEntry, Manifest, Provenance, parse_manifest, parse_provenance, parse_sha256sums
 
+INTEGRITY_MAX_BYTES = 1 << 20
+"""The most an integrity file (manifest, provenance, SHA256SUMS, a signature, the key) may hold: they are
+fetched and read before anything vouches for them, so a hostile server must not be able to fill the disk
+or the memory with one. A real one is a few KiB (a SHA256SUMS line is ~100 bytes)."""
+
+
+def read_capped(path: Path, what: str, limit: int = INTEGRITY_MAX_BYTES) -> bytes:
+    """The bytes of ``path``, refused beyond ``limit`` after reading at most ``limit + 1`` (``/dev/zero`` ends).
+
+    Raises :class:`VerificationError` when the file is larger; ``OSError`` when it cannot be read.
+    """
+    with path.open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise VerificationError(f"The {what} file {path} is larger than {limit / 2**20:g} MiB, far more than "
+                                f"any {what} holds; it was not read further.",
+                                "Point at the right file; nothing was trusted or installed.")
+    return data
+
 
 @dataclass
 class ReleaseMetadata:
@@ -65,7 +84,7 @@ def _read(folder: Path, name: str, what: str) -> bytes:
     if not path.is_file():
         raise VerificationError(f"The release has no {what} ({name} is missing from {folder}).",
                                 f"A release must ship {name}; without it nothing can be verified.")
-    return path.read_bytes()
+    return read_capped(path, what)
 
 
 def find_signature(folder: Path, signed: str, catalog: Catalog) -> Path:
@@ -123,14 +142,15 @@ def verify_metadata(folder: Path, *, repo: str | None = None, trust_fingerprint:
     provenance_bytes = _read(folder, integ.provenance, "provenance")
     sums_bytes = _read(folder, integ.checksums, "checksum list")
     key_path = folder / integ.public_key
-    served = signing.load_public_key(key_path.read_bytes(), integ.public_key) if key_path.is_file() else None
+    served = signing.load_public_key(read_capped(key_path, "public key"), integ.public_key) \
+        if key_path.is_file() else None
 
     key, is_new = trust.decide(repo, served, trust_fingerprint=trust_fingerprint, confirm=confirm)
     signatures: dict[str, Path] = {}
     for name, data in ((integ.manifest, manifest_bytes), (integ.provenance, provenance_bytes)):
         sig_path = find_signature(folder, name, catalog)
         signatures[sig_path.name] = sig_path
-        signing.verify(key, data, signing.decode_signature(sig_path.read_bytes(), sig_path.name), name)
+        signing.verify(key, data, signing.decode_signature(read_capped(sig_path, "signature"), sig_path.name), name)
 
     manifest = parse_manifest(manifest_bytes, integ.manifest)
     if manifest.repo is not None and manifest.repo != repo:
