@@ -349,8 +349,13 @@ class ModelsPage(QWidget):
         """Fetch, verify and install ``quant`` with its sidecar, as ``python -m app fetch --quant`` does."""
         if self.downloading:
             return
-        plan = FetchPlan(quant=quant, repo=self.catalog.repo, revision=self.catalog.revision,
-                         endpoints=endpoints_for())
+        try:
+            endpoints = endpoints_for()  # the mirror list may have been edited by hand: checked here
+        except FastMTPError as exc:
+            self.last_error = exc
+            self._set_step("Nothing was downloaded. " + error_text(exc), error=True)
+            return
+        plan = FetchPlan(quant=quant, repo=self.catalog.repo, revision=self.catalog.revision, endpoints=endpoints)
         control = self.control = FetchControl()
         self.download_quant = quant
         self.chat_button.hide()
@@ -555,7 +560,10 @@ class ModelsPage(QWidget):
             self.trust_dialog.reject()
         if isinstance(exc, DownloadCancelled) or self.cancel_requested:
             self.total_label.setText("")
-            self._set_step("Download cancelled. The partial files are kept: Download again resumes them.")
+            # payload rows appear with the model files' first events: before them, nothing was kept
+            self._set_step("Download cancelled. The partial files are kept: Download again resumes them."
+                           if self._rows else "Download cancelled before any model file was requested; "
+                           "nothing was kept.")
             return
         if isinstance(exc, VerificationError):  # a check after the download names its file first
             for name in self._rows:
@@ -569,8 +577,9 @@ class ModelsPage(QWidget):
     def refresh_mirrors(self) -> None:
         self.mirror_list.clear()
         try:
-            for endpoint in user_endpoints():
+            for endpoint in user_endpoints(checked=False):  # a bad entry is listed too, so it can be removed
                 self.mirror_list.addItem(f"{endpoint.url}  ({endpoint.kind})")
+            user_endpoints()  # and named here when one is not an http(s) URL
         except FastMTPError as exc:
             self.settings_message.setText(error_text(exc))
 
