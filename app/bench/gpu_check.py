@@ -218,7 +218,7 @@ def run(options: CheckOptions, log: Log = lambda _line: None) -> CheckRun:
                             0.15))
         server = ["--server", str(check_server(check))] if check_server(check) else []
         # the matrix gets what is left; it stops starting variants in time to report what it measured
-        limit = max(30.0, (check.left() - 10.0) * 0.95 - 45.0)
+        limit = max(30.0, (check.left() - 10.0) * 0.95 - 20.0)
         announce(check.step("spec", ["bench", "spec", *files, *gl, *threads, "--modes", "off,embedded,d2t",
                                      "--depths", "1,2,3,4", "--runs", str(options.runs), "--tokens",
                                      str(options.tokens), "--out", str(options.work / "spec"), *server,

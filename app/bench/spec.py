@@ -296,12 +296,14 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
         time_limit_s: float | None = None) -> SpecResult:
     """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones.
 
-    With ``time_limit_s`` no variant but the first starts once that much time has passed: the result
-    keeps what was measured (rows without samples are left out) and says it was cut short, where a
-    killed run would keep nothing (a lent GPU machine's budget).
+    With ``time_limit_s`` no variant but the first starts unless it would end within that much time
+    (taking as long as the longest so far): the result keeps what was measured (rows without samples
+    are left out) and says it was cut short, where a killed run would keep nothing (a lent GPU
+    machine's budget).
     """
     began = time.monotonic()
     cut_short = False
+    longest = 0.0  # seconds of the longest variant run so far
     run_order = sorted(variants, key=_priority)  # what a run cut short by its time limit should still have
     prompts = {name: load_prompts(name) for name in prompt_sets}
     rows = {(v, p): Row(v, p) for v in variants for p in prompt_sets}
@@ -309,7 +311,9 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     for run_index in range(runs):
         for index, variant in enumerate(run_order):
             started_any = run_index > 0 or index > 0  # the first variant always runs: something to report
-            if time_limit_s is not None and started_any and time.monotonic() - began >= time_limit_s:
+            # start a variant only if the longest one so far would still end within the limit
+            if time_limit_s is not None and started_any and \
+                    time.monotonic() - began + longest >= time_limit_s:
                 cut_short = True
                 log(f"time limit of {time_limit_s:.0f} s reached: stopping before run {run_index + 1} "
                     f"of {variant.label}")
@@ -323,6 +327,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
                                         n_threads, n_gpu_layers)
             for prompt_set, sample in samples.items():
                 rows[(variant, prompt_set)].samples.append(sample)
+            longest = max(longest, time.perf_counter() - started)
             log(f"run {run_index + 1}/{runs} {variant.label}: "
                 + ", ".join(f"{p} {s.tps:.1f} tok/s" for p, s in samples.items())
                 + f" ({time.perf_counter() - started:.1f} s)")
