@@ -189,6 +189,22 @@ def test_the_patched_loader_refuses_a_bad_d2t_itself_without_aborting(case: str,
         assert result["error"] == "SidecarError" and str(bad[case]) in result["message"]
 
 
+def test_the_patched_loader_refuses_a_d2t_sidecar_without_output_weight(demo: DemoModel, tmp_path: Path,
+                                                                        patched_backend: BackendManifest) -> None:
+    reader = open_gguf(demo.sidecar_d2t)
+    headless = write_gguf(tmp_path / "no-output.gguf", architecture(reader), kv_from_reader(reader),
+                          [_copied(t) for t in reader.tensors if t.name != "output.weight"])
+    with pytest.raises(SidecarError, match="no 2-D LM head"):
+        check_d2t(headless)
+    env = dict(os.environ, FASTMTP_BACKEND_DIR=str(backend_dir(patched_backend.id)))
+    proc = subprocess.run([sys.executable, "-c", _RAW_LOAD, str(headless)], capture_output=True, text=True,
+                          env=env, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert not result["loaded"] and result["error"] == "SidecarError"
+    assert "FastMTP d2t draft-vocab trim requires output.weight" in result["message"]
+
+
 # ---------------------------------------------------------------------------------------- every command
 
 _COMMANDS: dict[str, tuple[str, Callable[[DemoModel, Path], list[str]], str]] = {

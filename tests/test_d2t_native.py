@@ -13,7 +13,7 @@ import pytest
 from gguf import GGUFReader, GGUFWriter
 
 from app.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
-from app.errors import ModelLoadError
+from app.errors import SidecarError
 from app.gguftools.demo_model import DemoModel
 from app.native import draft_probe
 from app.native.handles import Model
@@ -131,9 +131,10 @@ def _copy_without(src: Path, dest: Path, drop: str) -> None:
 def test_d2t_sidecar_without_output_weight_fails_with_a_clear_message(demo: DemoModel, tmp_path: Path) -> None:
     broken = tmp_path / "d2t-no-output.gguf"
     _copy_without(demo.sidecar_d2t, broken, "output.weight")
-    with Model(demo.target) as target, pytest.raises(ModelLoadError) as caught:
+    with Model(demo.target) as target, pytest.raises(SidecarError) as caught:
         draft_probe.probe(target, table_prompt(demo), broken)
-    assert "d2t draft-vocab trim requires output.weight" in caught.value.message
+    # refused before llama.cpp sees it; the patched loader's own message: test_d2t_checks.py
+    assert "has a d2t map but no 2-D LM head (output.weight)" in caught.value.message
 
 
 def test_the_classic_shape_error_line_is_recognised_in_both_spacings() -> None:
