@@ -10,18 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
-import zipfile
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,65 +23,15 @@ from app.backend import cuda_wheels, toolchain
 from app.backend.builder import BuildOptions, Reporter, _manifest, plan_build, prepare_source
 from app.backend.events import CancelToken
 from app.errors import BuildCancelled, ToolchainError
-
-PIN = "13.0"  # the CUDA version of the GPU machine we test on (driver 580)
-FETCH_COMMAND = f".venv/bin/python -m app backend cuda-toolkit fetch --cuda {PIN}"
-NVIDIA_SMI_HEADER = """\
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.65.06              Driver Version: 580.65.06      CUDA Version: 13.0     |
-|-----------------------------------------+------------------------+----------------------+
-"""
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def _tiny_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
-    """A small but valid wheel (pip reads its metadata), standing in for one the index must not hand out."""
-    dist = name.replace("-", "_")
-    wheel = folder / f"{dist}-{version}-py3-none-any.whl"
-    info = f"{dist}-{version}.dist-info"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
-        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                          "Tag: py3-none-any\n")
-        archive.writestr(f"{info}/RECORD", "")
-    return wheel
-
-
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class LocalIndex:
-    """A PEP 503 "simple" index on 127.0.0.1: /simple/<project>/ links to /files/<wheel>."""
-
-    def __init__(self, root: Path, wheels: list[Path]) -> None:
-        (root / "files").mkdir(parents=True)
-        projects: dict[str, list[str]] = {}
-        for wheel in wheels:
-            (root / "files" / wheel.name).symlink_to(wheel)
-            project = re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
-            projects.setdefault(project, []).append(wheel.name)
-        (root / "simple").mkdir()
-        (root / "simple" / "index.html").write_text(
-            "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(projects)))
-        for project, names in projects.items():
-            (root / "simple" / project).mkdir()
-            (root / "simple" / project / "index.html").write_text(
-                "".join(f'<a href="../../files/{n}">{n}</a>\n' for n in sorted(names)))
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(root)))
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
+from tests.cuda_index import (
+    NVIDIA_SMI_HEADER,
+    PIN,
+    LocalIndex,
+    fake_nvidia_smi,
+    isolate_pip,
+    require_cached_wheelhouse,
+    tiny_wheel,
+)
 
 # ----------------------------------------------------------------------------- fixtures
 
@@ -95,24 +39,14 @@ class LocalIndex:
 @pytest.fixture(scope="module")
 def cached_wheelhouse() -> Path:
     """The CUDA 13.0 wheels `make test` fetched into the app cache; never downloaded here."""
-    house = cuda_wheels.wheelhouse_dir(PIN)
-    missing = cuda_wheels.missing_wheels(PIN, house)
-    if missing:
-        pytest.fail(f"The CUDA {PIN} wheels are not in {house} (missing: {', '.join(r.name for r in missing)}). "
-                    f"Run `{FETCH_COMMAND}` first (`make test` does it before pytest).")
-    return house
+    return require_cached_wheelhouse()
 
 
 @pytest.fixture(scope="module")
 def pip_isolated() -> Iterator[None]:
     """pip sees only what the tests give it: no config files, no find-links, no version check, no cache."""
     with pytest.MonkeyPatch.context() as mp:
-        for key in [k for k in os.environ if k.startswith("PIP_")]:
-            mp.delenv(key)
-        mp.setenv("PIP_CONFIG_FILE", os.devnull)
-        mp.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-        mp.setenv("PIP_NO_INPUT", "1")
-        mp.setenv("PIP_RETRIES", "1")
+        isolate_pip(mp)
         yield
 
 
@@ -122,9 +56,9 @@ def index(cached_wheelhouse: Path, pip_isolated: None,
     """The cached wheels, plus wheels that must not be picked: a newer CUDA 13.1 crt, CUDA 12 ones without nvcc."""
     decoys = tmp_path_factory.mktemp("decoys")
     extra = [
-        _tiny_wheel(decoys, "nvidia-cuda-crt", "13.1.80", {"nvidia/cu13/include/crt/host_config.h": b"#error\n"}),
-        _tiny_wheel(decoys, "nvidia-cuda-nvcc-cu12", "12.4.131", {"nvidia/cuda_nvcc/bin/ptxas": b""}),
-        _tiny_wheel(decoys, "nvidia-cublas-cu12", "12.4.5.8", {"nvidia/cublas/include/cublas_v2.h": b""}),
+        tiny_wheel(decoys, "nvidia-cuda-crt", "13.1.80", {"nvidia/cu13/include/crt/host_config.h": b"#error\n"}),
+        tiny_wheel(decoys, "nvidia-cuda-nvcc-cu12", "12.4.131", {"nvidia/cuda_nvcc/bin/ptxas": b""}),
+        tiny_wheel(decoys, "nvidia-cublas-cu12", "12.4.5.8", {"nvidia/cublas/include/cublas_v2.h": b""}),
     ]
     served = LocalIndex(tmp_path_factory.mktemp("index"), sorted(cached_wheelhouse.glob("*.whl")) + extra)
     yield served
@@ -169,9 +103,7 @@ def test_the_drivers_cuda_version_comes_from_the_nvidia_smi_header(tmp_path: Pat
     with pytest.raises(ToolchainError) as caught:
         cuda_wheels.resolve_cuda(None)
     assert "--cuda" in caught.value.advice
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nexec /bin/cat <<'EOF'\n" + NVIDIA_SMI_HEADER + "EOF\n")
-    smi.chmod(0o755)
+    smi = fake_nvidia_smi(tmp_path)
     assert cuda_wheels.driver_cuda_version() == "13.0"
     assert cuda_wheels.resolve_cuda(None) == "13.0"
     smi.write_text("#!/bin/sh\necho 'No devices were found' >&2\nexit 6\n")
