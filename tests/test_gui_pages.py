@@ -24,17 +24,20 @@ from PySide6.QtWidgets import QLabel, QStackedWidget
 from pytestqt.qtbot import QtBot
 
 from app import paths, secrets
-from app.backend import registry
+from app.backend import cuda_wheels, registry
+from app.backend.events import BuildEvent
 from app.backend.registry import BackendManifest
-from app.errors import TrustError
+from app.backend.toolchain import Cublas, CudaToolkit, Tool, Toolchain
+from app.errors import BuildCancelled, TrustError
 from app.fit import GIB, fit
-from app.gui.backend_page import BackendPage
+from app.gui.backend_page import TOOLKIT_BUTTON, BackendPage, ToolkitOffer, ToolkitProgress, toolkit_offer
 from app.gui.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
 from app.release import signing, trust
 from app.release.catalog import add_user_endpoint, endpoints_for, load_catalog
 from app.release.install import default_destination
 from app.release.installed import list_installed
 from app.release.publish import KeyPair, keygen, sign_release
+from tests.cuda_index import PIN, LocalIndex, fake_nvidia_smi, isolate_pip, require_cached_wheelhouse, tiny_wheel
 from tests.release_server import Fault, ReleaseServer
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
@@ -406,6 +409,206 @@ def test_an_unpatched_backend_cannot_be_made_active_from_the_page(
     qtbot.mouseClick(page.use_button, Qt.MouseButton.LeftButton)
     assert "without the FastMTP d2t patch" in page.selftest_label.text()
     assert registry.active_id() == patched_backend.id
+
+
+# ----------------------------------------------------------------------------- backend page: the CUDA toolkit
+
+
+def test_the_cuda_toolkit_is_offered_only_when_it_is_missing_and_there_is_something_to_build_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FASTMTP_CACHE_DIR", str(tmp_path / "cache"))
+    cc = Tool("/usr/bin/cc", "13.2")
+    bare = Toolchain(cmake=cc, ninja=cc, c_compiler=cc, cxx_compiler=cc, nvcc=None, ccache=None)
+    nvcc_only = Toolchain(cmake=cc, ninja=cc, c_compiler=cc, cxx_compiler=cc, nvcc=Tool("/usr/local/bin/nvcc", "13.0"),
+                          ccache=None)
+    complete = Toolchain(cmake=cc, ninja=cc, c_compiler=cc, cxx_compiler=cc, nvcc=nvcc_only.nvcc, ccache=None,
+                         cublas=Cublas("/usr/local/cuda/include", "/usr/local/cuda/lib64", from_wheel=False),
+                         cuda_toolkit=CudaToolkit("system", "/usr/local/cuda", "13.0"))
+    assert toolkit_offer(bare, "13.0", "auto") == ToolkitOffer("13.0", from_driver=True)
+    assert toolkit_offer(nvcc_only, "13.2", "auto") == ToolkitOffer("13.2", from_driver=True)  # no cuBLAS
+    assert toolkit_offer(complete, "13.0", "auto") is None
+    assert toolkit_offer(bare, None, "auto") is None  # no driver, no GPU: nothing to build for
+    assert toolkit_offer(bare, "13.0", "system") is None  # the app's toolkit would not be used
+    assert toolkit_offer(bare, "11.8", "auto") is None  # no wheels for it: the toolkit from NVIDIA it is
+    assert toolkit_offer(bare, "12.4", "auto") == ToolkitOffer("12.4", from_driver=True)  # it fails in words
+    for_another = toolkit_offer(bare, None, "app")
+    assert for_another == ToolkitOffer("13.0", from_driver=False)
+    assert "another machine" in for_another.text() and "nothing is installed system-wide" in for_another.text()
+    for_driver = toolkit_offer(bare, "13.0", "auto")
+    assert for_driver is not None and for_driver.text() == (
+        "Downloads NVIDIA's CUDA 13 compiler (nvcc) and cuBLAS as pip wheels into the app's cache, for the "
+        "driver's CUDA 13.0; nothing is installed system-wide.")
+    installed = cuda_wheels.toolkit_dir("13.0")
+    installed.mkdir(parents=True)
+    (installed / cuda_wheels.MARKER).write_text(json.dumps({"cuda": "13.0"}))
+    assert toolkit_offer(bare, "13.0", "app") is None  # the app's own is there already
+    assert toolkit_offer(bare, "13.2", "auto") == ToolkitOffer("13.2", from_driver=True)
+
+
+def test_the_toolkit_progress_follows_the_log_lines_of_a_fetch_and_install() -> None:
+    events: list[BuildEvent] = []
+    progress = ToolkitProgress(events.append, wheels=3)
+    for line in ["downloading nvidia-cuda-nvcc>=13.0,<13.1",
+                 "Looking in indexes: http://127.0.0.1:1/simple/",
+                 "  Downloading nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.whl (37.4 MB)",
+                 "downloading nvidia-nvvm>=13.0,<13.1, nvidia-cublas>=13.0,<13.1",
+                 "Processing /opt/pypi/files/nvidia_nvvm-13.0.88-py3-none-manylinux2010_x86_64.whl",  # file:// index
+                 "  Downloading https://example.org/a/nvidia_cublas-13.0.2.14-py3-none-manylinux_2_27_x86_64.whl",
+                 "installing 3 wheels from /cache/cuda-wheels/13.0",
+                 "Processing /cache/cuda-wheels/13.0/nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.whl",
+                 "Installing collected packages: nvidia-nvvm, nvidia-cuda-nvcc, nvidia-cublas",
+                 "Successfully installed nvidia-cublas-13.0.2.14 nvidia-cuda-nvcc-13.0.88 nvidia-nvvm-13.0.88"]:
+        progress(line)
+    shown = [(e.kind, e.message, e.percent) for e in events if e.kind != "log"]
+    assert shown == [
+        ("step", "downloading nvidia-cuda-nvcc>=13.0,<13.1", 2.0),
+        ("progress", "Downloading nvidia_cuda_nvcc-13.0.88 (37.4 MB)…", 2.0),
+        ("step", "downloading nvidia-nvvm>=13.0,<13.1, nvidia-cublas>=13.0,<13.1", 28.0),
+        ("progress", "Downloading nvidia_nvvm-13.0.88…", 28.0),
+        ("progress", "Downloading nvidia_cublas-13.0.2.14…", 54.0),
+        ("step", "installing 3 wheels from /cache/cuda-wheels/13.0", 80.0),
+        ("progress", "Unpacking the wheels (about 840 MB)…", 85.0),
+        ("progress", "Checking that the toolkit is complete and nvcc runs…", 95.0)]
+    logged = [e.message for e in events if e.kind == "log"]
+    assert len(logged) == 7 and logged[0].startswith("Looking in indexes")  # pip's lines; ours are steps
+    assert all(e.step == "cuda-toolkit" for e in events)
+
+
+@pytest.fixture(scope="module")
+def cached_wheelhouse() -> Path:
+    """The CUDA 13.0 wheels `make test` fetched into the user's cache (read before a test moves the cache)."""
+    return require_cached_wheelhouse()
+
+
+@pytest.fixture(scope="module")
+def cuda_index(cached_wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalIndex]:
+    """The cached CUDA 13.0 wheels on a real PEP 503 index on 127.0.0.1, and a CUDA 12 nvcc wheel without nvcc."""
+    cu12 = tiny_wheel(tmp_path_factory.mktemp("cu12"), "nvidia-cuda-nvcc-cu12", "12.4.131",
+                      {"nvidia/cuda_nvcc/bin/ptxas": b""})
+    served = LocalIndex(tmp_path_factory.mktemp("cuda-index"), [*sorted(cached_wheelhouse.glob("*.whl")), cu12])
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def no_cuda_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda_index: LocalIndex) -> Path:
+    """No CUDA toolkit anywhere the app looks: the system's hidden (FASTMTP_CUDA_TOOLKIT=app), an empty cache
+    folder (returned); a driver reporting CUDA 13.0 with an H200 (a fake nvidia-smi first on PATH); pip sees
+    the local index only."""
+    isolate_pip(monkeypatch)
+    monkeypatch.setenv("PIP_INDEX_URL", cuda_index.url)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FASTMTP_CACHE_DIR", str(cache))
+    monkeypatch.setenv(cuda_wheels.TOOLKIT_ENV, "app")
+    fake_nvidia_smi(tmp_path / "bin", PIN, ["NVIDIA H200, 9.0, 143771"])
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    return cache
+
+
+@pytest.fixture
+def toolkit_page(qtbot: QtBot, no_cuda_toolkit: Path) -> Iterator[BackendPage]:
+    """The backend page on that machine, with the build tools detected."""
+    widget = BackendPage()
+    widget.show()
+    qtbot.waitUntil(lambda: widget.toolchain is not None, timeout=WAIT_MS)
+    yield widget
+    widget.shutdown()
+    qtbot.waitUntil(lambda: widget.ops.idle, timeout=BUILD_WAIT_MS)
+    widget.close()
+    widget.deleteLater()
+
+
+@pytest.mark.slow
+def test_the_backend_page_gets_the_cuda_toolkit_from_the_index_and_then_can_build_cuda(
+        qtbot: QtBot, toolkit_page: BackendPage, no_cuda_toolkit: Path, cuda_index: LocalIndex,
+        cached_wheelhouse: Path) -> None:
+    page = toolkit_page
+    tools = page.toolchain
+    assert tools is not None and tools.nvcc is None and tools.cuda_toolkit is None
+    assert [gpu.name for gpu in tools.gpus] == ["NVIDIA H200"] and not page.build_cuda_button.isEnabled()
+    assert page.toolkit_button.isVisible() and page.toolkit_button.isEnabled()
+    assert page.toolkit_button.text() == TOOLKIT_BUTTON == "Get the CUDA build tools (about 530 MB download)"
+    assert page.toolkit_label.isVisible()
+    assert page.toolkit_label.text() == ToolkitOffer(PIN, from_driver=True).text()
+    seen: list[int] = []
+    page.progress.valueChanged.connect(seen.append)
+    qtbot.mouseClick(page.toolkit_button, Qt.MouseButton.LeftButton)
+    assert page.building and page.cancel_build_button.isEnabled()
+    assert not (page.toolkit_button.isEnabled() or page.build_cpu_button.isEnabled())
+    qtbot.waitUntil(lambda: not page.building, timeout=BUILD_WAIT_MS)
+    assert page.last_error is None, page.step_label.text()
+
+    root = no_cuda_toolkit / "cuda-toolkit" / PIN
+    assert page.toolkit is not None and page.toolkit.root == root and page.toolkit.nvcc_version == PIN
+    assert cuda_wheels.installed_toolkits() == [page.toolkit]
+    assert sorted(p.name for p in (no_cuda_toolkit / "cuda-wheels" / PIN).glob("*.whl")) == \
+        sorted(p.name for p in cached_wheelhouse.glob("*.whl"))
+    log = page.log.toPlainText()
+    assert f"Looking in indexes: {cuda_index.url}" in log  # pip downloaded from the local index, and only there
+    assert "==> downloading nvidia-cuda-nvcc>=13.0,<13.1\n" in log and "==> installing 7 wheels from" in log
+    assert f"==> CUDA toolkit {PIN} ready in {root}" in log
+    assert seen == sorted(seen) and len(set(seen)) >= 5 and seen[-1] == 100
+    assert "nothing was installed system-wide" in page.step_label.text() and str(root) in page.step_label.text()
+
+    # detected again: the app's toolkit is the CUDA compiler now, and the CUDA build can start
+    qtbot.waitUntil(lambda: page.toolchain is not None and page.toolchain.cuda_toolkit is not None, timeout=WAIT_MS)
+    tools = page.toolchain
+    assert tools.cuda_toolkit == CudaToolkit("app", str(root), PIN)
+    assert tools.nvcc == Tool(str(root / "bin" / "nvcc"), PIN) and tools.can_build_cuda
+    nvcc_text = page.tool_labels["nvcc"].text()
+    assert str(root / "bin" / "nvcc") in nvcc_text and "the app's own CUDA toolkit" in nvcc_text
+    assert page.tool_labels["cublas"].text() == f"{root / 'lib'} (pip wheel)"
+    assert page.build_cuda_button.isEnabled()
+    assert not page.toolkit_button.isVisible() and not page.toolkit_label.isVisible()
+
+
+@pytest.mark.slow
+def test_cancelling_the_cuda_toolkit_install_leaves_nothing_installed(
+        qtbot: QtBot, toolkit_page: BackendPage, no_cuda_toolkit: Path, cached_wheelhouse: Path) -> None:
+    page = toolkit_page
+    house = no_cuda_toolkit / "cuda-wheels" / PIN  # downloaded already: the op goes straight to the install
+    house.mkdir(parents=True)
+    for wheel in cached_wheelhouse.glob("*.whl"):
+        (house / wheel.name).symlink_to(wheel)
+    qtbot.mouseClick(page.toolkit_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "Processing " in page.log.toPlainText(), timeout=WAIT_MS)  # pip is unpacking
+    assert page.cancel_build_button.text() == "Cancel download"
+    qtbot.mouseClick(page.cancel_build_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.building, timeout=WAIT_MS)
+    assert isinstance(page.last_error, BuildCancelled), page.step_label.text()
+    assert page.step_label.text().startswith("Cancelled; no CUDA toolkit was installed.")
+    assert f"==> the wheelhouse {house} already holds every CUDA {PIN} wheel" in page.log.toPlainText()
+    assert list((no_cuda_toolkit / "cuda-toolkit").iterdir()) == []  # no staging, no half toolkit
+    assert cuda_wheels.installed_toolkits() == [] and page.toolkit is None
+    assert page.toolkit_button.isVisible() and page.toolkit_button.isEnabled()  # offered again
+    assert not page.build_cuda_button.isEnabled()
+
+
+def test_cuda_toolkit_errors_are_shown_in_words(qtbot: QtBot, toolkit_page: BackendPage, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch, cuda_index: LocalIndex) -> None:
+    page = toolkit_page
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")  # nothing listens there: no network
+    qtbot.mouseClick(page.toolkit_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.building, timeout=WAIT_MS)
+    assert isinstance(page.last_error, cuda_wheels.CudaWheelsUnreachable)
+    text = page.step_label.text()
+    assert text.startswith("Getting the CUDA build tools failed; nothing was installed.")
+    assert "the package index was not reachable" in text and "Check the internet connection" in text
+    assert "color" in page.step_label.styleSheet()
+    assert page.toolkit_button.isEnabled() and cuda_wheels.installed_toolkits() == []
+
+    # a CUDA 12 driver: PyPI's CUDA 12 nvcc wheel holds no nvcc, which the page says before the large download
+    monkeypatch.setenv("PIP_INDEX_URL", cuda_index.url)
+    fake_nvidia_smi(tmp_path / "bin", "12.4", ["NVIDIA H200, 9.0, 143771"])
+    page.refresh_toolchain()
+    qtbot.waitUntil(lambda: page.offer is not None and page.offer.cuda == "12.4", timeout=WAIT_MS)
+    assert page.toolkit_label.text().startswith("Downloads NVIDIA's CUDA 12 compiler")
+    qtbot.mouseClick(page.toolkit_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.building, timeout=WAIT_MS)
+    text = page.step_label.text()
+    assert "holds no nvcc compiler" in text and "Update the NVIDIA driver to 580 or newer" in text
+    assert "color" in page.step_label.styleSheet()
+    assert not list((Path(os.environ["FASTMTP_CACHE_DIR"]) / "cuda-wheels" / "12.4").glob("nvidia_cublas*"))
 
 
 # ----------------------------------------------------------------------------- in the window

@@ -5,11 +5,17 @@ this page, so it keeps running while the user looks at another page. Its progres
 build's events, whose percentages come from ninja's ``[n/N]`` lines while compiling; every log line
 goes to the live log. The installed backends are read from the registry: their manifests, the
 active one, "Use" (``registry.set_active``) and the self-test in a child process.
+
+When a CUDA build lacks nvcc or cuBLAS and the NVIDIA driver reports a CUDA version, the page offers
+the app's own CUDA toolkit: ``cuda_wheels.ensure`` (the same as ``python -m app backend cuda-toolkit
+install``) runs as the page's background op, with the same progress, log and Cancel as a build, then
+the build tools are detected again.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt
@@ -30,12 +36,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backend import registry
+from app.backend import cuda_wheels, registry
 from app.backend.builder import BuildOptions, Flavor, build_backend, run_selftest_subprocess
-from app.backend.events import BuildEvent, CancelToken
+from app.backend.events import BuildEvent, CancelToken, EventKind
 from app.backend.registry import BackendManifest
-from app.backend.toolchain import Tool, Toolchain, detect
-from app.errors import BuildCancelled, FastMTPError
+from app.backend.toolchain import Tool, Toolchain, ToolkitMode, detect, toolkit_mode
+from app.errors import BuildCancelled, FastMTPError, ToolchainError
 from app.gui.ops import BackgroundOp, Report
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
 
@@ -44,10 +50,99 @@ LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stay
 # installed backends table columns
 (B_ID, B_FLAVOR, B_PATCH, B_SELFTEST, B_BUILT, B_ACTIVE) = range(6)
 
+TOOLKIT_BUTTON = "Get the CUDA build tools (about 530 MB download)"
+# FASTMTP_CUDA_TOOLKIT=app on a machine without a driver: build for another machine with CUDA 13.0, the
+# oldest CUDA 13 (a backend built with it runs on every CUDA 13 driver)
+OTHER_MACHINE_CUDA = "13.0"
+
 
 def _tool_text(tool: Tool | None, missing: str = "not found") -> str:
     return f"{tool.version}  ({tool.path})" if tool is not None else missing
 
+
+@dataclass(frozen=True)
+class ToolkitOffer:
+    """The app's own CUDA toolkit, offered on the page: for which CUDA version, and why that one."""
+
+    cuda: str  # the CUDA version to fetch the wheels for ("13.0")
+    from_driver: bool  # the driver's version; False: FASTMTP_CUDA_TOOLKIT=app without a driver
+
+    def text(self) -> str:
+        """The one line under the button: what it does."""
+        major = self.cuda.split(".")[0]
+        target = (f"for the driver's CUDA {self.cuda}" if self.from_driver else
+                  f"for CUDA {self.cuda} (no NVIDIA driver found here: {cuda_wheels.TOOLKIT_ENV}=app, "
+                  "to build for another machine)")
+        return (f"Downloads NVIDIA's CUDA {major} compiler (nvcc) and cuBLAS as pip wheels into the app's cache, "
+                f"{target}; nothing is installed system-wide.")
+
+
+def toolkit_offer(tools: Toolchain, driver_cuda: str | None, mode: ToolkitMode) -> ToolkitOffer | None:
+    """Whether the page offers to get the app's CUDA toolkit (None: not offered).
+
+    Offered when the toolchain lacks nvcc or cuBLAS, the app's toolkit for that CUDA version is not
+    installed, and there is something to build for: the driver reports a CUDA version, or
+    ``FASTMTP_CUDA_TOOLKIT=app`` asks for the app's toolkit anyway (then for CUDA 13.0). Never with
+    ``FASTMTP_CUDA_TOOLKIT=system`` (the app's toolkit would not be used), nor for a CUDA version the
+    app knows no wheels for (the problems line says to install the toolkit). Reads the cache folder.
+    """
+    if (tools.nvcc is not None and tools.cublas is not None) or mode == "system":
+        return None
+    cuda = driver_cuda if driver_cuda is not None else OTHER_MACHINE_CUDA if mode == "app" else None
+    if cuda is None:
+        return None  # no driver, no GPU: nothing to build CUDA for
+    try:
+        cuda_wheels.requirements(cuda)
+    except ToolchainError:
+        return None
+    if cuda_wheels.read_toolkit(cuda_wheels.toolkit_dir(cuda)) is not None:
+        return None
+    return ToolkitOffer(cuda, from_driver=driver_cuda is not None)
+
+
+def _short_wheel(name: str) -> str:
+    """``nvidia_cublas-13.0.2.14-py3-none-manylinux_2_27_x86_64.whl`` -> ``nvidia_cublas-13.0.2.14``."""
+    parts = name.split("-")
+    return "-".join(parts[:2]) if name.endswith(".whl") and len(parts) >= 5 else name
+
+
+class ToolkitProgress:
+    """Turns ``cuda_wheels.ensure``'s log lines into the page's build events: every line for the log, and
+    the step text and the bar from the lines that mark progress (ours, and pip's Downloading, Processing and
+    Installing lines)."""
+
+    def __init__(self, report: Report, wheels: int) -> None:
+        self._report = report
+        self._wheels = max(wheels, 1)
+        self._started = 0  # wheel downloads pip has begun
+        self._installing = False
+
+    def _emit(self, kind: EventKind, message: str, percent: float | None = None) -> None:
+        self._report(BuildEvent(kind, message, percent, "cuda-toolkit"))
+
+    def __call__(self, line: str) -> None:
+        text = line.strip()
+        if line.startswith("downloading "):  # ours, one per pip run: the requirements it downloads
+            self._emit("step", line, 2.0 + 78.0 * self._started / self._wheels)
+        elif "already holds every" in line or line.startswith("installing "):
+            self._installing = True
+            self._emit("step", line, 80.0)
+        elif not self._installing and (text.startswith("Downloading ") or text.startswith("Processing ")):
+            # pip: "Downloading <wheel> (420.9 MB)" from an index; "Processing <path>" from a file:// one
+            self._emit("log", line)
+            wheel, _, size = text.split(" ", 1)[1].partition(" (")
+            name = _short_wheel(wheel.rsplit("/", 1)[-1])
+            self._emit("progress", f"Downloading {name} ({size}…" if size else f"Downloading {name}…",
+                       2.0 + 78.0 * self._started / self._wheels)
+            self._started += 1
+        elif text.startswith("Installing collected packages"):
+            self._emit("log", line)
+            self._emit("progress", "Unpacking the wheels (about 840 MB)…", 85.0)
+        elif text.startswith("Successfully installed"):
+            self._emit("log", line)
+            self._emit("progress", "Checking that the toolkit is complete and nvcc runs…", 95.0)
+        else:
+            self._emit("log", line)
 
 
 def selftest_summary(result: dict[str, Any]) -> str:
@@ -76,6 +171,9 @@ class BackendPage(QWidget):
         self.ops = OwnedOps(self)
         self.toolchain: Toolchain | None = None
         self.build_op: BackgroundOp[BackendManifest] | None = None
+        self.toolkit_op: BackgroundOp[cuda_wheels.AppToolkit] | None = None
+        self.offer: ToolkitOffer | None = None  # the app's CUDA toolkit, when the page offers it
+        self.toolkit: cuda_wheels.AppToolkit | None = None  # the one this page got
         self.selftest_op: BackgroundOp[dict[str, Any]] | None = None
         self.cancel_token: CancelToken | None = None
         self.built: BackendManifest | None = None
@@ -108,6 +206,16 @@ class BackendPage(QWidget):
         self.problems_label = QLabel()
         self.problems_label.setWordWrap(True)
         form.addRow(self.problems_label)
+        self.toolkit_button = QPushButton(TOOLKIT_BUTTON)
+        self.toolkit_button.clicked.connect(self.get_cuda_toolkit)
+        self.toolkit_label = QLabel()
+        self.toolkit_label.setWordWrap(True)
+        offer = QHBoxLayout()
+        offer.addWidget(self.toolkit_button)
+        offer.addWidget(self.toolkit_label, 1)
+        form.addRow(offer)
+        self.toolkit_button.hide()  # until the toolchain says it is wanted
+        self.toolkit_label.hide()
         return group
 
     def _build_build_group(self) -> QGroupBox:
@@ -183,35 +291,49 @@ class BackendPage(QWidget):
         """Detect the build tools off the GUI thread (it runs each tool's --version and nvidia-smi)."""
         for label in self.tool_labels.values():
             label.setText("…")
-        self.ops.start(lambda _report: detect(), self._toolchain_detected,
-                       lambda exc: self.problems_label.setText(error_text(exc)))
 
-    def _toolchain_detected(self, tools: Toolchain) -> None:
+        def work(_report: Report) -> tuple[Toolchain, ToolkitOffer | None]:
+            tools = detect()
+            return tools, toolkit_offer(tools, cuda_wheels.driver_cuda_version(), toolkit_mode())
+
+        self.ops.start(work, self._toolchain_detected, lambda exc: self.problems_label.setText(error_text(exc)))
+
+    def _toolchain_detected(self, detected: tuple[Toolchain, ToolkitOffer | None]) -> None:
+        tools, self.offer = detected
         self.toolchain = tools
         labels = self.tool_labels
         labels["cmake"].setText(_tool_text(tools.cmake))
         labels["ninja"].setText(_tool_text(tools.ninja))
         labels["c_compiler"].setText(_tool_text(tools.c_compiler))
         labels["cxx_compiler"].setText(_tool_text(tools.cxx_compiler))
-        labels["nvcc"].setText(_tool_text(tools.nvcc, "not found (CPU builds only)"))
+        app_toolkit = tools.cuda_toolkit is not None and tools.cuda_toolkit.source == "app"
+        labels["nvcc"].setText(_tool_text(tools.nvcc, "not found (CPU builds only)")
+                               + (", the app's own CUDA toolkit (NVIDIA's pip wheels)" if app_toolkit else ""))
         labels["cublas"].setText(f"{tools.cublas.lib_dir}{' (pip wheel)' if tools.cublas.from_wheel else ''}"
                                  if tools.cublas else "not found")
         labels["ccache"].setText(_tool_text(tools.ccache, "not found (optional: faster rebuilds)"))
         labels["gpus"].setText(", ".join(f"{g.name} (compute {g.compute_capability}, {g.memory_mib} MiB)"
                                          for g in tools.gpus) or "none found")
         problems = tools.problems(cuda=tools.nvcc is not None)
+        if self.offer is not None and tools.nvcc is None:
+            problems.append("The CUDA compiler nvcc and cuBLAS were not found, so only the CPU backend can be built: "
+                            "the button below gets them.")
         if not tools.gpus and tools.can_build_cuda:
             problems.append("No NVIDIA GPU was found, so the CUDA architecture is unknown: build the CPU backend "
                             "here, or use `python -m app backend build --cuda --cuda-arch 89` for another machine.")
         self.problems_label.setText("\n".join(problems) if problems else "Everything needed is there.")
         self.problems_label.setStyleSheet(f"color: {bad_colour(self).name()};" if not tools.can_build_cpu else "")
+        if self.offer is not None:
+            self.toolkit_label.setText(self.offer.text())
+            self.toolkit_label.setToolTip(str(cuda_wheels.toolkit_dir(self.offer.cuda)))
         self._set_building(self.building)
 
     # ------------------------------------------------------------------ building
 
     @property
     def building(self) -> bool:
-        return self.build_op is not None and self.build_op.running
+        """A build, or getting the CUDA toolkit, is running (one at a time: they share progress, log and Cancel)."""
+        return any(op is not None and op.running for op in (self.build_op, self.toolkit_op))
 
     def build(self, flavor: Flavor) -> None:
         """Build, self-test, install and activate a backend, as ``python -m app backend build --<flavor>``."""
@@ -231,11 +353,14 @@ class BackendPage(QWidget):
 
         self.build_op = self.ops.start(work, self._build_done, self._build_failed, self._event)
         self.destroyed.connect(lambda *_args: cancel.cancel())  # nothing half-built is installed
+        self.cancel_build_button.setText("Cancel build")
         self._set_building(True)
 
     def cancel_build(self) -> None:
+        """Cancel the running build, or the CUDA toolkit's download and install."""
         if self.cancel_token is not None and self.building:
-            self.step_label.setText("Cancelling the build…")
+            getting = self.toolkit_op is not None and self.toolkit_op.running
+            self.step_label.setText("Cancelling the CUDA build tools…" if getting else "Cancelling the build…")
             self.cancel_build_button.setEnabled(False)
             self.cancel_token.cancel()
 
@@ -245,13 +370,63 @@ class BackendPage(QWidget):
         self.build_cuda_button.setEnabled(not building and tools is not None and tools.can_build_cuda
                                           and bool(tools.gpus))
         self.cancel_build_button.setEnabled(building)
+        self.toolkit_button.setVisible(self.offer is not None)
+        self.toolkit_label.setVisible(self.offer is not None)
+        self.toolkit_button.setEnabled(not building and self.offer is not None)
+
+    # ------------------------------------------------------------------ the app's CUDA toolkit
+
+    def get_cuda_toolkit(self) -> None:
+        """Fetch and install the offered CUDA toolkit, as ``python -m app backend cuda-toolkit install``."""
+        offer = self.offer
+        if self.building or offer is None:
+            return
+        cancel = self.cancel_token = CancelToken()
+        self.toolkit = None
+        self.last_error = None
+        self.log.clear()
+        self.progress.setValue(0)
+        self.step_label.setStyleSheet("")
+        self.step_label.setText(f"Getting the CUDA {offer.cuda} build tools…")
+        wheels = len(cuda_wheels.requirements(offer.cuda))
+
+        def work(report: Report) -> cuda_wheels.AppToolkit:
+            return cuda_wheels.ensure(offer.cuda, log=ToolkitProgress(report, wheels), cancel=cancel)
+
+        self.toolkit_op = self.ops.start(work, self._toolkit_done, self._toolkit_failed, self._event)
+        self.destroyed.connect(lambda *_args: cancel.cancel())  # nothing half-installed is kept
+        self.cancel_build_button.setText("Cancel download")
+        self._set_building(True)
+
+    def _toolkit_done(self, toolkit: cuda_wheels.AppToolkit) -> None:
+        self.toolkit = toolkit
+        self.cancel_token = None
+        self.offer = None  # installed: detection decides what is offered next
+        self._set_building(False)
+        self.progress.setValue(100)
+        self.step_label.setText(f"The CUDA {toolkit.cuda} build tools (nvcc {toolkit.nvcc_version} and cuBLAS) are "
+                                f"in the app's cache, {toolkit.root}; nothing was installed system-wide. "
+                                "CUDA builds use them.")
+        self.log.appendPlainText(f"==> CUDA toolkit {toolkit.nvcc_version} ready in {toolkit.root}")
+        self.refresh_toolchain()
+
+    def _toolkit_failed(self, exc: Exception) -> None:
+        self.last_error = exc
+        self.cancel_token = None
+        self._set_building(False)
+        if isinstance(exc, BuildCancelled):
+            self.step_label.setText("Cancelled; no CUDA toolkit was installed. Wheels that finished downloading "
+                                    "stay in the app's cache, so getting them again continues from there.")
+        else:
+            self.step_label.setText("Getting the CUDA build tools failed; nothing was installed. " + error_text(exc))
+            self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
 
     def _event(self, value: Any) -> None:
         if not isinstance(value, BuildEvent):
             return
         if value.percent is not None:
             self.progress.setValue(round(value.percent))
-        if value.kind in ("step", "done"):
+        if value.kind in ("step", "done") or (value.kind == "progress" and value.message):
             self.step_label.setText(value.message[:1].upper() + value.message[1:])
         if value.kind in ("step", "log", "done", "error") and value.message.strip():
             prefix = "==> " if value.kind == "step" else ""
