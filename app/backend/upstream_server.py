@@ -120,7 +120,7 @@ class UpstreamServer:
                     "--spec-draft-p-min", str(p_min), "--spec-draft-ngl", str(n_gpu_layers)]
         self.cmd = cmd + (extra_args or [])
         self.draft = draft
-        self.log_path = paths.cache_dir() / "logs" / f"llama-server-{self.port}.log"
+        self.log_path = paths.cache_dir() / "logs" / f"llama-server-{os.getpid()}-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.client = httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0), trust_env=False)
 
