@@ -23,6 +23,7 @@ from app.bench.report import device_description
 from app.engine.chat_template import Message
 from app.engine.session import ChatSession
 from app.engine.speculative import EngineConfig, Mode
+from app.native.handles import default_threads
 from app.resources import resources_dir
 
 DraftKind = Literal["full", "d2t"]
@@ -303,6 +304,9 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     """
     began = time.monotonic()
     cut_short = False
+    # the same thread count on both sides: llama-server's own default differs from ours (llama.cpp's, not
+    # one per physical core), which made it look faster on a 2-core machine
+    n_threads = n_threads or default_threads()
     longest = 0.0  # seconds of the longest variant run so far
     run_order = sorted(variants, key=_priority)  # what a run cut short by its time limit should still have
     prompts = {name: load_prompts(name) for name in prompt_sets}
