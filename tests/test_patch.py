@@ -10,7 +10,6 @@ import pytest
 from app.backend import patching, source
 from app.errors import PatchError
 
-
 PATCHED_FILES = ["src/llama-model.cpp", "src/models/qwen35.cpp"]
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from app import paths
-from app.backend import buildlock, patching, registry, source, toolchain
+from app.backend import buildlock, patching, processes, registry, source, toolchain
 from app.backend.events import BuildEvent, CancelToken, EventKind, EventSink, ninja_fraction
 from app.errors import BackendError, BuildCancelled, ToolchainError
 
@@ -295,7 +294,7 @@ def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: Cance
     tail: deque[str] = deque(maxlen=30)
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", start_new_session=True)
-    cancel.set_kill(lambda: _kill_group(proc))
+    cancel.set_kill(lambda: processes.kill_group(proc))
     try:
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -309,23 +308,13 @@ def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: Cance
     finally:
         cancel.set_kill(None)
         if proc.poll() is None:
-            _kill_group(proc)
+            processes.kill_group(proc)
             proc.wait()
     check_cancel(cancel)
     if code != 0:
         raise BackendError(f"{failure} (exit code {code}). Last lines:\n" + "\n".join(tail),
                            "Nothing was installed. Fix the cause named above and build again; "
                            "`python -m app backend doctor` checks the tools.")
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        if sys.platform == "win32":
-            proc.kill()
-        else:
-            os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 _SHARED_LIB = re.compile(r"^(lib)?(llama|ggml[\w-]*)\.(so(\.\d+)*|dylib|dll)$")
@@ -391,7 +380,7 @@ def run_selftest_subprocess(folder: Path, report: Reporter | None = None,
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             errors="replace", start_new_session=True)
     if cancel is not None:
-        cancel.set_kill(lambda: _kill_group(proc))
+        cancel.set_kill(lambda: processes.kill_group(proc))
     lines: list[str] = []
     try:
         assert proc.stdout is not None

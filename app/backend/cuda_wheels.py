@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import zipfile
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
+from app.backend import processes
 from app.backend.events import CancelToken
 from app.errors import BuildCancelled, ToolchainError
 
@@ -381,7 +381,7 @@ def cleanup_stale_staging() -> None:
     base = toolkits_dir()
     for entry in base.glob(_STAGING + "*") if base.is_dir() else []:
         pid = entry.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and processes.pid_alive(int(pid)):
             continue
         shutil.rmtree(entry, ignore_errors=True)
 
@@ -452,7 +452,7 @@ def _run(cmd: list[str], say: Log, cancel: CancelToken) -> tuple[int, list[str]]
     tail: deque[str] = deque(maxlen=20)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                             start_new_session=True)
-    cancel.set_kill(lambda: _kill_group(proc))
+    cancel.set_kill(lambda: processes.kill_group(proc))
     try:
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -464,35 +464,15 @@ def _run(cmd: list[str], say: Log, cancel: CancelToken) -> tuple[int, list[str]]
     finally:
         cancel.set_kill(None)
         if proc.poll() is None:
-            _kill_group(proc)
+            processes.kill_group(proc)
             proc.wait()
     _check_cancel(cancel)
     return code, list(tail)
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        if sys.platform == "win32":
-            proc.kill()
-        else:
-            os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _check_cancel(cancel: CancelToken) -> None:
     if cancel.cancelled:
         raise BuildCancelled("Getting the CUDA toolkit was cancelled; no half-installed toolkit was kept.")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _normalize(name: str) -> str:

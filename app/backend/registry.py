@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
+from app.backend import processes
 from app.errors import BackendError
 
 MANIFEST = "fastmtp-backend.json"
@@ -77,23 +78,11 @@ def cleanup_stale_staging() -> list[Path]:
     removed: list[Path] = []
     for entry in paths.backends_dir().glob(STAGING_PREFIX + "*"):
         pid_text = entry.name.rsplit("-", 1)[-1]
-        if pid_text.isdigit() and _pid_alive(int(pid_text)):
+        if pid_text.isdigit() and processes.pid_alive(int(pid_text)):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def list_backends() -> list[BackendManifest]:
