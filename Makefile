@@ -41,7 +41,7 @@ clean:
 # portable sm_90 CUDA backend and llama-server, packs them and the wheels gpu-check needs into gpu-carry/
 # (under 64 MiB). On the GPU machine, with gpu-carry/ carried: `make gpu-check` (OUT=folder for the results).
 # With .venv present it runs from there against the active backend: a rehearsal on the CPU is
-# `make gpu-check GPU_CHECK_ARGS="--gpu-layers 0 --size small"`.
+# `make gpu-check GPU_CHECK_ARGS="--gpu-layers 0 --size small --runs 1 --tokens 64"`.
 GPU_CARRY      ?= gpu-carry
 GPU_CHECK_ARGS ?=
 GPU_OUT        := $(if $(OUT),$(OUT),gpu-check-out)
