@@ -7,11 +7,17 @@ Streaming cost stays flat with the reply's length: finished markdown blocks are 
 update (at most every ``RENDER_INTERVAL_MS``) renders only the unfinished tail. Inside an open code
 fence new text is appended as it is; the block is highlighted once when its fence closes. Links in the
 transcript carry the actions: ``copy-code:N``, ``copy:I``, ``edit:I``, ``regenerate:I``, ``think:I``.
+
+The transcript follows a streaming reply while the user is at its bottom (within ``FOLLOW_SLACK_PX``);
+once they scroll up it keeps their position and shows "Jump to latest ↓" over its bottom-right corner.
+The button, or scrolling back down by hand, hides it and following resumes.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +62,7 @@ from app.history import StoredMessage
 
 DRAFT_TINT = QColor(LIGHT.draft_tint)
 RENDER_INTERVAL_MS = 30  # streamed text is drawn at most this often; tokens in between only queue
+FOLLOW_SLACK_PX = 6  # this close to the bottom counts as at the bottom: the view follows the reply
 
 
 @dataclass
@@ -334,6 +341,11 @@ class ChatView(QWidget):
         self.transcript.document().setDocumentMargin(14)
         self.transcript.document().setUndoRedoEnabled(False)  # a growing undo stack would slow every edit
         self.hud = Hud()
+        self._follow = True  # the user is at the bottom: new text keeps the view there
+        self._moving = 0  # > 0 while the view itself edits the document or scrolls (not the user)
+        bar = self.transcript.verticalScrollBar()
+        bar.valueChanged.connect(self._scrolled)
+        bar.rangeChanged.connect(self._range_changed)
         stack = QGridLayout()
         stack.setContentsMargins(0, 0, 0, 0)
         stack.addWidget(self.transcript, 0, 0)
@@ -342,6 +354,16 @@ class ChatView(QWidget):
         corner.setContentsMargins(0, 6, self.transcript.verticalScrollBar().sizeHint().width() + 6, 0)
         corner.addWidget(self.hud)
         stack.addWidget(hud_corner, 0, 0, Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignRight)
+        self.jump_button = QPushButton("Jump to latest ↓")
+        self.jump_button.setToolTip("Scroll to the newest text and follow the reply again")
+        self.jump_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.jump_button.clicked.connect(self.scroll_to_latest)
+        self._jump_corner = QWidget()  # over the transcript's bottom-right, clear of the scroll bar
+        jump = QHBoxLayout(self._jump_corner)
+        jump.setContentsMargins(0, 0, bar.sizeHint().width() + 10, 10)
+        jump.addWidget(self.jump_button)
+        stack.addWidget(self._jump_corner, 0, 0, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignRight)
+        self._jump_corner.hide()
 
         self.input = MessageInput()
         self.input.setPlaceholderText("Message the model — Enter sends, Shift+Enter for a new line")
@@ -418,14 +440,16 @@ class ChatView(QWidget):
         entry = ChatEntry("user", [(text, "user")], message_id=message_id)
         self.entries.append(entry)
         self._insert_entry(len(self.entries) - 1)
+        self.scroll_to_latest()  # the user just sent it: show it, and follow the reply that comes
         return entry
 
     def begin_reply(self, message_id: int | None = None) -> ChatEntry:
         self._streaming = ChatEntry("assistant", message_id=message_id, thinking_open=True)
         self.entries.append(self._streaming)
         self._stream = _ReplyStream(self, self._streaming, len(self.entries) - 1)
-        self._prepare_document()
-        self._stream.begin()
+        with self._keeping_place():
+            self._prepare_document()
+            self._stream.begin()
         self.hud.reset()
         self.stop_button.setEnabled(True)
         return self._streaming
@@ -450,11 +474,8 @@ class ChatView(QWidget):
         self._render_timer.stop()
         if self._stream is None:
             return
-        scrollbar = self.transcript.verticalScrollBar()
-        at_bottom = scrollbar.value() >= scrollbar.maximum() - 4
-        self._stream.flush()
-        if at_bottom:
-            scrollbar.setValue(scrollbar.maximum())
+        with self._keeping_place():
+            self._stream.flush()
 
     def finish_reply(self, event: dict[str, Any]) -> ChatEntry | None:
         """The reply's ``done`` event (or an ``error`` that ended it): final text and stats footer.
@@ -476,10 +497,10 @@ class ChatView(QWidget):
         else:
             entry.footer = f"stopped by an error: {event.get('message', '')}"
         entry.thinking_open = False
-        cursor = self._select_from(stream.start_pos)  # the whole reply, drawn again once, finished
-        cursor.removeSelectedText()
-        self._insert_entry(len(self.entries) - 1, cursor)
-        self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
+        with self._keeping_place():
+            cursor = self._select_from(stream.start_pos)  # the whole reply, drawn again once, finished
+            cursor.removeSelectedText()
+            self._insert_entry(len(self.entries) - 1, cursor)
         return entry
 
     def streaming_entry(self) -> ChatEntry | None:
@@ -487,6 +508,49 @@ class ChatView(QWidget):
 
     def transcript_text(self) -> str:
         return self.transcript.toPlainText()
+
+    # ------------------------------------------------------------------ following the reply
+
+    def scroll_to_latest(self) -> None:
+        """To the bottom, following again ("Jump to latest ↓", a sent message, a redraw)."""
+        self._follow = True
+        self._to_bottom()
+        self._jump_corner.hide()
+
+    @contextmanager
+    def _keeping_place(self) -> Iterator[None]:
+        """Around the view's own document edits: afterwards at the bottom when following, else where the
+        user left it (an edit's removal may shrink the range for a moment and clamp the position)."""
+        bar = self.transcript.verticalScrollBar()
+        value = bar.value()
+        self._moving += 1
+        try:
+            yield
+        finally:
+            bar.setValue(bar.maximum() if self._follow else value)
+            self._moving -= 1
+
+    def _to_bottom(self) -> None:
+        bar = self.transcript.verticalScrollBar()
+        self._moving += 1
+        try:
+            bar.setValue(bar.maximum())
+        finally:
+            self._moving -= 1
+
+    def _scrolled(self, value: int) -> None:
+        """The scroll bar moved: by the user unless the view is moving it. Up stops following, down to
+        the bottom resumes it."""
+        if self._moving:
+            return
+        self._follow = value >= self.transcript.verticalScrollBar().maximum() - FOLLOW_SLACK_PX
+        self._jump_corner.setVisible(not self._follow)
+
+    def _range_changed(self, _minimum: int, _maximum: int) -> None:
+        """The document's height changed (new text, possibly laid out after the edit, or a resize): the
+        view stays at the bottom while following, and the user's position is left alone otherwise."""
+        if self._follow and not self._moving:
+            self._to_bottom()
 
     # ------------------------------------------------------------------ actions
 
@@ -533,15 +597,19 @@ class ChatView(QWidget):
 
     def redraw(self) -> None:
         """Draw the whole conversation again (after the overlay toggle, a theme change, a truncation)."""
-        self.transcript.clear()
-        self.code_blocks = []
-        for index, entry in enumerate(self.entries):
-            if entry is not self._streaming:
-                self._insert_entry(index)
-        if self._stream is not None:
-            self._prepare_document()
-            self._stream.begin()
-        self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
+        self._moving += 1
+        try:
+            self.transcript.clear()
+            self.code_blocks = []
+            for index, entry in enumerate(self.entries):
+                if entry is not self._streaming:
+                    self._insert_entry(index)
+            if self._stream is not None:
+                self._prepare_document()
+                self._stream.begin()
+        finally:
+            self._moving -= 1
+        self.scroll_to_latest()
 
     def _prepare_document(self) -> None:
         """Start the text below the HUD, so the newest reply is never hidden under it at the top."""
