@@ -323,8 +323,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _has_display():
             print("No display found: running the terminal quickstart instead of the window.", file=sys.stderr)
             return main(["quickstart"])
-        from app.gui.main import run
-
+        try:
+            from app.gui.main import qt_start_problem, run
+        except ImportError as exc:  # Qt's own libraries (libEGL, libGL, …) are missing
+            problem: str | None = f"Qt cannot be loaded: {exc}"
+        else:
+            problem = qt_start_problem()
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            print("Running the terminal quickstart instead of the window.", file=sys.stderr)
+            return main(["quickstart"])
         return run()
     parser = build_parser()
     args = parser.parse_args(argv)

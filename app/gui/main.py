@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
+import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -43,7 +47,7 @@ from app.gguftools.demo_model import DemoModel
 from app.gui import theme
 from app.gui.backend_page import BackendPage
 from app.gui.chat_settings_dialog import ChatSettingsDialog
-from app.gui.chat_view import ChatView
+from app.gui.chat_view import ChatEntry, ChatView
 from app.gui.engine_bridge import EngineBridge
 from app.gui.first_run import FirstRunPanel
 from app.gui.hud import drafting_warning
@@ -64,6 +68,8 @@ MODES = [("FastMTP d2t sidecar", "sidecar-d2t"), ("Full sidecar", "sidecar-full"
          ("Embedded MTP head", "embedded"), ("Off (target only)", "off")]
 DEMO_KEY = ""  # the model selector's (and the settings') key of the built-in demo model
 DEMO_LABEL = "Demo model (built-in)"
+WAITING_NOTE = "waiting: sent as soon as the model has loaded"
+WAITING_STATUS = "Loading the model… your message waits and is sent when it is ready (more text joins it)"
 
 
 class Banner(QFrame):
@@ -148,6 +154,9 @@ class MainWindow(QMainWindow):
         self._listing = 0  # model listings under way
         self._pending_chat: tuple[Path, str] | None = None  # "Chat with it now": folder and quantization
         self.ready = False
+        self._loading = False  # a model load (or the demo model being written first) is under way
+        self._waiting: str | None = None  # a message sent while loading: sent once the model is ready
+        self._waiting_entry: ChatEntry | None = None  # its place in the transcript, marked as waiting
         self.chat_settings = ChatSettings(max_tokens=256)
         self.options = self.chat_settings.options()
         self._save_timer = QTimer(self)
@@ -355,6 +364,7 @@ class MainWindow(QMainWindow):
     def load_demo(self) -> None:
         """Write the built-in demo model on first use (a background op), then load it."""
         self.status.setText("Preparing the demo model…")
+        self._loading = True  # a message sent meanwhile waits for the model (``send``)
         run_in_background(lambda _report: ensure_demo_model(paths.demo_model_dir()), self.use_demo,
                           lambda exc: self._error({"message": f"The demo model could not be written: {exc}"}))
 
@@ -539,8 +549,9 @@ class MainWindow(QMainWindow):
             self.status.setText("Busy: stop the reply first")
             return
         self.ready = False
+        self._loading = True
         self.banner.hide()
-        self.status.setText("Loading the model…")
+        self.status.setText(WAITING_STATUS if self._waiting is not None else "Loading the model…")
         self.chat.hud.set_config(config)
         self.bridge.load(config)
 
@@ -589,7 +600,13 @@ class MainWindow(QMainWindow):
         self.sidebar.set_current(conversation_id)
 
     def send(self, text: str) -> None:
-        """Save the user's message and stream the reply to the whole saved conversation."""
+        """Save the user's message and stream the reply to the whole saved conversation.
+
+        While the model loads, the message is shown at once, marked as waiting, and sent when the model is
+        ready; one message waits: a second one sent meanwhile is added to it (a blank line between)."""
+        if self._loading and not self.ready:
+            self._wait(text)
+            return
         if not self._can_generate():
             return
         conversation = self._current_conversation()
@@ -625,6 +642,30 @@ class MainWindow(QMainWindow):
         self.chat.truncate(index)
         self.chat.add_user(text, self.history.add_message(conversation.id, "user", text))
         self._generate(conversation)
+
+    def _wait(self, text: str) -> None:
+        """Hold a message until the model is loaded (see ``send``)."""
+        if self._waiting is None or self._waiting_entry not in self.chat.entries:
+            self._waiting = text
+            self._waiting_entry = self.chat.add_user(text)
+        else:
+            assert self._waiting_entry is not None
+            self._waiting += "\n\n" + text
+            self._waiting_entry.pieces = [(self._waiting, "user")]
+        self._waiting_entry.footer = WAITING_NOTE
+        self.chat.redraw()
+        self.status.setText(WAITING_STATUS)
+
+    def _take_waiting(self) -> str | None:
+        """The waiting message's text, its transcript entry removed (``send`` shows it again, saved)."""
+        text, entry = self._waiting, self._waiting_entry
+        self._waiting = self._waiting_entry = None
+        if text is not None and entry is not None:
+            for index, shown in enumerate(self.chat.entries):
+                if shown is entry:
+                    self.chat.truncate(index)
+                    break
+        return text
 
     def _can_generate(self) -> bool:
         if not self.ready or self.bridge.busy:
@@ -676,6 +717,8 @@ class MainWindow(QMainWindow):
 
     def _busy_changed(self, busy: bool) -> None:
         self.chat.set_busy(busy)
+        if busy and self._loading:  # Enter while the model loads: the message waits (``send``)
+            self.chat.send_button.setEnabled(True)
         self.mode_box.setEnabled(not busy)
         self.model_box.setEnabled(not busy)
         self.sidebar.setEnabled(not busy)
@@ -706,10 +749,14 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, event: dict[str, Any]) -> None:
         self.ready = True
+        self._loading = False
         self.status.setText("Ready")
         if event.get("notice"):  # a restart after a crash dropped the sidecar: say why, loudly
             self.chat.hud.set_config(self.bridge.config)
             self.banner.show_error({"error": "SidecarDropped", "message": event["notice"]})
+        waiting = self._take_waiting()
+        if waiting is not None:
+            self.send(waiting)
 
     def _error(self, event: dict[str, Any]) -> None:
         entry = self.chat.finish_reply(event)
@@ -718,6 +765,13 @@ class MainWindow(QMainWindow):
         if event.get("error") == "WorkerCrashed":
             self.ready = False
         self.status.setText("Engine error")
+        if self._loading:
+            self._loading = False
+            waiting = self._take_waiting()
+            if waiting is not None:  # the load failed: nothing is lost, the message goes back into the box
+                typed = self.chat.input.toPlainText().strip()
+                self.chat.input.setPlainText(waiting + ("\n\n" + typed if typed else ""))
+                self.status.setText("Engine error: the model did not load; your message is back in the box")
         self.banner.show_error(event)
 
     def _restart(self) -> None:
@@ -794,6 +848,119 @@ def _gpu_backend() -> bool:
 
     manifest = active()
     return manifest is not None and manifest.flavor == "cuda"
+
+
+# ----------------------------------------------------------------------------- can Qt start here?
+
+PROBE_TIMEOUT_S = 30
+_PROBE = ("import sys\nfrom PySide6.QtGui import QGuiApplication\n"
+          "app = QGuiApplication(sys.argv[:1])\nprint(app.platformName())\n")
+# sonames whose Debian package name does not follow the libfooN / libfoo1-2 rule
+_DEB_NAMES = {"libglib-2.0.so.0": "libglib2.0-0", "libgobject-2.0.so.0": "libglib2.0-0",
+              "libgthread-2.0.so.0": "libglib2.0-0", "libfreetype.so.6": "libfreetype6"}
+
+
+def qt_platform_name() -> str:
+    """The platform plugin Qt will try first: ``QT_QPA_PLATFORM``'s first name, else the session's
+    (wayland on a Wayland session, xcb otherwise, as Qt 6 picks on Linux)."""
+    wanted = os.environ.get("QT_QPA_PLATFORM", "").strip()
+    if wanted:
+        return re.split(r"[;:]", wanted, maxsplit=1)[0].strip()
+    if os.environ.get("WAYLAND_DISPLAY") and os.environ.get("XDG_SESSION_TYPE") == "wayland":
+        return "wayland"
+    return "xcb"
+
+
+def platform_plugin(name: str) -> Path:
+    """The file of PySide6's Qt platform plugin ``name`` (``libqxcb.so``, …)."""
+    from PySide6.QtCore import QLibraryInfo
+
+    return Path(QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)) / "platforms" / f"libq{name}.so"
+
+
+def parse_ldd_missing(output: str) -> list[str]:
+    """The libraries ``ldd`` reports as ``not found``, in order, each once."""
+    missing: list[str] = []
+    for line in output.splitlines():
+        match = re.match(r"\s*(\S+)\s+=>\s+not found", line)
+        if match and match.group(1) not in missing:
+            missing.append(match.group(1))
+    return missing
+
+
+def deb_package(soname: str) -> str:
+    """Debian's package name for a shared library: ``libxcb-icccm.so.4`` -> ``libxcb-icccm4``,
+    ``libX11-xcb.so.1`` -> ``libx11-xcb1``, ``libxkbcommon-x11.so.0`` -> ``libxkbcommon-x11-0``."""
+    if soname in _DEB_NAMES:
+        return _DEB_NAMES[soname]
+    match = re.fullmatch(r"(lib.+?)\.so\.(\d+)(?:\..*)?", soname)
+    if match is None:
+        return soname
+    stem = match.group(1).lower()
+    return stem + ("-" if stem[-1].isdigit() else "") + match.group(2)
+
+
+def _library_installed(soname: str) -> bool:
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    try:
+        listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return True  # cannot tell: the child-process probe still catches it
+    return any(line.split(" (", 1)[0].strip() == soname for line in listing.splitlines())
+
+
+def platform_missing_libraries(name: str) -> list[str]:
+    """The shared libraries the platform plugin ``name`` needs and this machine lacks (``ldd``'s
+    ``not found``; for xcb also ``libxcb-cursor.so.0``, which Qt 6.5+ opens at run time)."""
+    plugin = platform_plugin(name)
+    ldd = shutil.which("ldd")
+    if not plugin.is_file() or ldd is None:
+        return []
+    try:
+        result = subprocess.run([ldd, str(plugin)], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    missing = parse_ldd_missing(result.stdout)
+    if name == "xcb" and not _library_installed("libxcb-cursor.so.0"):
+        missing.append("libxcb-cursor.so.0")
+    return missing
+
+
+def describe_missing(name: str, missing: list[str]) -> str:
+    """What to tell the user: the libraries and the command that installs them."""
+    packages = " ".join(dict.fromkeys(deb_package(lib) for lib in missing))
+    return (f"Qt cannot open the window: its {name} platform plugin needs libraries this machine lacks: "
+            f"{', '.join(missing)}.\nOn Debian/Ubuntu install them with: sudo apt-get install {packages}\n"
+            "(`make run` installs them when it runs as root.)")
+
+
+def qt_start_problem() -> str | None:
+    """None when Qt can open its platform here; else why not, in words, and what to install.
+
+    Linux only: ``ldd`` on the platform plugin names missing libraries; then a child process starts a
+    QGuiApplication, so a failure (such as a display that cannot be reached) aborts the child, not this
+    process. No ctypes."""
+    if not sys.platform.startswith("linux"):
+        return None
+    name = qt_platform_name()
+    missing = platform_missing_libraries(name)
+    if missing:
+        return describe_missing(name, missing)
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                               timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"Qt did not start its {name} platform within {PROBE_TIMEOUT_S} s."
+    except OSError as exc:
+        return f"Qt could not be checked: {exc}"
+    if probe.returncode == 0:
+        return None
+    lines = [line for line in probe.stderr.splitlines() if line.strip()]
+    detail = "\n".join("  " + line for line in lines[-4:])
+    where = (f"the display {os.environ.get('DISPLAY', '')!r} (DISPLAY)" if name == "xcb"
+             else f"the {name} platform")
+    return (f"Qt cannot open the window on {where}; ldd finds no library of its {name} plugin missing, so "
+            f"the display itself could not be used. Qt said:\n{detail}")
 
 
 def run(argv: Sequence[str] | None = None) -> int:
