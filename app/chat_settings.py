@@ -1,12 +1,17 @@
 """Per-chat settings: the system prompt (from a preset or written), thinking on or off, and sampling.
 
 Stored with the conversation in the history (``Conversation.settings`` and ``system_prompt``); Qt-free.
+
+The seed: in the "random" mode (the default) every reply at a temperature above 0 draws a fresh seed, so
+regenerate gives another reply; the "fixed" mode uses ``seed`` for every reply. The seed a reply used is
+kept with its stats, so a reply can be reproduced by setting that seed as the fixed one.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from app.engine.sampling import SamplingParams
 from app.engine.session import ChatOptions
@@ -21,6 +26,11 @@ PRESETS: dict[str, str] = {
 DEFAULT_PRESET = "Helpful assistant"
 CUSTOM = "Custom"
 
+SeedMode = Literal["random", "fixed"]
+SEED_MODES: tuple[SeedMode, ...] = ("random", "fixed")
+SEED_LIMIT = 2**31  # seeds are drawn below this, so any of them can be typed back in as the fixed seed
+OLD_DEFAULT_SEED = 1  # the seed every chat had before the seed mode: read as the random default, not as a choice
+
 
 @dataclass
 class ChatSettings:
@@ -32,14 +42,22 @@ class ChatSettings:
     top_p: float = 0.95
     min_p: float = 0.05
     repeat_penalty: float = 1.0
-    seed: int = 1
+    seed_mode: SeedMode = "random"
+    seed: int = OLD_DEFAULT_SEED  # the fixed mode's seed (and the one used at temperature 0)
     max_tokens: int = 1024
 
-    def options(self) -> ChatOptions:
-        """The engine's options for a reply in this chat."""
+    def reply_seed(self) -> int:
+        """The seed for one reply: a fresh draw in the random mode at a temperature above 0, else ``seed``
+        (temperature 0 is greedy: the seed changes nothing)."""
+        if self.seed_mode == "random" and self.temperature > 0:
+            return secrets.randbelow(SEED_LIMIT)
+        return self.seed
+
+    def options(self, seed: int | None = None) -> ChatOptions:
+        """The engine's options for a reply in this chat, with ``seed`` (from :meth:`reply_seed`) when given."""
         return ChatOptions(max_tokens=self.max_tokens, thinking=self.thinking, sampling=SamplingParams(
             temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
-            repeat_penalty=self.repeat_penalty, seed=self.seed))
+            repeat_penalty=self.repeat_penalty, seed=self.seed if seed is None else seed))
 
     def to_dict(self) -> dict[str, Any]:
         """What the history keeps in ``Conversation.settings`` (the system prompt has its own column)."""
@@ -49,7 +67,10 @@ class ChatSettings:
 
     @classmethod
     def from_conversation(cls, system_prompt: str, settings: dict[str, Any]) -> ChatSettings:
-        """A saved chat's settings; unknown keys are ignored and missing or mistyped ones take defaults."""
+        """A saved chat's settings; unknown keys are ignored and missing or mistyped ones take defaults.
+
+        A chat saved before the seed mode has a plain ``seed``: the old hard-coded 1 (never chosen) reads as
+        the random default, any other value as the fixed seed the user set."""
         chat = cls(system_prompt=system_prompt)
         for f in fields(cls):
             if f.name == "system_prompt" or f.name not in settings:
@@ -62,8 +83,14 @@ class ChatSettings:
                 value = float(value) if ok else value
             else:
                 ok = isinstance(value, type(default)) and not isinstance(value, bool)
+            if f.name == "seed_mode":
+                ok = value in SEED_MODES
+            elif f.name == "seed":
+                ok = ok and 0 <= value < SEED_LIMIT
             if ok:
                 setattr(chat, f.name, value)
+        if "seed_mode" not in settings and chat.seed != OLD_DEFAULT_SEED:
+            chat.seed_mode = "fixed"
         if "preset" not in settings:  # a chat saved before presets: its prompt is its own
             chat.preset = next((name for name, text in PRESETS.items() if text == system_prompt), CUSTOM)
         return chat

@@ -16,7 +16,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat_settings import CUSTOM, PRESETS, ChatSettings
+from app.chat_settings import CUSTOM, PRESETS, SEED_LIMIT, ChatSettings
+
+SEED_MODE_LABELS = {"random": "Random for every reply", "fixed": "Fixed"}
 
 
 class ChatSettingsDialog(QDialog):
@@ -40,7 +42,16 @@ class ChatSettingsDialog(QDialog):
         self.top_p = _double(0.0, 1.0, 0.01, settings.top_p)
         self.min_p = _double(0.0, 1.0, 0.01, settings.min_p)
         self.repeat_penalty = _double(0.5, 2.0, 0.01, settings.repeat_penalty)
-        self.seed = _int(0, 2**31 - 1, settings.seed)
+        self.seed_mode = QComboBox()
+        for mode, label in SEED_MODE_LABELS.items():
+            self.seed_mode.addItem(label, mode)
+        self.seed_mode.setCurrentIndex(max(self.seed_mode.findData(settings.seed_mode), 0))
+        self.seed_mode.setToolTip("Random: every reply (and every regenerate) draws a new seed; the seed used is "
+                                  "kept with the reply's stats. Fixed: the same seed, so the same reply. "
+                                  "At temperature 0 the reply is the same either way.")
+        self.seed = _int(0, SEED_LIMIT - 1, settings.seed)
+        self.seed_mode.currentIndexChanged.connect(self._seed_mode_picked)
+        self._seed_mode_picked()
         self.max_tokens = _int(1, 32768, settings.max_tokens)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -54,10 +65,14 @@ class ChatSettingsDialog(QDialog):
         form.addRow("Top-p", self.top_p)
         form.addRow("Min-p", self.min_p)
         form.addRow("Repeat penalty", self.repeat_penalty)
-        form.addRow("Seed", self.seed)
+        form.addRow("Seed", self.seed_mode)
+        form.addRow("Fixed seed", self.seed)
         form.addRow("Max tokens", self.max_tokens)
         form.addRow(buttons)
         self._base = settings
+
+    def _seed_mode_picked(self) -> None:
+        self.seed.setEnabled(self.seed_mode.currentData() == "fixed")
 
     def _preset_picked(self, name: str) -> None:
         if name in PRESETS:
@@ -75,7 +90,9 @@ class ChatSettingsDialog(QDialog):
         return replace(self._base, preset=self.preset.currentText(), system_prompt=self.system_prompt.toPlainText(),
                        thinking=self.thinking.isChecked(), temperature=self.temperature.value(),
                        top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
-                       repeat_penalty=self.repeat_penalty.value(), seed=self.seed.value(),
+                       repeat_penalty=self.repeat_penalty.value(),
+                       seed_mode="fixed" if self.seed_mode.currentData() == "fixed" else "random",
+                       seed=self.seed.value(),
                        max_tokens=self.max_tokens.value())
 
 

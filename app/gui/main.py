@@ -159,6 +159,7 @@ class MainWindow(QMainWindow):
         self._waiting_entry: ChatEntry | None = None  # its place in the transcript, marked as waiting
         self.chat_settings = ChatSettings(max_tokens=256)
         self.options = self.chat_settings.options()
+        self._reply_seed = self.chat_settings.seed  # the seed of the reply under way (kept with its stats)
         self._save_timer = QTimer(self)
         self._save_timer.setInterval(SAVE_INTERVAL_MS)
         self._save_timer.timeout.connect(self._save_partial)
@@ -247,7 +248,7 @@ class MainWindow(QMainWindow):
         shell.addWidget(self.pages, 1)
         self.setCentralWidget(outer)
         self.add_page("Chat", self.chat_stack)
-        self.models_page = ModelsPage()
+        self.models_page = ModelsPage(context_size=self.settings.context_size)
         self.models_page.model_installed.connect(lambda _installed: self.refresh_models())
         self.models_page.chat_requested.connect(self.chat_with)
         self.add_page("Models", self.models_page)
@@ -531,6 +532,7 @@ class MainWindow(QMainWindow):
         """New settings from the Settings page: the theme now, engine sizes at the next load."""
         folder_changed = settings.models_path() != self.settings.models_path()
         self.settings = settings
+        self.models_page.set_context_size(settings.context_size)  # the fit advice sizes what the engine loads
         app = QApplication.instance()
         if isinstance(app, QApplication):
             self.chat.set_palette(theme.apply(app, settings.theme))
@@ -687,7 +689,9 @@ class MainWindow(QMainWindow):
         self.drafting_banner.hide()
         self.status.setText("Generating…")
         self._save_timer.start()
-        self.bridge.generate(messages, self.options)
+        self._reply_seed = self.chat_settings.reply_seed()  # a fresh one per reply in the random mode
+        sampling = replace(self.options.sampling, seed=self._reply_seed)
+        self.bridge.generate(messages, replace(self.options, sampling=sampling))
 
     def _token(self, event: dict[str, Any]) -> None:
         self.chat.append_token(event)
@@ -724,9 +728,11 @@ class MainWindow(QMainWindow):
         self.sidebar.setEnabled(not busy)
 
     def _done(self, event: dict[str, Any]) -> None:
+        # the reply's stats carry the seed it was sampled with: what reproduces it (as the fixed seed)
+        event["stats"] = {**(event.get("stats") or {}), "seed": self._reply_seed}
         entry = self.chat.finish_reply(event)
         if entry is not None:  # a finished or stopped reply, with its stats and why it ended
-            stats = {**(event.get("stats") or {}), "stop_reason": event.get("stop_reason")}
+            stats = {**event["stats"], "stop_reason": event.get("stop_reason")}
             self.drafting_banner.show_warning(drafting_warning(self.bridge.config, stats))
             self._save_reply(entry.text, stats)
         self.status.setText("Ready")

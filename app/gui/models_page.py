@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import secrets
+from app import settings as app_settings
 from app.backend.toolchain import Gpu, detect_gpus
 from app.errors import FastMTPError, VerificationError
 from app.fit import GIB, FitReport, fit
@@ -130,8 +131,12 @@ class ModelsPage(QWidget):
     model_installed = Signal(object)
     chat_requested = Signal(str, str)
 
-    def __init__(self, parent: QWidget | None = None, *, detect_gpu: bool = True) -> None:
+    def __init__(self, parent: QWidget | None = None, *, detect_gpu: bool = True,
+                 context_size: int | None = None) -> None:
+        """``context_size``: the app settings' context (the one the engine is loaded with); None reads the
+        saved settings. The window passes it and calls :meth:`set_context_size` when Settings changes it."""
         super().__init__(parent)
+        self._context_size = app_settings.load().context_size if context_size is None else context_size
         self.ops = OwnedOps(self)
         self.catalog: Catalog = load_catalog()
         self.gpus: list[Gpu] = []
@@ -180,14 +185,17 @@ class ModelsPage(QWidget):
         self.vram.valueChanged.connect(self.refresh_fit)
         self.context = QSpinBox()
         self.context.setRange(512, 262_144)
-        self.context.setSingleStep(4096)
-        self.context.setValue(32_768)
+        self.context.setValue(self._context_size)
         self.context.setSuffix(" tokens")
+        self.context.setReadOnly(True)  # one value: the Settings page's, which the engine is loaded with
+        self.context.setButtonSymbols(QSpinBox.ButtonSymbols.NoButtons)
+        self.context.setToolTip("The context size from the Settings page (what the engine is loaded with); "
+                                "change it there.")
         self.context.valueChanged.connect(self.refresh_fit)
         inputs = QHBoxLayout()
         inputs.addWidget(QLabel("GPU memory"))
         inputs.addWidget(self.vram)
-        inputs.addWidget(QLabel("context"))
+        inputs.addWidget(QLabel("context (from Settings)"))
         inputs.addWidget(self.context)
         inputs.addStretch(1)
         self.quant_table = QTableWidget(len(self.catalog.quants), 6)
@@ -318,6 +326,11 @@ class ModelsPage(QWidget):
     def _gpu_detection_failed(self, exc: Exception) -> None:
         self.gpu_label.setText(f"Could not look for GPUs: {error_text(exc)}")
 
+    def set_context_size(self, tokens: int) -> None:
+        """The app settings' context size changed: the advice follows it."""
+        self._context_size = tokens
+        self.context.setValue(tokens)  # refreshes the advice (valueChanged)
+
     def refresh_fit(self) -> None:
         """Recompute the table from the GPU memory and context shown (catalog sizes are estimates)."""
         source = " + ".join(g.name for g in self.gpus) if self.gpus else "entered by hand"
@@ -335,7 +348,8 @@ class ModelsPage(QWidget):
                 self.quant_table.setItem(row, column, item)
         cost = self.report.cost
         self.fit_note.setText(f"Needed = file + sidecar (~{human_bytes(self.report.sidecar_bytes)}) + KV cache "
-                              f"({human_bytes(cost.kv_bytes)}) + recurrent state ({human_bytes(cost.recurrent_bytes)})"
+                              f"for {self.report.context} tokens ({human_bytes(cost.kv_bytes)}) + recurrent state "
+                              f"({human_bytes(cost.recurrent_bytes)})"
                               f" + overhead ({human_bytes(cost.overhead_bytes)}). Sizes are the catalog's "
                               "estimates; downloads are checked against the exact signed ones.")
 
