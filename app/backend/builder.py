@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -291,25 +290,14 @@ def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: Cance
     """Run a build command, streaming its lines as events; cancel kills its whole process group."""
     check_cancel(cancel)
     report.log("$ " + " ".join(cmd))
-    tail: deque[str] = deque(maxlen=30)
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", start_new_session=True)
-    cancel.set_kill(lambda: processes.kill_group(proc))
-    try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip()
-            tail.append(line)
-            report.log(line)
-            fraction = ninja_fraction(line) if progress else None
-            if fraction is not None:
-                report.within(fraction)
-        code = proc.wait()
-    finally:
-        cancel.set_kill(None)
-        if proc.poll() is None:
-            processes.kill_group(proc)
-            proc.wait()
+
+    def on_line(line: str) -> None:
+        report.log(line)
+        fraction = ninja_fraction(line) if progress else None
+        if fraction is not None:
+            report.within(fraction)
+
+    code, tail = processes.run_streaming(cmd, on_line, cancel, cwd=cwd)
     check_cancel(cancel)
     if code != 0:
         raise BackendError(f"{failure} (exit code {code}). Last lines:\n" + "\n".join(tail),

@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -449,25 +448,9 @@ def _run(cmd: list[str], say: Log, cancel: CancelToken) -> tuple[int, list[str]]
     """Run pip, streaming its lines; cancel kills its whole process group (like the builder's commands)."""
     _check_cancel(cancel)
     say("$ " + " ".join(cmd))
-    tail: deque[str] = deque(maxlen=20)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                            start_new_session=True)
-    cancel.set_kill(lambda: processes.kill_group(proc))
-    try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip()
-            if line:
-                tail.append(line)
-                say(line)
-        code = proc.wait()
-    finally:
-        cancel.set_kill(None)
-        if proc.poll() is None:
-            processes.kill_group(proc)
-            proc.wait()
+    code, tail = processes.run_streaming(cmd, say, cancel, keep=20)
     _check_cancel(cancel)
-    return code, list(tail)
+    return code, tail
 
 
 def _check_cancel(cancel: CancelToken) -> None:

@@ -1,4 +1,5 @@
-"""Child processes of builds and installs: stop a whole process group, tell whether a pid still runs."""
+"""Child processes of builds and installs: run one with its output streamed and cancellable, stop a whole
+process group, tell whether a pid still runs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,36 @@ import os
 import signal
 import subprocess
 import sys
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from app.backend.events import CancelToken
+
+
+def run_streaming(cmd: list[str], on_line: Callable[[str], None], cancel: CancelToken, *, cwd: Path | None = None,
+                  keep: int = 30) -> tuple[int, list[str]]:
+    """Run ``cmd`` in a process group of its own, handing each non-blank output line to ``on_line``;
+    ``cancel`` kills the whole group. Returns the exit code and the last ``keep`` lines (for messages).
+    The caller checks ``cancel`` afterwards: a killed command's code says nothing."""
+    tail: deque[str] = deque(maxlen=keep)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+    cancel.set_kill(lambda: kill_group(proc))
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip()
+            if line:
+                tail.append(line)
+                on_line(line)
+        code = proc.wait()
+    finally:
+        cancel.set_kill(None)
+        if proc.poll() is None:
+            kill_group(proc)
+            proc.wait()
+    return code, list(tail)
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:
