@@ -6,28 +6,46 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import paths
 from app.gguftools.d2t import check_sidecars_for
+
+if TYPE_CHECKING:
+    from app.gguftools.demo_model import DemoModel, Size
+
+
+def bench_demo(size: Size, acceptance: float | None = None) -> DemoModel:
+    """The demo model a benchmark runs on, kept in the cache (written once); the default acceptance unless given."""
+    from app.builtin_demo import ensure_demo_model
+
+    if acceptance is None:
+        folder = paths.cache_dir() / "bench-models" / size
+        print(f"preparing the {size} demo model in {folder} ...", file=sys.stderr, flush=True)
+        return ensure_demo_model(folder, size=size)
+    folder = paths.cache_dir() / "bench-models" / f"{size}-a{acceptance}"
+    print(f"preparing the {size} demo model (acceptance {acceptance}) in {folder} ...", file=sys.stderr, flush=True)
+    return ensure_demo_model(folder, size=size, acceptance=acceptance)
+
+
+def bench_files(args: argparse.Namespace, acceptance: float | None = None) -> tuple[Path, Path, Path, str]:
+    """Target, full and d2t sidecar and a name for the report: ``--target/--full/--d2t`` (all three, d2t checked),
+    else the demo model of ``--size``."""
+    if args.target:
+        if not (args.full and args.d2t):
+            raise SystemExit("--target needs --full and --d2t too")
+        check_sidecars_for(args.target, args.full, args.d2t)
+        return args.target, args.full, args.d2t, args.target.name
+    demo = bench_demo(args.size, acceptance)
+    name = f"{args.size} demo model" + (f", acceptance {acceptance}" if acceptance is not None else "")
+    return demo.target, demo.sidecar_full, demo.sidecar_d2t, name
 
 
 def cmd_bench_draft_head(args: argparse.Namespace) -> int:
     from app.bench import draft_head
     from app.bench.report import record, this_command
-    from app.builtin_demo import ensure_demo_model
 
-    if args.target:
-        if not (args.full and args.d2t):
-            raise SystemExit("--target needs --full and --d2t too")
-        target, full, d2t = args.target, args.full, args.d2t
-        folder = paths.cache_dir() / "bench-models" / "custom"
-        check_sidecars_for(target, full, d2t)
-    else:
-        folder = paths.cache_dir() / "bench-models" / args.size
-        print(f"preparing the {args.size} demo model in {folder} ...", file=sys.stderr, flush=True)
-        demo = ensure_demo_model(folder, size=args.size)
-        target, full, d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
+    target, full, d2t, _name = bench_files(args)
     result = draft_head.run(target, {"full": full, "d2t": d2t}, runs=args.runs,
                             n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     if args.json:
@@ -61,21 +79,8 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
     from app.backend.builder import BuildOptions
     from app.bench import spec
     from app.bench.report import record, this_command
-    from app.builtin_demo import ensure_demo_model
 
-    if args.target:
-        if not (args.full and args.d2t):
-            raise SystemExit("--target needs --full and --d2t too")
-        target, full, d2t = args.target, args.full, args.d2t
-        name = target.name
-        check_sidecars_for(target, full, d2t)
-    else:
-        folder = paths.cache_dir() / "bench-models" / f"{args.size}-a{args.acceptance}"
-        print(f"preparing the {args.size} demo model (acceptance {args.acceptance}) in {folder} ...",
-              file=sys.stderr, flush=True)
-        demo = ensure_demo_model(folder, size=args.size, acceptance=args.acceptance)
-        target, full, d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
-        name = f"{args.size} demo model, acceptance {args.acceptance}"
+    target, full, d2t, name = bench_files(args, args.acceptance)
     depths = [int(d) for d in args.depths.split(",")]
     modes = args.modes.split(",")
     variants = spec.default_variants(depths, modes, upstream=not args.no_upstream, adaptive_max=args.adaptive_max)
@@ -114,16 +119,13 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
 def cmd_bench_ops(args: argparse.Namespace) -> int:
     from app.bench import ops
     from app.bench.report import record, this_command
-    from app.builtin_demo import ensure_demo_model
 
     if args.model:
         target, draft = args.model, args.draft
         name = target.name
         check_sidecars_for(target, None if args.no_draft else draft)
     else:
-        folder = paths.cache_dir() / "bench-models" / args.size
-        print(f"preparing the {args.size} demo model in {folder} ...", file=sys.stderr, flush=True)
-        demo = ensure_demo_model(folder, size=args.size)
+        demo = bench_demo(args.size)
         target, draft = demo.target, args.draft or demo.sidecar_d2t
         name = f"{args.size} demo model"
     if args.no_draft:

@@ -94,12 +94,10 @@ def cmd_bench_lossless(args: argparse.Namespace) -> int:
     from app.gguftools.d2t import check_sidecars_for
     from app.gguftools.inspect import inspect_gguf
 
-    if not args.target:
-        from app import paths
-        from app.builtin_demo import ensure_demo_model
+    if not args.target:  # a real target alone is fine here: its embedded head is checked
+        from app.cli_bench import bench_demo
 
-        demo = ensure_demo_model(paths.cache_dir() / "bench-models" / f"{args.size}-a{args.acceptance}",
-                                 size=args.size, acceptance=args.acceptance)
+        demo = bench_demo(args.size, args.acceptance)
         args.target, args.full, args.d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
     check_sidecars_for(args.target, args.full, args.d2t)
     prompts = tokenize_prompts(args.target, {name: load_prompts(name)[:args.prompts]
