@@ -59,6 +59,9 @@ class CheckRun:
     started: float = field(default_factory=time.monotonic)
     steps: list[Step] = field(default_factory=list)
     log_lines: list[str] = field(default_factory=list)
+    # asked once: nvidia-smi and the library search serve every step and the report
+    gpu: dict[str, Any] = field(default_factory=lambda: gpu_description())
+    env: dict[str, str] = field(default_factory=lambda: child_env())
 
     def left(self) -> float:
         return self.options.budget_s - (time.monotonic() - self.started)
@@ -77,7 +80,7 @@ class CheckRun:
         began = time.monotonic()
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace",
-                                  env=child_env())
+                                  env=self.env)
             stdout, stderr, code = done.stdout, done.stderr, done.returncode
         except subprocess.TimeoutExpired as exc:
             stdout, stderr, code = _text(exc.stdout), _text(exc.stderr), None
@@ -210,13 +213,14 @@ def run(options: CheckOptions, log: Log = lambda _line: None) -> CheckRun:
                  "--d2t", demo.result["sidecar_d2t"]]
         announce(check.step("lossless", ["bench", "lossless", *files, *gl, *threads, "--prompts", "1",
                                          "--tokens", "48", "--json"], 0.2))
-        bandwidth = memory_bandwidth_gbs(gpu_description()) if options.gpu_layers != 0 else None
+        bandwidth = memory_bandwidth_gbs(check.gpu) if options.gpu_layers != 0 else None
         announce(check.step("ops", ["bench", "ops", "--model", demo.result["target"], "--draft",
                                     demo.result["sidecar_d2t"], *gl, *threads, "--json",
                                     *(["--bandwidth-gbs", str(bandwidth)] if bandwidth else [])], 0.15))
         announce(check.step("draft head", ["bench", "draft-head", *files, *gl, *threads, "--runs", "20", "--json"],
                             0.15))
-        server = ["--server", str(check_server(check))] if check_server(check) else []
+        carried = check_server(check)
+        server = ["--server", str(carried)] if carried else []
         # the matrix gets what is left; it stops starting variants in time to report what it measured
         limit = max(30.0, (check.left() - 10.0) * 0.95 - 20.0)
         announce(check.step("spec", ["bench", "spec", *files, *gl, *threads, "--modes", "off,embedded,d2t",
@@ -259,7 +263,7 @@ def write_files(check: CheckRun) -> list[Path]:
         written.append(path)
 
     put(SUMMARY, summary_markdown(check))
-    put("env.json", {"gpu": gpu_description(), "python": sys.version, "platform": platform.platform(),
+    put("env.json", {"gpu": check.gpu, "python": sys.version, "platform": platform.platform(),
                      "options": {k: str(v) for k, v in check.options.__dict__.items()},
                      "steps": [{"name": s.name, "ok": s.ok, "seconds": s.seconds, "note": s.note}
                                for s in check.steps],
@@ -275,7 +279,7 @@ def write_files(check: CheckRun) -> list[Path]:
 
 def summary_markdown(check: CheckRun) -> str:
     o = check.options
-    gpu = gpu_description()
+    gpu = check.gpu
     lines = [f"# GPU check ({', '.join(gpu.get('gpus', [])) or 'no NVIDIA GPU'})", "",
              f"{o.size} demo model at acceptance {o.acceptance}, --gpu-layers {o.gpu_layers}, {o.runs} runs x "
              f"{o.tokens} tokens; budget {o.budget_s:.0f} s, used {time.monotonic() - check.started:.0f} s.", "",

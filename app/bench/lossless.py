@@ -92,10 +92,9 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
 def run(target: Path, prompts: list[list[int]], variants: list[LosslessVariant], *, n_tokens: int = 96,
         n_gpu_layers: int = 0, n_threads: int | None = None) -> LosslessResult:
     """Generate with ``off`` and each variant under every sampling setting and compare token for token."""
-    def generate(variant: LosslessVariant | None) -> dict[str, list[tuple[list[int], int, int]]]:
-        config = EngineConfig(target, mode=variant.mode if variant else "off", draft=variant.draft if variant else None,
-                              n_max=variant.n_max if variant else 3, adaptive=variant.adaptive if variant else False,
-                              n_gpu_layers=n_gpu_layers, n_threads=n_threads)
+    def generate(variant: LosslessVariant) -> dict[str, list[tuple[list[int], int, int]]]:
+        config = EngineConfig(target, mode=variant.mode, draft=variant.draft, n_max=variant.n_max,
+                              adaptive=variant.adaptive, n_gpu_layers=n_gpu_layers, n_threads=n_threads)
         decoder = SpeculativeDecoder(config)
         try:
             out: dict[str, list[tuple[list[int], int, int]]] = {}
@@ -109,7 +108,7 @@ def run(target: Path, prompts: list[list[int]], variants: list[LosslessVariant],
         finally:
             decoder.close()
 
-    reference = generate(None)
+    reference = generate(LosslessVariant("off", "off"))
     result = LosslessResult()
     for variant in variants:
         got = generate(variant)
