@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 APP_NAME = "fastmtp-chat"
 SDIST_FOLDER = "sdist"  # inside the bundle: the pinned llama-cpp-python source, used as FASTMTP_WHEELHOUSE
 TOOLS_FOLDER = "tools"  # inside the bundle: cmake and ninja, put on PATH by the entry script
+BACKENDS_FOLDER = "backends"  # inside the bundle: the prebuilt portable CPU backend, as a `backend pack` archive
+PREBUILT_DIR = ROOT / "build" / "prebuilt-backend"  # where installers/build.py puts that archive before PyInstaller
 
 # Imported by the backend's own llama_cpp package (loaded from the backend folder at run time, so
 # PyInstaller cannot see it) or only reached through ``-m`` child processes.
@@ -66,3 +68,8 @@ def sdist_files(root: Path = ROOT) -> list[tuple[str, str]]:
     finally:
         sys.path.remove(str(root))
     return [(str(path), SDIST_FOLDER)]
+
+
+def backend_files(folder: Path = PREBUILT_DIR) -> list[tuple[str, str]]:
+    """The prebuilt portable CPU backend archive(s) installers/build.py made, so the app answers with no compiler."""
+    return [(str(path), BACKENDS_FOLDER) for path in sorted(folder.glob("*.tar.xz"))]
