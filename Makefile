@@ -3,13 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-# System libraries Qt needs (the GUI and its tests): installed only when missing, only as root. The first line is
-# the offscreen platform's; the rest is what the xcb platform plugin (a real X display) loads on Debian 12:
+# System libraries Qt needs (the GUI and its tests): installed only when missing, only as root. The first six
+# are the offscreen platform's; the rest is what the xcb platform plugin (a real X display) loads on Debian 12:
 # `ldd` of PySide6's libqxcb.so / libQt6XcbQpa.so.6, plus libxcb-cursor0, which Qt 6.5+ opens at run time.
-QT_DEB_PACKAGES := libegl1 libgl1 libfontconfig1 libxkbcommon0 libglib2.0-0 libdbus-1-3 fonts-dejavu-core \
-	libx11-6 libx11-xcb1 libxcb1 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 \
-	libxcb-render0 libxcb-render-util0 libxcb-shape0 libxcb-shm0 libxcb-sync1 libxcb-util1 libxcb-xfixes0 \
-	libxcb-xkb1 libxkbcommon-x11-0
+# The same list is the .deb's Depends (installers/debian.py).
+QT_DEB_PACKAGES := $(shell cat installers/debian-qt-packages.txt)
 
 .PHONY: run test lint venv clean gpu-prepare gpu-check
 

@@ -63,7 +63,7 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
 
     cancel = _cancel_on_signals()
     on_event = _build_event_printer(args)
-    flavor: Flavor = "cpu" if args.cpu else "cuda" if args.cuda else "auto"
+    flavor: Flavor = "cpu" if args.cpu or args.cpu_variants else "cuda" if args.cuda else "auto"
     patch_file = None
     if args.release_patch:  # the publisher's patch, only once its signature chain and hash checked out
         from app.release.verify import verified_release_patch
@@ -72,7 +72,7 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
     options = BuildOptions(flavor=flavor, cuda_archs=args.cuda_arch or [], version=args.version,
                            patched=not args.unpatched, patch_file=patch_file, sdist=args.sdist,
                            wheelhouse=args.wheelhouse, jobs=args.jobs, activate=not args.no_activate,
-                           portable=args.portable)
+                           portable=args.portable or args.cpu_variants, cpu_variants=args.cpu_variants)
     if args.fetch_cuda_toolkit:
         from app.cli_cuda import fetch_toolkit_for_build
 
@@ -248,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
+    w = command(sub, "window", cmd_window, "open the desktop app (what the bare command does)")
+    w.add_argument("--check", action="store_true",
+                   help="open the window, print what it shows as JSON once it is up, and close (packaging checks)")
     backend = sub.add_parser("backend", help="build and manage the patched llama.cpp backend")
     bsub = backend.add_subparsers(dest="backend_command", required=True)
     b = command(bsub, "build", cmd_backend_build, "build the d2t-patched llama-cpp-python backend")
@@ -270,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "version, or this one, e.g. 13.0)")
     b.add_argument("--portable", action="store_true",
                    help="no -march=native: the build runs on other machines' CPUs too (to pack and carry)")
+    b.add_argument("--cpu-variants", action="store_true",
+                   help="CPU build for any x86-64 PC: an x86-64-v2 base and an AVX2 module, the best chosen at start "
+                        "(the packaged app's backend)")
     b.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
     sv = command(bsub, "server", cmd_backend_server,
                  "build llama.cpp's own llama-server from the same patched tree (for bench spec)")
@@ -311,6 +317,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cmd_window(args: argparse.Namespace) -> int:
+    from app.gui.main import qt_start_problem, run
+
+    problem = qt_start_problem()
+    if problem is not None:
+        raise FastMTPError(problem, "Install the libraries named above, or use the terminal: `quickstart`, `chat`.")
+    return run(sys.argv[:1], check=args.check)
+
+
 def _has_display() -> bool:
     """False on a Linux machine without X11/Wayland (a server, CI), unless Qt is told a platform."""
     if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
@@ -318,7 +333,18 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
+def _install_bundled_backend() -> None:
+    """A packaged app's first start: its prebuilt CPU backend becomes the active one (no compiler needed)."""
+    from app.backend import bundled
+
+    try:
+        bundled.ensure_installed(lambda line: print(line, file=sys.stderr, flush=True))
+    except FastMTPError as exc:  # the app still works: the Backend page and `backend build` remain
+        print(f"The bundled backend could not be installed: {exc.message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _install_bundled_backend()
     if not (sys.argv[1:] if argv is None else argv):  # no command: open the desktop app
         if not _has_display():
             print("No display found: running the terminal quickstart instead of the window.", file=sys.stderr)

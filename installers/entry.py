@@ -1,8 +1,9 @@
 """The frozen app's entry point: ``fastmtp-chat [command ...]``, exactly like ``python -m app``.
 
 The app starts child processes as ``sys.executable -m MODULE ...`` (the engine worker, the backend
-self-test). In a frozen app ``sys.executable`` is this program, so ``-m MODULE`` is handled here by
-running that bundled module. The bundled cmake and ninja go on PATH, and the bundled pinned sdist
+self-test) and ``sys.executable -c CODE`` (the Qt start probe). In a frozen app ``sys.executable`` is
+this program, so ``-m MODULE`` and ``-c CODE`` are handled here, like the Python interpreter does.
+The bundled cmake and ninja go on PATH, and the bundled pinned sdist
 is offered as the wheelhouse, so the first-run backend build needs only a C/C++ compiler.
 """
 
@@ -32,6 +33,11 @@ def main() -> int:
             module = sys.argv[2]
             sys.argv = [sys.argv[0], *sys.argv[3:]]
             runpy.run_module(module, run_name="__main__", alter_sys=True)
+            return 0
+        if len(sys.argv) > 2 and sys.argv[1] == "-c":  # a probe child, e.g. the Qt start check
+            code = sys.argv[2]
+            sys.argv = ["-c", *sys.argv[3:]]
+            exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
             return 0
     from app.cli import main as cli_main
 

@@ -7,6 +7,7 @@ a rebuild with the same inputs only re-links what changed (seconds).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -44,6 +45,15 @@ _COMMON_CMAKE_ARGS = [
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_OPENSSL=OFF",
 ]
+# A packaged app's CPU backend (``cpu_variants``): ggml loads its CPU code from a module at run time
+# (GGML_BACKEND_DL) and picks the best one this processor can run. The base module is x86-64-v2 (SSE4.2,
+# any x86-64 CPU since about 2009); each variant is one more module built from the same tree.
+_X86_FEATURES = ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI", "AVX512", "AVX512_VBMI",
+                 "AVX512_VNNI", "AVX512_BF16", "AMX_TILE", "AMX_INT8", "AMX_BF16")
+_CPU_BASELINE = ("SSE42",)
+CPU_VARIANTS: dict[str, tuple[str, ...]] = {
+    "haswell": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"),  # x86-64-v3: most PCs since 2013
+}
 
 
 @dataclass
@@ -58,6 +68,7 @@ class BuildOptions:
     jobs: int | None = None
     activate: bool = True
     portable: bool = False  # GGML_NATIVE=OFF: runs on another machine's CPU (a backend archive to carry)
+    cpu_variants: bool = False  # CPU only: x86-64-v2 base plus CPU_VARIANTS, chosen at load (packaged apps)
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ class BuildPlan:
     cuda_archs: list[str]
     cmake_args: list[str]
     tools: toolchain.Toolchain
+    cpu_variants: dict[str, list[str]] = field(default_factory=dict)  # variant name -> its CMake arguments
 
     @property
     def patch_sha256(self) -> str | None:
@@ -77,9 +89,14 @@ class BuildPlan:
 
     @property
     def backend_id(self) -> str:
-        key = json.dumps([self.pin.sha256, self.patch_sha256, self.cmake_args], sort_keys=True)
+        parts: list[object] = [self.pin.sha256, self.patch_sha256, self.cmake_args]
+        if self.cpu_variants:
+            parts.append(self.cpu_variants)
+        key = json.dumps(parts, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()[:8]
         kind = self.flavor if self.flavor == "cpu" else "cuda-sm" + "_".join(self.cuda_archs)
+        if self.cpu_variants:
+            kind += "-any"
         return f"{self.pin.version}-{kind}-{'d2t' if self.patch else 'unpatched'}-{digest}"
 
 
@@ -109,10 +126,31 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
             args.append("-DGGML_CUDA_NO_VMM=ON")
     else:
         args += ["-DGGML_CUDA=OFF", native]
+    variants: dict[str, list[str]] = {}
+    if options.cpu_variants:
+        if flavor != "cpu":
+            raise ToolchainError("CPU variants are for CPU builds.", "Build with --cpu together with --cpu-variants.")
+        args = [*args[:-1], "-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=OFF"]
+        if _is_x86():
+            base = [arg for arg in args if not arg.startswith("-DGGML_NATIVE")]
+            variants = {name: [*base, "-DGGML_NATIVE=OFF", *_x86_feature_args(features)]
+                        for name, features in CPU_VARIANTS.items()}
+            args += _x86_feature_args(_CPU_BASELINE)
     pin = source.pinned(options.version)
     patch = (patching.Patch(options.patch_file) if options.patch_file else patching.default_patch()) \
         if options.patched else None
-    return BuildPlan(pin, patch, flavor, archs, args, tools)
+    return BuildPlan(pin, patch, flavor, archs, args, tools, variants)
+
+
+def _is_x86() -> bool:
+    import platform
+
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+def _x86_feature_args(enabled: tuple[str, ...]) -> list[str]:
+    """``-DGGML_<feature>=ON|OFF`` for every x86 feature ggml knows, so nothing is left to defaults."""
+    return [f"-DGGML_{feature}={'ON' if feature in enabled else 'OFF'}" for feature in _X86_FEATURES]
 
 
 def _wheel_cublas_args(cublas: toolchain.Cublas, toolkit: toolchain.CudaToolkit | None = None) -> list[str]:
@@ -195,8 +233,11 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
             configure(plan, tree, build_dir, report, cancel)
             report.start("compile", "compiling llama.cpp (this takes a few minutes the first time)")
             compile_target(plan, options, tree, build_dir, "llama", report, cancel)
+            variant_libs = _compile_cpu_variants(plan, options, tree, build_dir, report, cancel)
             report.start("install", "installing into a staging folder")
             _install(tree, build_dir, staging)
+            for name, lib in variant_libs.items():
+                shutil.copy2(lib, staging / "llama_cpp" / "lib" / cpu_variant_library(name, lib))
         manifest = _manifest(plan, time.monotonic() - started)
         manifest.write(staging)
         check_cancel(cancel)
@@ -225,6 +266,29 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
 def build_dir_of(plan: BuildPlan) -> Path:
     """The cached CMake/ninja tree of a plan: the backend and its llama-server are built here."""
     return paths.cache_dir() / "build" / plan.backend_id
+
+
+def _compile_cpu_variants(plan: BuildPlan, options: BuildOptions, tree: Path, build_dir: Path, report: Reporter,
+                          cancel: CancelToken) -> dict[str, Path]:
+    """Build each extra CPU module (only ggml-base and ggml-cpu) in its own tree next to the main one."""
+    built: dict[str, Path] = {}
+    for name, args in plan.cpu_variants.items():
+        variant_dir = build_dir.with_name(f"{build_dir.name}-cpu-{name}")
+        report.log(f"compiling the {name} CPU variant")
+        configure(dataclasses.replace(plan, cmake_args=args), tree, variant_dir, report, cancel)
+        compile_target(plan, options, tree, variant_dir, "ggml-cpu", report, cancel)
+        libs = [p for p in (variant_dir / "bin").iterdir() if re.match(r"^(lib)?ggml-cpu\.(so|dylib|dll)$", p.name)]
+        if not libs:
+            raise BackendError(f"The {name} CPU variant produced no ggml-cpu library in {variant_dir / 'bin'}.",
+                               "Delete the build cache folder named above and build again.")
+        built[name] = libs[0]
+    return built
+
+
+def cpu_variant_library(name: str, base_library: Path) -> str:
+    """``libggml-cpu-haswell.so``: the file name ggml's loader scores against the processor at start."""
+    stem, suffix = base_library.name.split(".", 1)
+    return f"{stem}-{name}.{suffix}"
 
 
 def compile_target(plan: BuildPlan, options: BuildOptions, tree: Path, build_dir: Path, target: str,
@@ -350,6 +414,7 @@ def _manifest(plan: BuildPlan, seconds: float) -> registry.BackendManifest:
         patch_sha256=plan.patch_sha256,
         flavor=plan.flavor,
         cmake_args=plan.cmake_args,
+        cpu_variants=sorted(plan.cpu_variants),
         cuda_version=plan.tools.nvcc.version if plan.flavor == "cuda" and plan.tools.nvcc else None,
         cuda_archs=plan.cuda_archs,
         compiler=f"{compiler.path} {compiler.version}" if compiler else "unknown",

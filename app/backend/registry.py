@@ -37,6 +37,12 @@ class BackendManifest:
     build_seconds: float
     selftest: dict[str, Any] = field(default_factory=dict)
     runtime_lib_dirs: list[str] = field(default_factory=list)  # e.g. a pip cuBLAS, preloaded before import
+    cpu_variants: list[str] = field(default_factory=list)  # extra CPU modules next to the x86-64-v2 base one
+
+    @property
+    def loads_backends_at_start(self) -> bool:
+        """ggml's backends are modules (GGML_BACKEND_DL) that the loader must load from the lib folder."""
+        return "-DGGML_BACKEND_DL=ON" in self.cmake_args
 
     @property
     def patched(self) -> bool:

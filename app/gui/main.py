@@ -969,8 +969,11 @@ def qt_start_problem() -> str | None:
             f"the display itself could not be used. Qt said:\n{detail}")
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Open the desktop app; returns the process exit code."""
+def run(argv: Sequence[str] | None = None, check: bool = False) -> int:
+    """Open the desktop app; returns the process exit code.
+
+    ``check``: once the window is up, print what it shows as one JSON line and close (packaging smoke tests).
+    """
     app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv)
     assert isinstance(app, QApplication)
     app.setApplicationName("FastMTP Chat")
@@ -983,4 +986,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     window.apply_settings(window.settings)
     window.show()
     window.start()
+    if check:
+        QTimer.singleShot(0, lambda: _report_and_quit(window, app))
     return app.exec()
+
+
+def _report_and_quit(window: MainWindow, app: QApplication) -> None:
+    from app.backend.registry import active_id
+
+    print(json.dumps({"window": "shown" if window.isVisible() else "hidden", "title": window.windowTitle(),
+                      "first_run_panel": window.first_run_visible(), "backend": active_id()}), flush=True)
+    app.quit()

@@ -54,8 +54,38 @@ def import_llama_cpp() -> ModuleType:
     if not _is_inside(Path(llama_cpp.__file__ or ""), folder):
         raise BackendError(f"llama_cpp was imported from {llama_cpp.__file__}, not from the backend {folder}.")
     module: ModuleType = llama_cpp
+    _load_backend_modules(folder)
     _loaded = (folder, module)
     return module
+
+
+def _load_backend_modules(folder: Path) -> None:
+    """Load a GGML_BACKEND_DL build's backend modules (the best CPU variant) from its own lib folder.
+
+    ggml would otherwise search the Python executable's folder and the working directory, find
+    nothing, and every model load would fail with "no backends are loaded".
+    """
+    try:
+        manifest = BackendManifest.read(folder)
+    except BackendError:
+        return
+    if not manifest.loads_backends_at_start:
+        return
+    lib_dir = folder / "llama_cpp" / "lib"
+    names = ("libggml.so", "libggml.dylib", "ggml.dll")
+    found = next((lib_dir / name for name in names if (lib_dir / name).exists()), None)
+    if found is None:
+        raise BackendError(f"The backend in {folder} has no ggml library to load its CPU code with.",
+                           "Install the backend again (`python -m app backend build --cpu-variants`).")
+    ggml = ctypes.CDLL(str(found))
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load_all_from_path.restype = None
+    ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    if ggml.ggml_backend_reg_count() == 0:
+        raise BackendError(f"None of the backend's CPU modules in {lib_dir} can run on this processor.",
+                           "This processor lacks SSE4.2; build the backend on this machine instead "
+                           "(`python -m app backend build`).")
 
 
 def _preload_runtime_libs(folder: Path) -> None:
