@@ -314,6 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     cli_history.add_commands(sub, command)
     cli_bench.add_commands(sub, command)
     cli_release.add_commands(sub, command)
+
+    from app import cli_update
+
+    cli_update.add_commands(sub, command)
     return parser
 
 
