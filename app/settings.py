@@ -1,5 +1,5 @@
 """The app's settings, saved as JSON in the config folder: models folder, engine sizes, drafting, theme,
-the chat's model, and whether the first-run panel was answered.
+the chat's model, whether the first-run panel was answered, and whether to check for app updates daily.
 
 Qt-free. ``load()`` never fails on a damaged or older file: unknown keys are dropped, bad values fall back
 to their defaults (and the file is rewritten on the next ``save``).
@@ -33,6 +33,7 @@ class Settings:
     theme: Theme = "system"
     first_run_done: bool = False  # the first-run panel was answered (the demo tried or the real set-up started)
     chat_model: str = ""  # the model the chat loads: "" the built-in demo, else an installed target's path
+    check_for_updates: bool = False  # ask the signed release feed once a day at start; off: no network unasked
 
     def models_path(self) -> Path:
         return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
