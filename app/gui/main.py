@@ -329,6 +329,7 @@ class MainWindow(QMainWindow):
             self.load_demo()
         else:
             self.refresh_models(select=self.settings.chat_model, fallback_to_demo=True)
+        self.settings_page.check_for_updates_if_due()  # only when allowed in Settings, at most once a day
 
     def show_first_run(self) -> None:
         self.first_run.refresh()

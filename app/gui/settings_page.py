@@ -1,17 +1,27 @@
 """The Settings page: models folder, context size, GPU layers, threads, drafting depth / adaptive / p_min,
-theme. Saved to the settings file in the config folder when the user presses Save."""
+theme, and the daily update check. Saved to the settings file in the config folder when the user presses
+Save.
+
+The Updates group says whether a newer FastMTP Chat is out, from the signed release feed
+(:mod:`app.release.updates`), checked in the background on "Check now" or once a day at start when the
+user allowed it. It only tells and links: the app never downloads or replaces itself.
+"""
 
 from __future__ import annotations
 
+import html
+from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -21,18 +31,32 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import paths
+from app import __version__, paths
 from app import settings as app_settings
+from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.release import updates
+from app.release.updates import UpdateCheck, UpdateSource
 from app.settings import THEMES, Settings
+
+NOTES_SHOWN = 800  # characters of the release notes shown on the page; the link has the rest
 
 
 class SettingsPage(QWidget):
-    """Emits ``saved(Settings)`` after writing the file; the window applies the theme and engine sizes."""
+    """Emits ``saved(Settings)`` after writing the file; the window applies the theme and engine sizes.
+
+    ``update_source`` is the feed the update checks ask (default: the catalog's); ``clock`` gives the time
+    of a check (tests pass a fixed one).
+    """
 
     saved = Signal(object)
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, parent: QWidget | None = None, *,
+                 update_source: UpdateSource | None = None, clock: Callable[[], datetime] | None = None) -> None:
         super().__init__(parent)
+        self.ops = OwnedOps(self)
+        self._update_source = update_source
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.last_update: UpdateCheck | None = updates.last_check()
         self.models_dir = QLineEdit(settings.models_dir)
         self.models_dir.setPlaceholderText(str(paths.models_dir()))
         browse = QPushButton("Browse…")
@@ -81,6 +105,7 @@ class SettingsPage(QWidget):
         title.setStyleSheet("font-size: 16px; font-weight: 600;")
         layout.addWidget(title)
         layout.addLayout(form)
+        layout.addWidget(self._build_updates_group())
         row = QHBoxLayout()
         row.addWidget(self.save_button)
         row.addWidget(self.note, 1)
@@ -98,6 +123,7 @@ class SettingsPage(QWidget):
         self.adaptive.setChecked(settings.adaptive_depth)
         self.p_min.setValue(settings.p_min)
         self.theme.setCurrentText(settings.theme)
+        self.check_updates.setChecked(settings.check_for_updates)
 
     def keep_chat_model(self, key: str) -> None:
         """The chat's model was picked in the window: keep it when this page saves (the fields shown stay as edited)."""
@@ -109,11 +135,13 @@ class SettingsPage(QWidget):
                        context_size=self.context_size.value(), gpu_layers=self.gpu_layers.value(),
                        threads=self.threads.value(), draft_depth=self.draft_depth.value(),
                        adaptive_depth=self.adaptive.isChecked(), p_min=self.p_min.value(),
-                       theme="dark" if theme == "dark" else "light" if theme == "light" else "system").validated()
+                       theme="dark" if theme == "dark" else "light" if theme == "light" else "system",
+                       check_for_updates=self.check_updates.isChecked()).validated()
 
     def save(self) -> None:
         settings = self.current()
         app_settings.save(settings)
+        self._settings = settings
         self.note.setText(f"Saved to {app_settings.settings_path()}. Engine sizes apply from the next model load.")
         self.saved.emit(settings)
 
@@ -122,3 +150,109 @@ class SettingsPage(QWidget):
         folder = QFileDialog.getExistingDirectory(self, "Models folder", start)
         if folder:
             self.models_dir.setText(folder)
+
+    # ------------------------------------------------------------------ updates
+
+    def _build_updates_group(self) -> QGroupBox:
+        self.check_updates = QCheckBox("Check for updates once a day")
+        self.check_updates.setToolTip("At start, at most once in 24 hours, ask the signed release feed whether a "
+                                      "newer FastMTP Chat is out. Off: the app never asks unless you press Check now.")
+        self.check_now_button = QPushButton("Check now")
+        self.check_now_button.clicked.connect(self.check_now)
+        self.update_label = QLabel()
+        self.update_label.setWordWrap(True)
+        self.update_label.setTextFormat(Qt.TextFormat.RichText)
+        self.update_label.setOpenExternalLinks(True)
+        self.update_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.update_checked = QLabel()
+        self.update_checked.setStyleSheet("color: #6b7280;")
+        group = QGroupBox("Updates")
+        box = QVBoxLayout(group)
+        row = QHBoxLayout()
+        row.addWidget(self.check_updates)
+        row.addStretch(1)
+        row.addWidget(self.check_now_button)
+        box.addLayout(row)
+        box.addWidget(self.update_label)
+        box.addWidget(self.update_checked)
+        if self.last_update is not None:
+            self.show_update(self.last_update)
+        else:
+            self.update_label.setText(f"FastMTP Chat {html.escape(__version__)}. Not checked for updates yet.")
+        return group
+
+    @property
+    def update_checking(self) -> bool:
+        return not self.ops.idle
+
+    def check_now(self) -> None:
+        """Ask the feed now, in the background."""
+        self._start_update_check(automatic=False)
+
+    def check_for_updates_if_due(self) -> bool:
+        """The automatic check at start: only when the saved settings allow it (no network otherwise) and the
+        last check is 24 h old; the rule is applied off the GUI thread. Returns whether a check was started."""
+        if not self._settings.check_for_updates or self.update_checking:
+            return False
+        self._start_update_check(automatic=True)
+        return True
+
+    def _start_update_check(self, *, automatic: bool) -> None:
+        now, source = self._clock(), self._update_source
+
+        def work(_report: object) -> UpdateCheck | None:
+            if automatic:
+                return updates.check_if_due(True, __version__, now=now, source=source)
+            return updates.check_for_update(__version__, source=source, now=now)
+
+        self.check_now_button.setEnabled(False)
+        if not automatic:
+            self.update_label.setText("Checking for updates…")
+        self.ops.start(work, self._update_checked, self._update_failed)
+
+    def _update_checked(self, check: UpdateCheck | None) -> None:
+        self.check_now_button.setEnabled(True)
+        if check is not None:
+            self.show_update(check)
+
+    def _update_failed(self, exc: Exception) -> None:
+        self.check_now_button.setEnabled(True)
+        self._set_update_text(html.escape(error_text(exc)).replace("\n", "<br>"), bad=True)
+
+    def show_update(self, check: UpdateCheck) -> None:
+        """The result in words: up to date, a newer version with its notes and link, or why there is no answer."""
+        self.last_update = check
+        if check.status == "available":
+            self._set_update_text(_available_html(check), bad=False)
+        elif check.status == "up_to_date":
+            self._set_update_text(html.escape(check.summary()), bad=False)
+        else:
+            text = html.escape(check.summary()) + (f"<br>{html.escape(check.advice)}" if check.advice else "")
+            self._set_update_text(text, bad=True)
+        when = check.checked_at.astimezone().strftime("%Y-%m-%d %H:%M")
+        signed = f"; the answer was signed by {check.fingerprint}" if check.fingerprint else ""
+        self.update_checked.setText(f"Last checked {when}{signed}.")
+
+    def _set_update_text(self, text: str, *, bad: bool) -> None:
+        colour = (bad_colour(self) if bad else good_colour(self)).name()
+        self.update_label.setText(f'<span style="color: {colour};">{text}</span>')
+
+
+def _available_html(check: UpdateCheck) -> str:
+    """A newer version: what it is, the link, the notes; and that the user installs it, not the app."""
+    head = (f"<b>FastMTP Chat {html.escape(check.latest_version or '')} is available</b> "
+            f"(you have {html.escape(check.current_version)}).")
+    if check.download_url and check.download is not None:
+        size = f"{check.download.size / 1e6:.0f} MB" if check.download.size >= 1e6 else f"{check.download.size} bytes"
+        link = (f'<a href="{html.escape(check.download_url, quote=True)}">Download '
+                f"{html.escape(check.download.name)}</a> ({size}, sha256 {check.download.sha256[:16]}…)")
+    elif check.download_url:
+        link = (f'No download for this computer is listed; see <a href="{html.escape(check.download_url, quote=True)}">'
+                "the release page</a>")
+    else:
+        link = "No download for this computer is listed"
+    notes = check.notes.strip()
+    if len(notes) > NOTES_SHOWN:
+        notes = notes[:NOTES_SHOWN].rstrip() + "…"
+    shown = f"<br>{html.escape(notes).replace(chr(10), '<br>')}" if notes else ""
+    return f"{head}<br>{link}. Install it over this one; the app does not replace itself.{shown}"
