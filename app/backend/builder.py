@@ -296,7 +296,7 @@ def compile_target(plan: BuildPlan, options: BuildOptions, tree: Path, build_dir
     """Build one target of a configured tree with the ninja that configured it (``cmake --build``)."""
     jobs = options.jobs or os.cpu_count() or 2
     run_build_command([cmake_path(plan), "--build", str(build_dir), "--target", target, "-j", str(jobs)],
-                      tree, report, cancel, f"Compiling {target} failed", progress=True)
+                      tree, report, cancel, f"Compiling {target} failed", progress=True, env=plan.tools.child_env())
 
 
 def cmake_path(plan: BuildPlan) -> str:
@@ -343,14 +343,15 @@ def configure(plan: BuildPlan, tree: Path, build_dir: Path, report: Reporter, ca
     cmd = [cmake_path(plan), "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
            *plan.cmake_args]
     try:
-        run_build_command(cmd, tree, report, cancel, "Configuring the build with CMake failed")
+        run_build_command(cmd, tree, report, cancel, "Configuring the build with CMake failed",
+                          env=plan.tools.child_env())
     except BackendError:
         shutil.rmtree(build_dir, ignore_errors=True)  # a half-configured tree must not be reused
         raise
 
 
 def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: CancelToken, failure: str,
-         progress: bool = False) -> None:
+         progress: bool = False, env: dict[str, str] | None = None) -> None:
     """Run a build command, streaming its lines as events; cancel kills its whole process group."""
     check_cancel(cancel)
     report.log("$ " + " ".join(cmd))
@@ -361,7 +362,7 @@ def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: Cance
         if fraction is not None:
             report.within(fraction)
 
-    code, tail = processes.run_streaming(cmd, on_line, cancel, cwd=cwd)
+    code, tail = processes.run_streaming(cmd, on_line, cancel, cwd=cwd, env=env)  # env: MSVC's on Windows
     check_cancel(cancel)
     if code != 0:
         raise BackendError(f"{failure} (exit code {code}). Last lines:\n" + "\n".join(tail),

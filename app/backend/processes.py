@@ -8,20 +8,31 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from app.backend.events import CancelToken
 
+CREATE_NO_WINDOW = 0x08000000  # winbase.h; ``subprocess`` only defines the name on Windows
+
+
+def creationflags(platform: str = sys.platform) -> int:
+    """Windows: start console programs (cmake, ninja, cl, the engine worker) without a console window.
+
+    The windowed app has no console of its own, so every console child would open one and flash it.
+    """
+    return CREATE_NO_WINDOW if platform == "win32" else 0
+
 
 def run_streaming(cmd: list[str], on_line: Callable[[str], None], cancel: CancelToken, *, cwd: Path | None = None,
-                  keep: int = 30) -> tuple[int, list[str]]:
+                  keep: int = 30, env: Mapping[str, str] | None = None) -> tuple[int, list[str]]:
     """Run ``cmd`` in a process group of its own, handing each non-blank output line to ``on_line``;
     ``cancel`` kills the whole group. Returns the exit code and the last ``keep`` lines (for messages).
+    ``env`` replaces the inherited environment (the MSVC one on Windows, ``Toolchain.child_env``).
     The caller checks ``cancel`` afterwards: a killed command's code says nothing."""
     tail: deque[str] = deque(maxlen=keep)
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", start_new_session=True)
+                            errors="replace", start_new_session=True, env=env, creationflags=creationflags())
     cancel.set_kill(lambda: kill_group(proc))
     try:
         assert proc.stdout is not None
@@ -43,11 +54,19 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
     """Kill ``proc`` and everything it started (it was started with ``start_new_session=True``)."""
     try:
         if sys.platform == "win32":
+            # no process groups to signal: taskkill ends the tree (ninja's cl.exe jobs), kill() at least cmake
+            subprocess.run(kill_tree_command(proc.pid), capture_output=True, check=False,
+                           creationflags=creationflags(), timeout=30)
             proc.kill()
         else:
             os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    except (OSError, subprocess.TimeoutExpired):  # gone already, or not ours
         pass
+
+
+def kill_tree_command(pid: int) -> list[str]:
+    """Windows: the command that kills a process and all its descendants."""
+    return ["taskkill", "/F", "/T", "/PID", str(pid)]
 
 
 def pid_alive(pid: int) -> bool:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
-from app.backend import cuda_wheels
+from app.backend import cuda_wheels, processes
 from app.errors import ToolchainError
 
 ToolkitMode = Literal["auto", "system", "app"]
@@ -64,6 +66,16 @@ class Toolchain:
     cublas: Cublas | None = None
     cuda_driver_lib: str | None = None  # libcuda.so (driver or toolkit stub); without it, no CUDA VMM
     cuda_toolkit: CudaToolkit | None = None  # where nvcc (and cuBLAS) come from
+    build_env: dict[str, str] = field(default_factory=dict)  # Windows: what vcvarsall.bat sets (MSVC), else empty
+
+    def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str] | None:
+        """The environment of the build's commands: ``base`` (this process's) with ``build_env`` over it.
+
+        None when there is nothing to add, so the commands simply inherit this process's environment.
+        """
+        if not self.build_env:
+            return None
+        return merge_env(os.environ if base is None else base, self.build_env)
 
     @property
     def can_build_cpu(self) -> bool:
@@ -83,7 +95,8 @@ class Toolchain:
             advice.append("Ninja was not found: reinstall the app's Python environment (it brings ninja).")
         if self.c_compiler is None or self.cxx_compiler is None:
             advice.append("No C/C++ compiler was found: on Debian/Ubuntu run `sudo apt install build-essential`; "
-                          "on Windows install Visual Studio Build Tools with the C++ workload; "
+                          "on Windows install Visual Studio Build Tools with the \"Desktop development with C++\" "
+                          "workload (the app finds it by itself, no Developer prompt needed); "
                           "on macOS run `xcode-select --install`.")
         fetch = ("`python -m app backend cuda-toolkit install` (NVIDIA's pip wheels matching your driver, "
                  "about 530 MB to download, into the app's cache; or `backend build --cuda --fetch-cuda-toolkit`)")
@@ -102,9 +115,15 @@ class Toolchain:
         return asdict(self)
 
 
+def tool_dirs(python: Path, platform: str = sys.platform) -> list[str]:
+    """Where pip put cmake and ninja for this Python, searched before PATH: its own folder (a venv's ``bin``
+    or ``Scripts``), and on Windows also ``Scripts`` beside a base install's ``python.exe``."""
+    folders = [python.parent, python.parent / "Scripts"] if platform == "win32" else [python.parent]
+    return [str(folder) for folder in folders]
+
+
 def _tool_dirs() -> list[str]:
-    # the app's own environment (pip brings cmake and ninja) before PATH
-    return [str(Path(sys.executable).parent)]
+    return tool_dirs(Path(sys.executable))
 
 
 def _which(names: list[str], extra_dirs: list[str] | None = None) -> str | None:
@@ -121,7 +140,8 @@ def _which(names: list[str], extra_dirs: list[str] | None = None) -> str | None:
 
 def _version(cmd: list[str], pattern: str = r"(\d+\.\d+(?:\.\d+)?)") -> str:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False,
+                              creationflags=processes.creationflags())
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     match = re.search(pattern, proc.stdout + proc.stderr)
@@ -138,8 +158,9 @@ def _nvcc_path() -> str | None:
         return found
     for env in ("CUDA_PATH", "CUDA_HOME"):
         root = os.environ.get(env)
-        if root and (Path(root) / "bin" / "nvcc").exists():
-            return str(Path(root) / "bin" / "nvcc")
+        found = shutil.which("nvcc", path=str(Path(root) / "bin")) if root else None  # nvcc.exe on Windows
+        if found:
+            return found
     default = Path("/usr/local/cuda/bin/nvcc")
     return str(default) if default.exists() else None
 
@@ -198,7 +219,7 @@ def detect_gpus() -> list[Gpu]:
     try:
         proc = subprocess.run(
             [smi, "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30, check=False,
+            capture_output=True, text=True, timeout=30, check=False, creationflags=processes.creationflags(),
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
@@ -221,7 +242,8 @@ def toolkit_mode() -> ToolkitMode:
 def nvcc_gpu_codes(nvcc: str) -> list[int]:
     """The real architectures this nvcc can compile for (``nvcc --list-gpu-code``: sm_75 … sm_121), oldest first."""
     try:
-        proc = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=30, check=False)
+        proc = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=30, check=False,
+                              creationflags=processes.creationflags())
     except (OSError, subprocess.TimeoutExpired):
         return []
     return sorted({int(code) for code in re.findall(r"^sm_(\d+)\w*$", proc.stdout, re.MULTILINE)})
@@ -251,8 +273,8 @@ def detect() -> Toolchain:
             nvcc_tool = Tool(nvcc, app.nvcc_version)
             cublas = Cublas(str(app.include_dir), str(app.lib_dir), from_wheel=True)
             cuda_toolkit = CudaToolkit("app", str(app.root), app.nvcc_version)
-    cc = os.environ.get("CC") or _which(["cc", "gcc", "clang"])
-    cxx = os.environ.get("CXX") or _which(["c++", "g++", "clang++"])
+    build_env = msvc_build_env() if sys.platform == "win32" else {}
+    cc, cxx = _compilers(build_env, sys.platform)
     return Toolchain(
         cmake=_tool(_which(["cmake"], dirs)),
         ninja=_tool(_which(["ninja"], dirs)),
@@ -264,7 +286,147 @@ def detect() -> Toolchain:
         cublas=cublas,
         cuda_driver_lib=find_cuda_driver_lib(nvcc) if nvcc else None,
         cuda_toolkit=cuda_toolkit,
+        build_env=build_env,
     )
+
+
+def _compilers(build_env: Mapping[str, str], platform: str) -> tuple[str | None, str | None]:
+    """CC/CXX when set; on Windows MSVC's cl (on PATH, or on the PATH vcvarsall gives); else cc/c++ and kin."""
+    cc, cxx = os.environ.get("CC"), os.environ.get("CXX")
+    if platform == "win32":
+        cl = shutil.which("cl", path=build_env["PATH"]) if build_env.get("PATH") else _which(["cl"])
+        cc, cxx = cc or cl, cxx or cl
+    return cc or _which(["cc", "gcc", "clang"]), cxx or _which(["c++", "g++", "clang++"])
+
+
+def platform_note(platform: str = sys.platform) -> str | None:
+    """What a user of this system should know about the backend it can build, beyond the missing tools."""
+    if platform == "darwin":
+        return ("On macOS there is no CUDA (NVIDIA's GPUs are not supported there): the backend is built for the "
+                "CPU, with llama.cpp's Metal support for the Apple GPU. The C/C++ compiler comes with the Xcode "
+                "command line tools (`xcode-select --install`).")
+    if platform == "win32":
+        return ("On Windows the backend is built with Visual Studio's C++ compiler (MSVC, from Visual Studio or "
+                "its Build Tools), which the app finds by itself; a Developer prompt is not needed.")
+    return None
+
+
+# ---------------------------------------------------------------- MSVC on Windows
+
+VC_TOOLS_COMPONENT = "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"
+_VCVARSALL = ("VC", "Auxiliary", "Build", "vcvarsall.bat")
+
+
+def vswhere_path(program_files_x86: Path) -> Path:
+    """Where the Visual Studio Installer keeps vswhere.exe (the same place for VS 2017 and newer)."""
+    return program_files_x86 / "Microsoft Visual Studio" / "Installer" / "vswhere.exe"
+
+
+def vswhere_command(vswhere: Path) -> list[str]:
+    """Ask vswhere for the newest installation (Build Tools too) that has the x64 C++ compiler."""
+    return [str(vswhere), "-latest", "-products", "*", "-requires", VC_TOOLS_COMPONENT,
+            "-property", "installationPath", "-utf8"]
+
+
+def find_vcvarsall(program_files_x86: Path, program_files: Path | None = None) -> Path | None:
+    """vcvarsall.bat of the newest Visual Studio or Build Tools with the C++ workload, or None.
+
+    vswhere answers first; without it (or when it finds nothing), the usual folders
+    ``<Program Files>\\Microsoft Visual Studio\\<year>\\<edition>`` are searched, newest year first.
+    """
+    vswhere = vswhere_path(program_files_x86)
+    if vswhere.is_file():
+        try:
+            proc = subprocess.run(vswhere_command(vswhere), capture_output=True, timeout=60, check=False,
+                                  creationflags=processes.creationflags())
+        except (OSError, subprocess.TimeoutExpired):
+            proc = None
+        if proc is not None and proc.returncode == 0:
+            for line in proc.stdout.decode("utf-8", errors="replace").splitlines():
+                candidate = Path(line.strip(), *_VCVARSALL)
+                if line.strip() and candidate.is_file():
+                    return candidate
+    roots = [root for root in (program_files, program_files_x86) if root is not None]
+    found = [path for root in roots for path in (root / "Microsoft Visual Studio").glob("*/*/" + "/".join(_VCVARSALL))
+             if path.is_file()]
+    found.sort(key=lambda path: (_vs_major(path.parents[4].name), path.parents[3].name), reverse=True)
+    return found[0] if found else None
+
+
+def _vs_major(folder: str) -> int:
+    """Visual Studio's major version from its folder: ``2022`` is 17, and VS 2026 names its folder ``18``."""
+    if not folder.isdigit():
+        return 0
+    number = int(folder)
+    return number if number < 100 else {2017: 15, 2019: 16, 2022: 17}.get(number, 0)
+
+
+def vcvars_command(vcvarsall: PurePath, arch: str = "x64", comspec: str = "cmd.exe") -> str:
+    """One cmd line that runs vcvarsall.bat and prints the environment it leaves (UTF-16 with ``/u``).
+
+    ``/s`` makes cmd drop only the outer quotes, so the quoted path inside survives spaces.
+    """
+    return f'"{comspec}" /u /s /c "call "{vcvarsall}" {arch} >nul && set"'
+
+
+def parse_set_output(text: str) -> dict[str, str]:
+    """``NAME=value`` lines of cmd's ``set``, names upper-cased (Windows names ignore case).
+
+    Lines without ``=`` and cmd's hidden per-drive entries (``=C:=C:\\...``) are skipped.
+    """
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name:
+            env[name.upper()] = value
+    return env
+
+
+def env_delta(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, str]:
+    """What ``after`` sets differently from ``before`` (names compared regardless of case)."""
+    old = {name.upper(): value for name, value in before.items()}
+    return {name.upper(): value for name, value in after.items() if old.get(name.upper()) != value}
+
+
+def merge_env(base: Mapping[str, str], overrides: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with ``overrides`` over it; a ``Path`` in ``base`` gives way to ``PATH`` (no name twice)."""
+    replaced = {name.upper() for name in overrides}
+    merged = {name: value for name, value in base.items() if name.upper() not in replaced}
+    merged.update(overrides)
+    return merged
+
+
+@functools.cache
+def msvc_environment(vcvarsall: Path, arch: str = "x64") -> dict[str, str]:
+    """The variables vcvarsall.bat sets (PATH, INCLUDE, LIB, …) for ``arch``; empty when it fails.
+
+    Run once per process: vcvarsall takes seconds.
+    """
+    comspec = os.environ.get("COMSPEC", "cmd.exe")
+    try:
+        proc = subprocess.run(vcvars_command(vcvarsall, arch, comspec), capture_output=True, timeout=120,
+                              check=False, creationflags=processes.creationflags())
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    after = parse_set_output(proc.stdout.decode("utf-16-le", errors="replace"))
+    if proc.returncode != 0 or "INCLUDE" not in after or "LIB" not in after:
+        return {}
+    return env_delta(os.environ, after)
+
+
+def msvc_build_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Windows: MSVC's environment for the build, unless cl is already on PATH (a Developer prompt) or CC is set.
+
+    So a backend build works when the app is started from the Start menu.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("CC") or shutil.which("cl", path=environ.get("PATH")):
+        return {}
+    program_files_x86 = Path(environ.get("ProgramFiles(x86)") or environ.get("PROGRAMFILES(X86)")
+                             or r"C:\Program Files (x86)")
+    program_files = Path(environ.get("ProgramFiles") or environ.get("PROGRAMFILES") or r"C:\Program Files")
+    vcvarsall = find_vcvarsall(program_files_x86, program_files)
+    return msvc_environment(vcvarsall) if vcvarsall else {}
 
 
 def fit_cuda_archs(nvcc: str, archs: list[str]) -> list[str]:
