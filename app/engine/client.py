@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from app import paths
+from app.backend.processes import creationflags
 from app.engine import protocol
 from app.engine.chat_template import Message
 from app.engine.session import ChatOptions
@@ -69,7 +70,8 @@ class EngineClient:
             env["GGML_NO_BACKTRACE"] = "1"  # no gdb attaching on an abort: the assert line stays the last line
         self._phase, self._replies = "idle", 0
         self._proc = subprocess.Popen([sys.executable, "-m", "app.engine.worker"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, env=env)
+                                      stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, env=env,
+                                      creationflags=creationflags())  # no console window flashing on Windows
         log.close()
         threading.Thread(target=self._pump, args=(self._proc, self._events), daemon=True).start()
         first = self._events.get()
