@@ -3,6 +3,9 @@
 Every write commits at once, so a killed app loses at most the message being written. Qt-free: the GUI
 and ``python -m app history`` share it.
 
+A reply keeps its provenance next to its text: ``drafts``, the ``[start, end)`` character ranges of the
+content that came from accepted drafts (a JSON array of pairs), so a reopened chat tints them again.
+
 Damage never ends in a traceback: a file SQLite calls corrupt raises :class:`HistoryDamagedError` (the
 window, which opens the store with ``recover=True``, copies the file aside with a timestamp and starts a
 new one), a lock held by another process raises :class:`HistoryBusyError`, and a row whose JSON columns
@@ -17,7 +20,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -48,8 +51,10 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id,
 """
 # Schema migrations, applied in order to databases whose ``PRAGMA user_version`` is below their number.
 # 1: ``messages.complete``: 0 while a reply streams (saved as it grows), 1 once it finished.
+# 2: ``messages.drafts``: the accepted-draft ranges of the content (JSON), NULL where unknown (older rows).
 MIGRATIONS: list[tuple[int, str]] = [
     (1, "ALTER TABLE messages ADD COLUMN complete INTEGER NOT NULL DEFAULT 1"),
+    (2, "ALTER TABLE messages ADD COLUMN drafts TEXT"),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 EXPORT_FORMAT = "fastmtp-chat-history/1"
@@ -57,6 +62,7 @@ BUSY_TIMEOUT_S = 5.0  # how long a write waits for another process's lock before
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions of a database file, kept with it
 _DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+Spans = Sequence[tuple[int, int]] | Sequence[Sequence[int]]  # [start, end) character ranges
 
 
 class HistoryError(FastMTPError):
@@ -90,6 +96,7 @@ class StoredMessage:
     stats: dict[str, Any] | None
     created: float
     complete: bool = True  # False: a reply saved while it streamed that never finished (the app was killed)
+    drafts: tuple[tuple[int, int], ...] | None = None  # accepted-draft character ranges; None: not recorded
 
 
 def default_path() -> Path:
@@ -229,22 +236,28 @@ class HistoryStore:
         return int(cur.lastrowid or 0)
 
     def add_message(self, conversation_id: int, role: str, content: str,
-                    stats: dict[str, Any] | None = None, complete: bool = True) -> int:
+                    stats: dict[str, Any] | None = None, complete: bool = True, drafts: Spans | None = None) -> int:
+        """Add a message; ``drafts`` are the accepted-draft ranges of a reply's ``content``."""
         self.get(conversation_id)
         now = time.time()
         cur = self._run(
-            "INSERT INTO messages (conversation_id, role, content, stats, created, complete) VALUES (?, ?, ?, ?, ?, ?)",
-            (conversation_id, role, content, json.dumps(stats) if stats is not None else None, now, int(complete)))
+            "INSERT INTO messages (conversation_id, role, content, stats, created, complete, drafts) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, role, content, json.dumps(stats) if stats is not None else None, now, int(complete),
+             _drafts_json(drafts, content)))
         self._run("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return int(cur.lastrowid or 0)
 
     def update_message(self, message_id: int, content: str, stats: dict[str, Any] | None = None,
-                       complete: bool | None = None) -> None:
-        """Save a streamed reply as it grows (``complete=False``), and its final stats at the end."""
+                       complete: bool | None = None, drafts: Spans | None = None) -> None:
+        """Save a streamed reply as it grows (``complete=False``), and its final stats at the end.
+
+        ``drafts`` replaces the provenance with the new content's (None clears it: the old ranges would not
+        fit the new text)."""
         self._run("UPDATE messages SET content = ?, stats = COALESCE(?, stats), "
-                  "complete = COALESCE(?, complete) WHERE id = ?",
+                  "complete = COALESCE(?, complete), drafts = ? WHERE id = ?",
                   (content, json.dumps(stats) if stats is not None else None,
-                   None if complete is None else int(complete), message_id))
+                   None if complete is None else int(complete), _drafts_json(drafts, content), message_id))
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Delete a message and everything after it in its conversation (edit-and-resend, regenerate)."""
@@ -289,11 +302,27 @@ class HistoryStore:
         return [self._conversation(r) for r in rows]
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
-        rows = self._rows("SELECT id, conversation_id, role, content, stats, created, complete FROM messages "
-                          "WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        rows = self._rows("SELECT id, conversation_id, role, content, stats, created, complete, drafts "
+                          "FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
         return [StoredMessage(int(r[0]), int(r[1]), _text(r[2]), _text(r[3]),
                               self._json_object(r[4], f"the stats of message {r[0]}") if r[4] else None,
-                              _number(r[5]), bool(r[6])) for r in rows]
+                              _number(r[5]), bool(r[6]), self._drafts(r[7], _text(r[3]), r[0])) for r in rows]
+
+    def _drafts(self, value: Any, content: str, message_id: Any) -> tuple[tuple[int, int], ...] | None:
+        """The ``drafts`` column: None where not recorded; damaged JSON reads as None with a warning."""
+        if value is None:
+            return None
+        try:
+            data = json.loads(value) if isinstance(value, str | bytes) else None
+        except (ValueError, RecursionError):
+            data = None
+        spans = clean_spans(data, len(content)) if isinstance(data, list) else None
+        if spans is None:
+            warning = (f"The draft provenance of message {message_id} in {self.path} is damaged; "
+                       "it is shown untinted.")
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+        return spans
 
     def _conversation(self, row: tuple[Any, ...]) -> Conversation:
         settings = self._json_object(row[3], f"the settings of conversation {row[0]}")
@@ -373,7 +402,10 @@ class HistoryStore:
                     if stats is not None and not isinstance(stats, dict):
                         raise HistoryError(f"A message of conversation {number} has stats that are not an "
                                            "object; nothing was imported.")
-                    self.add_message(new_id, m["role"], str(m["content"]), stats, bool(m.get("complete", True)))
+                    drafts = m.get("drafts")  # cosmetic: a damaged value is dropped, not fatal
+                    content = str(m["content"])
+                    self.add_message(new_id, m["role"], content, stats, bool(m.get("complete", True)),
+                                     clean_spans(drafts, len(content)) if isinstance(drafts, list) else None)
                 created.append(new_id)
             self._run("COMMIT")
         except (KeyError, TypeError, ValueError, RecursionError, HistoryError) as exc:
@@ -403,6 +435,28 @@ def read_export(path: Path) -> Any:
                            advice) from None
     except ValueError as exc:
         raise HistoryError(f"{path} is not readable JSON ({exc}).", advice) from None
+
+
+def clean_spans(spans: Any, length: int) -> tuple[tuple[int, int], ...]:
+    """The well-formed ``[start, end)`` ranges of ``spans`` inside a text of ``length`` characters, sorted and
+    without overlaps; anything else (not a pair of integers, out of range, empty) is left out."""
+    pairs: list[tuple[int, int]] = []
+    for span in spans if isinstance(spans, list | tuple) else ():
+        if (isinstance(span, list | tuple) and len(span) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+                and 0 <= span[0] < span[1] <= length):
+            pairs.append((int(span[0]), int(span[1])))
+    pairs.sort()
+    kept: list[tuple[int, int]] = []
+    for start, end in pairs:
+        if kept and start < kept[-1][1]:
+            continue  # overlaps the range before: a damaged list, keep the first reading
+        kept.append((start, end))
+    return tuple(kept)
+
+
+def _drafts_json(drafts: Spans | None, content: str) -> str | None:
+    return None if drafts is None else json.dumps(clean_spans(drafts, len(content)))
 
 
 def _text(value: Any) -> str:

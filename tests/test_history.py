@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.history import HistoryError, HistoryStore
+from app.history import SCHEMA_VERSION, HistoryError, HistoryStore
 
 STATS = {"decode_tps": 97.5, "acceptance": 0.9, "tokens_per_pass": 3.3}
 
@@ -138,4 +138,4 @@ def test_an_old_database_is_migrated_and_partial_replies_are_marked(tmp_path: Pa
     store.delete_messages_from(1, second)
     assert [m.content for m in store.messages(1)] == ["hello", "Half a reply."]
     store.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -95,21 +95,41 @@ class ChatEntry:
                 at += len(piece)
         return spans
 
+    def draft_ranges(self) -> list[tuple[int, int]] | None:
+        """The accepted-draft ranges of ``text``, as the history stores them; None when the pieces no longer
+        describe the text (the final text replaced the streamed one)."""
+        if self.final is not None:
+            return None
+        return self.draft_spans().within(0, len(self.text))
+
 
 def entry_from_stored(message: StoredMessage) -> ChatEntry:
-    """A saved message as shown: its text, and for a reply the footer its saved stats give."""
-    entry = ChatEntry(message.role, [(message.content, "user" if message.role == "user" else "target")],
-                      message_id=message.id)
+    """A saved message as shown: its text, with the accepted drafts its saved provenance names (so the tint
+    comes back), and for a reply the footer its saved stats give."""
+    own = "user" if message.role == "user" else "target"
+    pieces: list[tuple[str, str]] = []
+    at = 0
+    for start, end in message.drafts or ():
+        if start > at:
+            pieces.append((message.content[at:start], own))
+        pieces.append((message.content[start:end], "draft"))
+        at = end
+    if at < len(message.content) or not pieces:
+        pieces.append((message.content[at:], own))
+    entry = ChatEntry(message.role, pieces, message_id=message.id)
     if message.role == "assistant" and message.stats:
         entry.footer = describe_reply({"stats": message.stats, "stop_reason": message.stats.get("stop_reason")})
     return entry
 
 
 def describe_reply(event: dict[str, Any]) -> str:
-    """The footer of a finished reply: tokens, speed, acceptance, tokens per pass, why it stopped."""
+    """The footer of a finished reply: the drafting mode that produced it, tokens, speed, acceptance, tokens
+    per pass, why it stopped."""
     stats = event.get("stats") or {}
     parts = [f"{stats.get('generated', len(event.get('tokens', [])))} tokens",
              f"{stats.get('decode_tps') or 0:.1f} tok/s"]
+    if isinstance(stats.get("mode"), str) and stats["mode"]:
+        parts.insert(0, stats["mode"].replace(" · ", ", "))
     if stats.get("time_to_first_token") is not None:
         parts.append(f"first token {stats['time_to_first_token'] * 1000:.0f} ms")
     if stats.get("acceptance") is not None:

@@ -50,7 +50,7 @@ from app.gui.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat_view import ChatEntry, ChatView
 from app.gui.engine_bridge import EngineBridge
 from app.gui.first_run import FirstRunPanel
-from app.gui.hud import drafting_warning
+from app.gui.hud import describe_mode, drafting_warning
 from app.gui.models_page import ModelsPage
 from app.gui.ops import run_in_background, wait_for_all
 from app.gui.settings_page import SettingsPage
@@ -710,7 +710,7 @@ class MainWindow(QMainWindow):
         if entry is None or self._reply_message is None or self._unsaved_tokens == 0:
             return
         self._unsaved_tokens = 0
-        self.history.update_message(self._reply_message, entry.text, complete=False)
+        self.history.update_message(self._reply_message, entry.text, complete=False, drafts=entry.draft_ranges())
 
     def _current_conversation(self) -> Conversation | None:
         if self.conversation_id is None:
@@ -729,17 +729,21 @@ class MainWindow(QMainWindow):
         self.sidebar.setEnabled(not busy)
 
     def _done(self, event: dict[str, Any]) -> None:
-        # the reply's stats carry the seed it was sampled with: what reproduces it (as the fixed seed)
-        event["stats"] = {**(event.get("stats") or {}), "seed": self._reply_seed}
+        # the reply's stats carry the seed it was sampled with (what reproduces it, as the fixed seed) and the
+        # drafting mode that produced it (its footer names it, also when the chat is reopened)
+        event["stats"] = {**(event.get("stats") or {}), "seed": self._reply_seed,
+                          "mode": describe_mode(self.bridge.config)}
         entry = self.chat.finish_reply(event)
         if entry is not None:  # a finished or stopped reply, with its stats and why it ended
             stats = {**event["stats"], "stop_reason": event.get("stop_reason")}
             self.drafting_banner.show_warning(drafting_warning(self.bridge.config, stats))
-            self._save_reply(entry.text, stats)
+            self._save_reply(entry.text, stats, entry.draft_ranges())
         self.status.setText("Ready")
 
-    def _save_reply(self, text: str, stats: dict[str, Any] | None) -> None:
-        """The reply's final text: with its stats when it finished, marked incomplete after an error."""
+    def _save_reply(self, text: str, stats: dict[str, Any] | None,
+                    drafts: list[tuple[int, int]] | None = None) -> None:
+        """The reply's final text (with its accepted-draft ranges): with its stats when it finished, marked
+        incomplete after an error."""
         self._save_timer.stop()
         conversation, self._reply_conversation = self._reply_conversation, None
         message, self._reply_message = self._reply_message, None
@@ -749,7 +753,7 @@ class MainWindow(QMainWindow):
             if stats is None and not text.strip():
                 self.history.delete_messages_from(conversation, message)
             else:
-                self.history.update_message(message, text, stats, complete=stats is not None)
+                self.history.update_message(message, text, stats, complete=stats is not None, drafts=drafts)
         except HistoryError:  # its conversation was deleted meanwhile (``python -m app history``)
             return
         self.sidebar.refresh()
@@ -768,7 +772,7 @@ class MainWindow(QMainWindow):
     def _error(self, event: dict[str, Any]) -> None:
         entry = self.chat.finish_reply(event)
         if entry is not None:  # keep what the reply said before the error, if anything
-            self._save_reply(entry.text, None)
+            self._save_reply(entry.text, None, entry.draft_ranges())
         if event.get("error") == "WorkerCrashed":
             self.ready = False
         self.status.setText("Engine error")
