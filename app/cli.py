@@ -139,11 +139,15 @@ def cmd_backend_doctor(args: argparse.Namespace) -> int:
     from app.backend import toolchain
 
     tools = toolchain.detect()
+    note = toolchain.platform_note()  # macOS: no CUDA, the backend is CPU + Metal
     if args.json:
         print_json({"toolchain": tools.to_dict(), "can_build_cpu": tools.can_build_cpu,
-                     "can_build_cuda": tools.can_build_cuda, "advice": tools.problems(cuda=bool(tools.gpus))})
+                     "can_build_cuda": tools.can_build_cuda, "advice": tools.problems(cuda=bool(tools.gpus)),
+                     "platform_note": note})
     else:
         _print_toolchain(tools)
+        if note:
+            print(f"  {'note':13} {note}")
     return 0 if tools.can_build_cpu else 1
 
 

@@ -14,6 +14,7 @@ All slow work (detection, build, demo model) runs through :mod:`app.gui.ops`.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import shiboken6
@@ -32,7 +33,7 @@ from app import paths
 from app.backend import registry
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.events import BuildEvent, CancelToken
-from app.backend.toolchain import Toolchain, detect
+from app.backend.toolchain import Toolchain, detect, platform_note
 from app.builtin_demo import ensure_demo_model
 from app.errors import FastMTPError
 from app.fit import GIB, fit
@@ -52,9 +53,14 @@ def _size(count: int) -> str:
     return f"{count / GIB:.1f} GiB"
 
 
-def real_model_advice(tools: Toolchain, context: int) -> tuple[str, str]:
+def real_model_advice(tools: Toolchain, context: int, platform: str = sys.platform) -> tuple[str, str]:
     """What the real-model card proposes for this machine: ``(text, backend flavor to build)``."""
     gpus = tools.gpus
+    if platform == "darwin":  # no NVIDIA GPU to look for: say what a Mac gets instead
+        text = (f"{platform_note(platform)}\nQwen3.8-27B needs about 16 GiB or more of memory to run at chat "
+                "speed; build the backend here, then pick a quantization on the Models page (its fit advice "
+                "counts NVIDIA GPU memory, so on a Mac go by the memory the Mac has).")
+        return text, "cpu"
     if not gpus:
         flavor = "cpu"
         text = ("No NVIDIA GPU was found (nvidia-smi). Qwen3.8-27B needs a GPU with about 16 GiB or more to "
