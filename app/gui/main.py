@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QStandardItemModel
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QResizeEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QPushButton,
+    QSizePolicy,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -120,6 +121,44 @@ class DraftingBanner(QFrame):
         self.show()
 
 
+class StatusLabel(QLabel):
+    """The window's one-line status (in the status bar). Its text never changes the layout: the label takes
+    the room it is given (it asks for none), elides what does not fit, and keeps the whole text in ``text()``
+    and the tooltip. A plain QLabel asked for its text's width, so "Loading the model…" re-laid out the
+    window and re-wrapped the chat."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+
+    def setText(self, text: str) -> None:
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def text(self) -> str:
+        return self._full
+
+    def displayed_text(self) -> str:
+        """What the label shows: the text, elided to its width."""
+        return super().text()
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, super().minimumSizeHint().height())
+
+    def sizeHint(self) -> QSize:
+        return QSize(0, self.fontMetrics().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, self.width()))
+
+
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -172,7 +211,7 @@ class MainWindow(QMainWindow):
         for label, key in MODES:
             self.mode_box.addItem(label, key)
         self.mode_box.currentIndexChanged.connect(lambda _i: self.reload())
-        self.status = QLabel()
+        self.status = StatusLabel()
         self.status.setStyleSheet("color: #6b7280;")
         top = QHBoxLayout()
         top.addWidget(QLabel("Model:"))
@@ -190,7 +229,6 @@ class MainWindow(QMainWindow):
         self.chat_settings_button.clicked.connect(self.edit_chat_settings)
         top.addWidget(self.chat_settings_button)
         top.addStretch(1)
-        top.addWidget(self.status)
 
         self.banner = Banner()
         self.banner.restart_button.clicked.connect(self._restart)
@@ -258,6 +296,10 @@ class MainWindow(QMainWindow):
         self.settings_page.saved.connect(self.apply_settings)
         self.add_page("Settings", self.settings_page)
         self._add_menus()
+        # the status gets the window's full width at its bottom: the top bar has little room left at 1024 wide,
+        # and a status that changes never moves the controls or re-wraps the chat (StatusLabel)
+        self.statusBar().addWidget(self.status, 1)
+        self.statusBar().setSizeGripEnabled(False)
 
         self.bridge.loaded.connect(self._loaded)
         self.bridge.token.connect(self._token)
