@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 # The same list is the .deb's Depends (installers/debian.py).
 QT_DEB_PACKAGES := $(shell cat installers/debian-qt-packages.txt)
 
-.PHONY: run test lint venv clean gpu-prepare gpu-check
+.PHONY: run test lint venv clean package package-test gpu-prepare gpu-check
 
 venv: $(VENV)/.installed
 
@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,package]'
 	touch $@
 
 run: venv
@@ -36,9 +36,18 @@ test: lint
 	$(BIN)/python -m app backend fetch --version 0.3.35 --version 0.3.36
 	$(BIN)/python -m app backend cuda-toolkit fetch --cuda 13.0  # the wheels tests/test_cuda_wheels.py builds with
 	$(BIN)/python -m pytest -ra
+	$(MAKE) package-test
+
+# The packaged Linux app (installers/README.md): the prebuilt CPU backend, the PyInstaller one-folder app, the
+# tarball and the .deb under dist/; then the smoke test runs each of them in a clean environment.
+package: venv
+	$(BIN)/python installers/build.py --json build/package.json
+
+package-test: package
+	$(BIN)/python installers/smoke.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
 
 # The one-shot GPU check (docs/benchmarks.md, "GPU check"). On the CPU machine: `make gpu-prepare` builds the
 # portable sm_90 CUDA backend and llama-server, packs them and the wheels gpu-check needs into gpu-carry/

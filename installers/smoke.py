@@ -79,8 +79,16 @@ class Machine:
 
     def run_json(self, program: Path, *args: str, timeout: float = 600, expect: int = 0) -> Any:
         done = self.run(program, *args, "--json", timeout=timeout, expect=expect)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        check(bool(lines), f"`{' '.join(args)} --json` printed no JSON: {done.stdout[-500:]}")
+        return parse_json(done.stdout, " ".join(args))
+
+
+def parse_json(text: str, what: str) -> Any:
+    """The whole output as one (indented) JSON document, else its last one-line JSON record."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        lines = [line for line in text.splitlines() if line.startswith("{")]
+        check(bool(lines), f"`{what} --json` printed no JSON: {text[-500:]}")
         return json.loads(lines[-1])
 
 
@@ -144,6 +152,8 @@ def step_verify(app: Path, base: Path) -> str:
     keys = user.run_json(app, "release", "keygen", "--out", str(user.home / "keys"))
     release = user.home / "release"
     user.run(app, "demo-model", "--out", str(release), "--size", "tiny")
+    patch = next((app.parent / "_internal" / "resources" / "patches").glob("*.patch"))
+    shutil.copy2(patch, release / "HauhauCS-FastMTP-llama.cpp.patch")  # a release ships the patch it needs
     user.run_json(app, "release", "sign", "--dir", str(release), "--key", keys["private"])
     user.run_json(app, "verify", str(release), "--trust-fingerprint", keys["fingerprint"])
     victim = release / "sidecar-d2t.gguf"
@@ -240,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             try:
                 detail, ok = run(Path(tmp)), True
-            except (SmokeFailure, subprocess.SubprocessError, OSError) as exc:
+            except (SmokeFailure, subprocess.SubprocessError, OSError, ValueError, KeyError) as exc:
                 detail, ok = f"{type(exc).__name__}: {exc}", False
                 failed = True
             results.append({"step": name, "ok": ok, "seconds": round(time.monotonic() - started, 1),
