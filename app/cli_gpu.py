@@ -1,4 +1,4 @@
-"""CLI for the lent GPU machine: ``gpu-check``, ``backend pack|unpack`` and ``bench lossless``."""
+"""CLI for the lent GPU machine: ``gpu-check``, ``backend pack|unpack`` (and ``install``) and ``bench lossless``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from app import cli_backend_install
 from app.errors import FastMTPError
 
 
@@ -118,6 +119,7 @@ def add_backend_commands(bsub: Any, command: Any) -> None:
     up = command(bsub, "unpack", cmd_backend_unpack, "install a backend archive made by `backend pack`")
     up.add_argument("archive", type=Path)
     up.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
+    cli_backend_install.add_backend_commands(bsub, command)
 
 
 def add_bench_commands(bsub: Any, command: Any) -> None:

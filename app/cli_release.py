@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from app import cli_backend_install
 from app.cli import print_json
 from app.errors import FastMTPError
 
@@ -371,6 +372,7 @@ def add_commands(sub: Any, command: Any) -> None:
     sg.add_argument("--expires", help="ISO date after which verifiers warn, e.g. 2026-12-31")
     sg.add_argument("--repo", help="repository id (default: the catalog's)")
     sg.add_argument("--llama-cpp-commit", default="4df29be", help="llama.cpp commit the patch applies to")
+    cli_backend_install.add_release_commands(rsub, command)
 
     token = sub.add_parser("token", help="the Hugging Face hub token, kept in the system keyring")
     ksub = token.add_subparsers(dest="token_command", required=True)

@@ -5,17 +5,25 @@ offline, with little room for luggage: the backend is built where there is time,
 and installed there in seconds. The archive holds the backend folder as installed (manifest, Python
 bindings, shared libraries) and, when it was built, ``server/``: the ``llama-server`` binary plus
 the shared libraries it needs beyond the backend's own.
+
+An installed backend that was not built here carries ``fastmtp-origin.json``, which says so (and, for
+a signed archive, which key signed it); the Backend page and ``backend install`` show it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from app import paths
 from app.backend import registry
@@ -23,6 +31,7 @@ from app.errors import BackendError
 
 SERVER_DIR = "server"
 SERVER_BINARY = "llama-server"
+ORIGIN = "fastmtp-origin.json"
 _SHARED = re.compile(r"^lib[\w.+-]*\.(so(\.\d+)*|dylib)$|^[\w.+-]*\.dll$")
 
 
@@ -66,34 +75,130 @@ def pack(backend_id: str, out: Path, server_binary: Path | None = None) -> Path:
 
 
 def _no_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if "__pycache__" in info.name else info
+    """Leave out bytecode caches and the origin note: where a backend came from is told by whoever installs it."""
+    parts = info.name.split("/")
+    return None if "__pycache__" in parts or parts[1:] == [ORIGIN] else info
 
 
-def unpack(archive_path: Path, activate: bool = True) -> Unpacked:
-    """Install the backend of an archive made by :func:`pack` (replacing one with the same id).
+@dataclass(frozen=True)
+class Origin:
+    """Where an installed backend came from when it was not built on this machine (``fastmtp-origin.json``).
+
+    ``kind`` is "signed" (a prebuilt archive whose signed manifest checked out, ``backend install``) or
+    "unsigned" (``backend unpack``, which checks no signature). A backend without the file was built here.
+    """
+
+    kind: str
+    archive: str
+    sha256: str | None = None
+    repo: str | None = None
+    fingerprint: str | None = None
+    key_source: str | None = None  # "shipped" (the app's publisher key), "user" or "new" (trusted at install)
+    installed_at: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One plain line: prebuilt and signed by whom, or prebuilt and unchecked."""
+        if self.kind != "signed":
+            return f"prebuilt, unpacked from {self.archive} (no signature checked)"
+        who = "the publisher key shipped with the app" if self.key_source == "shipped" else "a key you trusted"
+        return f"prebuilt, signed by {who} ({self.fingerprint}) for {self.repo}"
+
+
+def read_origin(folder: Path) -> Origin | None:
+    """The backend's origin note, or None when it was built here (or the note is unreadable)."""
+    try:
+        data = json.loads((folder / ORIGIN).read_text(encoding="utf-8"))
+        return Origin(**data) if isinstance(data, dict) else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def describe_origin(folder: Path) -> str:
+    origin = read_origin(folder)
+    return origin.describe() if origin is not None else "built here"
+
+
+def read_manifest(archive_path: Path) -> registry.BackendManifest:
+    """The backend manifest inside an archive made by :func:`pack`, read without unpacking the rest.
 
     Raises:
         BackendError: the file is not such an archive, or it is damaged.
     """
     try:
-        with tempfile.TemporaryDirectory(dir=paths.backends_dir(), prefix=f"{registry.STAGING_PREFIX}unpack",
-                                         suffix=f"-{os.getpid()}") as tmp:
+        with tarfile.open(archive_path, "r:*") as archive:
+            for member in archive:
+                parts = member.name.split("/")
+                if len(parts) == 2 and parts[1] == registry.MANIFEST and member.isfile():
+                    handle = archive.extractfile(member)
+                    data = json.loads(handle.read()) if handle is not None else None
+                    if isinstance(data, dict):
+                        return registry.BackendManifest(**data)
+    except (tarfile.TarError, EOFError, OSError, ValueError, TypeError) as exc:
+        raise BackendError(f"Could not read the backend manifest in {archive_path}: {exc}",
+                           "The file is damaged or not a backend archive; make it with `backend pack`.") from exc
+    raise BackendError(f"{archive_path} is not a backend archive (no {registry.MANIFEST} in its folder).",
+                       "Make one with `python -m app backend pack`.")
+
+
+@contextmanager
+def staged(archive_path: Path) -> Iterator[Path]:
+    """Unpack the archive into a staging folder beside the installed backends; yields the backend folder.
+
+    Nothing is installed: :func:`place` moves the folder into place, and whatever is still staged when the
+    block ends is removed.
+
+    Raises:
+        BackendError: the file is not a backend archive, or it is damaged.
+    """
+    with tempfile.TemporaryDirectory(dir=paths.backends_dir(), prefix=f"{registry.STAGING_PREFIX}unpack",
+                                     suffix=f"-{os.getpid()}") as tmp:
+        try:
             with tarfile.open(archive_path, "r:*") as archive:
                 archive.extractall(tmp, filter="data")
-            roots = [p for p in Path(tmp).iterdir() if p.is_dir()]
-            if len(roots) != 1 or not (roots[0] / registry.MANIFEST).is_file():
-                raise BackendError(f"{archive_path} is not a backend archive (no single folder with a manifest).",
-                                   "Make one with `python -m app backend pack`.")
-            manifest = registry.BackendManifest.read(roots[0])
-            final = registry.backend_dir(manifest.id)
-            old = final.with_name(f".old-{final.name}-{os.getpid()}")
-            if final.exists():
-                os.replace(final, old)
-            os.replace(roots[0], final)
-            shutil.rmtree(old, ignore_errors=True)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise BackendError(f"Could not unpack the backend archive {archive_path}: {exc}",
-                           "The file is damaged or incomplete; copy it again.") from exc
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise BackendError(f"Could not unpack the backend archive {archive_path}: {exc}",
+                               "The file is damaged or incomplete; copy it again.") from exc
+        roots = [p for p in Path(tmp).iterdir() if p.is_dir()]
+        if len(roots) != 1 or not (roots[0] / registry.MANIFEST).is_file():
+            raise BackendError(f"{archive_path} is not a backend archive (no single folder with a manifest).",
+                               "Make one with `python -m app backend pack`.")
+        yield roots[0]
+
+
+def place(folder: Path, origin: Origin) -> registry.BackendManifest:
+    """Move a staged backend folder into place (replacing one with the same id), with its origin note."""
+    manifest = registry.BackendManifest.read(folder)
+    (folder / ORIGIN).write_text(json.dumps(origin.to_dict(), indent=2) + "\n", encoding="utf-8")
+    final = registry.backend_dir(manifest.id)
+    old = final.with_name(f".old-{final.name}-{os.getpid()}")
+    try:
+        if final.exists():
+            os.replace(final, old)
+        os.replace(folder, final)
+    except OSError as exc:
+        raise BackendError(f"Could not move the backend {manifest.id} into {final.parent}: {exc}",
+                           "Check that the data folder is writable and the disk is not full.") from exc
+    shutil.rmtree(old, ignore_errors=True)
+    return manifest
+
+
+def now_text() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def unpack(archive_path: Path, activate: bool = True) -> Unpacked:
+    """Install the backend of an archive made by :func:`pack` (replacing one with the same id); no signature
+    is checked (``backend install`` checks one).
+
+    Raises:
+        BackendError: the file is not such an archive, or it is damaged.
+    """
+    with staged(archive_path) as folder:
+        manifest = place(folder, Origin("unsigned", archive_path.name, installed_at=now_text()))
     if activate:
         registry.set_active(manifest.id, allow_unpatched=not manifest.patched)
+    final = registry.backend_dir(manifest.id)
     return Unpacked(manifest, final, installed_server(final))
