@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The macOS disk image: dist/FastMTP-Chat-<version>.dmg holding "FastMTP Chat.app" and a link to
+# /Applications, so the user drags the one onto the other. Run on macOS after
+# `python installers/build.py --no-tarball` (which makes dist/FastMTP Chat.app); sign and notarize as
+# installers/README.md says.
+#
+#   installers/macos/make_dmg.sh [APP] [OUT.dmg]
+#   installers/macos/make_dmg.sh --stage DIR [APP]   # only lay out the image's folder in DIR (no hdiutil)
+#
+# --stage is what the tests run on Linux; hdiutil exists only on macOS.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+NAME="FastMTP Chat"
+STAGE_ONLY=""
+if [[ "${1:-}" == "--stage" ]]; then
+    STAGE_ONLY="${2:?--stage needs a folder}"
+    shift 2
+fi
+VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/app/__init__.py")"
+APP="${1:-$ROOT/dist/$NAME.app}"
+OUT="${2:-$ROOT/dist/FastMTP-Chat-$VERSION.dmg}"
+
+if [[ ! -f "$APP/Contents/Info.plist" ]]; then
+    echo "make_dmg: $APP is not an app bundle; build it first: python installers/build.py --no-tarball" >&2
+    exit 1
+fi
+if [[ -z "$STAGE_ONLY" ]] && ! command -v hdiutil >/dev/null; then
+    echo "make_dmg: hdiutil was not found; disk images are made on macOS" >&2
+    exit 1
+fi
+
+if [[ -n "$STAGE_ONLY" ]]; then
+    STAGE="$STAGE_ONLY"
+    mkdir -p "$STAGE"
+else
+    STAGE="$(mktemp -d)"
+    trap 'rm -rf "$STAGE"' EXIT
+fi
+if command -v ditto >/dev/null; then
+    ditto "$APP" "$STAGE/$NAME.app"  # keeps extended attributes and the code signature intact
+else
+    cp -R "$APP" "$STAGE/$NAME.app"
+fi
+ln -s /Applications "$STAGE/Applications"
+if [[ -n "$STAGE_ONLY" ]]; then
+    echo "staged: $STAGE"
+    exit 0
+fi
+
+mkdir -p "$(dirname "$OUT")"
+hdiutil create -volname "$NAME $VERSION" -srcfolder "$STAGE" -fs HFS+ -format UDZO -ov "$OUT"
+echo "disk image: $OUT"
