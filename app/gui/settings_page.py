@@ -166,6 +166,8 @@ class SettingsPage(QWidget):
         self.update_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
         self.update_checked = QLabel()
         self.update_checked.setStyleSheet("color: #6b7280;")
+        self.update_checked.setWordWrap(True)
+        self.update_checked.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         group = QGroupBox("Updates")
         box = QVBoxLayout(group)
         row = QHBoxLayout()
@@ -223,7 +225,7 @@ class SettingsPage(QWidget):
         """The result in words: up to date, a newer version with its notes and link, or why there is no answer."""
         self.last_update = check
         if check.status == "available":
-            self._set_update_text(_available_html(check), bad=False)
+            self.update_label.setText(_available_html(check, good_colour(self).name()))
         elif check.status == "up_to_date":
             self._set_update_text(html.escape(check.summary()), bad=False)
         else:
@@ -238,10 +240,10 @@ class SettingsPage(QWidget):
         self.update_label.setText(f'<span style="color: {colour};">{text}</span>')
 
 
-def _available_html(check: UpdateCheck) -> str:
-    """A newer version: what it is, the link, the notes; and that the user installs it, not the app."""
-    head = (f"<b>FastMTP Chat {html.escape(check.latest_version or '')} is available</b> "
-            f"(you have {html.escape(check.current_version)}).")
+def _available_html(check: UpdateCheck, colour: str) -> str:
+    """A newer version: what it is (in ``colour``), the link, the notes; and that the user installs it, not the app."""
+    head = (f'<span style="color: {colour};"><b>FastMTP Chat {html.escape(check.latest_version or "")} is available'
+            f"</b> (you have {html.escape(check.current_version)}).</span>")
     if check.download_url and check.download is not None:
         size = f"{check.download.size / 1e6:.0f} MB" if check.download.size >= 1e6 else f"{check.download.size} bytes"
         link = (f'<a href="{html.escape(check.download_url, quote=True)}">Download '
