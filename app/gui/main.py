@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QResizeEvent, QStandardItemModel
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QResizeEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -58,6 +58,7 @@ from app.gui.settings_page import SettingsPage
 from app.gui.sidebar import Sidebar
 from app.history import Conversation, HistoryError, HistoryStore, read_export
 from app.release.installed import InstalledModel, list_installed, model_roots
+from app.resources import resources_dir
 from app.settings import Settings
 
 SYSTEM_PROMPT = "You are a helpful assistant."
@@ -178,7 +179,8 @@ class MainWindow(QMainWindow):
     def __init__(self, bridge: EngineBridge | None = None, history: HistoryStore | None = None,
                  settings: Settings | None = None) -> None:
         super().__init__()
-        self.setWindowTitle("FastMTP Chat")
+        self.setWindowTitle(APP_TITLE)
+        self.setWindowIcon(app_icon())
         self.resize(1180, 700)
         self.bridge = bridge or EngineBridge(self)
         self._owns_history = history is None
@@ -1016,19 +1018,60 @@ def qt_start_problem() -> str | None:
             f"the display itself could not be used. Qt said:\n{detail}")
 
 
+# ----------------------------------------------------------------------------- who the app is
+
+APP_ID = "fastmtp-chat"  # application, organization and .desktop file name: the X11 window class
+APP_TITLE = "FastMTP Chat"
+
+
+def qt_argv(argv: Sequence[str]) -> list[str]:
+    """The arguments for QApplication: ``argv[0]`` becomes ``fastmtp-chat``, because Qt's xcb platform names
+    the window's WM_CLASS instance after it (``__main__.py`` under ``python -m app``)."""
+    return [APP_ID, *list(argv)[1:]]
+
+
+def app_icon() -> QIcon:
+    """The app's icon from ``resources/icons/`` (the SVG and its PNG sizes); a checkout and a frozen bundle
+    both find it through ``app.resources``."""
+    icon = QIcon()
+    folder = resources_dir() / "icons"
+    for png in sorted(folder.glob(f"{APP_ID}-*.png")):
+        icon.addFile(str(png))
+    svg = folder / f"{APP_ID}.svg"
+    if svg.is_file():
+        icon.addFile(str(svg))
+    return icon
+
+
+def configure_application(app: QApplication) -> None:
+    """Names and icon: the desktop entry (``fastmtp-chat.desktop``, StartupWMClass=fastmtp-chat) matches the
+    window, and the window manager and task bar show the app's icon. Before the first window is created."""
+    app.setApplicationName(APP_ID)
+    app.setOrganizationName(APP_ID)
+    app.setApplicationDisplayName(APP_TITLE)
+    app.setDesktopFileName(APP_ID)
+    app.setWindowIcon(app_icon())
+
+
+def make_application(argv: Sequence[str] | None = None) -> QApplication:
+    """The QApplication (the running one, else a new one from ``argv``), named and with its icon."""
+    app = QApplication.instance() or QApplication(qt_argv(argv if argv is not None else sys.argv))
+    assert isinstance(app, QApplication)
+    configure_application(app)
+    return app
+
+
 def run(argv: Sequence[str] | None = None, check: bool = False) -> int:
     """Open the desktop app; returns the process exit code.
 
     ``check``: once the window is up, print what it shows as one JSON line and close (packaging smoke tests).
     """
-    app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv)
-    assert isinstance(app, QApplication)
-    app.setApplicationName("FastMTP Chat")
+    app = make_application(argv)
     try:
         window = MainWindow()
     except FastMTPError as exc:  # an unusable config or data folder, a history another process holds, …
         print(f"error: {exc.message}" + (f"\nwhat to do: {exc.advice}" if exc.advice else ""), file=sys.stderr)
-        QMessageBox.critical(None, "FastMTP Chat cannot start", str(exc))
+        QMessageBox.critical(None, f"{APP_TITLE} cannot start", str(exc))
         return exc.exit_code
     window.apply_settings(window.settings)
     window.show()
