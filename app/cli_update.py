@@ -48,6 +48,16 @@ def cmd_update_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 600:
+        raise argparse.ArgumentTypeError("give a number of seconds between 0 and 600, e.g. 15")
+    return value
+
+
 def _platform_file(text: str) -> tuple[str, Path]:
     platform, sep, path = text.partition("=")
     if not sep or not platform or not path:
@@ -89,7 +99,7 @@ def add_commands(sub: Any, command: Any) -> None:
     c.add_argument("--url", help="the feed's URL (default: the catalog's, or FASTMTP_UPDATE_URL)")
     c.add_argument("--trust-fingerprint", help="trust the feed's key with this fingerprint (no prompt)")
     c.add_argument("--pre", action="store_true", help="consider pre-releases (rc, beta, …) too")
-    c.add_argument("--timeout", type=float, default=15.0, help="seconds for each connect and read (default 15)")
+    c.add_argument("--timeout", type=_seconds, default=15.0, help="seconds for each connect and read (default 15)")
     s = command(usub, "sign", cmd_update_sign,
                 "add a version to the app-release feed in DIR and sign it (publishers, tests)")
     s.add_argument("--version", required=True, help="the app version, e.g. 0.2.0 or 0.3.0-rc.1")
