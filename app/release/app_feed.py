@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform as host
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,13 +134,10 @@ class AppFeed:
 
 def current_platform(system: str | None = None, machine: str | None = None) -> str:
     """``linux-x86_64``, ``windows-x86_64``, ``macos-arm64``: how the feed names a platform's download."""
-    import platform as _platform
-    import sys
-
     system = (system or sys.platform).lower()
     name = "windows" if system.startswith("win") else "macos" if system == "darwin" else \
         system.rstrip("0123456789") or "unknown"
-    arch = (machine or _platform.machine()).lower() or "unknown"
+    arch = (machine or host.machine()).lower() or "unknown"
     arch = {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64"}.get(arch, arch)
     return f"{name}-{arch}"
 

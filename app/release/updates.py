@@ -29,7 +29,7 @@ import httpx
 from app import __version__, paths
 from app.errors import DownloadError, StorageError, VerificationError
 from app.release import signing, trust
-from app.release.app_feed import AppDownload, AppFeed, current_platform, parse_app_version, parse_feed
+from app.release.app_feed import AppDownload, AppFeed, AppVersion, current_platform, parse_app_version, parse_feed
 from app.release.catalog import CatalogError, check_url, load_catalog
 from app.resources import resources_dir
 
@@ -301,16 +301,14 @@ def check_for_update(current_version: str = __version__, *, source: UpdateSource
     except DownloadError as exc:
         result = replace(base, status="unreachable", message=exc.message, advice=exc.advice)
     else:
-        result = _compare(base, verified, current_version, include_prereleases, platform or current_platform(),
-                          source)
+        result = _compare(base, verified, current, include_prereleases, platform or current_platform(), source)
     if remember:
         _remember(result, verified, source.repo)
     return result
 
 
-def _compare(base: UpdateCheck, verified: VerifiedFeed, current_version: str, include_prereleases: bool,
+def _compare(base: UpdateCheck, verified: VerifiedFeed, current: AppVersion, include_prereleases: bool,
              platform: str, source: UpdateSource) -> UpdateCheck:
-    current = parse_app_version(current_version, "this app's version")
     latest = verified.feed.latest(include_prereleases=include_prereleases)
     result = replace(base, fingerprint=verified.fingerprint,
                      latest_version=latest.version.text if latest else None)
