@@ -115,7 +115,7 @@ class Toolchain:
         return asdict(self)
 
 
-def tool_dirs(python: Path, platform: str = sys.platform) -> list[str]:
+def tool_dirs(python: PurePath, platform: str = sys.platform) -> list[str]:
     """Where pip put cmake and ninja for this Python, searched before PATH: its own folder (a venv's ``bin``
     or ``Scripts``), and on Windows also ``Scripts`` beside a base install's ``python.exe``."""
     folders = [python.parent, python.parent / "Scripts"] if platform == "win32" else [python.parent]
@@ -382,6 +382,11 @@ def parse_set_output(text: str) -> dict[str, str]:
     return env
 
 
+def parse_set_bytes(raw: bytes) -> dict[str, str]:
+    """``set`` as ``cmd /u`` writes it into a pipe: UTF-16-LE, so a user name like Núñez survives."""
+    return parse_set_output(raw.decode("utf-16-le", errors="replace"))
+
+
 def env_delta(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, str]:
     """What ``after`` sets differently from ``before`` (names compared regardless of case)."""
     old = {name.upper(): value for name, value in before.items()}
@@ -408,7 +413,7 @@ def msvc_environment(vcvarsall: Path, arch: str = "x64") -> dict[str, str]:
                               check=False, creationflags=processes.creationflags())
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    after = parse_set_output(proc.stdout.decode("utf-16-le", errors="replace"))
+    after = parse_set_bytes(proc.stdout)
     if proc.returncode != 0 or "INCLUDE" not in after or "LIB" not in after:
         return {}
     return env_delta(os.environ, after)
