@@ -184,3 +184,15 @@ def test_the_platform_note_says_macos_has_no_cuda() -> None:
     windows = toolchain.platform_note("win32")
     assert windows is not None and "MSVC" in windows
     assert toolchain.platform_note("linux") is None
+
+
+def test_a_windows_cuda_toolkit_layout_gives_cublas_and_the_driver_library(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "NVIDIA GPU Computing Toolkit" / "CUDA" / "v13.0"  # what CUDA_PATH names on Windows
+    _write(root / "include" / "cublas_v2.h")
+    _write(root / "lib" / "x64" / "cublas.lib")
+    cuda_lib = _write(root / "lib" / "x64" / "cuda.lib")
+    monkeypatch.setenv("CUDA_PATH", str(root))
+    found = toolchain.find_cublas(None)
+    assert found == toolchain.Cublas(str(root / "include"), str(root / "lib" / "x64"), from_wheel=False)
+    assert toolchain.find_cuda_driver_lib(None) == str(cuda_lib)  # so the build keeps CUDA's VMM pool

@@ -175,9 +175,10 @@ def _cuda_roots(nvcc: str | None) -> list[Path]:
 
 def find_cublas(nvcc: str | None) -> Cublas | None:
     """cuBLAS next to the CUDA toolkit (or the system), else from a pip ``nvidia-cublas`` wheel."""
+    # the last layout is the Windows toolkit's (lib\x64\cublas.lib)
     for root in _cuda_roots(nvcc):
         for inc, lib in (("include", "lib64"), ("targets/x86_64-linux/include", "targets/x86_64-linux/lib"),
-                         ("include", "lib/x86_64-linux-gnu"), ("include", "lib")):
+                         ("include", "lib/x86_64-linux-gnu"), ("include", "lib"), ("include", "lib/x64")):
             if (root / inc / "cublas_v2.h").is_file() and any((root / lib).glob("*cublas.*")):
                 return Cublas(str(root / inc), str(root / lib), from_wheel=False)
     for entry in sys.path:
@@ -189,12 +190,12 @@ def find_cublas(nvcc: str | None) -> Cublas | None:
 
 
 def find_cuda_driver_lib(nvcc: str | None) -> str | None:
-    """libcuda.so from the driver, or the toolkit's link stub."""
+    """libcuda.so from the driver, or the toolkit's link stub; on Windows the toolkit's cuda.lib (for nvcuda.dll)."""
     folders = [root / sub for root in _cuda_roots(nvcc)
-               for sub in ("lib64/stubs", "targets/x86_64-linux/lib/stubs", "lib64", "lib")]
+               for sub in ("lib64/stubs", "targets/x86_64-linux/lib/stubs", "lib64", "lib", "lib/x64")]
     folders += [Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib/wsl/lib")]
     for folder in folders:
-        found = sorted(folder.glob("libcuda.so*"))
+        found = sorted(folder.glob("libcuda.so*")) or sorted(folder.glob("cuda.lib"))
         if found:
             return str(found[0])
     return None
