@@ -248,3 +248,11 @@ def test_the_first_run_panel_tells_a_mac_user_there_is_no_cuda() -> None:
     assert "No NVIDIA GPU was found" not in text  # nvidia-smi is no question on a Mac
     linux_text, _ = real_model_advice(tools, 4096, platform="linux")
     assert "Metal" not in linux_text and "No NVIDIA GPU was found" in linux_text
+
+
+def test_the_signing_entitlements_let_the_app_load_the_backend_it_builds() -> None:
+    entitlements = plistlib.loads((ROOT / "installers" / "macos" / "entitlements.plist").read_bytes())
+    # the llama.cpp libraries are built on the user's Mac, so no team signature; ctypes callbacks need libffi
+    assert entitlements == {"com.apple.security.cs.disable-library-validation": True,
+                            "com.apple.security.cs.allow-unsigned-executable-memory": True}
+    assert "--entitlements installers/macos/entitlements.plist" in (ROOT / "installers" / "README.md").read_text()
