@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -430,9 +429,9 @@ def run_selftest_subprocess(folder: Path, report: Reporter | None = None,
                             cancel: CancelToken | None = None) -> dict[str, object]:
     """Run the self-test in a child process, so a native crash cannot take the caller down."""
     env = dict(os.environ, FASTMTP_BACKEND_DIR=str(folder), PYTHONDONTWRITEBYTECODE="1")
-    cmd = [sys.executable, "-m", "app.backend.selftest", str(folder)]
+    cmd = [processes.child_python(), "-m", "app.backend.selftest", str(folder)]  # Windows app: its console program
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            errors="replace", start_new_session=True)
+                            errors="replace", start_new_session=True, creationflags=processes.creationflags())
     if cancel is not None:
         cancel.set_kill(lambda: processes.kill_group(proc))
     lines: list[str] = []
