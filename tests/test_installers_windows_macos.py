@@ -24,6 +24,7 @@ import pytest
 
 import app
 from app import paths
+from app.backend import processes
 from app.backend.toolchain import Toolchain, platform_note
 from app.gui.first_run import real_model_advice
 from installers import bundle
@@ -42,6 +43,7 @@ def test_windows_gets_a_windowed_and_a_console_program_other_systems_one() -> No
     assert [(p.file_name("win32"), p.console) for p in windows] == [("FastMTP Chat.exe", False),
                                                                     ("fastmtp-chat.exe", True)]
     assert all(p.icon == ROOT / "resources" / "icons" / "fastmtp-chat.ico" and p.icon.is_file() for p in windows)
+    assert windows[1].file_name("win32") == processes.CONSOLE_PROGRAM  # the program the app's children run
     # macOS: windowed, or PyInstaller marks the .app background-only (no Dock icon, no menu bar)
     assert [(p.file_name("darwin"), p.console) for p in bundle.executables("darwin")] == [("fastmtp-chat", False)]
     assert [(p.file_name("linux"), p.console) for p in bundle.executables("linux")] == [("fastmtp-chat", True)]

@@ -154,6 +154,20 @@ def test_children_start_without_a_console_window_only_on_windows() -> None:
     assert processes.kill_tree_command(4242) == ["taskkill", "/F", "/T", "/PID", "4242"]
 
 
+def test_the_windowed_windows_app_runs_its_children_with_the_console_program(tmp_path: Path) -> None:
+    """In the installed folder both programs sit side by side; the children use the console one."""
+    windowed = _write(tmp_path / "FastMTP Chat" / "FastMTP Chat.exe")
+    console = _write(tmp_path / "FastMTP Chat" / processes.CONSOLE_PROGRAM)
+    assert processes.CONSOLE_PROGRAM == "fastmtp-chat.exe"
+    assert processes.child_python(str(windowed), "win32", frozen=True) == str(console)
+    assert processes.child_python(str(console), "win32", frozen=True) == str(console)
+    assert processes.child_python(str(windowed), "win32", frozen=False) == str(windowed)  # a checkout's python
+    assert processes.child_python(str(windowed), "linux", frozen=True) == str(windowed)
+    console.unlink()  # a folder without it (a hand-made build): itself, which `entry.py` also handles
+    assert processes.child_python(str(windowed), "win32", frozen=True) == str(windowed)
+    assert processes.child_python() == sys.executable  # here: not frozen
+
+
 def test_a_streamed_command_runs_in_the_environment_it_is_given() -> None:
     lines: list[str] = []
     env = dict(os.environ, FASTMTP_PROBE="from vcvarsall")

@@ -11,9 +11,11 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from app import paths
 from app.backend.events import CancelToken
 
 CREATE_NO_WINDOW = 0x08000000  # winbase.h; ``subprocess`` only defines the name on Windows
+CONSOLE_PROGRAM = f"{paths.APP_NAME}.exe"  # the frozen Windows app's console program (installers/bundle.py)
 
 
 def creationflags(platform: str = sys.platform) -> int:
@@ -22,6 +24,22 @@ def creationflags(platform: str = sys.platform) -> int:
     The windowed app has no console of its own, so every console child would open one and flash it.
     """
     return CREATE_NO_WINDOW if platform == "win32" else 0
+
+
+def child_python(executable: str | None = None, platform: str | None = None, frozen: bool | None = None) -> str:
+    """The program that runs the app's ``-m MODULE`` children (engine worker, self-test): this one, except in
+    the frozen Windows app started from the Start menu, where it is the console program beside it.
+
+    A windowed program has no standard streams of its own and shows a dialog for an uncaught exception; the
+    console one writes its traceback to the child's log, and with CREATE_NO_WINDOW it shows no window either.
+    """
+    executable = sys.executable if executable is None else executable
+    platform = sys.platform if platform is None else platform
+    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    if platform != "win32" or not frozen:
+        return executable
+    console = Path(executable).with_name(CONSOLE_PROGRAM)
+    return str(console) if console.is_file() else executable
 
 
 def run_streaming(cmd: list[str], on_line: Callable[[str], None], cancel: CancelToken, *, cwd: Path | None = None,

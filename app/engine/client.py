@@ -14,14 +14,13 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, Literal
 
 from app import paths
-from app.backend.processes import creationflags
+from app.backend.processes import child_python, creationflags
 from app.engine import protocol
 from app.engine.chat_template import Message
 from app.engine.session import ChatOptions
@@ -69,7 +68,7 @@ class EngineClient:
         if not env.get("FASTMTP_NATIVE_BACKTRACE"):
             env["GGML_NO_BACKTRACE"] = "1"  # no gdb attaching on an abort: the assert line stays the last line
         self._phase, self._replies = "idle", 0
-        self._proc = subprocess.Popen([sys.executable, "-m", "app.engine.worker"], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([child_python(), "-m", "app.engine.worker"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, env=env,
                                       creationflags=creationflags())  # no console window flashing on Windows
         log.close()
