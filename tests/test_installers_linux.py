@@ -92,3 +92,14 @@ def test_the_frozen_entry_runs_a_probe_given_with_dash_c(tmp_path: Path, monkeyp
     monkeypatch.setattr(sys, "argv", ["fastmtp-chat", "-c", f"open({str(out)!r}, 'w').write('probe')"])
     assert entry_main() == 0
     assert out.read_text() == "probe"
+
+
+def test_the_packaged_app_says_it_cannot_pip_the_cuda_toolkit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.backend import cuda_wheels
+    from app.backend.events import CancelToken
+    from app.errors import ToolchainError
+
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    with pytest.raises(ToolchainError) as failure:
+        cuda_wheels._run([sys.executable, "-m", "pip", "--version"], lambda _line: None, CancelToken())
+    assert "no pip" in failure.value.message and "backend install" in failure.value.advice

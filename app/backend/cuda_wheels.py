@@ -447,6 +447,10 @@ def _write_marker(toolkit: AppToolkit) -> None:
 def _run(cmd: list[str], say: Log, cancel: CancelToken) -> tuple[int, list[str]]:
     """Run pip, streaming its lines; cancel kills its whole process group (like the builder's commands)."""
     _check_cancel(cancel)
+    if getattr(sys, "frozen", False):
+        raise ToolchainError("The installed app has no pip, so it cannot download the CUDA toolkit wheels.",
+                             "Install a prebuilt CUDA backend instead (Backend page: Install a prebuilt backend…, "
+                             "or `fastmtp-chat backend install URL`), or install NVIDIA's CUDA Toolkit and build.")
     say("$ " + " ".join(cmd))
     code, tail = processes.run_streaming(cmd, say, cancel, keep=20)
     _check_cancel(cancel)
