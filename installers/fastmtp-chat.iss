@@ -1,5 +1,5 @@
 ; Inno Setup 6 script for the Windows installer, dist\FastMTP-Chat-Setup-<version>.exe.
-; Build on Windows after `python installers\build.py --no-tarball` (which makes dist\fastmtp-chat\):
+; Build on Windows after `python installers\build.py` (which makes dist\fastmtp-chat\):
 ;   iscc installers\fastmtp-chat.iss
 ; The version comes from the build: the ProductVersion that the spec writes into fastmtp-chat.exe
 ; (app.__version__). `iscc /DAppVersion=X.Y.Z ...` overrides it.
@@ -26,7 +26,7 @@
   #ifexist BuiltConsoleExe
     #define AppVersion GetStringFileInfo(BuiltConsoleExe, "ProductVersion")
   #else
-    #error Build the app first (python installers\build.py --no-tarball), or pass /DAppVersion=X.Y.Z
+    #error Build the app first (python installers\build.py), or pass /DAppVersion=X.Y.Z
   #endif
 #endif
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The macOS disk image: dist/FastMTP-Chat-<version>.dmg holding "FastMTP Chat.app" and a link to
 # /Applications, so the user drags the one onto the other. Run on macOS after
-# `python installers/build.py --no-tarball` (which makes dist/FastMTP Chat.app); sign and notarize as
+# `python installers/build.py` (which makes dist/FastMTP Chat.app); sign and notarize as
 # installers/README.md says.
 #
 #   installers/macos/make_dmg.sh [APP] [OUT.dmg]
@@ -22,7 +22,7 @@ APP="${1:-$ROOT/dist/$NAME.app}"
 OUT="${2:-$ROOT/dist/FastMTP-Chat-$VERSION.dmg}"
 
 if [[ ! -f "$APP/Contents/Info.plist" ]]; then
-    echo "make_dmg: $APP is not an app bundle; build it first: python installers/build.py --no-tarball" >&2
+    echo "make_dmg: $APP is not an app bundle; build it first: python installers/build.py" >&2
     exit 1
 fi
 if [[ -z "$STAGE_ONLY" ]] && ! command -v hdiutil >/dev/null; then
