@@ -25,9 +25,18 @@ def _prepare_frozen_environment(bundle: Path) -> None:
         os.environ["FASTMTP_WHEELHOUSE"] = str(sdist)
 
 
+def _no_missing_streams() -> None:
+    """A windowed program (Windows' ``FastMTP Chat.exe``) has no standard streams: give it the null device,
+    so a ``print`` or ``sys.stdin.isatty()`` anywhere in a command does not crash it."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 (lives as long as the app)
+
+
 def main() -> int:
     bundle = getattr(sys, "_MEIPASS", None)
     if bundle is not None:
+        _no_missing_streams()
         _prepare_frozen_environment(Path(bundle))
         if len(sys.argv) > 2 and sys.argv[1] == "-m":
             module = sys.argv[2]

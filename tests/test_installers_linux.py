@@ -103,3 +103,13 @@ def test_the_packaged_app_says_it_cannot_pip_the_cuda_toolkit(monkeypatch: pytes
     with pytest.raises(ToolchainError) as failure:
         cuda_wheels._run([sys.executable, "-m", "pip", "--version"], lambda _line: None, CancelToken())
     assert "no pip" in failure.value.message and "backend install" in failure.value.advice
+
+
+def test_a_windowed_program_without_streams_gets_the_null_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from installers.entry import _no_missing_streams
+
+    monkeypatch.setattr(sys, "stdin", None)
+    monkeypatch.setattr(sys, "stdout", None)
+    _no_missing_streams()
+    assert sys.stdin is not None and not sys.stdin.isatty() and sys.stdin.read() == ""
+    assert sys.stdout is not None and sys.stdout.write("nothing") == len("nothing")
