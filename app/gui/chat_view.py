@@ -9,8 +9,12 @@ fence new text is appended as it is; the block is highlighted once when its fenc
 transcript carry the actions: ``copy-code:N``, ``copy:I``, ``edit:I``, ``regenerate:I``, ``think:I``.
 
 The transcript follows a streaming reply while the user is at its bottom (within ``FOLLOW_SLACK_PX``);
-once they scroll up it keeps their position and shows "Jump to latest ↓" over its bottom-right corner.
+once they scroll up it keeps their position and shows "Jump to latest ↓" over the middle of its bottom edge.
 The button, or scrolling back down by hand, hides it and following resumes.
+
+The HUD floats over one corner of the transcript (``set_hud_placement``; the user drags it to another or folds
+it to one line). The document keeps a margin on the HUD's side as tall as the HUD, so the first message (HUD
+at the top) or the newest text while following (HUD at the bottom) is never under it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QDesktopServices,
@@ -45,7 +49,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.chat_template import Message
-from app.gui.hud import Hud
+from app.gui.hud import CORNERS, Hud, corner_alignment, nearest_corner
 from app.gui.markdown import (
     LIGHT,
     THINK_CLOSE,
@@ -332,13 +336,15 @@ class ChatView(QWidget):
     """Transcript with the HUD over its corner, and the input row.
 
     Emits ``send_requested(text)``, ``stop_requested``, ``regenerate_requested`` (the last reply),
-    ``edit_submitted(index, text)`` (a user message changed: the conversation goes on from it); the
-    window feeds replies back through ``begin_reply`` / ``append_token`` / ``finish_reply``."""
+    ``edit_submitted(index, text)`` (a user message changed: the conversation goes on from it), and
+    ``hud_placement_changed(corner, collapsed)`` when the user moved or folded the HUD; the window feeds
+    replies back through ``begin_reply`` / ``append_token`` / ``finish_reply``."""
 
     send_requested = Signal(str)
     stop_requested = Signal()
     regenerate_requested = Signal()
     edit_submitted = Signal(int, str)
+    hud_placement_changed = Signal(str, bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -369,20 +375,26 @@ class ChatView(QWidget):
         stack = QGridLayout()
         stack.setContentsMargins(0, 0, 0, 0)
         stack.addWidget(self.transcript, 0, 0)
-        hud_corner = QWidget()  # keeps the HUD off the frame and clear of the scroll bar
-        corner = QHBoxLayout(hud_corner)
-        corner.setContentsMargins(0, 6, self.transcript.verticalScrollBar().sizeHint().width() + 6, 0)
-        corner.addWidget(self.hud)
-        stack.addWidget(hud_corner, 0, 0, Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignRight)
+        self._stack = stack
+        self.hud_corner = CORNERS[0]
+        self._hud_carrier = QWidget()  # keeps the HUD off the frame and clear of the scroll bar
+        carrier = QHBoxLayout(self._hud_carrier)
+        carrier.addWidget(self.hud)
+        stack.addWidget(self._hud_carrier, 0, 0, corner_alignment(self.hud_corner))
+        self._drag_origin: QPoint | None = None  # the carrier's position when a drag of the HUD began
+        self.hud.dragged.connect(self._drag_hud)
+        self.hud.dropped.connect(self._drop_hud)
+        self.hud.corner_requested.connect(lambda corner: self.set_hud_placement(corner, self.hud.collapsed, True))
+        self.hud.collapsed_changed.connect(lambda collapsed: self.set_hud_placement(self.hud_corner, collapsed, True))
         self.jump_button = QPushButton("Jump to latest ↓")
         self.jump_button.setToolTip("Scroll to the newest text and follow the reply again")
         self.jump_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.jump_button.clicked.connect(self.scroll_to_latest)
-        self._jump_corner = QWidget()  # over the transcript's bottom-right, clear of the scroll bar
+        self._jump_corner = QWidget()  # over the middle of the transcript's bottom edge: clear of any HUD corner
         jump = QHBoxLayout(self._jump_corner)
-        jump.setContentsMargins(0, 0, bar.sizeHint().width() + 10, 10)
+        jump.setContentsMargins(0, 0, 0, 10)
         jump.addWidget(self.jump_button)
-        stack.addWidget(self._jump_corner, 0, 0, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignRight)
+        stack.addWidget(self._jump_corner, 0, 0, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignHCenter)
         self._jump_corner.hide()
 
         self.input = MessageInput()
@@ -428,6 +440,63 @@ class ChatView(QWidget):
         layout.addLayout(overlay_row)
         layout.addWidget(self.edit_bar)
         layout.addLayout(row)
+        self._place_hud()
+
+    # ------------------------------------------------------------------ the HUD's place
+
+    def set_hud_placement(self, corner: str, collapsed: bool, by_user: bool = False) -> None:
+        """Put the HUD in ``corner`` (one of ``CORNERS``; anything else is the default), folded or not;
+        ``by_user`` emits ``hud_placement_changed`` so the window remembers it."""
+        self.hud_corner = corner if corner in CORNERS else CORNERS[0]
+        if collapsed != self.hud.collapsed:
+            self.hud.set_collapsed(collapsed)
+        self._place_hud()
+        if by_user:
+            self.hud_placement_changed.emit(self.hud_corner, self.hud.collapsed)
+
+    def _place_hud(self) -> None:
+        """Align the HUD's carrier to its corner, clear of the frame and the scroll bar, and give the document
+        the margin on that side."""
+        scroll = self.transcript.verticalScrollBar().sizeHint().width()
+        left = self.hud_corner.endswith("left")
+        top = self.hud_corner.startswith("top")
+        layout = self._hud_carrier.layout()
+        assert layout is not None
+        layout.setContentsMargins(6 if left else 0, 6 if top else 0, 0 if left else scroll + 6, 0 if top else 6)
+        self._stack.setAlignment(self._hud_carrier, corner_alignment(self.hud_corner))
+        self._stack.invalidate()  # also after a drag that ended in the same corner: back into place
+        self._hud_margins()
+
+    def _hud_margins(self) -> None:
+        """The document's margin on the HUD's side: the HUD's height (the other side keeps the usual one)."""
+        root = self.transcript.document().rootFrame()
+        fmt = root.frameFormat()
+        clear = self.hud.sizeHint().height() + 8
+        base = self.transcript.document().documentMargin()
+        top = self.hud_corner.startswith("top")
+        fmt.setTopMargin(clear if top else base)
+        fmt.setBottomMargin(base if top else clear)
+        root.setFrameFormat(fmt)
+
+    def _drag_hud(self, offset: QPoint) -> None:
+        """The HUD follows the mouse over the transcript (kept inside it) until it is dropped."""
+        if self._drag_origin is None:
+            self._drag_origin = self._hud_carrier.pos()
+        area = self.transcript.geometry()
+        size = self._hud_carrier.size()
+        target = self._drag_origin + offset
+        x = min(max(target.x(), area.left()), area.right() - size.width())
+        y = min(max(target.y(), area.top()), area.bottom() - size.height())
+        self._hud_carrier.move(x, y)
+        self._hud_carrier.raise_()
+
+    def _drop_hud(self) -> None:
+        """Dropped: it snaps to the corner nearest to where it was let go."""
+        self._drag_origin = None
+        area = self.transcript.geometry()
+        centre = self._hud_carrier.geometry().center() - area.topLeft()
+        self.set_hud_placement(nearest_corner(centre.x(), centre.y(), area.width(), area.height()),
+                               self.hud.collapsed, by_user=True)
 
     # ------------------------------------------------------------------ conversation
 
@@ -632,15 +701,13 @@ class ChatView(QWidget):
         self.scroll_to_latest()
 
     def _prepare_document(self) -> None:
-        """Start the text below the HUD, so the newest reply is never hidden under it at the top."""
+        """Keep the text clear of the HUD: the first message starts below it (HUD at the top), the newest
+        text ends above it (HUD at the bottom)."""
         document = self.transcript.document()
         if not document.isEmpty():
             return
         document.setDefaultStyleSheet(f"a {{ color: {self.colors.muted}; }} p {{ margin-top: 2px; }}")
-        root = document.rootFrame()
-        fmt = root.frameFormat()
-        fmt.setTopMargin(self.hud.sizeHint().height() + 8)
-        root.setFrameFormat(fmt)
+        self._hud_margins()
 
     def _insert_entry(self, index: int, cursor: QTextCursor | None = None) -> None:
         self._prepare_document()

@@ -1,6 +1,11 @@
 """The heads-up panel over the chat: live decode and prompt speed, time to first token, draft acceptance
 with a bar, tokens per target pass, mode, and a sparkline of tok/s over the reply.
 
+The panel floats over a corner of the transcript, so it must never be in the way for good: its "–" button
+(or a double click) collapses it to a one-line pill with the headline numbers, "+" opens it again, and a drag
+moves it to another corner (it snaps to the nearest one on release; the context menu names the corners too).
+The chat view places it and the window remembers where and how it was (``placement_changed``).
+
 ``drafting_warning`` decides when the loud drafting banner shows: a sidecar is configured but nothing is
 drafted, its drafts are almost never accepted (a sidecar from another model), or acceptance is below
 break-even for this machine.
@@ -9,11 +14,31 @@ break-even for this machine.
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen, QPolygonF
-from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QProgressBar, QWidget
+from PySide6.QtCore import QPoint, QPointF, Qt, Signal
+from PySide6.QtGui import (
+    QColor,
+    QContextMenuEvent,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPen,
+    QPolygonF,
+)
+from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QProgressBar,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.engine.speculative import EngineConfig
 from app.engine.stats import wrong_pair_warning
@@ -25,7 +50,12 @@ _STYLE = """
 #hud QLabel[role="value"] { font-weight: 600; font-family: monospace; }
 #hud QProgressBar { background: rgba(255, 255, 255, 40); border: none; border-radius: 2px; max-height: 4px; }
 #hud QProgressBar::chunk { background: #5ac18e; border-radius: 2px; }
+#hud QLabel[role="title"] { color: #9aa4b2; font-size: 10px; }
+#hud QToolButton { color: #e8ecf2; background: transparent; border: none; border-radius: 3px; padding: 0 5px;
+                   font-weight: 700; }
+#hud QToolButton:hover { background: rgba(255, 255, 255, 50); }
 """
+CORNERS = ("top-right", "top-left", "bottom-right", "bottom-left")  # where the HUD can sit; the first is the default
 
 
 def describe_mode(config: EngineConfig | None, depth_now: int | None = None) -> str:
@@ -135,16 +165,63 @@ class Sparkline(QWidget):
         painter.end()
 
 
+def corner_alignment(corner: str) -> Qt.AlignmentFlag:
+    """The layout alignment that puts a widget in ``corner`` (one of ``CORNERS``)."""
+    vertical = Qt.AlignmentFlag.AlignBottom if corner.startswith("bottom") else Qt.AlignmentFlag.AlignTop
+    horizontal = Qt.AlignmentFlag.AlignLeft if corner.endswith("left") else Qt.AlignmentFlag.AlignRight
+    return vertical | horizontal
+
+
+def nearest_corner(x: float, y: float, width: float, height: float) -> str:
+    """The corner of a ``width`` x ``height`` area nearest to the point (x, y)."""
+    return f"{'top' if y < height / 2 else 'bottom'}-{'left' if x < width / 2 else 'right'}"
+
+
 class Hud(QFrame):
-    """Shows the statistics of the latest ``token`` / ``done`` event; ``—`` until drafting has numbers."""
+    """Shows the statistics of the latest ``token`` / ``done`` event; ``—`` until drafting has numbers.
+
+    Collapsible to a one-line pill and draggable: ``dragged(offset)`` while the mouse moves it (the offset
+    from where the drag began, for the widget that carries it), then ``dropped()``; ``placement_changed``
+    after the user collapsed, expanded or moved it (``move_to`` from the context menu, or a drop)."""
+
+    collapsed_changed = Signal(bool)
+    dragged = Signal(QPoint)
+    dropped = Signal()
+    corner_requested = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("hud")
         self.setStyleSheet(_STYLE)
-        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
-        grid = QGridLayout(self)
-        grid.setContentsMargins(10, 8, 10, 8)
+        self.setCursor(Qt.CursorShape.OpenHandCursor)
+        self.setToolTip("Live figures of the reply. Drag to move it to another corner; – folds it to one line.")
+        self.collapsed = False
+        self._press: QPoint | None = None  # where a left-button press began (global), until release
+        self._dragging = False
+
+        self.collapse_button = QToolButton()
+        self.collapse_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.collapse_button.clicked.connect(lambda: self.set_collapsed(not self.collapsed, by_user=True))
+        self.pill = QLabel()  # the collapsed HUD: the headline numbers on one line
+        self.pill.setProperty("role", "value")
+        self.full = QWidget()  # the expanded HUD: every figure, one row each
+        title = QLabel("live figures")
+        title.setProperty("role", "title")
+        header = QHBoxLayout()
+        header.setContentsMargins(0, 0, 0, 0)
+        header.setSpacing(6)
+        header.addWidget(title)
+        header.addWidget(self.pill)
+        header.addStretch(1)
+        header.addWidget(self.collapse_button)
+        self._title = title
+        column = QVBoxLayout(self)
+        column.setContentsMargins(10, 4, 4, 8)
+        column.setSpacing(2)
+        column.addLayout(header)
+        column.addWidget(self.full)
+        grid = QGridLayout(self.full)
+        grid.setContentsMargins(0, 0, 6, 0)
         grid.setHorizontalSpacing(12)
         grid.setVerticalSpacing(2)
         self.tps = self._row(grid, 0, "decode")
@@ -160,7 +237,9 @@ class Hud(QFrame):
         self.per_pass = self._row(grid, 6, "tokens / pass")
         self.mode = self._row(grid, 7, "mode")
         self._config: EngineConfig | None = None
+        self.mode.setText(describe_mode(None))
         self.reset()
+        self.set_collapsed(False)
 
     @staticmethod
     def _row(grid: QGridLayout, row: int, name: str) -> QLabel:
@@ -172,7 +251,7 @@ class Hud(QFrame):
         return value
 
     def reset(self) -> None:
-        """Blank the live numbers (a new reply starts)."""
+        """Blank the live numbers (a new reply starts, or another mode is loaded)."""
         self.tps.setText("— tok/s")
         self.sparkline.clear()
         self.prompt_tps.setText("— tok/s")
@@ -180,10 +259,88 @@ class Hud(QFrame):
         self.acceptance.setText("—")
         self.acceptance_bar.setValue(0)
         self.per_pass.setText("—")
+        self._update_pill()
 
     def set_config(self, config: EngineConfig | None) -> None:
+        """The engine's configuration being loaded: the numbers shown so far belong to the previous one, so
+        they are blanked until this one's first reply brings its own."""
         self._config = config
         self.mode.setText(describe_mode(config))
+        self.reset()
+
+    # ------------------------------------------------------------------ collapsed pill, moving
+
+    def pill_text(self) -> str:
+        """The one line the collapsed HUD shows: speed, acceptance when known, and the drafting mode."""
+        parts = [self.tps.text()]
+        if self.acceptance.text() != "—":
+            parts.append(self.acceptance.text().split()[0] + " accepted")
+        if self.per_pass.text() != "—":
+            parts.append(f"{self.per_pass.text()}/pass")
+        parts.append(self.mode.text().split(" · ")[0])
+        return " · ".join(parts)
+
+    def _update_pill(self) -> None:
+        if self.collapsed:
+            self.pill.setText(self.pill_text())
+
+    def set_collapsed(self, collapsed: bool, by_user: bool = False) -> None:
+        """Fold to the one-line pill, or show every figure; ``by_user`` tells the window to remember it."""
+        self.collapsed = collapsed
+        self.full.setVisible(not collapsed)
+        self._title.setVisible(not collapsed)
+        self.pill.setVisible(collapsed)
+        self.collapse_button.setText("+" if collapsed else "–")
+        self.collapse_button.setToolTip("Show every figure" if collapsed else "Fold the HUD to one line")
+        self._update_pill()
+        self.adjustSize()
+        if by_user:
+            self.collapsed_changed.emit(collapsed)
+
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.set_collapsed(not self.collapsed, by_user=True)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self._press = event.globalPosition().toPoint()
+            self._dragging = False
+        super().mousePressEvent(event)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        if self._press is None:
+            return
+        offset = event.globalPosition().toPoint() - self._press
+        if not self._dragging and offset.manhattanLength() >= QApplication.startDragDistance():
+            self._dragging = True
+            self.setCursor(Qt.CursorShape.ClosedHandCursor)
+        if self._dragging:
+            self.dragged.emit(offset)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton and self._press is not None:
+            self._press = None
+            if self._dragging:
+                self._dragging = False
+                self.setCursor(Qt.CursorShape.OpenHandCursor)
+                self.dropped.emit()
+        super().mouseReleaseEvent(event)
+
+    def placement_menu(self) -> QMenu:
+        """Fold or open, and the four corners by name (the context menu; the keyboard's way to move it)."""
+        menu = QMenu(self)
+        menu.addAction("Show every figure" if self.collapsed else "Fold to one line",
+                       lambda: self.set_collapsed(not self.collapsed, by_user=True))
+        menu.addSeparator()
+        for corner in CORNERS:
+            menu.addAction(f"Move to the {corner.replace('-', ' ')} corner",
+                           partial(self.corner_requested.emit, corner))
+        return menu
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        menu = self.placement_menu()
+        menu.exec(event.globalPos())
+        menu.deleteLater()
 
     def show_stats(self, stats: dict[str, Any], final: bool = False) -> None:
         """Update from an event's ``stats``: rolling speed while streaming, the reply's mean when final."""
@@ -208,3 +365,4 @@ class Hud(QFrame):
         depth = stats.get("depth")
         if self._config is not None and self._config.adaptive and isinstance(depth, int):
             self.mode.setText(describe_mode(self._config, depth))
+        self._update_pill()

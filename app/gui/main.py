@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtCore import QByteArray, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QResizeEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QApplication,
@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QSizePolicy,
+    QSplitter,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -45,7 +46,7 @@ from app.engine.chat_template import Message
 from app.engine.speculative import EngineConfig
 from app.errors import FastMTPError
 from app.gguftools.demo_model import DemoModel
-from app.gui import theme
+from app.gui import theme, window_state
 from app.gui.backend_page import BackendPage
 from app.gui.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat_view import ChatEntry, ChatView
@@ -56,6 +57,7 @@ from app.gui.models_page import ModelsPage
 from app.gui.ops import run_in_background, wait_for_all
 from app.gui.settings_page import SettingsPage
 from app.gui.sidebar import Sidebar
+from app.gui.window_state import WindowState
 from app.history import Conversation, HistoryError, HistoryStore, read_export
 from app.release.installed import InstalledModel, list_installed, model_roots
 from app.resources import resources_dir
@@ -213,6 +215,7 @@ class MainWindow(QMainWindow):
         for label, key in MODES:
             self.mode_box.addItem(label, key)
         self.mode_box.currentIndexChanged.connect(lambda _i: self.reload())
+        self.mode_box.currentIndexChanged.connect(lambda _i: self.remember_state())
         self.status = StatusLabel()
         self.status.setStyleSheet("color: #6b7280;")
         top = QHBoxLayout()
@@ -250,6 +253,7 @@ class MainWindow(QMainWindow):
         self.chat.stop_requested.connect(self.bridge.cancel)
         self.chat.regenerate_requested.connect(self.regenerate)
         self.chat.edit_submitted.connect(self.resend_edited)
+        self.chat.hud_placement_changed.connect(lambda _corner, _collapsed: self.remember_state())
         self.sidebar = Sidebar(self.history)
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.sidebar.new_chat_requested.connect(self.new_chat)
@@ -262,11 +266,16 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.banner)
         layout.addWidget(self.drafting_banner)
         layout.addWidget(self.chat, 1)
+        self.chat_splitter = QSplitter()  # sidebar | chat: the user sets the sidebar's width (remembered)
+        self.chat_splitter.setChildrenCollapsible(False)
+        self.chat_splitter.addWidget(self.sidebar)
+        self.chat_splitter.addWidget(central)
+        self.chat_splitter.setStretchFactor(1, 1)
+        self.chat_splitter.splitterMoved.connect(lambda _pos, _index: self.remember_state())
         chat_page = QWidget()
         row = QHBoxLayout(chat_page)
         row.setContentsMargins(12, 10, 0, 12)
-        row.addWidget(self.sidebar)
-        row.addWidget(central, 1)
+        row.addWidget(self.chat_splitter)
         self.first_run = FirstRunPanel(self.settings.context_size)
         self.first_run.demo_ready.connect(self._first_run_demo)
         self.first_run.backend_build_requested.connect(self._first_run_build)
@@ -612,6 +621,7 @@ class MainWindow(QMainWindow):
         self.conversation_id = None
         self.chat.show_conversation([])
         self.sidebar.set_current(None)
+        self.remember_state()
 
     def set_chat_settings(self, chat: ChatSettings) -> None:
         """This chat's settings; saved with the conversation when it has been saved."""
@@ -645,6 +655,7 @@ class MainWindow(QMainWindow):
         self.set_chat_settings(ChatSettings.from_conversation(conversation.system_prompt, conversation.settings))
         self.chat.show_conversation(self.history.messages(conversation_id))
         self.sidebar.set_current(conversation_id)
+        self.remember_state()
 
     def send(self, text: str) -> None:
         """Save the user's message and stream the reply to the whole saved conversation.
@@ -661,6 +672,7 @@ class MainWindow(QMainWindow):
             conversation = self.history.get(self.history.create_conversation(
                 conversation_title(text), self.chat_settings.system_prompt, self.chat_settings.to_dict()))
             self.conversation_id = conversation.id
+            self.remember_state()
         message_id = self.history.add_message(conversation.id, "user", text)
         self.sidebar.set_current(conversation.id)
         self.chat.add_user(text, message_id)
@@ -885,13 +897,53 @@ class MainWindow(QMainWindow):
         if name:
             self.import_chats(Path(name))
 
+    # ------------------------------------------------------------------ remembered state
+
+    def current_state(self) -> WindowState:
+        """Where the user left things: geometry, splitter, the HUD's place, drafting mode, the open chat."""
+        return WindowState(geometry=_base64(self.saveGeometry()), splitter=_base64(self.chat_splitter.saveState()),
+                           hud_corner=self.chat.hud_corner, hud_collapsed=self.chat.hud.collapsed,
+                           drafting_mode=str(self.mode_box.currentData() or ""),
+                           history=str(self.history.path.resolve()), conversation=self.conversation_id or 0)
+
+    def remember_state(self) -> None:
+        """Save the state for the next start (on each change, and on close: a killed app keeps the last)."""
+        window_state.save(self.current_state())
+
+    def restore_state(self, state: WindowState | None = None) -> None:
+        """Put things back where the last session left them (``run`` does, before the window shows): geometry,
+        splitter, the HUD's corner and fold, the drafting mode (loaded by ``start``), and the chat that was open
+        when it is still in this history file."""
+        state = state or window_state.load()
+        if state.geometry:
+            self.restoreGeometry(QByteArray.fromBase64(state.geometry.encode("ascii")))
+        if state.splitter:
+            self.chat_splitter.restoreState(QByteArray.fromBase64(state.splitter.encode("ascii")))
+        self.chat.set_hud_placement(state.hud_corner, state.hud_collapsed)
+        index = self.mode_box.findData(state.drafting_mode)
+        if index >= 0:
+            self.mode_box.blockSignals(True)  # no load yet: ``start`` loads the model in this mode
+            self.mode_box.setCurrentIndex(index)
+            self.mode_box.blockSignals(False)
+        if state.conversation and state.history == str(self.history.path.resolve()):
+            try:
+                self.history.get(state.conversation)
+            except HistoryError:  # deleted since (``python -m app history delete``): a new chat
+                return
+            self.open_conversation(state.conversation)
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.remember_state()
         self.first_run.cancel()
         self.bridge.close()
         wait_for_all(10_000)
         if self._owns_history:
             self.history.close()
         super().closeEvent(event)
+
+
+def _base64(data: QByteArray) -> str:
+    return bytes(data.toBase64().data()).decode("ascii")
 
 
 def _name(path: Path | None) -> str:
@@ -1074,6 +1126,7 @@ def run(argv: Sequence[str] | None = None, check: bool = False) -> int:
         QMessageBox.critical(None, f"{APP_TITLE} cannot start", str(exc))
         return exc.exit_code
     window.apply_settings(window.settings)
+    window.restore_state()
     window.show()
     window.start()
     if check:

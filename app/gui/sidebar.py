@@ -37,7 +37,7 @@ class Sidebar(QWidget):
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
         self.setMinimumWidth(180)
-        self.setMaximumWidth(280)
+        self.setMaximumWidth(420)  # the splitter beside it sets the width in between (remembered)
         self.refresh()
 
     def refresh(self) -> None:

@@ -1,0 +1,73 @@
+"""After a drafting-mode switch the HUD shows no numbers of the previous mode under the new mode's name (issue 13,
+defect 12): they are blank from the switch until the new mode's first reply brings its own. The real engine on
+the demo model."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.builtin_demo import ensure_demo_model
+from app.gguftools.demo_model import DemoModel
+from app.gui.hud import Hud
+from app.gui.main import MainWindow
+from app.history import HistoryStore
+
+WAIT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("hud-switch-demo"))
+
+
+def _blank(hud: Hud) -> bool:
+    return (hud.tps.text() == "— tok/s" and hud.prompt_tps.text() == "— tok/s" and hud.first_token.text() == "—"
+            and hud.acceptance.text() == "—" and hud.per_pass.text() == "—" and hud.acceptance_bar.value() == 0
+            and not hud.sparkline.values)
+
+
+def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:
+    done: list[dict[str, Any]] = []
+    win.bridge.done.connect(done.append)
+    win.send(text)
+    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
+    win.bridge.done.disconnect(done.append)
+    return done[0]
+
+
+def test_a_mode_switch_blanks_the_hud_until_the_new_mode_has_numbers(qtbot: QtBot, tmp_path: Path,
+                                                                      patched_backend: object,
+                                                                      demo: DemoModel) -> None:
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    win.show()
+    try:
+        win.use_demo(demo)
+        qtbot.waitUntil(lambda: win.ready, timeout=WAIT_MS)
+        _reply(qtbot, win, "How does drafting work?")
+        hud = win.chat.hud
+        assert "FastMTP d2t" in hud.mode.text() and not _blank(hud)
+        assert hud.acceptance.text().endswith(")")  # e.g. "88%  (190/215)"
+
+        win.mode_box.setCurrentIndex(win.mode_box.findData("off"))
+        assert hud.mode.text() == "off (target only)"
+        assert _blank(hud)  # not the d2t reply's numbers under the new name
+        assert "off (target only)" in hud.pill_text() and "tok/s" not in hud.pill_text().replace("— tok/s", "")
+        qtbot.waitUntil(lambda: win.ready, timeout=WAIT_MS)
+        assert _blank(hud)  # loaded, no reply yet: still nothing to show
+
+        reply = _reply(qtbot, win, "And without drafting?")
+        assert hud.tps.text() != "— tok/s" and hud.tps.text().endswith("tok/s")
+        assert reply["stats"]["mode"] == "off (target only)"
+    finally:
+        win.close()
+        store.close()
