@@ -14,98 +14,35 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.backend import archive, registry
+from app.backend import archive
 from app.backend.registry import BackendManifest
 from app.release import signing
 from app.release.backend_signing import manifest_name, signature_name
 from app.release.catalog import load_catalog
 from tests.release_server import Fault, ReleaseServer
+from tests.signed_backend import PREVIOUS, Signed, last_json, other_machine, run_app, sign_packed
+from tests.signed_backend import installed as installed_in
 
 REPO = load_catalog().repo
-TIMEOUT = 600  # a self-test on a busy 2-core machine; each run ends as soon as it is done
-PREVIOUS = "previous-backend"
-
-
-@dataclass(frozen=True)
-class Signed:
-    """A packed backend, signed, with the key that signed it."""
-
-    archive: Path
-    manifest: Path
-    signature: Path
-    private: Path
-    public: Path
-    fingerprint: str
-    backend: BackendManifest
-
-    def copy_to(self, folder: Path) -> Path:
-        """The archive with its manifest and signature in ``folder``; returns the archive's new path."""
-        folder.mkdir(parents=True, exist_ok=True)
-        for path in (self.archive, self.manifest, self.signature):
-            shutil.copy2(path, folder / path.name)
-        return folder / self.archive.name
-
-    def served(self) -> dict[str, bytes]:
-        return {p.name: p.read_bytes() for p in (self.archive, self.manifest, self.signature)}
-
-
-def run_app(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app", *args], env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-
-
-def last_json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """The result (or the error) is the last line a ``--json`` command prints."""
-    lines = done.stdout.strip().splitlines()
-    assert lines, done.stderr
-    data: dict[str, Any] = json.loads(lines[-1])
-    return data
 
 
 @pytest.fixture(scope="module")
 def signed(patched_backend: BackendManifest, tmp_path_factory: pytest.TempPathFactory) -> Signed:
-    """Pack the real backend and sign it with the real commands (as a publisher would)."""
-    root = tmp_path_factory.mktemp("publisher")
-    packed = archive.pack(patched_backend.id, root / "dist" / "fastmtp-backend-cpu.tar.xz")
-    env = dict(os.environ)
-    keys = json.loads(run_app(env, "release", "keygen", "--out", str(root / "keys"), "--json").stdout)
-    done = run_app(env, "release", "sign-backend", "--archive", str(packed), "--key", keys["private"], "--json")
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = json.loads(done.stdout)
-    return Signed(packed, Path(out["manifest"]), Path(out["signature"]), Path(keys["private"]),
-                  Path(keys["public"]), keys["fingerprint"], patched_backend)
+    return sign_packed(patched_backend, tmp_path_factory.mktemp("publisher"))
 
 
 @pytest.fixture
-def machine(tmp_path: Path, signed: Signed) -> Iterator[dict[str, str]]:
-    """Another machine's data and config folders, where a different backend is installed and active.
-
-    That backend is a copy of the real one under another id: the install must leave it, and it active,
-    exactly as it was whenever a check fails.
-    """
-    env = dict(os.environ, FASTMTP_DATA_DIR=str(tmp_path / "data"), FASTMTP_CONFIG_DIR=str(tmp_path / "config"))
-    env.pop("FASTMTP_BACKEND_DIR", None)
-    backends = tmp_path / "data" / "backends"
-    shutil.copytree(registry.backend_dir(signed.backend.id), backends / PREVIOUS)
-    manifest = json.loads((backends / PREVIOUS / registry.MANIFEST).read_text())
-    (backends / PREVIOUS / registry.MANIFEST).write_text(json.dumps(dict(manifest, id=PREVIOUS)))
-    (backends / "active.json").write_text(json.dumps({"id": PREVIOUS}))
-    yield env
+def machine(tmp_path: Path, signed: Signed) -> dict[str, str]:
+    return other_machine(tmp_path, signed.backend)
 
 
 def installed(env: dict[str, str]) -> tuple[list[str], str | None]:
-    """The backends installed on ``machine`` (hidden staging folders included) and the active one."""
-    backends = Path(env["FASTMTP_DATA_DIR"]) / "backends"
-    active = json.loads((backends / "active.json").read_text()).get("id")
-    return sorted(p.name for p in backends.iterdir() if p.is_dir()), active
+    return installed_in(Path(env["FASTMTP_DATA_DIR"]))
 
 
 def assert_refused(done: subprocess.CompletedProcess[str], env: dict[str, str], *words: str) -> dict[str, Any]:
@@ -197,10 +134,7 @@ def test_install_from_a_url_fetches_the_manifest_first_and_resumes_the_archive(
 
 
 def test_an_archive_with_one_changed_byte_is_refused(signed: Signed, machine: dict[str, str], tmp_path: Path) -> None:
-    copy = signed.copy_to(tmp_path / "tampered")
-    data = bytearray(copy.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    copy.write_bytes(bytes(data))
+    copy = signed.tampered_copy(tmp_path / "tampered")
     done = run_app(machine, "backend", "install", str(copy), "--trust-fingerprint", signed.fingerprint, "--json")
     assert_refused(done, machine, "failed the sha256 check", "nothing was installed")
     assert json.loads(run_app(machine, "trust", "list", "--json").stdout) == []  # nor the key trusted

@@ -10,45 +10,66 @@ When a CUDA build lacks nvcc or cuBLAS and the NVIDIA driver reports a CUDA vers
 the app's own CUDA toolkit: ``cuda_wheels.ensure`` (the same as ``python -m app backend cuda-toolkit
 install``) runs as the page's background op, with the same progress, log and Cancel as a build, then
 the build tools are detected again.
+
+The other way to a backend is a prebuilt one: ``install_prebuilt`` (the same as ``python -m app backend
+install``) checks a signed archive (a file or a URL) against a trusted key, asking about an unknown key
+with the trust dialog, self-tests it and installs it, again as the page's background op. The installed
+backends say where each came from: built here, or prebuilt and signed by which key.
+
+The page watches the backends folder, so a backend built or installed anywhere (the first-run panel, a
+command in a terminal) appears in the list without a restart. Its content scrolls rather than squeezing
+its word-wrapped hints below the height their text needs.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtGui import QFontDatabase, QShowEvent
+from PySide6.QtCore import QEvent, QFileSystemWatcher, QObject, Qt, QTimer
+from PySide6.QtGui import QFont, QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from app.backend import cuda_wheels, registry
+from app import paths
+from app.backend import archive, cuda_wheels, registry
 from app.backend.builder import BuildOptions, Flavor, build_backend, run_selftest_subprocess
 from app.backend.events import BuildEvent, CancelToken, EventKind
+from app.backend.prebuilt import InstalledPrebuilt, install_prebuilt, is_url
 from app.backend.registry import BackendManifest
 from app.backend.toolchain import Tool, Toolchain, ToolkitMode, detect, toolkit_mode
-from app.errors import BuildCancelled, FastMTPError, ToolchainError
+from app.errors import BuildCancelled, FastMTPError, ToolchainError, VerificationError
 from app.gui.ops import BackgroundOp, Report
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.gui.trust_dialog import TrustKeyDialog
 
 LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
 
 # installed backends table columns
-(B_ID, B_FLAVOR, B_PATCH, B_SELFTEST, B_BUILT, B_ACTIVE) = range(6)
+(B_ID, B_FLAVOR, B_PATCH, B_SELFTEST, B_ORIGIN, B_BUILT, B_ACTIVE) = range(7)
+COLUMNS = ["id", "flavor", "patch", "selftest", "origin", "built", "active"]
+REFRESH_DELAY_MS = 150  # a build or an install changes the backends folder a few times in a row: one refresh
 
 TOOLKIT_BUTTON = "Get the CUDA build tools (about 530 MB download)"
 # FASTMTP_CUDA_TOOLKIT=app on a machine without a driver: build for another machine with CUDA 13.0, the
@@ -58,6 +79,36 @@ OTHER_MACHINE_CUDA = "13.0"
 
 def _tool_text(tool: Tool | None, missing: str = "not found") -> str:
     return f"{tool.version}  ({tool.path})" if tool is not None else missing
+
+
+def wrapping_label(text: str = "") -> QLabel:
+    """A label that wraps and asks its layout for the height its wrapped text needs at the given width."""
+    label = QLabel(text)
+    label.setWordWrap(True)
+    policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+    policy.setHeightForWidth(True)
+    label.setSizePolicy(policy)
+    return label
+
+
+def origin_cell(origin: archive.Origin | None) -> str:
+    """The installed table's short answer to "where did this backend come from?"."""
+    if origin is None:
+        return "built here"
+    if origin.kind != "signed":
+        return "prebuilt, unsigned"
+    return "prebuilt, publisher-signed" if origin.key_source == "shipped" else "prebuilt, signed by your trusted key"
+
+
+@dataclass
+class TrustQuestion:
+    """The core's first-use question about a signing key, asked from the install's worker; it waits on
+    ``answered``."""
+
+    repo: str
+    fingerprint: str
+    answered: threading.Event = field(default_factory=threading.Event)
+    trusted: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,12 +231,34 @@ class BackendPage(QWidget):
         self.last_error: Exception | None = None
         self.selftest_result: dict[str, Any] | None = None  # the last self-test run from this page ...
         self.selftest_of: str | None = None  # ... and the backend it tested
+        self.install_op: BackgroundOp[InstalledPrebuilt] | None = None
+        self.installed_prebuilt: InstalledPrebuilt | None = None  # the last prebuilt backend this page installed
+        self.trust_dialog: TrustKeyDialog | None = None
         self._watched: QWidget | None = None
+        self.manifests: dict[str, BackendManifest] = {}
 
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        # the scroll area sizes the content by heightForWidth at the viewport's width; without an explicit
+        # minimum it would also honour the wrapped labels' minimum hints, laid out narrow and far too tall
+        content.setMinimumHeight(1)
+        layout = QVBoxLayout(content)
         layout.addWidget(self._build_toolchain_group())
         layout.addWidget(self._build_build_group(), 1)
         layout.addWidget(self._build_installed_group())
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # wrap, never clip
+        self.scroll_area.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroll_area)
+        self._refresh_timer = QTimer(self)
+        self._refresh_timer.setSingleShot(True)
+        self._refresh_timer.setInterval(REFRESH_DELAY_MS)
+        self._refresh_timer.timeout.connect(lambda: self.refresh_backends())
+        self.watcher = QFileSystemWatcher([str(paths.backends_dir())], self)
+        self.watcher.directoryChanged.connect(lambda _path: self._refresh_timer.start())
         self.refresh_backends()
         self.refresh_toolchain()
 
@@ -198,28 +271,35 @@ class BackendPage(QWidget):
         for key, title in (("cmake", "CMake"), ("ninja", "Ninja"), ("c_compiler", "C compiler"),
                            ("cxx_compiler", "C++ compiler"), ("nvcc", "CUDA compiler"), ("cublas", "cuBLAS"),
                            ("ccache", "ccache"), ("gpus", "NVIDIA GPUs")):
-            label = QLabel("…")
+            label = wrapping_label("…")
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            label.setWordWrap(True)
             self.tool_labels[key] = label
             form.addRow(title, label)
-        self.problems_label = QLabel()
-        self.problems_label.setWordWrap(True)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.DontWrapRows)
+        self.problems_label = wrapping_label()  # why a build is not possible (e.g. no nvcc or cuBLAS for CUDA)
         form.addRow(self.problems_label)
         self.toolkit_button = QPushButton(TOOLKIT_BUTTON)
         self.toolkit_button.clicked.connect(self.get_cuda_toolkit)
-        self.toolkit_label = QLabel()
-        self.toolkit_label.setWordWrap(True)
+        self.toolkit_label = wrapping_label()  # under the button, the full width: it never squeezes beside it
         offer = QHBoxLayout()
         offer.addWidget(self.toolkit_button)
-        offer.addWidget(self.toolkit_label, 1)
+        offer.addStretch(1)
         form.addRow(offer)
+        form.addRow(self.toolkit_label)
         self.toolkit_button.hide()  # until the toolchain says it is wanted
         self.toolkit_label.hide()
         return group
 
+    @staticmethod
+    def _heading(text: str) -> QLabel:
+        label = QLabel(text)
+        font = label.font()
+        font.setWeight(QFont.Weight.DemiBold)
+        label.setFont(font)
+        return label
+
     def _build_build_group(self) -> QGroupBox:
-        group = QGroupBox("Build")
+        group = QGroupBox("Get a backend")
         self.build_cpu_button = QPushButton("Build CPU backend")
         self.build_cpu_button.clicked.connect(lambda: self.build("cpu"))
         self.build_cuda_button = QPushButton("Build CUDA backend")
@@ -230,10 +310,19 @@ class BackendPage(QWidget):
         buttons.addWidget(self.build_cpu_button)
         buttons.addWidget(self.build_cuda_button)
         buttons.addStretch(1)
-        buttons.addWidget(self.cancel_build_button)
-        self.step_label = QLabel("The first build takes a few minutes; later builds with the same inputs reuse "
-                                 "the cached build tree and take seconds.")
-        self.step_label.setWordWrap(True)
+        self.prebuilt_source = QLineEdit()
+        self.prebuilt_source.setPlaceholderText("a backend archive (.tar.xz) or its https:// URL")
+        self.prebuilt_source.returnPressed.connect(lambda: self.install_prebuilt())
+        self.browse_button = QPushButton("Browse…")
+        self.browse_button.clicked.connect(self.browse_prebuilt)
+        self.install_button = QPushButton("Install a prebuilt backend…")
+        self.install_button.clicked.connect(lambda: self.install_prebuilt())
+        prebuilt = QHBoxLayout()
+        prebuilt.addWidget(self.prebuilt_source, 1)
+        prebuilt.addWidget(self.browse_button)
+        prebuilt.addWidget(self.install_button)
+        self.step_label = wrapping_label("The first build takes a few minutes; later builds with the same inputs "
+                                         "reuse the cached build tree and take seconds.")
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setValue(0)
@@ -243,10 +332,24 @@ class BackendPage(QWidget):
         self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.log.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.log.setPlaceholderText("The build log appears here.")
+        self.log.setMinimumHeight(110)
+        status = QHBoxLayout()
+        status.addWidget(self.progress, 1)
+        status.addWidget(self.cancel_build_button)
         box = QVBoxLayout(group)
+        box.addWidget(self._heading("Build here"))
+        box.addWidget(wrapping_label("Compiles llama.cpp with the FastMTP d2t patch on this machine, from the "
+                                     "pinned, hash-checked source; needs the build tools above."))
         box.addLayout(buttons)
+        box.addWidget(self._heading("Install a prebuilt backend"))
+        box.addWidget(wrapping_label("Built elsewhere, packed and signed by its publisher: the signature is checked "
+                                     "against a trusted publisher key, then the archive's sha256 and what it "
+                                     "holds; nothing is installed unless every check passes."))
+        box.addLayout(prebuilt)
+        box.addWidget(wrapping_label("Either way, the backend's self-test runs on this machine before it is "
+                                     "used."))
         box.addWidget(self.step_label)
-        box.addWidget(self.progress)
+        box.addLayout(status)
         box.addWidget(self.log, 1)
         self.build_cuda_button.setEnabled(False)  # until the toolchain says CUDA can be built
         self.cancel_build_button.setEnabled(False)
@@ -254,8 +357,8 @@ class BackendPage(QWidget):
 
     def _build_installed_group(self) -> QGroupBox:
         group = QGroupBox("Installed backends")
-        self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(["Backend", "Flavor", "d2t patch", "Self-test", "Built", ""])
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(["Backend", "Flavor", "d2t patch", "Self-test", "Origin", "Built", ""])
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -273,8 +376,7 @@ class BackendPage(QWidget):
         self.use_button.clicked.connect(self.use_selected)
         self.selftest_button = QPushButton("Run self-test")
         self.selftest_button.clicked.connect(self.selftest_selected)
-        self.selftest_label = QLabel()
-        self.selftest_label.setWordWrap(True)
+        self.selftest_label = wrapping_label()
         buttons = QHBoxLayout()
         buttons.addWidget(self.selftest_label, 1)
         buttons.addWidget(self.use_button)
@@ -332,8 +434,9 @@ class BackendPage(QWidget):
 
     @property
     def building(self) -> bool:
-        """A build, or getting the CUDA toolkit, is running (one at a time: they share progress, log and Cancel)."""
-        return any(op is not None and op.running for op in (self.build_op, self.toolkit_op))
+        """A build, getting the CUDA toolkit or installing a prebuilt backend is running (one at a time: they
+        share progress, log and Cancel)."""
+        return any(op is not None and op.running for op in (self.build_op, self.toolkit_op, self.install_op))
 
     def build(self, flavor: Flavor) -> None:
         """Build, self-test, install and activate a backend, as ``python -m app backend build --<flavor>``."""
@@ -357,12 +460,16 @@ class BackendPage(QWidget):
         self._set_building(True)
 
     def cancel_build(self) -> None:
-        """Cancel the running build, or the CUDA toolkit's download and install."""
+        """Cancel the running build, the CUDA toolkit's download and install, or a prebuilt backend's install."""
         if self.cancel_token is not None and self.building:
             getting = self.toolkit_op is not None and self.toolkit_op.running
-            self.step_label.setText("Cancelling the CUDA build tools…" if getting else "Cancelling the build…")
+            installing = self.install_op is not None and self.install_op.running
+            self.step_label.setText("Cancelling the CUDA build tools…" if getting else
+                                    "Cancelling the install…" if installing else "Cancelling the build…")
             self.cancel_build_button.setEnabled(False)
             self.cancel_token.cancel()
+            if self.trust_dialog is not None:
+                self.trust_dialog.reject()  # a pending key question ends as a refusal
 
     def _set_building(self, building: bool) -> None:
         tools = self.toolchain
@@ -373,6 +480,8 @@ class BackendPage(QWidget):
         self.toolkit_button.setVisible(self.offer is not None)
         self.toolkit_label.setVisible(self.offer is not None)
         self.toolkit_button.setEnabled(not building and self.offer is not None)
+        for widget in (self.prebuilt_source, self.browse_button, self.install_button):
+            widget.setEnabled(not building)
 
     # ------------------------------------------------------------------ the app's CUDA toolkit
 
@@ -451,6 +560,111 @@ class BackendPage(QWidget):
             self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
         self.refresh_backends()
 
+    # ------------------------------------------------------------------ prebuilt backends
+
+    def browse_prebuilt(self) -> bool:
+        """Pick the archive with the file picker; False when the user closed it."""
+        path, _filter = QFileDialog.getOpenFileName(self, "Install a prebuilt backend", "",
+                                                    "Backend archives (*.tar.xz);;All files (*)")
+        if path:
+            self.prebuilt_source.setText(path)
+        return bool(path)
+
+    def install_prebuilt(self, source: str | None = None) -> None:
+        """Check, self-test, install and activate a signed prebuilt backend, as ``python -m app backend install``.
+
+        ``source`` is a file or an http(s) URL; by default the page's field, and the file picker when it is empty.
+        """
+        if self.building:
+            return
+        if source is None and not self.prebuilt_source.text().strip() and not self.browse_prebuilt():
+            return
+        source = (source if source is not None else self.prebuilt_source.text()).strip()
+        if not source:
+            return
+        if not is_url(source) and not Path(source).is_file():
+            self.step_label.setText(f"There is no file at {source}. Pick the backend archive (.tar.xz) with "
+                                    "Browse…, or give its https:// URL.")
+            self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
+            return
+        cancel = self.cancel_token = CancelToken()
+        self.installed_prebuilt = None
+        self.last_error = None
+        self.log.clear()
+        self.progress.setValue(0)
+        self.step_label.setStyleSheet("")
+        self.step_label.setText(f"Checking the prebuilt backend {source}…")
+
+        asked: list[TrustQuestion] = []
+
+        def work(report: Report) -> InstalledPrebuilt:
+            def confirm(repo: str, fingerprint: str) -> bool:
+                question = TrustQuestion(repo, fingerprint)
+                asked.append(question)
+                report(question)
+                question.answered.wait()
+                return question.trusted and not cancel.cancelled
+
+            return install_prebuilt(source, confirm=confirm, on_event=report, cancel=cancel)
+
+        def stop(*_args: object) -> None:
+            """The page is gone: nothing half-checked is installed, and a key question cannot be answered."""
+            cancel.cancel()
+            for question in asked:
+                question.answered.set()
+
+        self.install_op = self.ops.start(work, self._install_done, self._install_failed, self._install_progress)
+        self.destroyed.connect(stop)
+        self.cancel_build_button.setText("Cancel install")
+        self._set_building(True)
+
+    def _install_progress(self, value: Any) -> None:
+        if isinstance(value, TrustQuestion):
+            self._ask_trust(value)
+        else:
+            self._event(value)
+
+    def _ask_trust(self, question: TrustQuestion) -> None:
+        """The trust dialog for a key seen for the first time; closing it, or Cancel, refuses the key."""
+        if self.cancel_token is not None and self.cancel_token.cancelled:
+            question.answered.set()
+            return
+        dialog = self.trust_dialog = TrustKeyDialog(question.repo, question.fingerprint, self)
+
+        def answered(result: int) -> None:
+            question.trusted = result == TrustKeyDialog.DialogCode.Accepted.value
+            question.answered.set()
+            self.trust_dialog = None
+            dialog.deleteLater()
+
+        dialog.finished.connect(answered)
+        dialog.open()
+
+    def _install_done(self, got: InstalledPrebuilt) -> None:
+        self.installed_prebuilt = got
+        self.cancel_token = None
+        self._set_building(False)
+        self.progress.setValue(100)
+        signer = ("Publisher-signed: the key that signed it ships with the app" if got.publisher_signed else
+                  "Signed by a key you trusted, not one shipped with the app")
+        self.step_label.setText(f"Prebuilt backend {got.manifest.id} is installed"
+                                f"{' and active' if got.active else ''}. {signer} ({got.origin.fingerprint}, "
+                                f"for {got.origin.repo}). Its self-test passed on this machine.")
+        self.refresh_backends(select=got.manifest.id)
+
+    def _install_failed(self, exc: Exception) -> None:
+        self.last_error = exc
+        self.cancel_token = None
+        self._set_building(False)
+        if isinstance(exc, BuildCancelled):
+            self.step_label.setText("Install cancelled; nothing was installed.")
+            return
+        refused = "Refused" if isinstance(exc, VerificationError) else "The install failed"
+        self.step_label.setText(f"{refused}: nothing was installed and the active backend is unchanged. "
+                                + error_text(exc))
+        self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
+        self.log.appendPlainText("error: " + error_text(exc))
+
     # ------------------------------------------------------------------ installed backends
 
     def refresh_backends(self, select: str | None = None) -> None:
@@ -463,15 +677,18 @@ class BackendPage(QWidget):
         self.manifests = {m.id: m for m in backends}
         self.table.setRowCount(len(backends))
         for row, manifest in enumerate(backends):
+            origin = archive.read_origin(registry.backend_dir(manifest.id))
             cells = [manifest.id, manifest.flavor + (f" sm_{','.join(manifest.cuda_archs)}"
                                                      if manifest.cuda_archs else ""),
                      "yes" if manifest.patched else "no (cannot load d2t sidecars)",
-                     "ok" if manifest.selftest_ok else "FAILED", manifest.built_at.replace("T", " ")[:19],
-                     "● active" if manifest.id == active else ""]
+                     "ok" if manifest.selftest_ok else "FAILED", origin_cell(origin),
+                     manifest.built_at.replace("T", " ")[:19], "● active" if manifest.id == active else ""]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if column == B_SELFTEST:
                     item.setForeground(good_colour(self) if manifest.selftest_ok else bad_colour(self))
+                if column == B_ORIGIN:
+                    item.setToolTip(origin.describe() if origin is not None else "built on this machine")
                 self.table.setItem(row, column, item)
         ids = [m.id for m in backends]
         if selected in ids:
@@ -487,12 +704,11 @@ class BackendPage(QWidget):
 
     def row_texts(self, backend_id: str) -> dict[str, str]:
         """The texts of one backend's row by column name (what a user reads; used by tests)."""
-        columns = ["id", "flavor", "patch", "selftest", "built", "active"]
         for row in range(self.table.rowCount()):
             texts = [item.text() if (item := self.table.item(row, column)) is not None else ""
-                     for column in range(len(columns))]
+                     for column in range(len(COLUMNS))]
             if texts[B_ID] == backend_id:
-                return dict(zip(columns, texts, strict=True))
+                return dict(zip(COLUMNS, texts, strict=True))
         raise KeyError(backend_id)
 
     def _selection_changed(self) -> None:
@@ -504,13 +720,16 @@ class BackendPage(QWidget):
         if manifest is None:
             self.details.clear()
             return
-        self.details.setPlainText(json.dumps(manifest.to_dict(), indent=2))
+        origin = archive.describe_origin(registry.backend_dir(manifest.id))
+        self.details.setPlainText(json.dumps({"origin": origin, **manifest.to_dict()}, indent=2))
         if busy:
             return
         if self.selftest_result is not None and self.selftest_of == manifest.id:
             self.selftest_label.setText(f"Self-test of {manifest.id}: {selftest_summary(self.selftest_result)}")
         else:
-            self.selftest_label.setText(f"Self-test at build time: {selftest_summary(manifest.selftest)}")
+            when = "at build time" if archive.read_origin(registry.backend_dir(manifest.id)) is None else \
+                "when it was installed here"
+            self.selftest_label.setText(f"Self-test {when}: {selftest_summary(manifest.selftest)}")
 
     def use_selected(self) -> None:
         backend_id = self.selected_id()
@@ -566,6 +785,9 @@ class BackendPage(QWidget):
         return False
 
     def shutdown(self) -> None:
-        """Cancel a running build (nothing half-built is ever installed) so the window can close promptly."""
+        """Cancel a running build or install (nothing half-done is ever installed) so the window can close
+        promptly; a pending key question ends as a refusal."""
         if self.cancel_token is not None:
             self.cancel_token.cancel()
+        if self.trust_dialog is not None:
+            self.trust_dialog.reject()
