@@ -1,4 +1,5 @@
-"""The built-in demo model, written on first use: the app's default model and the self-test's subject."""
+"""The built-in demo model, written on first use: the app's default model (English: it introduces the app and
+stops) and, in its ``words`` language, the self-test's and the benchmarks' subject."""
 
 from __future__ import annotations
 
@@ -8,20 +9,25 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from app.gguftools.demo_model import DEMO_SHAPES, DemoModel, Size, read_demo_table, write_demo_model
+from app.gguftools.demo_model import DEMO_SHAPES, DemoModel, Language, Size, read_demo_table, write_demo_model
 from app.gguftools.sidecar import read_d2t_ids
 
 _MARKER = "demo.json"
 # bumped when the writer changes what a demo model is, so a cached older one is written again
-# (2: the 27b follows the word table; its constant-weight predecessor emitted one token forever)
-_FORMAT = 2
+# (2: the 27b follows the word table; its constant-weight predecessor emitted one token forever;
+#  3: the language, English by default, stored in the GGUF)
+_FORMAT = 3
 
 
-def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9, seed: int = 0) -> DemoModel:
-    """The demo model in ``folder``; written (seconds for ``tiny``) unless the same one is already there."""
+def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9, seed: int = 0,
+                      language: Language = "english") -> DemoModel:
+    """The demo model in ``folder``; written (seconds for ``tiny``) unless the same one is already there.
+
+    ``english`` is the chat demo; benchmarks and the self-test ask for ``words``, which never stops.
+    """
     from app.gguftools.vocab import qwen35_vocab_path
 
-    wanted = {"size": size, "acceptance": acceptance, "seed": seed, "format": _FORMAT}
+    wanted = {"size": size, "acceptance": acceptance, "seed": seed, "language": language, "format": _FORMAT}
     marker = folder / _MARKER
     target = folder / "target.gguf"
     try:
@@ -32,7 +38,8 @@ def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9
         pass
     marker.unlink(missing_ok=True)
     folder.mkdir(parents=True, exist_ok=True)
-    demo = write_demo_model(folder, qwen35_vocab_path(), size=size, acceptance=acceptance, seed=seed)
+    demo = write_demo_model(folder, qwen35_vocab_path(), size=size, acceptance=acceptance, seed=seed,
+                            language=language)
     marker.write_text(json.dumps(wanted) + "\n")
     return demo
 
@@ -46,7 +53,8 @@ def d2t_ids(sidecar: Path) -> npt.NDArray[np.int64]:
 
 
 def table_prompt(demo: DemoModel, n: int = 8) -> list[int]:
-    """A prompt of ``n`` consecutive table words, so greedy decoding continues the table."""
+    """A prompt of ``n`` consecutive table tokens, so greedy decoding continues the table (an ``english``
+    table then ends its reply after ``len(cycle) - n`` tokens)."""
     assert demo.table is not None
     return list(demo.table.cycle[:n])
 

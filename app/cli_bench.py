@@ -22,10 +22,10 @@ def bench_demo(size: Size, acceptance: float | None = None) -> DemoModel:
     if acceptance is None:
         folder = paths.cache_dir() / "bench-models" / size
         print(f"preparing the {size} demo model in {folder} ...", file=sys.stderr, flush=True)
-        return ensure_demo_model(folder, size=size)
+        return ensure_demo_model(folder, size=size, language="words")
     folder = paths.cache_dir() / "bench-models" / f"{size}-a{acceptance}"
     print(f"preparing the {size} demo model (acceptance {acceptance}) in {folder} ...", file=sys.stderr, flush=True)
-    return ensure_demo_model(folder, size=size, acceptance=acceptance)
+    return ensure_demo_model(folder, size=size, acceptance=acceptance, language="words")
 
 
 def bench_files(args: argparse.Namespace, acceptance: float | None = None) -> tuple[Path, Path, Path, str]:

@@ -106,9 +106,9 @@ def cmd_demo_model(args: argparse.Namespace) -> int:
     from app.gguftools.vocab import qwen35_vocab_path
 
     demo = write_demo_model(args.out, qwen35_vocab_path(), size=args.size, acceptance=args.acceptance,
-                            seed=args.seed)
+                            seed=args.seed, language=args.language)
     data = {"target": str(demo.target), "sidecar_full": str(demo.sidecar_full),
-            "sidecar_d2t": str(demo.sidecar_d2t), "size": demo.size,
+            "sidecar_d2t": str(demo.sidecar_d2t), "size": demo.size, "language": args.language,
             "table_words": len(demo.table.cycle) if demo.table else 0,
             "acceptance_requested": args.acceptance,
             "acceptance_table": demo.table.acceptance if demo.table else None}
@@ -134,9 +134,13 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         return 0
     print(f"backend: {result.backend_id}\nmodel:   {result.model} (built-in demo)\n")
     print(f"you:       {args.message}\nassistant: {result.reply}\n")
-    print(f"{result.reply_tokens} tokens in {result.seconds:.2f} s "
-          f"({result.reply_tokens / max(result.seconds, 1e-9):.0f} tok/s, target only); "
-          f"FastMTP d2t draft head guessed {result.draft_acceptance:.0%} of the next tokens")
+    ended = "ended on its own" if result.stop_reason == "eos" else f"stopped: {result.stop_reason}"
+    print(f"{result.reply_tokens} tokens ({ended}) with FastMTP d2t drafting: {result.draft_tps:.0f} tok/s, "
+          f"{result.draft_acceptance:.0%} of drafted tokens accepted, {result.tokens_per_pass:.2f} tokens per "
+          f"target pass")
+    same = "the same text" if result.same_as_plain else "a DIFFERENT text (please report this)"
+    print(f"the same reply without drafting: {result.plain_tps:.0f} tok/s, {same}")
+    print(result.note)
     return 0
 
 
@@ -166,10 +170,12 @@ def add_commands(sub: Any, command: Any) -> None:
 
     quick = command(sub, "quickstart", cmd_quickstart, "build the backend if needed and chat once with the demo model")
     quick.add_argument("--message", default="Hello! Tell me something about FastMTP.")
-    quick.add_argument("--max-tokens", type=int, default=48)
+    quick.add_argument("--max-tokens", type=int, default=256, help="cap on the reply (the demo's ends on its own)")
 
     demo = command(sub, "demo-model", cmd_demo_model, "write the synthetic demo target and its sidecars")
     demo.add_argument("--out", type=Path, required=True)
     demo.add_argument("--size", choices=["tiny", "small", "27b"], default="tiny")
     demo.add_argument("--acceptance", type=float, default=0.9)
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--language", choices=["words", "english"], default="words",
+                      help="words: a table that never stops (benchmarks); english: the chat demo's passage, then stop")

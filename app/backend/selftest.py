@@ -44,7 +44,7 @@ def run(folder: Path) -> dict[str, Any]:
         "gpu_offload": bool(lib.llama_supports_gpu_offload()),
     }
     n_gpu_layers = -1 if manifest.flavor == "cuda" and result["gpu_offload"] else 0
-    demo = ensure_demo_model(selftest_model_dir(manifest.llama_cpp_python_version), size="tiny")
+    demo = ensure_demo_model(selftest_model_dir(manifest.llama_cpp_python_version), size="tiny", language="words")
 
     with Model(demo.target, load_mtp=False, n_gpu_layers=n_gpu_layers) as target:
         prompt = table_prompt(demo)

@@ -1,17 +1,21 @@
-"""The built-in demo model: a real-format qwen35 target whose greedy output follows a word table.
+"""The built-in demo model: a real-format qwen35 target whose greedy output follows a token table.
 
-The language is a random cycle ``f`` over a few thousand real word tokens of the Qwen vocabulary. With
-zero trunk matrices the hidden state is the (normalised) embedding of the current token, and the LM-head
-row of ``f(t)`` is a scaled copy of ``t``'s embedding, so greedy decoding emits ``t, f(t), f(f(t)), ...``.
-Every other token (chat markup, newline, end-of-text, anything a user types) is embedded like the
-*entry* word, so any chat prompt leads into the table.
+The table is a cycle ``f`` over distinct tokens of the Qwen vocabulary. With zero trunk matrices the hidden
+state is the (normalised) embedding of the current token, and the LM-head row of ``f(t)`` is a scaled copy
+of ``t``'s embedding, so greedy decoding emits ``t, f(t), f(f(t)), ...``. Every other token (chat markup,
+newline, anything a user types) is embedded like the *entry* token, so any chat prompt leads into the table.
+
+Two languages: ``english`` (the chat demo) is :data:`DEMO_PASSAGE` followed by ``<|im_end|>`` as the entry,
+so every chat reply is the passage and then stops; its tokens must all differ, since the next token depends
+on the current one alone. ``words`` (benchmarks, the self-test) is a random cycle over a few thousand word
+tokens that never stops.
 
 The MTP block predicts ``f(input token)`` (``eh_proj = [I | 0]``, zero attention and FFN). Its own
 ``nextn.embed_tokens`` swaps the embedding of a ``1 - acceptance`` fraction of the words for another
 word's, so the draft proposes a wrong successor there: the acceptance rate is a dial.
 
-The table is stored as KV under ``fastmtp.demo.*`` (see :class:`DemoTable`). ``tiny`` and ``small`` are
-F16 throughout. ``27b`` has the real model's shapes (n_embd 5120, 64 trunk layers, vocab 248320) and a
+The table and its language are stored as KV under ``fastmtp.demo.*`` (see :class:`DemoTable`). ``tiny`` and
+``small`` are F16 throughout. ``27b`` has the real model's shapes (n_embd 5120, 64 trunk layers, vocab 248320) and a
 Q4_K_M-style typing, so loading and decoding it costs about what the real Q4_K model costs: every trunk
 and MTP-block matrix is Q4_K (all zero), ``token_embd``, ``nextn.embed_tokens`` and ``nextn.eh_proj`` are
 Q4_K and ``output`` is Q6_K, quantized here (:func:`quantize_q4_k`, :func:`quantize_q6_k`); only the
@@ -36,6 +40,7 @@ import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
 
 from app.errors import GGUFError
+from app.gguftools.bpe import encode_ascii
 from app.gguftools.counts import TokenCounts
 from app.gguftools.qwen35 import QWEN35_27B, Qwen35Shape, neutral_plans, write_qwen35
 from app.gguftools.reader import field_value, open_gguf
@@ -52,7 +57,19 @@ from app.gguftools.writer import (
 )
 
 Size = Literal["tiny", "small", "27b"]
+Language = Literal["english", "words"]
+LANGUAGES: tuple[Language, ...] = ("english", "words")
 KEY = "fastmtp.demo."
+FORMAT_VERSION = 2  # 2: fastmtp.demo.language
+END_OF_TURN = "<|im_end|>"  # ChatML's end of turn: the chat template of the Qwen vocabulary (and our fallback)
+# What the English demo says to any prompt. Every token must differ from every other (see the module doc);
+# tests/test_demo_english.py checks that and the reply through the engine.
+DEMO_PASSAGE = (
+    "Hello there - I am FastMTP Chat, an app that runs Qwen models on your own computer. Here's my trick: a "
+    "small draft head guesses several next tokens at once (its d2t sidecar keeps only common words so each "
+    "guess is cheap). Then the big target model checks them all in one pass and accepts every word it agrees "
+    "with; replies arrive faster yet stay exactly what plain decoding would give!"
+)
 LOGIT_SCALE = 16.0  # the top logit of the table's successor, about
 
 DEMO_SHAPES: dict[str, Qwen35Shape] = {
@@ -115,11 +132,13 @@ class DemoTable:
 
     Any token outside the cycle is followed by ``successor(entry)``. For a word in ``wrong`` the draft
     head sees ``wrong[word]`` instead and proposes ``successor(wrong[word])``, which the target rejects.
+    In ``english`` the entry is the end-of-turn token and the rest of the cycle is the passage.
     """
 
     cycle: tuple[int, ...] = field(repr=False)
     entry: int
     wrong: dict[int, int] = field(repr=False)
+    language: Language = "words"
     _pos: dict[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +167,7 @@ class DemoTable:
 
     def to_kv(self) -> list[KVItem]:
         items = [
+            kv_str(KEY + "language", self.language),
             kv_array(KEY + "cycle", self.cycle, GGUFValueType.INT32),
             kv_u32(KEY + "entry", self.entry),
         ]
@@ -179,7 +199,11 @@ def read_demo_table(source: str | os.PathLike[str] | GGUFReader) -> DemoTable | 
         return None
     wrong = field_value(reader, KEY + "wrong") or []
     wrong_as = field_value(reader, KEY + "wrong_as") or []
-    return DemoTable(tuple(cycle), int(field_value(reader, KEY + "entry")), dict(zip(wrong, wrong_as, strict=True)))
+    language = field_value(reader, KEY + "language") or "words"  # files before FORMAT_VERSION 2 were all words
+    if language not in LANGUAGES:
+        raise GGUFError(f"The demo table's language {language!r} is unknown.", "Write the demo model again.")
+    return DemoTable(tuple(cycle), int(field_value(reader, KEY + "entry")), dict(zip(wrong, wrong_as, strict=True)),
+                     language)
 
 
 def write_demo_model(
@@ -189,13 +213,16 @@ def write_demo_model(
     acceptance: float = 0.9,
     seed: int = 0,
     *,
+    language: Language = "words",
     draft_vocab: int = DEFAULT_DRAFT_VOCAB,
     n_trunk: int | None = None,
 ) -> DemoModel:
     """Write ``target.gguf``, ``sidecar-full.gguf`` and ``sidecar-d2t.gguf`` into ``out_dir``.
 
-    ``n_trunk`` overrides the size's trunk depth (the tests write the ``27b`` with a few layers); every
-    other shape, type and the table stay the size's own.
+    ``language`` picks the table: ``english`` replies with :data:`DEMO_PASSAGE` and stops (the chat demo),
+    ``words`` runs on forever (benchmarks and the self-test need long generations). ``n_trunk`` overrides
+    the size's trunk depth (the tests write the ``27b`` with a few layers); every other shape, type and the
+    table stay the size's own.
 
     Raises:
         GGUFError: bad arguments, an unreadable vocabulary file, or a failed write.
@@ -204,13 +231,18 @@ def write_demo_model(
         raise GGUFError(f"Unknown demo model size {size!r}.", "Choose tiny, small or 27b.")
     if not 0.0 <= acceptance <= 1.0:
         raise GGUFError(f"Acceptance {acceptance} is not a fraction.", "Choose a value between 0 and 1.")
+    if language not in LANGUAGES:
+        raise GGUFError(f"Unknown demo language {language!r}.", "Choose english or words.")
     shape = demo_shape(size, n_trunk)
     tokenizer = load_tokenizer(vocab_path).padded(shape.n_vocab)
     out = Path(out_dir)
     target = out / "target.gguf"
-    table = make_table(tokenizer, TABLE_WORDS[size], acceptance, seed)
+    if language == "english":
+        table = make_passage_table(tokenizer, DEMO_PASSAGE, acceptance, seed)
+    else:
+        table = make_table(tokenizer, TABLE_WORDS[size], acceptance, seed)
     kv: list[KVItem] = [
-        kv_u32(KEY + "version", 1),
+        kv_u32(KEY + "version", FORMAT_VERSION),
         kv_str(KEY + "size", size),
         kv_u32(KEY + "seed", seed),
         kv_f32(KEY + "acceptance", acceptance),
@@ -259,12 +291,38 @@ def make_table(tokenizer: Tokenizer, n_words: int, acceptance: float, seed: int)
         )
     rng = np.random.default_rng(seed)
     cycle = [int(t) for t in rng.permutation(rng.choice(np.array(words), size=n_words, replace=False))]
-    n_wrong = round((1.0 - acceptance) * n_words)
-    n_wrong = min(n_wrong, n_words - 1)  # the entry word always drafts right
-    wrong_pos = rng.choice(np.arange(1, n_words), size=n_wrong, replace=False) if n_wrong else np.array([], int)
-    shifts = rng.integers(1, n_words, size=n_wrong)
-    wrong = {cycle[int(p)]: cycle[(int(p) + int(s)) % n_words] for p, s in zip(wrong_pos, shifts, strict=True)}
-    return DemoTable(tuple(cycle), cycle[0], wrong)
+    return DemoTable(tuple(cycle), cycle[0], _wrong_drafts(cycle, acceptance, rng))
+
+
+def make_passage_table(tokenizer: Tokenizer, passage: str, acceptance: float, seed: int) -> DemoTable:
+    """The ``english`` table: ``passage``'s tokens after the end-of-turn token, which is the entry.
+
+    Any prompt ends in chat markup outside the table, so the reply starts at the passage's first token, and
+    the token after its last is the end of turn, so the reply stops there.
+
+    Raises:
+        GGUFError: the vocabulary has no end-of-turn token, or a passage token repeats or is the end of turn.
+    """
+    end = tokenizer.token_id(END_OF_TURN)
+    if end is None:
+        raise GGUFError(f"The vocabulary has no {END_OF_TURN} token to end the demo's reply.",
+                        "Use the Qwen vocabulary file (ggml-vocab-qwen35.gguf).")
+    tokens = encode_ascii(tokenizer, passage)
+    repeated = sorted({tokenizer.tokens[t] for t in tokens if tokens.count(t) > 1 or t == end})
+    if repeated:
+        raise GGUFError(f"The demo passage repeats the tokens {repeated}: the next token would be ambiguous.",
+                        "Reword the passage so that every token occurs once.")
+    cycle = [end, *tokens]
+    return DemoTable(tuple(cycle), end, _wrong_drafts(cycle, acceptance, np.random.default_rng(seed)), "english")
+
+
+def _wrong_drafts(cycle: list[int], acceptance: float, rng: np.random.Generator) -> dict[int, int]:
+    """A ``1 - acceptance`` share of the cycle (never the entry, ``cycle[0]``) drafted as another token."""
+    n = len(cycle)
+    n_wrong = min(round((1.0 - acceptance) * n), n - 1)  # the entry always drafts right
+    wrong_pos = rng.choice(np.arange(1, n), size=n_wrong, replace=False) if n_wrong else np.array([], int)
+    shifts = rng.integers(1, n, size=n_wrong)
+    return {cycle[int(p)]: cycle[(int(p) + int(s)) % n] for p, s in zip(wrong_pos, shifts, strict=True)}
 
 
 def demo_target_plans(size: Size, table: DemoTable, seed: int = 0, *, n_trunk: int | None = None) -> list[TensorPlan]:
