@@ -9,6 +9,10 @@ of the trust chain comes from the download's worker thread and is answered here 
 Each file's row shows its three checks as the core reports them: *signature* (the signed manifest
 lists it, which is verified before any payload byte is requested), *size* and *sha256* (computed
 while streaming, compared with the signed manifest when the file completes).
+
+The panel's heading names the quantization being fetched and its size. The core's advice is written for
+the terminal and the window alike (or names a command); ``window_advice`` puts it in this page's words:
+"press Download again", "the Hub token box below".
 """
 
 from __future__ import annotations
@@ -49,8 +53,11 @@ from app.fit import GIB, FitReport, fit
 from app.gui.ops import BackgroundOp, Report
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
 from app.gui.trust_dialog import TrustKeyDialog
+from app.release import download as release_download
+from app.release import fetcher
 from app.release.catalog import (
     Catalog,
+    CatalogFile,
     EndpointKind,
     add_user_endpoint,
     endpoints_for,
@@ -118,6 +125,37 @@ def plain_failure(message: str) -> tuple[str | None, str]:
         return "sha256", ("Failed the sha256 check: the bytes differ from what the publisher signed. "
                           "The file was deleted; nothing was installed.")
     return None, message.splitlines()[0]
+
+
+# the core's download advice (fetcher, download) in the words of this page
+_WINDOW_ADVICE = {
+    fetcher.TOKEN_ADVICE: "The repository may be gated or private: accept its terms on the hub, then save your hub "
+                          "token in the Hub token box below (or set HF_TOKEN) and press Download again. A token "
+                          "that lacks access gives the same error.",
+    fetcher.RESUME_ADVICE: "Press Download again to resume: it goes on where it stopped.",
+    fetcher.DISK_FULL_ADVICE: "Free some space, then press Download again: the part already downloaded is kept and "
+                              "the download resumes.",
+    fetcher.NO_ROOM_ADVICE: "Free some space on that disk, then press Download again; parts already downloaded are "
+                            "kept.",
+    release_download.START_OVER_ADVICE: "Press Download again to start over.",
+    release_download.KEPT_ADVICE: "Press Download again to resume: model files already downloaded are kept.",
+    release_download.PICK_QUANT_ADVICE: "Pick another quantization in the table above: the release's signed "
+                                        "manifest lists the ones it has.",
+}
+
+
+def window_advice(advice: str) -> str:
+    """The core's download advice in the window's words (each known sentence replaced where it occurs)."""
+    for core, window in _WINDOW_ADVICE.items():
+        advice = advice.replace(core, window)
+    return advice
+
+
+def download_error_text(exc: Exception) -> str:
+    """What went wrong with a download and what to do about it in this window."""
+    if isinstance(exc, FastMTPError):
+        return exc.message + (f"\n{window_advice(exc.advice)}" if exc.advice else "")
+    return error_text(exc)
 
 
 
@@ -226,6 +264,10 @@ class ModelsPage(QWidget):
 
     def _build_download_group(self) -> QGroupBox:
         group = QGroupBox("Download")
+        self.download_title = QLabel()  # which quantization, and its size; the steps change below it
+        self.download_title.setStyleSheet("font-weight: 600;")
+        self.download_title.setWordWrap(True)
+        self.download_title.hide()
         self.step_label = QLabel("Pick a quantization to download; the FastMTP sidecar comes with it.")
         self.step_label.setWordWrap(True)
         self.step_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -261,6 +303,7 @@ class ModelsPage(QWidget):
         buttons.addWidget(self.resume_button)
         buttons.addWidget(self.cancel_button)
         box = QVBoxLayout(group)
+        box.addWidget(self.download_title)
         box.addWidget(self.step_label)
         box.addWidget(self.total_bar)
         box.addWidget(self.files_table, 1)
@@ -382,7 +425,8 @@ class ModelsPage(QWidget):
         self.files_table.setRowCount(0)
         self.total_bar.setValue(0)
         self.total_label.setText("")
-        self._set_step(f"Downloading {quant}…")
+        self._set_title(f"Downloading {self._sized(quant)}…")
+        self._set_step("Fetching the release's signed integrity files first.")
         self._set_running(True)
 
         def work(report: Report) -> Installed:
@@ -436,6 +480,20 @@ class ModelsPage(QWidget):
         self.cancel_button.setEnabled(running)
         for button in self.download_buttons.values():
             button.setEnabled(not running)
+
+    def _sized(self, quant: str) -> str:
+        """``Q4_K_P (~16.5 GB) and its FastMTP sidecar (~903.0 MB)``: the catalog's sizes (``~`` where they are
+        estimates; the signed manifest has the exact ones)."""
+        def size(entry: CatalogFile) -> str:
+            if entry.size is None:
+                return ""
+            return f" ({'~' if entry.approximate else ''}{human_bytes(entry.size)})"
+
+        return f"{quant}{size(self.catalog.quant(quant))} and its FastMTP sidecar{size(self.catalog.sidecar)}"
+
+    def _set_title(self, text: str) -> None:
+        self.download_title.setText(text)
+        self.download_title.setVisible(bool(text))
 
     def _set_step(self, text: str, error: bool = False) -> None:
         self.step_label.setText(text)
@@ -555,6 +613,7 @@ class ModelsPage(QWidget):
         self.total_label.setText("")
         for row in self._rows.values():
             self._cell(row, F_STATUS, "installed", good_colour(self))
+        self._set_title(f"{self.download_quant} is installed")
         warnings = "".join(f"\nWarning: {w}" for w in installed.warnings)
         self._set_step(f"Installed version {installed.version} in {installed.folder} "
                        f"(publisher key {installed.fingerprint[:19]}…).{warnings}")
@@ -573,6 +632,7 @@ class ModelsPage(QWidget):
         if self.trust_dialog is not None:
             self.trust_dialog.reject()
         if isinstance(exc, DownloadCancelled) or self.cancel_requested:
+            self._set_title(f"{self.download_quant}: download cancelled")
             self.total_label.setText("")
             # payload rows appear with the model files' first events: before them, nothing was kept
             self._set_step("Download cancelled. The partial files are kept: Download again resumes them."
@@ -584,7 +644,8 @@ class ModelsPage(QWidget):
                 if exc.message.startswith(name) and name not in self._failed:
                     self._mark_failed(name, exc.message)
         self.total_label.setText("")
-        self._set_step("Nothing was installed. " + error_text(exc), error=True)
+        self._set_title(f"{self.download_quant}: the download failed")
+        self._set_step("Nothing was installed. " + download_error_text(exc), error=True)
 
     # ------------------------------------------------------------------ mirrors and token
 

@@ -26,6 +26,10 @@ from app.release.install import Installed, install
 from app.release.verify import INTEGRITY_MAX_BYTES, ReleaseMetadata, verify_file, verify_metadata
 
 OnStep = Callable[[str], None]
+# Advice in words that suit the terminal and the window alike (the Models page still puts them in its own)
+PICK_QUANT_ADVICE = "Pick another quantization: the release's signed manifest lists the ones it has."
+START_OVER_ADVICE = "Start the download again: it starts over."
+KEPT_ADVICE = "Start the download again: model files already downloaded are kept and resumed."
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ def pick_payload(meta: ReleaseMetadata, catalog: Catalog, quant: str) -> list[st
             return hits[0]
         raise VerificationError(f"The signed manifest {meta.manifest.source} has no {what} "
                                 f"(expected {expected}; found {', '.join(ggufs) or 'no GGUF files'}).",
-                                "Pick a quantization the release has with --quant.")
+                                PICK_QUANT_ADVICE)
 
     sidecar = find(catalog.sidecar.file, "FastMTP", "FastMTP sidecar")
     model = find(catalog.quant(quant).file, quant, f"{quant} model file", exclude=sidecar)
@@ -140,7 +144,7 @@ def fetch_integrity(plan: FetchPlan, folder: Path, token: str | None, *, control
     except DownloadCancelled as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise DownloadCancelled("Download cancelled while fetching the integrity files; no partial file was kept.",
-                                "Run the same command again to start over.") from exc
+                                START_OVER_ADVICE) from exc
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -153,7 +157,7 @@ def _checkpoint(control: FetchControl | None, where: str) -> None:
     control.wait_while_paused()
     if control.cancelled:
         raise DownloadCancelled(f"Download cancelled {where}; nothing was installed.",
-                                "Run the same command again; model files already downloaded are kept and resumed.")
+                                KEPT_ADVICE)
 
 
 def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callable[[FetchEvent], None] | None = None,

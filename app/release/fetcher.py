@@ -42,9 +42,15 @@ _STATE_EVERY = 1.0  # seconds between state saves while streaming (the byte coun
 _WRITE_BEHIND = 64 << 20  # bytes between write-behind hints (see _write_behind)
 _MAX_REDIRECTS = 10
 _MAX_BACKOFF = 60.0
-_TOKEN_ADVICE = ("The repository may be gated or private: accept its terms on the hub, then store a token with "
-                 "`python -m app token set` (or set HF_TOKEN). A token that lacks access gives the same error.")
-_RESUME_ADVICE = "Run the same command again: the download resumes where it stopped."
+# The advice of the errors a download raises, in words that suit the terminal and the window alike, except
+# TOKEN_ADVICE, which names the command; the Models page puts each in its own words (``window_advice``).
+TOKEN_ADVICE = ("The repository may be gated or private: accept its terms on the hub, then store a token with "
+                "`python -m app token set` (or set HF_TOKEN). A token that lacks access gives the same error.")
+RESUME_ADVICE = "Start the download again: it resumes where it stopped."
+DISK_FULL_ADVICE = ("Free some space, then start the download again: the part already downloaded is kept and "
+                    "the download resumes.")
+NO_ROOM_ADVICE = ("Free some space or choose another folder, then start the download again; parts already "
+                  "downloaded are kept.")
 
 # httpcore reads the socket 64 KiB at a time and h11 copies every read a few times over: 1 MiB reads
 # nearly double the throughput on a fast link (docs/benchmarks.md). It is a class attribute, so this is
@@ -226,7 +232,7 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
     if user.cancelled:
         kept = sum(_size(_part_path(staging_dir, r.name)) for r in requests)
         raise DownloadCancelled(f"Download cancelled; {_human(kept)} kept in .part files in {staging_dir}.",
-                                _RESUME_ADVICE)
+                                RESUME_ADVICE)
     real = [e for e in errors if not isinstance(e, DownloadCancelled)]
     if real or errors:
         raise (real or errors)[0]
@@ -379,7 +385,7 @@ class _Download:
                 self.progress.event("retry", self.name, f"{failures[-1]}; trying the next mirror")
         where = failures[0] if len(failures) == 1 else "every mirror failed:\n  " + "\n  ".join(failures)
         raise DownloadError(f"Could not download {self.name}: {where}",
-                            advice or "Check the network connection or try another mirror. " + _RESUME_ADVICE)
+                            advice or "Check the network connection or try another mirror. " + RESUME_ADVICE)
 
     def _finish(self) -> FetchedFile:
         """Check size and hash, then move into place; a mismatch deletes the part."""
@@ -482,7 +488,7 @@ class _Download:
             self._restart("the server refused to resume (416); starting again from zero")
             raise _Retry("the server refused to resume (416)", immediate=True)
         if status in (401, 403):
-            raise _MirrorFailed(f"access denied (HTTP {status})", _TOKEN_ADVICE)
+            raise _MirrorFailed(f"access denied (HTTP {status})", TOKEN_ADVICE)
         if status in (404, 410):
             raise _MirrorFailed(f"not found (HTTP {status})",
                                 "The file is not on this mirror: check the repository, the revision and the "
@@ -616,8 +622,7 @@ class _Download:
         left = f" ({_human(self.expected - self.done)} still to come)" if self.expected else ""
         return DiskSpaceError(f"The disk is full: {self.name} stopped at {_human(self.done)}{left}; "
                               f"{_human(free)} free in {self.part.parent}.",
-                              "Free some space, then run the same command again: the part already downloaded "
-                              "is kept and the download resumes.")
+                              DISK_FULL_ADVICE)
 
     def _save_state(self) -> None:
         """Best effort: only the byte count changes, and the .part's length is the truth for that."""
@@ -650,7 +655,7 @@ class _Download:
         self.control.wait_while_paused()
         if self.control.cancelled:
             raise DownloadCancelled(f"Download of {self.name} cancelled at {_human(self.done)}; the part is kept.",
-                                    _RESUME_ADVICE)
+                                    RESUME_ADVICE)
 
     def _remember_socket(self, response: httpx.Response) -> None:
         stream = response.extensions.get("network_stream")
@@ -717,8 +722,7 @@ def _check_disk_space(requests: list[FileRequest], staging: Path) -> None:
     if needed > free:
         raise DiskSpaceError(f"Not enough free space in {staging}: the download needs {_human(needed)}, "
                              f"only {_human(free)} is free.",
-                             "Free some space or choose another folder, then run again; parts already "
-                             "downloaded are kept.")
+                             NO_ROOM_ADVICE)
 
 
 def _part_path(staging: Path, name: str) -> Path:

@@ -1,0 +1,150 @@
+"""The Models page speaks of the window, not the command line (issue 13, defect 9): a failed download says to
+press Download again (never "run the same command"), a gated repository points at the page's own token box,
+and the download panel names the quantization it fetches and its size.
+
+The real fetcher and trust chain against a signed release on 127.0.0.1 (``tests.release_server``), fresh data
+and config folders and a file-backed keyring per test, as in ``test_gui_models_hostile.py``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import keyring
+import pytest
+from keyrings.alt.file import PlaintextKeyring
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from app import secrets
+from app.errors import DiskSpaceError, DownloadError
+from app.gui import models_page
+from app.gui.models_page import ModelsPage, window_advice
+from app.release import download, fetcher, signing, trust
+from app.release.catalog import load_catalog, user_endpoints
+from app.release.publish import keygen, sign_release
+from tests.release_server import Fault, ReleaseServer
+
+WAIT_MS = 60_000
+CATALOG = load_catalog()
+MODEL = CATALOG.quant("Q4_K_P").file
+PAYLOAD = {MODEL: os.urandom(200_000), CATALOG.sidecar.file: os.urandom(30_000),
+           CATALOG.integrity.patch: b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n"}
+COMMAND_WORDS = ("command", "python -m", "--quant", "`")  # what only a terminal user can act on
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ReleaseServer]:
+    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.delenv(secrets.ENV_VAR, raising=False)
+    previous = keyring.get_keyring()
+    backend = PlaintextKeyring()
+    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
+    keyring.set_keyring(backend)
+    pair = keygen(tmp_path / "keys")
+    trust.pin_key(CATALOG.repo, signing.load_public_key(pair.public.read_bytes(), str(pair.public)))
+    release = tmp_path / "release"
+    release.mkdir()
+    for name, data in PAYLOAD.items():
+        (release / name).write_bytes(data)
+    sign_release(release, pair.private, version="1")
+    with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
+        yield srv
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def page(qtbot: QtBot, server: ReleaseServer) -> Iterator[ModelsPage]:
+    widget = ModelsPage(detect_gpu=False)
+    widget.show()
+    widget.mirror_url.setText(server.url(""))
+    qtbot.mouseClick(widget.add_mirror_button, Qt.MouseButton.LeftButton)
+    yield widget
+    widget.shutdown()
+    qtbot.waitUntil(lambda: widget.ops.idle, timeout=WAIT_MS)
+    widget.close()
+    widget.deleteLater()
+
+
+def _download(qtbot: QtBot, page: ModelsPage) -> None:
+    qtbot.mouseClick(page.download_buttons["Q4_K_P"], Qt.MouseButton.LeftButton)
+    assert page.downloading
+
+
+def _no_command_words(text: str) -> None:
+    for words in COMMAND_WORDS:
+        assert words not in text.lower(), text
+
+
+def test_the_panel_names_the_quantization_and_its_size(qtbot: QtBot, page: ModelsPage,
+                                                       server: ReleaseServer) -> None:
+    server.set_fault(MODEL, Fault(trickle_after=32_768, trickle_piece=1024, trickle_delay=0.05))
+    assert page.download_title.text() == ""
+    _download(qtbot, page)
+    title = page.download_title.text()
+    assert title == "Downloading Q4_K_P (~16.5 GB) and its FastMTP sidecar (~903.0 MB)…"
+    assert page.download_title.isVisible()
+    qtbot.waitUntil(lambda: MODEL in page._rows, timeout=WAIT_MS)
+    assert page.download_title.text() == title  # the steps below it change; the heading stays
+    qtbot.mouseClick(page.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert page.download_title.text() == "Q4_K_P: download cancelled"
+    assert "Download again resumes" in page.step_label.text()
+
+
+def test_a_gated_repository_points_at_the_token_box_not_a_command(qtbot: QtBot, page: ModelsPage,
+                                                                  server: ReleaseServer,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models_page, "endpoints_for", user_endpoints)  # the mirror alone: no retries at the hub
+    server.set_fault(MODEL, Fault(status=403, times=20))
+    _download(qtbot, page)
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert isinstance(page.last_error, DownloadError)
+    assert "token set" in page.last_error.advice  # the core still tells the terminal user the command
+    text = page.step_label.text()
+    assert text.startswith("Nothing was installed.") and "access denied (HTTP 403)" in text
+    assert "Hub token box below" in text and "press Download again" in text
+    _no_command_words(text)
+    assert page.download_title.text() == "Q4_K_P: the download failed"
+
+
+def test_a_full_disk_says_to_free_space_and_press_download_again(qtbot: QtBot, page: ModelsPage,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    real = shutil.disk_usage
+
+    class Usage(NamedTuple):
+        total: int
+        used: int
+        free: int
+
+    def tiny(path: Any) -> Usage:
+        usage = real(path)
+        return Usage(usage.total, usage.used, 1000)  # room for the integrity files, not for the model
+
+    monkeypatch.setattr(fetcher.shutil, "disk_usage", tiny)
+    _download(qtbot, page)
+    qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
+    assert isinstance(page.last_error, DiskSpaceError)
+    text = page.step_label.text()
+    assert "Not enough free space" in text and "then press Download again" in text
+    _no_command_words(text)
+
+
+@pytest.mark.parametrize("advice", [fetcher.TOKEN_ADVICE, fetcher.RESUME_ADVICE, fetcher.DISK_FULL_ADVICE,
+                                    fetcher.NO_ROOM_ADVICE, download.START_OVER_ADVICE, download.KEPT_ADVICE,
+                                    download.PICK_QUANT_ADVICE,
+                                    "Check the network connection or try another mirror. " + fetcher.RESUME_ADVICE])
+def test_every_download_advice_of_the_core_has_window_words(advice: str) -> None:
+    words = window_advice(advice)
+    _no_command_words(words)
+    assert words != advice and ("ress Download again" in words or "Pick another quantization in the table" in words)
+    for neutral in (fetcher.RESUME_ADVICE, download.START_OVER_ADVICE, download.KEPT_ADVICE):
+        _no_command_words(neutral)  # the core's own words suit a terminal and a window alike
