@@ -14,12 +14,13 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.backend import archive
+from app.backend import archive, registry
 from app.backend.registry import BackendManifest
 from app.release import signing
 from app.release.backend_signing import manifest_name, signature_name
@@ -199,3 +200,24 @@ def test_an_archive_without_a_signed_manifest_is_refused(signed: Signed, machine
     shutil.copy2(signed.archive, bare)
     done = run_app(machine, "backend", "install", str(bare), "--json")
     assert_refused(done, machine, "has no signed manifest", "backend unpack")
+
+
+# ----------------------------------------------------------------------------- where a backend came from
+
+
+def test_unpack_notes_an_unchecked_origin_which_pack_leaves_out(signed: Signed, machine: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    """``backend unpack`` checks no signature and says so; a re-packed backend carries no origin claim, so a
+    note cannot travel from one install to the next."""
+    done = run_app(machine, "backend", "unpack", str(signed.archive), "--no-activate", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = Path(json.loads(done.stdout)["folder"])
+    origin = archive.read_origin(folder)
+    assert origin is not None and origin.kind == "unsigned" and origin.archive == signed.archive.name
+    assert archive.describe_origin(folder).endswith("(no signature checked)")
+    repacked = tmp_path / "repacked.tar.xz"
+    assert run_app(machine, "backend", "pack", signed.backend.id, "--out", str(repacked)).returncode == 0
+    with tarfile.open(repacked) as tar:
+        names = tar.getnames()
+    assert f"{signed.backend.id}/{registry.MANIFEST}" in names
+    assert not [n for n in names if n.endswith(archive.ORIGIN)]

@@ -84,8 +84,9 @@ def _no_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 class Origin:
     """Where an installed backend came from when it was not built on this machine (``fastmtp-origin.json``).
 
-    ``kind`` is "signed" (a prebuilt archive whose signed manifest checked out, ``backend install``) or
-    "unsigned" (``backend unpack``, which checks no signature). A backend without the file was built here.
+    ``kind`` is "signed" (a prebuilt archive whose signed manifest checked out, ``backend install``),
+    "bundled" (the archive the packaged app carries) or "unsigned" (``backend unpack``, which checks no
+    signature). A backend without the file was built here.
     """
 
     kind: str
@@ -101,6 +102,8 @@ class Origin:
 
     def describe(self) -> str:
         """One plain line: prebuilt and signed by whom, or prebuilt and unchecked."""
+        if self.kind == "bundled":
+            return f"prebuilt, shipped inside the app ({self.archive})"
         if self.kind != "signed":
             return f"prebuilt, unpacked from {self.archive} (no signature checked)"
         who = "the publisher key shipped with the app" if self.key_source == "shipped" else "a key you trusted"
@@ -189,15 +192,16 @@ def now_text() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
-def unpack(archive_path: Path, activate: bool = True) -> Unpacked:
+def unpack(archive_path: Path, activate: bool = True, kind: str = "unsigned") -> Unpacked:
     """Install the backend of an archive made by :func:`pack` (replacing one with the same id); no signature
-    is checked (``backend install`` checks one).
+    is checked (``backend install`` checks one). ``kind`` goes into its origin note: "unsigned", or "bundled"
+    for the archive inside the packaged app.
 
     Raises:
         BackendError: the file is not such an archive, or it is damaged.
     """
     with staged(archive_path) as folder:
-        manifest = place(folder, Origin("unsigned", archive_path.name, installed_at=now_text()))
+        manifest = place(folder, Origin(kind, archive_path.name, installed_at=now_text()))
     if activate:
         registry.set_active(manifest.id, allow_unpatched=not manifest.patched)
     final = registry.backend_dir(manifest.id)

@@ -95,6 +95,8 @@ def origin_cell(origin: archive.Origin | None) -> str:
     """The installed table's short answer to "where did this backend come from?"."""
     if origin is None:
         return "built here"
+    if origin.kind == "bundled":
+        return "prebuilt, shipped with the app"
     if origin.kind != "signed":
         return "prebuilt, unsigned"
     return "prebuilt, publisher-signed" if origin.key_source == "shipped" else "prebuilt, signed by your trusted key"
