@@ -319,9 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     cli_bench.add_commands(sub, command)
     cli_release.add_commands(sub, command)
 
-    from app import cli_update
+    from app import cli_remote, cli_update
 
     cli_update.add_commands(sub, command)
+    cli_remote.add_commands(sub, command)
     return parser
 
 

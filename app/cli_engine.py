@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,16 @@ from app.cli import print_json
 
 
 def _config(args: argparse.Namespace) -> Any:
+    from app.backend.rpc import parse_endpoints
     from app.engine.speculative import EngineConfig
+    from app.errors import FastMTPError
 
+    if args.model is None:
+        raise FastMTPError("No model was given.", "Pass --model TARGET.gguf, or --remote NAME for a remote server.")
     return EngineConfig(target=args.model, mode=args.mtp, draft=args.draft, n_max=args.n_max, p_min=args.p_min,
                         adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch, n_gpu_layers=args.gpu_layers,
-                        n_threads=args.threads, flash_attn={"on": True, "off": False}.get(args.flash_attn))
+                        n_threads=args.threads, flash_attn={"on": True, "off": False}.get(args.flash_attn),
+                        rpc=tuple(parse_endpoints(args.rpc)) if args.rpc else ())
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -49,7 +55,16 @@ def _messages(args: argparse.Namespace) -> list[Any]:
 def cmd_generate(args: argparse.Namespace) -> int:
     from app.engine.session import ChatSession
 
-    session = ChatSession(_config(args))
+    if args.remote:
+        from app.cli_remote import remote_generate
+
+        return remote_generate(args)
+    config = _config(args)
+    if config.rpc:  # this process loads the RPC build of the backend (built the first time)
+        from app.backend.rpc import active_options, build_engine_backend
+
+        os.environ["FASTMTP_BACKEND_DIR"] = str(build_engine_backend(active_options()))
+    session = ChatSession(config)
     try:
         model = session.decoder.target
         if not args.json:
@@ -100,6 +115,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from app.engine.client import EngineClient
     from app.errors import FastMTPError
 
+    if args.remote:
+        from app.cli_remote import remote_chat
+
+        return remote_chat(args)
     history: list[Message] = [Message("system", args.system)] if args.system else []
     options = _options(args)
     with EngineClient() as client:
@@ -159,7 +178,10 @@ def _status_of(stats: dict[str, Any]) -> str:
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, required=True, help="target GGUF")
+    from app.cli_remote import add_engine_options as add_remote_options
+
+    p.add_argument("--model", type=Path, help="target GGUF (needed unless --remote)")
+    add_remote_options(p)
     p.add_argument("--draft", type=Path, help="FastMTP sidecar GGUF (full or d2t)")
     p.add_argument("--mtp", choices=["off", "embedded", "sidecar"], default="off")
     p.add_argument("--n-max", type=int, default=3, help="draft depth 1..8 (with --adaptive: the deepest it may go)")

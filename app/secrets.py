@@ -125,3 +125,54 @@ def status() -> TokenStatus:
     if source is None and _stored():
         source = "keyring"
     return TokenStatus(source=source, backend=_backend_name(_backend()), keyring_available=keyring_available())
+
+
+# ----------------------------------------------------------------------------- other secrets (API keys)
+# Remote servers' and ``serve``'s API keys live beside the hub token under their own user names. They have no
+# environment fallback: a missing keyring is an error that says so, never a plain-text file.
+
+
+def _no_keyring_for(what: str) -> SecretsError:
+    return SecretsError(f"No keyring backend is available on this system, so {what} cannot be stored safely.",
+                        "Install a keyring backend such as gnome-keyring or KWallet, or use a server without a key.")
+
+
+def set_secret(username: str, value: str, what: str = "the key") -> None:
+    """Store ``value`` under ``username`` in the keyring (SecretsError in words when it cannot)."""
+    if not keyring_available():
+        raise _no_keyring_for(what)
+    try:
+        keyring.set_password(SERVICE, username, value)
+    except keyring.errors.KeyringError as exc:
+        raise SecretsError(f"The keyring refused to store {what}: {type(exc).__name__}.",
+                           "Unlock the keyring and retry.") from None
+    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
+        raise _damaged(exc) from None
+
+
+def get_secret(username: str) -> str | None:
+    """The value stored under ``username``, or None (also when there is no keyring)."""
+    if not keyring_available():
+        return None
+    try:
+        return keyring.get_password(SERVICE, username)
+    except keyring.errors.KeyringError:
+        return None
+    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
+        raise _damaged(exc) from None
+
+
+def delete_secret(username: str) -> bool:
+    """Forget the value stored under ``username``; False when none was stored or there is no keyring."""
+    if not keyring_available():
+        return False
+    try:
+        keyring.delete_password(SERVICE, username)
+    except keyring.errors.PasswordDeleteError:
+        return False
+    except keyring.errors.KeyringError as exc:
+        raise SecretsError(f"The keyring refused to delete a key: {type(exc).__name__}.",
+                           "Unlock the keyring and retry.") from None
+    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
+        raise _damaged(exc) from None
+    return True

@@ -103,26 +103,41 @@ class Completion:
 
 
 class UpstreamServer:
-    """A running ``llama-server`` on 127.0.0.1; use as a context manager so it is always stopped."""
+    """A running ``llama-server``; use as a context manager so it is always stopped.
+
+    By default it listens on 127.0.0.1 with one slot, no key (the side-by-side peer). ``serve`` sets the address,
+    the port, the slots, an API key (given through the environment, never on the command line where any user
+    of the machine could read it) and RPC workers (a server from the RPC tree, see ``backend/rpc.py``).
+    """
 
     def __init__(self, binary: Path, model: Path, draft: Path | None = None, n_max: int = 3,
                  threads: int | None = None, ctx_size: int = 4096, p_min: float = 0.0,
-                 n_gpu_layers: int = 0, extra_args: list[str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-               "-c", str(ctx_size), "-np", "1", "-ngl", str(n_gpu_layers), "--no-webui"]
+                 n_gpu_layers: int = 0, extra_args: list[str] | None = None, *, host: str = "127.0.0.1",
+                 port: int | None = None, parallel: int = 1, api_key: str | None = None,
+                 rpc: list[str] | None = None, alias: str | None = None) -> None:
+        self.host = host
+        self.port = port or free_port()
+        local = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # where this machine reaches it
+        self.url = f"http://{'[' + local + ']' if ':' in local else local}:{self.port}"
+        cmd = [str(binary), "-m", str(model), "--host", host, "--port", str(self.port),
+               "-c", str(ctx_size * parallel), "-np", str(parallel), "-ngl", str(n_gpu_layers), "--no-webui"]
         if threads:
             cmd += ["-t", str(threads), "-tb", str(threads)]
         if draft is not None:
             cmd += ["--spec-type", "draft-mtp", "--spec-draft-model", str(draft),
                     "--spec-draft-n-max", str(n_max), "--spec-draft-n-min", "0",
                     "--spec-draft-p-min", str(p_min), "--spec-draft-ngl", str(n_gpu_layers)]
+        if rpc:
+            cmd += ["--rpc", ",".join(rpc)]
+        if alias:
+            cmd += ["--alias", alias]
         self.cmd = cmd + (extra_args or [])
         self.draft = draft
+        self.api_key = api_key
         self.log_path = paths.cache_dir() / "logs" / f"llama-server-{os.getpid()}-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.client = httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0), trust_env=False)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0), trust_env=False, headers=headers)
 
     def __enter__(self) -> UpstreamServer:
         self.start()
@@ -131,17 +146,19 @@ class UpstreamServer:
     def __exit__(self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None) -> None:
         self.stop()
 
-    def start(self) -> None:
+    def start(self, detach: bool = False) -> None:
         """Start the server and wait until ``/health`` answers 200; raise EngineError with its log if it dies.
 
         Whatever goes wrong while waiting (even Ctrl+C), the server process is stopped, never leaked.
-        A d2t sidecar is checked first (SidecarError), as for our own loads.
+        A d2t sidecar is checked first (SidecarError), as for our own loads. ``detach``: in a session of its own,
+        so it outlives the program that started it (a terminal's Ctrl+C does not reach it either).
         """
         if self.draft is not None:
             check_d2t(self.draft)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:  # the child keeps its own handle
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self._env())
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=self._env(), start_new_session=detach)
         try:
             self._wait_ready()
         except BaseException:
@@ -151,6 +168,9 @@ class UpstreamServer:
     def _env(self) -> dict[str, str]:
         """A server carried inside a backend folder (``backend unpack``) finds its libraries beside it."""
         env = dict(os.environ)
+        env.pop("LLAMA_API_KEY", None)
+        if self.api_key:
+            env["LLAMA_API_KEY"] = self.api_key  # not in argv: any user of the machine can read a command line
         binary = Path(self.cmd[0])
         if binary.parent.name == archive.SERVER_DIR:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(

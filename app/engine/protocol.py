@@ -37,6 +37,7 @@ def config_from_dict(data: dict[str, Any]) -> EngineConfig:
     fields = dict(data)
     fields["target"] = Path(fields["target"])
     fields["draft"] = Path(fields["draft"]) if fields.get("draft") else None
+    fields["rpc"] = tuple(fields.get("rpc") or ())
     return EngineConfig(**fields)
 
 

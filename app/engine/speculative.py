@@ -47,6 +47,7 @@ class EngineConfig:
     n_gpu_layers: int = 0
     n_threads: int | None = None
     flash_attn: bool | None = None
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take the offloaded layers
 
 
 @dataclass
@@ -73,6 +74,10 @@ class SpeculativeDecoder:
             _check_pair(config.target, config.draft)
         self.config = config
         drafting = config.mode != "off"
+        if config.rpc:  # before the load: the offloaded layers spread over every device registered by then
+            from app.native.rpc import connect
+
+            connect(config.rpc)
         self.target = Model(config.target, n_gpu_layers=config.n_gpu_layers, load_mtp=config.mode == "embedded")
         self._owned: list[Model | Context] = [self.target]
         try:

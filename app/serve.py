@@ -1,0 +1,167 @@
+"""Serve this machine: our patched ``llama-server`` with the chosen model and its FastMTP sidecar, for another
+machine's FastMTP Chat or any OpenAI client.
+
+The server is the one built in the backend's own tree (``backend server``: it links the backend's libraries, no
+second compile of ggml); with RPC workers it is the RPC tree's (``backend/rpc.py``). It needs an API key: one is
+generated on first use, kept in the keyring and shown once (``--new-key`` makes another). The key goes to the
+server through its environment, never its command line.
+
+llama-server is built without TLS, so the key and the chats cross the network as plain HTTP: the address is
+loopback by default, a local-network address is allowed (with a warning), a public one (or every interface,
+``0.0.0.0``) only when the user says they understand. A server started with ``--detach`` (or the window's "keep
+running") outlives its starter; ``serve --stop`` ends it, through the state file ``<cache>/serve.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets as token_source
+import signal
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app import netaddr, paths, secrets
+from app.backend.rpc import active_options
+from app.backend.upstream_server import UpstreamServer
+from app.errors import FastMTPError
+
+KEY_NAME = "serve-api-key"
+DEFAULT_PORT = 8080
+STATE_FILE = "serve.json"
+
+
+class ServeError(FastMTPError):
+    """This machine cannot be served as asked: the address, the model, or a server already running."""
+
+
+@dataclass
+class ServePlan:
+    """What to serve and where."""
+
+    target: Path
+    draft: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    parallel: int = 1
+    ctx_size: int = 4096
+    n_gpu_layers: int = 0
+    n_max: int = 3
+    threads: int | None = None
+    rpc: list[str] = field(default_factory=list)
+    alias: str = "fastmtp"
+
+
+def check_host(host: str, allow_public: bool = False) -> str | None:
+    """Refuse a public address (llama-server speaks plain HTTP) unless ``allow_public``; the warning to show."""
+    reach = netaddr.classify(host)
+    if reach == "loopback":
+        return None
+    if reach == "unresolved":
+        raise ServeError(f"The address {host!r} cannot be resolved on this machine.",
+                         "Give one of this machine's addresses, such as 127.0.0.1 or its 192.168.x.x address.")
+    plain = ("llama-server speaks plain HTTP: the API key and the chats cross the network unencrypted")
+    if reach == "public" and not allow_public:
+        where = "every network interface" if host in netaddr.EVERY_INTERFACE else f"{host}, a public address"
+        raise ServeError(f"Serving on {where} would let the internet reach this server, and {plain}.",
+                         "Use this machine's local-network address (192.168.x.x, 10.x.x.x) or a VPN address, or "
+                         "pass --i-understand-no-tls if a firewall or a TLS proxy in front of it protects it.")
+    return f"Serving on {host}: {plain}. Use it only on a network you trust."
+
+
+def ensure_key(new: bool = False) -> tuple[str, bool]:
+    """The server's API key from the keyring, or a new one stored there; ``(key, created)``."""
+    if not new:
+        stored = secrets.get_secret(KEY_NAME)
+        if stored:
+            return stored, False
+    key = token_source.token_urlsafe(32)
+    secrets.set_secret(KEY_NAME, key, "the server's API key")
+    return key, True
+
+
+def server_binary(rpc: bool, on_event: Any = None) -> Path:
+    """The llama-server to run: the active backend's carried one, or the one built in its tree (RPC: the RPC
+    tree's). Built first when missing (seconds on the CPU once the backend is built; the RPC tree's is a full
+    compile the first time)."""
+    from app.backend import archive, registry
+
+    options = active_options()
+    if rpc:
+        from app.backend.rpc import build_server as build_rpc_server
+
+        return build_rpc_server(options, on_event)
+    manifest = registry.active()
+    if manifest is not None:
+        carried = archive.installed_server(registry.backend_dir(manifest.id))
+        if carried is not None:
+            return carried
+    from app.backend.upstream_server import build_server
+
+    return build_server(options, on_event)
+
+
+def make_server(plan: ServePlan, binary: Path, api_key: str) -> UpstreamServer:
+    return UpstreamServer(binary, plan.target, draft=plan.draft, n_max=plan.n_max, threads=plan.threads,
+                          ctx_size=plan.ctx_size, n_gpu_layers=plan.n_gpu_layers, host=plan.host, port=plan.port,
+                          parallel=plan.parallel, api_key=api_key, rpc=plan.rpc or None, alias=plan.alias)
+
+
+# ----------------------------------------------------------------------------- a detached server's state
+
+
+def state_path() -> Path:
+    return paths.cache_dir() / STATE_FILE
+
+
+def write_state(server: UpstreamServer, plan: ServePlan) -> None:
+    assert server.proc is not None
+    data = {"pid": server.proc.pid, "url": server.url, "host": plan.host, "port": server.port,
+            "log": str(server.log_path), "plan": {k: str(v) if isinstance(v, Path) else v
+                                                  for k, v in asdict(plan).items()}}
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def running() -> dict[str, Any] | None:
+    """The detached server's state while its process lives; a stale file is removed."""
+    path = state_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        pid = int(data["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not _alive(pid):
+        path.unlink(missing_ok=True)
+        return None
+    result: dict[str, Any] = data
+    return result
+
+
+def stop_detached() -> dict[str, Any] | None:
+    """End the detached server (SIGTERM, the way llama-server shuts down cleanly); its state, or None."""
+    state = running()
+    if state is None:
+        return None
+    pid = int(state["pid"])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    state_path().unlink(missing_ok=True)
+    return state
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child (ours, not yet reaped) is not a running server
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
