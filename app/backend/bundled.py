@@ -35,6 +35,6 @@ def ensure_installed(say: Callable[[str], None] = lambda _line: None) -> registr
     if not archives:
         return None
     say(f"First start: installing the bundled CPU backend from {archives[-1].name}…")
-    unpacked = archive.unpack(archives[-1], activate=True)
+    unpacked = archive.unpack(archives[-1], activate=True, kind="bundled")
     say(f"Backend {unpacked.manifest.id} is ready (prebuilt, no compiler needed).")
     return unpacked.manifest
