@@ -112,6 +112,7 @@ class RemoteStats:
             "draft_time_share": None,
             "remote": self.server,
             "timings_from": "llama-server" if self.timings else None,
+            "server_timings": dict(self.timings),
         }
 
 
