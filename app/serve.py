@@ -19,6 +19,7 @@ import json
 import os
 import secrets as token_source
 import signal
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,14 +142,22 @@ def running() -> dict[str, Any] | None:
     return result
 
 
-def stop_detached() -> dict[str, Any] | None:
-    """End the detached server (SIGTERM, the way llama-server shuts down cleanly); its state, or None."""
+def stop_detached(timeout: float = 15.0) -> dict[str, Any] | None:
+    """End the detached server (SIGTERM, the way llama-server shuts down cleanly; SIGKILL after ``timeout``) and
+    wait until it is gone; its state, or None when none was running."""
     state = running()
     if state is None:
         return None
     pid = int(state["pid"])
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+        time.sleep(0.05)  # waiting on a process that is not our child (it cannot be waited for)
     state_path().unlink(missing_ok=True)
     return state
 
