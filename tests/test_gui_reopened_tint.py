@@ -122,3 +122,22 @@ def test_an_older_history_without_provenance_opens_untinted_and_is_migrated(qtbo
         win.close()
         store.close()
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 2
+
+
+def test_a_reply_whose_final_text_drops_the_end_of_turn_piece_keeps_its_tint(qtbot: QtBot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show()
+    view.begin_reply()
+    pieces = [("Hello", "target"), (" there", "draft"), (" friend", "draft"), ("!", "target"), ("<|im_end|>", "target")]
+    for piece, provenance in pieces:
+        view.append_token({"kind": "token", "piece": piece, "provenance": provenance, "stats": {}})
+    entry = view.finish_reply({"kind": "done", "text": "Hello there friend!", "stats": {"generated": 5}})
+    assert entry is not None and entry.text == "Hello there friend!" and entry.final is None
+    assert entry.draft_ranges() == [(5, 18)]
+    assert tinted_text(view).replace("\u00a0", " ") == " there friend"
+    assert "<|im_end|>" not in view.transcript_text()
+    view.begin_reply()  # a final text that is not the streamed one replaces it, untinted
+    view.append_token({"kind": "token", "piece": "Draft words", "provenance": "draft", "stats": {}})
+    other = view.finish_reply({"kind": "done", "text": "Other words", "stats": {"generated": 2}})
+    assert other is not None and other.text == "Other words" and other.draft_ranges() is None

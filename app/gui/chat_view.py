@@ -99,6 +99,26 @@ class ChatEntry:
                 at += len(piece)
         return spans
 
+    def settle(self, text: str) -> None:
+        """The engine's final text of this reply. The streamed pieces stay (their provenance is the tint) when
+        the final text is the streamed one with its end cut off (the end-of-turn token's piece, blanks);
+        otherwise the final text replaces them."""
+        streamed = self.text
+        final = text.strip()
+        if final == streamed.strip():
+            return
+        start = len(streamed) - len(streamed.lstrip())
+        if not streamed[start:].startswith(final):
+            self.final = final
+            return
+        keep, kept = start + len(final), []
+        for piece, provenance in self.pieces:
+            if keep <= 0:
+                break
+            kept.append((piece[:keep], provenance))
+            keep -= len(piece)
+        self.pieces = kept
+
     def draft_ranges(self) -> list[tuple[int, int]] | None:
         """The accepted-draft ranges of ``text``, as the history stores them; None when the pieces no longer
         describe the text (the final text replaced the streamed one)."""
@@ -578,9 +598,7 @@ class ChatView(QWidget):
         if entry is None or stream is None:
             return None
         if event.get("kind") == "done":
-            text = str(event.get("text", ""))
-            if text.strip() != entry.text.strip():
-                entry.final = text.strip()
+            entry.settle(str(event.get("text", "")))
             entry.footer = describe_reply(event)
             self.hud.show_stats(event.get("stats") or {}, final=True)
         else:

@@ -1,8 +1,8 @@
 """The heads-up panel over the chat: live decode and prompt speed, time to first token, draft acceptance
 with a bar, tokens per target pass, mode, and a sparkline of tok/s over the reply.
 
-The panel floats over a corner of the transcript, so it must never be in the way for good: its "–" button
-(or a double click) collapses it to a one-line pill with the headline numbers, "+" opens it again, and a drag
+The panel floats over a corner of the transcript, so it must never be in the way for good: its "▴" button
+(or a double click) collapses it to a one-line pill with the headline numbers, "▾" opens it again, and a drag
 moves it to another corner (it snaps to the nearest one on release; the context menu names the corners too).
 The chat view places it and the window remembers where and how it was (``placement_changed``).
 
@@ -51,8 +51,8 @@ _STYLE = """
 #hud QProgressBar { background: rgba(255, 255, 255, 40); border: none; border-radius: 2px; max-height: 4px; }
 #hud QProgressBar::chunk { background: #5ac18e; border-radius: 2px; }
 #hud QLabel[role="title"] { color: #9aa4b2; font-size: 10px; }
-#hud QToolButton { color: #e8ecf2; background: transparent; border: none; border-radius: 3px; padding: 0 5px;
-                   font-weight: 700; }
+#hud QToolButton { color: #e8ecf2; background: rgba(255, 255, 255, 22); border: none; border-radius: 3px;
+                   padding: 0 5px; font-size: 13px; }
 #hud QToolButton:hover { background: rgba(255, 255, 255, 50); }
 """
 CORNERS = ("top-right", "top-left", "bottom-right", "bottom-left")  # where the HUD can sit; the first is the default
@@ -194,7 +194,7 @@ class Hud(QFrame):
         self.setObjectName("hud")
         self.setStyleSheet(_STYLE)
         self.setCursor(Qt.CursorShape.OpenHandCursor)
-        self.setToolTip("Live figures of the reply. Drag to move it to another corner; – folds it to one line.")
+        self.setToolTip("Live figures of the reply. Drag it to another corner; ▴ folds it to one line.")
         self.collapsed = False
         self._press: QPoint | None = None  # where a left-button press began (global), until release
         self._dragging = False
@@ -290,7 +290,7 @@ class Hud(QFrame):
         self.full.setVisible(not collapsed)
         self._title.setVisible(not collapsed)
         self.pill.setVisible(collapsed)
-        self.collapse_button.setText("+" if collapsed else "–")
+        self.collapse_button.setText("▾" if collapsed else "▴")
         self.collapse_button.setToolTip("Show every figure" if collapsed else "Fold the HUD to one line")
         self._update_pill()
         self.adjustSize()

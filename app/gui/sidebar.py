@@ -29,6 +29,9 @@ class Sidebar(QWidget):
         self.search.setClearButtonEnabled(True)
         self.search.textChanged.connect(lambda _text: self.refresh())
         self.list = QListWidget()
+        # a long title is elided to the list's width (its tooltip has all of it), never scrolled sideways
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.currentItemChanged.connect(self._picked)
 
         layout = QVBoxLayout(self)
