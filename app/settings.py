@@ -1,5 +1,6 @@
 """The app's settings, saved as JSON in the config folder: models folder, engine sizes, drafting, theme,
-the chat's model, whether the first-run panel was answered, and whether to check for app updates daily.
+the chat's model, whether the first-run panel was answered, whether to check for app updates daily, the RPC
+workers and how to serve this machine.
 
 Qt-free. ``load()`` never fails on a damaged or older file: unknown keys are dropped, bad values fall back
 to their defaults (and the file is rewritten on the next ``save``).
@@ -34,6 +35,11 @@ class Settings:
     first_run_done: bool = False  # the first-run panel was answered (the demo tried or the real set-up started)
     chat_model: str = ""  # the model the chat loads: "" the built-in demo, else an installed target's path
     check_for_updates: bool = False  # ask the signed release feed once a day at start; off: no network unasked
+    rpc_workers: str = ""  # "host:port,host:port": llama.cpp RPC workers that take the offloaded layers
+    serve_host: str = "127.0.0.1"  # "Serve this machine": the address llama-server listens on
+    serve_port: int = 8080
+    serve_parallel: int = 1  # slots: replies served at once
+    serve_keep_running: bool = False  # the server outlives the window (else it stops with the app)
 
     def models_path(self) -> Path:
         return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
@@ -50,6 +56,10 @@ class Settings:
             adaptive_depth=self.adaptive_depth,
             p_min=min(max(self.p_min, 0.0), 1.0),
             theme=self.theme if self.theme in THEMES else "system",
+            rpc_workers=",".join(part.strip() for part in self.rpc_workers.split(",") if part.strip()),
+            serve_host=self.serve_host.strip() or "127.0.0.1",
+            serve_port=min(max(self.serve_port, 1), 65_535),
+            serve_parallel=min(max(self.serve_parallel, 1), 64),
         )
 
 
@@ -95,7 +105,10 @@ def save(settings: Settings, path: Path | None = None) -> None:
 
 
 def engine_fields(settings: Settings) -> dict[str, Any]:
-    """The ``EngineConfig`` fields these settings decide."""
-    return {"n_ctx": settings.context_size, "n_gpu_layers": settings.gpu_layers,
-            "n_threads": settings.threads or None, "n_max": settings.draft_depth,
-            "adaptive": settings.adaptive_depth, "p_min": settings.p_min}
+    """The ``EngineConfig`` fields these settings decide (``rpc`` only when RPC workers are set)."""
+    fields = {"n_ctx": settings.context_size, "n_gpu_layers": settings.gpu_layers,
+              "n_threads": settings.threads or None, "n_max": settings.draft_depth,
+              "adaptive": settings.adaptive_depth, "p_min": settings.p_min}
+    if settings.rpc_workers:
+        fields["rpc"] = tuple(part for part in settings.rpc_workers.split(",") if part)
+    return fields
