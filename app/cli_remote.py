@@ -219,26 +219,13 @@ def remote_chat(args: argparse.Namespace) -> int:
 
 def _default_model(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model to serve: ``--model`` (with ``--draft``), else the chat's model from the settings, else the
-    built-in demo model with its d2t sidecar."""
-    from pathlib import Path
-
-    from app import paths
+    built-in demo model, with its d2t sidecar unless ``--no-draft``."""
+    from app import serve
     from app import settings as app_settings
 
     if args.model is not None:
-        return args.model, args.draft
-    chosen = app_settings.load().chat_model
-    if chosen and not chosen.startswith("remote:"):
-        from app.release.installed import list_installed, model_roots
-
-        for model in list_installed(*model_roots()):
-            if str(model.target) == chosen:
-                return model.target, (None if args.no_draft else model.sidecar_d2t)
-        return Path(chosen), None
-    from app.builtin_demo import ensure_demo_model
-
-    demo = ensure_demo_model(paths.demo_model_dir())
-    return demo.target, (None if args.no_draft else demo.sidecar_d2t)
+        return args.model, None if args.no_draft else args.draft
+    return serve.chat_model_files(app_settings.load().chat_model, draft=not args.no_draft)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -104,6 +104,22 @@ def server_binary(rpc: bool, on_event: Any = None) -> Path:
     return build_server(options, on_event)
 
 
+def chat_model_files(chat_model: str, draft: bool = True) -> tuple[Path, Path | None]:
+    """The target and d2t sidecar of the chat's model (the settings' ``chat_model``): an installed model, a target
+    path, or the built-in demo model (written first when needed)."""
+    if chat_model and not chat_model.startswith("remote:"):
+        from app.release.installed import list_installed, model_roots
+
+        for model in list_installed(*model_roots()):
+            if str(model.target) == chat_model:
+                return model.target, model.sidecar_d2t if draft else None
+        return Path(chat_model), None
+    from app.builtin_demo import ensure_demo_model
+
+    demo = ensure_demo_model(paths.demo_model_dir())
+    return demo.target, demo.sidecar_d2t if draft else None
+
+
 def make_server(plan: ServePlan, binary: Path, api_key: str) -> UpstreamServer:
     return UpstreamServer(binary, plan.target, draft=plan.draft, n_max=plan.n_max, threads=plan.threads,
                           ctx_size=plan.ctx_size, n_gpu_layers=plan.n_gpu_layers, host=plan.host, port=plan.port,

@@ -1,4 +1,5 @@
-"""The engine as Qt signals: one ``EngineClient`` (a worker process), loads and replies run as background ops."""
+"""The engine as Qt signals: one ``EngineClient`` (a worker process) or, for a remote server, a ``RemoteClient``
+(the same events over HTTP); loads and replies run as background ops."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from PySide6.QtCore import QObject, Signal
 
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
+from app.engine.remote import RemoteClient
 from app.engine.session import ChatOptions
 from app.engine.speculative import EngineConfig
 from app.errors import FastMTPError
 from app.gui.ops import Report, run_in_background
+from app.remote_servers import RemoteServer
 
 
 def _error_event(exc: Exception) -> dict[str, Any]:
@@ -36,15 +39,35 @@ class EngineBridge(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._client = EngineClient()
+        self._local = EngineClient()
+        self._client: EngineClient | RemoteClient = self._local
         self.config: EngineConfig | None = None
+        self.remote: RemoteServer | None = None  # the remote server in use, or None for the local engine
         self.busy = False
 
     def load(self, config: EngineConfig) -> None:
         """Load (or switch) the model pair in the engine process."""
         self._set_busy(True)
+        self._use_local()
         self.config = config
-        run_in_background(lambda _report: self._client.load(config), self._finished, self._failed)
+        client = self._local
+        run_in_background(lambda _report: client.load(config), self._finished, self._failed)
+
+    def load_remote(self, server: RemoteServer) -> None:
+        """Chat through a remote server instead: the local engine process is stopped (its memory freed) and the
+        ``loaded`` event says what the server is (``server_kind``, ``warning``, ``no_tint_reason``)."""
+        self._set_busy(True)
+        if isinstance(self._client, RemoteClient):
+            self._client.close()
+        self._local.close()
+        client = RemoteClient(server)
+        self._client, self.remote, self.config = client, server, None
+        run_in_background(lambda _report: client.load(), self._finished, self._failed)
+
+    def _use_local(self) -> None:
+        if isinstance(self._client, RemoteClient):
+            self._client.close()
+        self._client, self.remote = self._local, None
 
     def generate(self, messages: list[Message], options: ChatOptions) -> None:
         """Stream one reply: ``token`` signals, then ``done`` (or ``error``)."""
@@ -79,12 +102,14 @@ class EngineBridge(QObject):
         """Stop the engine process (called when the window closes)."""
         self.cancel()
         self._client.close()
+        self._local.close()
 
     def _finished(self, event: dict[str, Any]) -> None:
         self._set_busy(False)
         kind = event.get("kind")
         if kind == "loaded":
-            self.config = self._client.config or self.config
+            if self.remote is None:
+                self.config = self._local.config or self.config
             self.loaded.emit(event)
         elif kind == "done":
             self.done.emit(event)

@@ -43,6 +43,7 @@ from app import settings as app_settings
 from app.builtin_demo import ensure_demo_model
 from app.chat_settings import ChatSettings
 from app.engine.chat_template import Message
+from app.engine.remote import NO_TINT_REASON
 from app.engine.speculative import EngineConfig
 from app.errors import FastMTPError
 from app.gguftools.demo_model import DemoModel
@@ -53,6 +54,7 @@ from app.gui.chat_view import ChatEntry, ChatView
 from app.gui.engine_bridge import EngineBridge
 from app.gui.first_run import FirstRunPanel
 from app.gui.hud import describe_mode, drafting_warning
+from app.gui.machines import RemoteServerDialog
 from app.gui.models_page import ModelsPage
 from app.gui.ops import run_in_background, wait_for_all
 from app.gui.settings_page import SettingsPage
@@ -60,6 +62,7 @@ from app.gui.sidebar import Sidebar
 from app.gui.window_state import WindowState
 from app.history import Conversation, HistoryError, HistoryStore, read_export
 from app.release.installed import InstalledModel, list_installed, model_roots
+from app.remote_servers import RemoteServer, load_servers
 from app.resources import resources_dir
 from app.settings import Settings
 
@@ -71,6 +74,8 @@ TITLE_CHARS = 40  # a new conversation's title: the start of its first message
 MODES = [("FastMTP d2t sidecar", "sidecar-d2t"), ("Full sidecar", "sidecar-full"),
          ("Embedded MTP head", "embedded"), ("Off (target only)", "off")]
 DEMO_KEY = ""  # the model selector's (and the settings') key of the built-in demo model
+REMOTE_PREFIX = "remote:"  # the selector's key of a remote server: "remote:NAME"
+ADD_REMOTE_KEY = "remote:+"  # the selector's last item, "Remote server…": opens the dialog
 DEMO_LABEL = "Demo model (built-in)"
 WAITING_NOTE = "waiting: sent as soon as the model has loaded"
 WAITING_STATUS = "Loading the model… your message waits and is sent when it is ready (more text joins it)"
@@ -97,7 +102,8 @@ class Banner(QFrame):
         message = str(event.get("message") or event.get("error") or "The engine failed.")
         advice = str(event.get("advice") or "")
         self.text.setText(f"<b>{_escape(message)}</b>" + (f"<br>{_escape(advice)}" if advice else ""))
-        self.restart_button.setVisible(event.get("error") == "WorkerCrashed")
+        self.restart_button.setVisible(event.get("error") == "WorkerCrashed" or bool(event.get("retryable")))
+        self.restart_button.setText("Retry" if event.get("retryable") else "Restart engine")
         self.show()
 
 
@@ -196,6 +202,7 @@ class MainWindow(QMainWindow):
         self.installed: list[InstalledModel] = []  # the models folder's models, as last listed
         self._listing = 0  # model listings under way
         self._pending_chat: tuple[Path, str] | None = None  # "Chat with it now": folder and quantization
+        self._legend_text: str | None = None  # the tint legend, kept while a remote engine shows why it is off
         self.ready = False
         self._loading = False  # a model load (or the demo model being written first) is under way
         self._waiting: str | None = None  # a message sent while loading: sent once the model is ready
@@ -305,6 +312,7 @@ class MainWindow(QMainWindow):
         self.add_page("Backend", self.backend_page)
         self.settings_page = SettingsPage(self.settings)
         self.settings_page.saved.connect(self.apply_settings)
+        self.settings_page.machines.remote_servers_changed.connect(lambda: self.remote_servers_changed())
         self.add_page("Settings", self.settings_page)
         self._add_menus()
         # the status gets the window's full width at its bottom: the top bar has little room left at 1024 wide,
@@ -442,7 +450,10 @@ class MainWindow(QMainWindow):
             self._listing -= 1
             self._show_models(models)
             chosen = self.installed_model(select) if select else None
-            if chosen is not None and chosen.verified:
+            if select and select.startswith(REMOTE_PREFIX) and self.model_box.findData(select) >= 0:
+                self._select_model(select)
+                self._model_chosen()
+            elif chosen is not None and chosen.verified:
                 self._select_model(chosen.key)
                 self._model_chosen()
             elif select is not None and fallback_to_demo:
@@ -489,6 +500,10 @@ class MainWindow(QMainWindow):
                 tip = f"Not offered: it did not pass its checks.\n{model.problem}\n\n{tip}"
                 self._set_item_enabled(self.model_box, row, False)
             self.model_box.setItemData(row, tip, Qt.ItemDataRole.ToolTipRole)
+        for server in load_servers():
+            self.model_box.addItem(f"Remote: {server.name}", REMOTE_PREFIX + server.name)
+            self.model_box.setItemData(self.model_box.count() - 1, server.url, Qt.ItemDataRole.ToolTipRole)
+        self.model_box.addItem("Remote server…", ADD_REMOTE_KEY)
         index = self.model_box.findData(current)
         self.model_box.setCurrentIndex(index if index >= 0 else 0)
         self.model_box.blockSignals(False)
@@ -512,9 +527,14 @@ class MainWindow(QMainWindow):
     def _model_chosen(self) -> None:
         """The selector picked a model: remember it, offer the drafting modes it has files for, load it."""
         key = str(self.model_box.currentData() or DEMO_KEY)
+        if key == ADD_REMOTE_KEY:
+            self.add_remote_server()
+            return
         self._remember_model(key)
         self._update_modes()
-        if key == DEMO_KEY and self.demo is None:
+        if key.startswith(REMOTE_PREFIX):
+            self.reload()
+        elif key == DEMO_KEY and self.demo is None:
             self.load_demo()
         else:
             self.reload()
@@ -573,7 +593,7 @@ class MainWindow(QMainWindow):
             return None
         target, sidecar_d2t, sidecar_full = files
         sizes = app_settings.engine_fields(self.settings)
-        if not _gpu_backend():
+        if not _gpu_backend() and not sizes.get("rpc"):  # RPC workers take offloaded layers on a CPU backend too
             sizes["n_gpu_layers"] = 0
         if key in ("sidecar-d2t", "sidecar-full"):
             draft = sidecar_d2t if key == "sidecar-d2t" else sidecar_full
@@ -594,7 +614,11 @@ class MainWindow(QMainWindow):
             self.refresh_models()
 
     def reload(self) -> None:
-        """Load the model pair the mode selector names."""
+        """Load the model pair the mode selector names (or connect to the chosen remote server)."""
+        remote = self.chosen_remote()
+        if remote is not None:
+            self.load_remote(remote)
+            return
         config = self.config_for(str(self.mode_box.currentData()))
         if config is not None:
             self.load(config)
@@ -610,6 +634,60 @@ class MainWindow(QMainWindow):
         self.status.setText(WAITING_STATUS if self._waiting is not None else "Loading the model…")
         self.chat.hud.set_config(config)
         self.bridge.load(config)
+
+    # ------------------------------------------------------------------ remote servers
+
+    def chosen_remote(self) -> RemoteServer | None:
+        """The remote server the selector names, or None (a local model)."""
+        key = str(self.model_box.currentData() or DEMO_KEY)
+        if not key.startswith(REMOTE_PREFIX) or key == ADD_REMOTE_KEY:
+            return None
+        return next((s for s in load_servers() if REMOTE_PREFIX + s.name == key), None)
+
+    def add_remote_server(self) -> None:
+        """"Remote server…": the dialog; a server added is listed and chosen, a cancel goes back to the model before."""
+        dialog = RemoteServerDialog(self)
+        accepted = dialog.exec() == QDialog.DialogCode.Accepted and dialog.server is not None
+        self.remote_servers_changed(REMOTE_PREFIX + dialog.server.name if accepted and dialog.server else None)
+
+    def remote_servers_changed(self, select: str | None = None) -> None:
+        """List the remote servers again; ``select`` one (its key) and connect, else keep the current choice."""
+        self.settings_page.machines.refresh_remotes()
+        previous = select or self.settings.chat_model
+        self._show_models(self.installed)
+        if self.model_box.findData(previous) < 0:
+            previous = DEMO_KEY
+        self._select_model(previous)
+        if select is not None:
+            self._model_chosen()
+
+    def load_remote(self, server: RemoteServer) -> None:
+        """Chat through a remote server: drafting is the server's own, tokens are not tinted (the reason is shown)."""
+        if self.bridge.busy:
+            self.status.setText("Busy: stop the reply first")
+            return
+        self.ready = False
+        self._loading = True
+        self.banner.hide()
+        self.status.setText(f"Connecting to {server.name}…")
+        self.chat.hud.set_config(None)
+        self.chat.hud.mode.setText(f"remote · {server.name}")
+        self.bridge.load_remote(server)
+
+    def _show_tinting(self, remote: bool) -> None:
+        """Per-token tint off for a remote engine, with the one-line reason where the legend was."""
+        if remote:
+            self._legend_text = self._legend_text or self.chat.legend.text()
+            self.chat.legend.setText(NO_TINT_REASON)
+        elif self._legend_text:
+            self.chat.legend.setText(self._legend_text)
+        self.chat.show_drafts.setEnabled(not remote)
+        self.chat.show_drafts.setToolTip(NO_TINT_REASON if remote else "")
+
+    def _mode_text(self) -> str:
+        """The drafting mode in words for the HUD and a reply's footer (a remote server's name)."""
+        remote = self.bridge.remote
+        return f"remote · {remote.name}" if remote is not None else describe_mode(self.bridge.config)
 
     # ------------------------------------------------------------------ chat
 
@@ -780,7 +858,7 @@ class MainWindow(QMainWindow):
         self.chat.set_busy(busy)
         if busy and self._loading:  # Enter while the model loads: the message waits (``send``)
             self.chat.send_button.setEnabled(True)
-        self.mode_box.setEnabled(not busy)
+        self.mode_box.setEnabled(not busy and self.bridge.remote is None)  # a remote server drafts its own way
         self.model_box.setEnabled(not busy)
         self.sidebar.setEnabled(not busy)
 
@@ -788,7 +866,7 @@ class MainWindow(QMainWindow):
         # the reply's stats carry the seed it was sampled with (what reproduces it, as the fixed seed) and the
         # drafting mode that produced it (its footer names it, also when the chat is reopened)
         event["stats"] = {**(event.get("stats") or {}), "seed": self._reply_seed,
-                          "mode": describe_mode(self.bridge.config)}
+                          "mode": self._mode_text()}
         entry = self.chat.finish_reply(event)
         if entry is not None:  # a finished or stopped reply, with its stats and why it ended
             stats = {**event["stats"], "stop_reason": event.get("stop_reason")}
@@ -818,6 +896,12 @@ class MainWindow(QMainWindow):
         self.ready = True
         self._loading = False
         self.status.setText("Ready")
+        self._show_tinting(event.get("mode") == "remote")
+        if event.get("mode") == "remote":
+            self.chat.hud.mode.setText(f"{self._mode_text()} ({event.get('server_kind')}, {event.get('model')})")
+            self.mode_box.setEnabled(False)
+            self.status.setText(f"Ready: {event.get('server')}" + (f". {event['warning']}" if event.get("warning")
+                                                                     else ""))
         if event.get("notice"):  # a restart after a crash dropped the sidecar: say why, loudly
             self.chat.hud.set_config(self.bridge.config)
             self.banner.show_error({"error": "SidecarDropped", "message": event["notice"]})
@@ -842,6 +926,10 @@ class MainWindow(QMainWindow):
         self.banner.show_error(event)
 
     def _restart(self) -> None:
+        if self.bridge.remote is not None:  # "Retry" after a dropped connection: ask again
+            self.banner.hide()
+            self.regenerate()
+            return
         self.banner.hide()
         self.status.setText("Restarting the engine…")
         self.bridge.restart()
@@ -935,6 +1023,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.remember_state()
         self.first_run.cancel()
+        self.settings_page.machines.close_with_app()  # the served llama-server stops unless it should stay
         self.bridge.close()
         wait_for_all(10_000)
         if self._owns_history:

@@ -1,6 +1,6 @@
 """The Settings page: models folder, context size, GPU layers, threads, drafting depth / adaptive / p_min,
-theme, and the daily update check. Saved to the settings file in the config folder when the user presses
-Save.
+theme, more than one machine (remote servers, RPC workers, serving this machine: ``machines.py``) and the daily
+update check. Saved to the settings file in the config folder when the user presses Save.
 
 The Updates group says whether a newer FastMTP Chat is out, from the signed release feed
 (:mod:`app.release.updates`), checked in the background on "Check now" or once a day at start when the
@@ -33,6 +33,8 @@ from PySide6.QtWidgets import (
 
 from app import __version__, paths
 from app import settings as app_settings
+from app.errors import FastMTPError
+from app.gui.machines import MachinesGroup
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
 from app.release import updates
 from app.release.updates import UpdateCheck, UpdateSource
@@ -105,6 +107,8 @@ class SettingsPage(QWidget):
         title.setStyleSheet("font-size: 16px; font-weight: 600;")
         layout.addWidget(title)
         layout.addLayout(form)
+        self.machines = MachinesGroup(settings)  # remote servers, RPC workers, serving this machine
+        layout.addWidget(self.machines)
         layout.addWidget(self._build_updates_group())
         row = QHBoxLayout()
         row.addWidget(self.save_button)
@@ -124,22 +128,29 @@ class SettingsPage(QWidget):
         self.p_min.setValue(settings.p_min)
         self.theme.setCurrentText(settings.theme)
         self.check_updates.setChecked(settings.check_for_updates)
+        self.machines.show_settings(settings)
 
     def keep_chat_model(self, key: str) -> None:
         """The chat's model was picked in the window: keep it when this page saves (the fields shown stay as edited)."""
         self._settings = replace(self._settings, chat_model=key)
+        self.machines.keep_chat_model(key)
 
     def current(self) -> Settings:
         theme = self.theme.currentText()
-        return replace(self._settings, models_dir=self.models_dir.text().strip(),
-                       context_size=self.context_size.value(), gpu_layers=self.gpu_layers.value(),
-                       threads=self.threads.value(), draft_depth=self.draft_depth.value(),
-                       adaptive_depth=self.adaptive.isChecked(), p_min=self.p_min.value(),
-                       theme="dark" if theme == "dark" else "light" if theme == "light" else "system",
-                       check_for_updates=self.check_updates.isChecked()).validated()
+        settings = replace(self._settings, models_dir=self.models_dir.text().strip(),
+                           context_size=self.context_size.value(), gpu_layers=self.gpu_layers.value(),
+                           threads=self.threads.value(), draft_depth=self.draft_depth.value(),
+                           adaptive_depth=self.adaptive.isChecked(), p_min=self.p_min.value(),
+                           theme="dark" if theme == "dark" else "light" if theme == "light" else "system",
+                           check_for_updates=self.check_updates.isChecked())
+        return self.machines.apply_to(settings).validated()
 
     def save(self) -> None:
-        settings = self.current()
+        try:
+            settings = self.current()
+        except FastMTPError as exc:  # RPC workers that are not host:port
+            self.note.setText(error_text(exc))
+            return
         app_settings.save(settings)
         self._settings = settings
         self.note.setText(f"Saved to {app_settings.settings_path()}. Engine sizes apply from the next model load.")

@@ -1,0 +1,153 @@
+"""The window with a remote server, offscreen: "Remote server…" in the model selector adds one (key in a real
+file-backed keyring), the chat streams through our real llama-server with the demo model, the HUD shows the server's
+acceptance and why tokens are not tinted, and a dropped connection keeps the text and offers Retry."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import keyring
+import pytest
+from keyrings.alt.file import PlaintextKeyring
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialog
+from pytestqt.qtbot import QtBot
+
+from app import settings as app_settings
+from app.backend.builder import BuildOptions
+from app.backend.upstream_server import UpstreamServer, build_server
+from app.builtin_demo import ensure_demo_model
+from app.engine.remote import NO_TINT_REASON
+from app.gguftools.demo_model import DemoModel
+from app.gui.machines import RemoteServerDialog
+from app.gui.main import ADD_REMOTE_KEY, MainWindow
+from app.history import HistoryStore
+from app.remote_servers import get_server
+from tests.chat_server import WORDS, ChatFault, ChatServer
+
+WAIT_MS = 60_000
+
+
+@pytest.fixture
+def own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A config folder and a real file-backed keyring of this test's own."""
+    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
+    previous = keyring.get_keyring()
+    backend = PlaintextKeyring()
+    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
+    keyring.set_keyring(backend)
+    yield tmp_path / "config"
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def window(qtbot: QtBot, tmp_path: Path, own_config: Path) -> Iterator[MainWindow]:
+    win = MainWindow(history=HistoryStore(tmp_path / "history.sqlite3"))
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: not win.listing_models, timeout=WAIT_MS)
+    yield win
+    win.close()
+    win.history.close()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("gui-remote-demo"))
+
+
+def _dialog_answers(monkeypatch: pytest.MonkeyPatch, name: str, url: str, key: str = "") -> None:
+    """The dialog as a user fills it in and presses OK (its modal loop would wait for a person)."""
+    def exec_(dialog: RemoteServerDialog) -> int:
+        dialog.name.setText(name)
+        dialog.url.setText(url)
+        dialog.api_key.setText(key)
+        dialog.accept()
+        return int(QDialog.DialogCode.Accepted if dialog.result() == QDialog.DialogCode.Accepted
+                   else QDialog.DialogCode.Rejected)
+
+    monkeypatch.setattr(RemoteServerDialog, "exec", exec_)
+
+
+def _send(qtbot: QtBot, win: MainWindow, text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    done: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    win.bridge.done.connect(done.append)
+    win.bridge.error.connect(errors.append)
+    win.send(text)
+    qtbot.waitUntil(lambda: bool(done or errors), timeout=WAIT_MS)
+    return done, errors
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_adding_a_remote_server_and_chatting_through_our_llama_server(
+        qtbot: QtBot, window: MainWindow, demo: DemoModel, own_config: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = build_server(BuildOptions(flavor="cpu"))
+    with UpstreamServer(binary, demo.target, draft=demo.sidecar_d2t, ctx_size=1024, threads=2,
+                        api_key="gui-key") as server:
+        _dialog_answers(monkeypatch, "peer", server.url, "gui-key")
+        window.model_box.setCurrentIndex(window.model_box.findData(ADD_REMOTE_KEY))  # "Remote server…"
+        qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
+        assert window.model_box.currentText() == "Remote: peer"
+        assert get_server("peer").api_key() == "gui-key"
+        assert "gui-key" not in (own_config / "remote-servers.json").read_text()
+        assert window.chat.hud.mode.text() == "remote · peer (llama-server, target.gguf)"
+        assert window.chat.legend.text() == NO_TINT_REASON and not window.chat.show_drafts.isEnabled()
+        assert not window.mode_box.isEnabled()  # drafting is the server's own
+        assert "nothing leaves it" in window.status.text()
+
+        done, errors = _send(qtbot, window, "Hello there")
+    assert not errors and done
+    stats = done[0]["stats"]
+    timings = stats["server_timings"]
+    assert stats["mode"] == "remote · peer" and timings["draft_n"] > 0
+    shown = f"{timings['draft_n_accepted'] / timings['draft_n'] * 100:.0f}%"
+    assert window.chat.hud.acceptance.text() == f"{shown}  ({timings['draft_n_accepted']}/{timings['draft_n']})"
+    assert done[0]["text"].strip() and done[0]["text"].strip()[:20] in " ".join(window.chat.transcript_text().split())
+    saved = window.history.messages(window.conversation_id or 0)[-1]
+    assert saved.role == "assistant" and saved.complete and saved.content == window.chat.entries[-1].text
+
+
+def test_a_dropped_connection_keeps_the_reply_and_retry_asks_again(qtbot: QtBot, window: MainWindow,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    with ChatServer("openai") as server:
+        _dialog_answers(monkeypatch, "flaky", server.url)
+        window.settings_page.machines.add_remote()  # the Settings page's "Remote server…" button
+        assert "flaky" in window.settings_page.machines.remotes.text()
+        window.model_box.setCurrentIndex(window.model_box.findData("remote:flaky"))
+        qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
+
+        server.queue_fault(ChatFault(drop_after=5))
+        done, errors = _send(qtbot, window, "Tell me something")
+        assert not done and errors[0]["error"] == "RemoteConnectionLost"
+        assert window.banner.isVisible() and window.banner.restart_button.text() == "Retry"
+        assert "dropped after 5 tokens" in window.banner.text.text()
+        kept = window.history.messages(window.conversation_id or 0)[-1]
+        assert kept.role == "assistant" and not kept.complete and kept.content == "".join(WORDS[:5])
+
+        again: list[dict[str, Any]] = []
+        window.bridge.done.connect(again.append)
+        qtbot.mouseClick(window.banner.restart_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: bool(again), timeout=WAIT_MS)
+    assert not window.banner.isVisible()
+    replies = [m for m in window.history.messages(window.conversation_id or 0) if m.role == "assistant"]
+    assert len(replies) == 1 and replies[0].complete and replies[0].content == "".join(WORDS)
+
+
+def test_the_settings_page_says_rpc_has_no_authentication_and_checks_workers(window: MainWindow) -> None:
+    machines = window.settings_page.machines
+    assert "no password and no encryption" in machines.rpc_note.text()
+    machines.rpc_workers.setText("192.168.1.20:50052, not-a-worker")
+    window.settings_page.save()
+    assert "is not host:port" in window.settings_page.note.text()
+    machines.rpc_workers.setText("192.168.1.20:50052, 192.168.1.21:50052")
+    window.settings_page.save()
+    assert window.settings.rpc_workers == "192.168.1.20:50052,192.168.1.21:50052"
+    assert app_settings.engine_fields(window.settings)["rpc"] == ("192.168.1.20:50052", "192.168.1.21:50052")
