@@ -199,7 +199,7 @@ class SpeculativeDecoder:
             stats.record_token()
             if on_token is not None:
                 on_token(token, provenance, stats)
-            if self.target.lib.llama_vocab_is_eog(self.target.vocab, token):
+            if self.target.is_eog(token):
                 reply.stop_reason = "eos"
             elif stop is not None and stop(reply.tokens):
                 reply.stop_reason = "stop"
