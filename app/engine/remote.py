@@ -301,24 +301,28 @@ class RemoteClient:
 
     def _request_body(self, messages: list[Message], options: ChatOptions) -> tuple[str, dict[str, Any]]:
         sampling = options.sampling
-        common: dict[str, Any] = {"stream": True, "temperature": sampling.temperature, "top_p": sampling.top_p,
-                                  "seed": sampling.seed}
-        if sampling.temperature <= 0:  # greedy: the one best token, as the local engine's greedy sampler
-            common["top_k"] = 1
-        else:
-            common["top_k"] = sampling.top_k
         if self.kind == "llama-server":
             prompt = render(self.template, messages, thinking=options.thinking)
-            body = {**common, "prompt": prompt, "n_predict": options.max_tokens, "return_tokens": True,
-                    "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty,
-                    "repeat_last_n": sampling.repeat_last_n, "cache_prompt": True}
+            body: dict[str, Any] = {
+                "stream": True, "prompt": prompt, "n_predict": options.max_tokens, "return_tokens": True,
+                "temperature": sampling.temperature, "seed": sampling.seed, "top_p": sampling.top_p,
+                # greedy: the one best token, as the local engine's greedy sampler
+                "top_k": 1 if sampling.temperature <= 0 else sampling.top_k, "min_p": sampling.min_p,
+                "repeat_penalty": sampling.repeat_penalty, "repeat_last_n": sampling.repeat_last_n,
+                "cache_prompt": True}
             if options.stop:
                 body["stop"] = list(options.stop)
             return "/completion", body
-        body = {**common, "model": self.model, "messages": [m.to_dict() for m in messages],
-                "max_tokens": options.max_tokens, "stream_options": {"include_usage": True},
-                "chat_template_kwargs": {"enable_thinking": options.thinking}, "min_p": sampling.min_p,
-                "repetition_penalty": sampling.repeat_penalty}
+        # the OpenAI API knows temperature, top_p and seed; top_k, min_p and repetition_penalty are vLLM's (and
+        # llama-server's) extensions, sent only when they change something (temperature 0 is greedy already)
+        body = {"stream": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed,
+                "model": self.model, "messages": [m.to_dict() for m in messages], "max_tokens": options.max_tokens,
+                "stream_options": {"include_usage": True},
+                "chat_template_kwargs": {"enable_thinking": options.thinking}}
+        if sampling.temperature > 0:
+            body.update(top_k=sampling.top_k, min_p=sampling.min_p)
+        if sampling.repeat_penalty != 1.0:
+            body["repetition_penalty"] = sampling.repeat_penalty
         if options.stop:
             body["stop"] = list(options.stop)
         return "/v1/chat/completions", body
