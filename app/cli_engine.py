@@ -69,7 +69,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         model = session.decoder.target
         if not args.json:
             def on_token(token: int, _provenance: str, _stats: Any) -> None:
-                if not model.lib.llama_vocab_is_eog(model.vocab, token):
+                if not model.is_eog(token):
                     sys.stdout.write(model.piece(token).decode("utf-8", errors="replace"))
                     sys.stdout.flush()
         reply, text = session.reply(_messages(args), _options(args), None if args.json else on_token)

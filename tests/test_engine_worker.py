@@ -50,6 +50,16 @@ def test_worker_streams_the_same_reply_as_the_engine_in_process(demo: DemoModel)
     assert done["stats"]["acceptance"] > 0.7
 
 
+def test_the_end_of_turn_token_ends_the_stream_without_showing_itself(demo: DemoModel) -> None:
+    with EngineClient() as client:
+        client.load(_config(demo, demo.sidecar_d2t))
+        events = list(client.generate(HELLO, ChatOptions(max_tokens=400)))
+    tokens, done = [e for e in events if e["kind"] == "token"], events[-1]
+    assert done["stop_reason"] == "eos"
+    assert tokens[-1]["piece"] == "" and not any("<|im_end|>" in e["piece"] for e in tokens)
+    assert "".join(e["piece"] for e in tokens) == done["text"]
+
+
 def test_cancel_mid_reply_keeps_the_partial_reply(demo: DemoModel) -> None:
     with EngineClient() as client:
         client.load(_config(demo, demo.sidecar_d2t))

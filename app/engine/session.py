@@ -49,7 +49,7 @@ class ChatSession:
 
         reply = self.decoder.generate(self.prompt_tokens(messages, options.thinking), options.max_tokens,
                                       Sampler(options.sampling), on_token, stop_hit if stops else None, cancel)
-        shown = [t for t in reply.tokens if not model.lib.llama_vocab_is_eog(model.vocab, t)]
+        shown = [t for t in reply.tokens if not model.is_eog(t)]
         text = model.detokenize(shown)
         for s in stops:
             if s in text:

@@ -67,8 +67,8 @@ class Worker:
         model = session.decoder.target
 
         def on_token(token: int, provenance: str, stats: Any) -> None:
-            self.send("token", token=token, provenance=provenance,
-                      piece=model.piece(token).decode("utf-8", errors="replace"), stats=stats.to_dict())
+            piece = "" if model.is_eog(token) else model.piece(token).decode("utf-8", errors="replace")
+            self.send("token", token=token, provenance=provenance, piece=piece, stats=stats.to_dict())
 
         reply, text = session.reply(protocol.messages_from_list(request["messages"]),
                                     protocol.options_from_dict(request["options"]), on_token, self.cancel)

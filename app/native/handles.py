@@ -171,6 +171,10 @@ class Model:
             n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
         return buf.raw[:n]
 
+    def is_eog(self, token: int) -> bool:
+        """End of generation (``<|im_end|>``, EOS): it ends a reply and is never part of its text."""
+        return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
+
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
