@@ -84,6 +84,9 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
     depths = [int(d) for d in args.depths.split(",")]
     modes = args.modes.split(",")
     variants = spec.default_variants(depths, modes, upstream=not args.no_upstream, adaptive_max=args.adaptive_max)
+    remote = _remote_server(args.remote) if args.remote else None
+    if remote is not None:
+        variants.append(spec.Variant("remote", "off", remote=remote.name))
     server = args.server
     if not args.no_upstream and server is None:
         from app.backend.upstream_server import build_server
@@ -92,7 +95,7 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
         server = build_server(BuildOptions(flavor="cuda" if args.gpu_layers != 0 else "cpu"))
     result = spec.run(target, {"full": full, "d2t": d2t}, variants=variants, n_tokens=args.tokens, runs=args.runs,
                       n_threads=args.threads, n_gpu_layers=args.gpu_layers, server_binary=server,
-                      time_limit_s=args.time_limit,
+                      time_limit_s=args.time_limit, remote=remote,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
     result.model = name
     out = args.out or paths.cache_dir() / "bench-spec"
@@ -114,6 +117,16 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
                "verify pass (ms/pass), the draft steps (ms per draft token) and Python ms/round (decode time "
                "outside llama.cpp); native times are taken after llama_synchronize, so device work is in them.")
     return 0
+
+
+def _remote_server(value: str) -> Any:
+    """``--remote``: a saved server's name (its key from the keyring), or a URL (no key)."""
+    from app.remote_servers import RemoteServer, check_url, get_server, load_servers
+
+    if any(server.name == value for server in load_servers()) or "://" not in value:
+        return get_server(value)
+    url, _warning = check_url(value)
+    return RemoteServer(url.split("://", 1)[1].replace(":", "-").replace("/", "-")[:64], url)
 
 
 def cmd_bench_ops(args: argparse.Namespace) -> int:
@@ -227,6 +240,8 @@ def add_commands(sub: Any, command: Any) -> None:
     sp.add_argument("--time-limit", type=float, metavar="S",
                     help="start no variant after S seconds; keep what was measured (marked cut short)")
     sp.add_argument("--server", type=Path, help="llama-server binary to use (default: built from the active tree)")
+    sp.add_argument("--remote", metavar="NAME|URL",
+                    help="a remote server (`remote add` name, or a URL) measured with the same prompts, beside ours")
     sp.add_argument("--threads", type=int)
     sp.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
     sp.add_argument("--out", type=Path, help="folder for spec.json, spec.md and spec.png")

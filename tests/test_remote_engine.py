@@ -273,3 +273,23 @@ def test_remote_commands_add_list_test_generate_and_remove(tmp_path: Path,
     assert _cli(["remote", "remove", "box"], tmp_path).returncode == 0
     refused = _cli(["remote", "add", "pub", "http://8.8.8.8:8080"], tmp_path)
     assert refused.returncode == 1 and "unencrypted" in refused.stderr
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_bench_spec_reports_a_remote_server_beside_the_local_rows(tmp_path: Path) -> None:
+    with ChatServer("llama-server") as server:
+        done = subprocess.run([sys.executable, "-m", "app", "bench", "spec", "--size", "tiny", "--runs", "1",
+                               "--tokens", "8", "--modes", "off", "--depths", "2", "--adaptive-max", "0",
+                               "--no-upstream", "--threads", "1", "--remote", server.url, "--out", str(tmp_path),
+                               "--json"], capture_output=True, text=True, timeout=600)
+        asked = server.seen("/completion")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {(r["variant"], r["prompt_set"]): r for r in json.loads(done.stdout)["rows"]}
+    label = f"remote 127.0.0.1-{server.port}"
+    assert set(rows) == {(v, p) for v in ("off", label) for p in ("document", "reasoning")}
+    remote = rows[(label, "document")]
+    assert remote["engine"] == "remote" and remote["vs_off"] is None
+    assert remote["decode_tps_median"] == pytest.approx(TIMINGS["predicted_n"] / TIMINGS["predicted_ms"] * 1000)
+    assert remote["acceptance"] == pytest.approx(0.7)
+    assert asked and all(r.body is not None and r.body["n_predict"] == 8 for r in asked)
+    assert label in (tmp_path / "spec.md").read_text()

@@ -33,14 +33,17 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Variant:
-    engine: Literal["ours", "upstream"]
+    engine: Literal["ours", "upstream", "remote"]
     mode: Mode
     draft: DraftKind | None = None
     n_max: int = 3
     adaptive: bool = False
+    remote: str = ""  # engine "remote": the server's name (it drafts, or not, its own way)
 
     @property
     def label(self) -> str:
+        if self.engine == "remote":
+            return f"remote {self.remote}"
         if self.mode == "off":
             what = "off"
         else:
@@ -189,7 +192,7 @@ class SpecResult:
         return max(theoretical_tokens_per_round(a, k) * plain_ms / (k * draft_ms + verify_ms) for k in depths)
 
     def summary(self, row: Row) -> dict[str, Any]:
-        off = self.off_row(row.variant.engine, row.prompt_set)
+        off = self.off_row(row.variant.engine, row.prompt_set) if row.variant.engine != "remote" else None
         peer = self.upstream_peer(row)
         bound = self.bound(row)
         vs_off = row.tps / off.tps if off is not None and off.tps > 0 else None
@@ -243,7 +246,7 @@ class SpecResult:
         fig, axes = plt.subplots(len(sets), 1, figsize=(12, 4.2 * len(sets)), squeeze=False)
         for ax, prompt_set in zip(axes[:, 0], sets, strict=True):
             rows = [r for r in self.rows if r.prompt_set == prompt_set]
-            colors = ["#4c78a8" if r.variant.engine == "ours" else "#f58518" for r in rows]
+            colors = [{"ours": "#4c78a8", "upstream": "#f58518", "remote": "#54a24b"}[r.variant.engine] for r in rows]
             bars = ax.bar(range(len(rows)), [r.tps for r in rows], color=colors)
             for bar, row in zip(bars, rows, strict=True):
                 if row.variant.engine == "upstream":
@@ -252,7 +255,7 @@ class SpecResult:
                           rotation=55, ha="right", fontsize=8)
             ax.set_ylabel("decode tok/s (median)")
             ax.set_title(f"{prompt_set} prompts — {self.model}, {self.n_tokens} tokens, {self.runs} runs "
-                         "(blue: ours, orange: llama-server)", fontsize=9)
+                         "(blue: ours, orange: llama-server, green: remote)", fontsize=9)
             ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -294,8 +297,10 @@ def default_variants(depths: list[int], modes: list[str], upstream: bool, adapti
 def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_tokens: int = 128, runs: int = 3,
         prompt_sets: tuple[str, ...] = PROMPT_SETS, n_threads: int | None = None, n_gpu_layers: int = 0,
         server_binary: Path | None = None, log: Log = lambda _m: None,
-        time_limit_s: float | None = None) -> SpecResult:
-    """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones.
+        time_limit_s: float | None = None, remote: Any = None) -> SpecResult:
+    """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones, ``remote`` (a
+    ``RemoteServer``) when they include a remote one: the same prompts as chat turns over its stream, with its
+    own timings where it reports them (llama-server) and the stream's otherwise.
 
     With ``time_limit_s`` no variant but the first starts unless it would end within that much time
     (taking as long as the longest so far): the result keeps what was measured (rows without samples
@@ -325,6 +330,8 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
             started = time.perf_counter()
             if variant.engine == "ours":
                 samples = _run_ours(variant, target, sidecars, token_prompts, n_tokens, n_threads, n_gpu_layers)
+            elif variant.engine == "remote":
+                samples = _run_remote(remote, prompts, n_tokens)
             else:
                 assert server_binary is not None, "upstream variants need the llama-server binary"
                 samples = _run_upstream(variant, server_binary, target, sidecars, token_prompts, n_tokens,
@@ -346,7 +353,9 @@ def _priority(variant: Variant) -> tuple[int, int, int]:
     """Run order: off, then the default depth 3 (d2t first, ours before llama-server), adaptive, then the
     depths further from 3. Medians do not depend on it; a run stopped by its time limit keeps the rows
     that matter most."""
-    engine = 0 if variant.engine == "ours" else 1
+    engine = {"ours": 0, "upstream": 1, "remote": 2}[variant.engine]
+    if variant.engine == "remote":
+        return 1, 0, engine  # beside the default depth: one row, the server's own drafting
     if variant.mode == "off":
         return 0, 0, engine
     mode = {"d2t": 0, None: 1, "full": 2}[variant.draft]
@@ -395,6 +404,34 @@ def _run_ours(variant: Variant, target: Path, sidecars: dict[str, Path], prompts
         return samples
     finally:
         session.close()
+
+
+def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> dict[str, Sample]:
+    """Each prompt as a fresh chat turn (thinking off, greedy) streamed from a remote server."""
+    from app.engine.remote import RemoteClient
+    from app.engine.session import ChatOptions
+    from app.remote_servers import RemoteError
+
+    options = ChatOptions(max_tokens=n_tokens, thinking=False)
+    with RemoteClient(server) as client:
+        loaded = client.load()
+        if loaded["kind"] == "error":
+            raise RemoteError(loaded["message"], loaded.get("advice", ""))
+        samples: dict[str, Sample] = {}
+        for name, texts in prompts.items():
+            sample = Sample()
+            for text in texts:
+                done = list(client.generate([Message("user", text)], options))[-1]
+                if done["kind"] == "error":
+                    raise RemoteError(done["message"], done.get("advice", ""))
+                stats = done["stats"]
+                sample.generated += int(stats["generated"])
+                sample.decode_seconds += float(stats["decode_seconds"])
+                sample.proposed += int(stats["proposed"])
+                sample.accepted += int(stats["accepted"])
+                sample.tested += int(stats["drafted"])
+            samples[name] = sample
+        return samples
 
 
 def _run_upstream(variant: Variant, binary: Path, target: Path, sidecars: dict[str, Path],

@@ -73,6 +73,16 @@ class RemoteStats:
         return (self.generated - 1) / (self.last - self.first)
 
     @property
+    def decode_seconds(self) -> float:
+        """The server's generation time when it reports it, else first to last streamed token."""
+        measured = self.timings.get("predicted_ms")
+        if isinstance(measured, int | float) and measured > 0:
+            return float(measured) / 1000.0
+        if self.first is None or self.last is None:
+            return 0.0
+        return self.last - self.first
+
+    @property
     def rolling_tps(self) -> float:
         if len(self._recent) < 2 or self._recent[-1] <= self._recent[0]:
             return self.decode_tps
@@ -96,6 +106,7 @@ class RemoteStats:
             "time_to_first_token": ttft,
             "generated": int(self.timings.get("predicted_n") or self.generated),
             "decode_tps": self.decode_tps,
+            "decode_seconds": self.decode_seconds,
             "rolling_tps": self.rolling_tps,
             "drafted": drafted if has_drafts else 0,
             "accepted": accepted if has_drafts else 0,
