@@ -1,4 +1,6 @@
-"""CLI for the chat history: ``history list|show|export|import|delete``."""
+"""CLI for the chat history: ``history list|show|export|import|rename|pin|unpin|delete``.
+
+Everything the window's sidebar does to a chat (rename, pin, unpin, delete) can be done from here too."""
 
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([c.__dict__ for c in convs])
     for c in [] if args.json else convs:
-        print(f"{c.id:5}  {_when(c.updated)}  {' '.join(c.title.split())}")
+        pin = "[pinned] " if c.pinned else ""
+        print(f"{c.id:5}  {_when(c.updated)}  {pin}{' '.join(c.title.split())}")
     _warn(store)
     return 0
 
@@ -87,6 +90,41 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rename(args: argparse.Namespace) -> int:
+    from app.errors import FastMTPError
+
+    title = " ".join(args.title.split())
+    if not title:
+        raise FastMTPError("A chat's title cannot be empty.", "Give the new title in quotes: "
+                           "`python -m app history rename ID \"New title\"`.")
+    store = _store()
+    store.rename(args.id, title)
+    if args.json:
+        print_json({"renamed": args.id, "title": title})
+    else:
+        print(f"renamed conversation {args.id} to {title!r}")
+    return 0
+
+
+def _pin(args: argparse.Namespace, pinned: bool) -> int:
+    store = _store()
+    store.set_pinned(args.id, pinned)
+    word = "pinned" if pinned else "unpinned"
+    if args.json:
+        print_json({word: args.id})
+    else:
+        print(f"{word} conversation {args.id}")
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    return _pin(args, True)
+
+
+def cmd_unpin(args: argparse.Namespace) -> int:
+    return _pin(args, False)
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
     store = _store()
     store.get(args.id)
@@ -111,5 +149,12 @@ def add_commands(sub: Any, command: Any) -> None:
     ex.add_argument("--out", type=Path)
     im = command(hsub, "import", cmd_import, "import a JSON export (as new conversations)")
     im.add_argument("file", type=Path)
+    rn = command(hsub, "rename", cmd_rename, "give a conversation a new title")
+    rn.add_argument("id", type=int)
+    rn.add_argument("title")
+    pn = command(hsub, "pin", cmd_pin, "keep a conversation at the top of the list")
+    pn.add_argument("id", type=int)
+    up = command(hsub, "unpin", cmd_unpin, "let a pinned conversation take its place by date again")
+    up.add_argument("id", type=int)
     de = command(hsub, "delete", cmd_delete, "delete a conversation")
     de.add_argument("id", type=int)

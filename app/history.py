@@ -52,13 +52,16 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id,
 # Schema migrations, applied in order to databases whose ``PRAGMA user_version`` is below their number.
 # 1: ``messages.complete``: 0 while a reply streams (saved as it grows), 1 once it finished.
 # 2: ``messages.drafts``: the accepted-draft ranges of the content (JSON), NULL where unknown (older rows).
+# 3: ``conversations.pinned``: 1 keeps a chat at the top of the list (the sidebar's "Pin"), 0 for older rows.
 MIGRATIONS: list[tuple[int, str]] = [
     (1, "ALTER TABLE messages ADD COLUMN complete INTEGER NOT NULL DEFAULT 1"),
     (2, "ALTER TABLE messages ADD COLUMN drafts TEXT"),
+    (3, "ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0"),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 EXPORT_FORMAT = "fastmtp-chat-history/1"
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another process's lock before it gives up
+_CONVERSATION_COLUMNS = "id, title, system_prompt, settings, created, updated, pinned"  # ``_conversation``'s order
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions of a database file, kept with it
 _DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
@@ -85,6 +88,7 @@ class Conversation:
     settings: dict[str, Any]
     created: float
     updated: float
+    pinned: bool = False  # kept at the top of the list, above newer chats
 
 
 @dataclass(frozen=True)
@@ -273,7 +277,14 @@ class HistoryStore:
             self._run("UPDATE conversations SET settings = ? WHERE id = ?", (json.dumps(settings), conversation_id))
 
     def rename(self, conversation_id: int, title: str) -> None:
+        """A new title; ``updated`` stays, so renaming does not move the chat up the list."""
+        self.get(conversation_id)
         self._run("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+
+    def set_pinned(self, conversation_id: int, pinned: bool) -> None:
+        """Pin a chat (listed above the unpinned ones, whatever their age) or unpin it."""
+        self.get(conversation_id)
+        self._run("UPDATE conversations SET pinned = ? WHERE id = ?", (int(pinned), conversation_id))
 
     def delete(self, conversation_id: int) -> None:
         self._run("DELETE FROM conversations WHERE id = ?", (conversation_id,))
@@ -281,24 +292,23 @@ class HistoryStore:
     # ------------------------------------------------------------------ reading
 
     def get(self, conversation_id: int) -> Conversation:
-        rows = self._rows("SELECT id, title, system_prompt, settings, created, updated FROM conversations "
-                          "WHERE id = ?", (conversation_id,))
+        rows = self._rows(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,))
         if not rows:
             raise HistoryError(f"There is no conversation {conversation_id}.",
                                "List them with `python -m app history list`.")
         return self._conversation(rows[0])
 
     def conversations(self, query: str = "") -> list[Conversation]:
-        """Newest first; ``query`` matches titles and message text (case-insensitive)."""
+        """Pinned first, then newest first; ``query`` matches titles and message text (case-insensitive)."""
+        order = "ORDER BY pinned DESC, updated DESC, id DESC"
         if not query:
-            rows = self._rows("SELECT id, title, system_prompt, settings, created, updated "
-                              "FROM conversations ORDER BY updated DESC, id DESC")
+            rows = self._rows(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations {order}")
         else:
             like = f"%{query}%"
             rows = self._rows(
-                "SELECT id, title, system_prompt, settings, created, updated FROM conversations c "
+                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations c "
                 "WHERE title LIKE ? OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id "
-                "AND m.content LIKE ?) ORDER BY updated DESC, id DESC", (like, like))
+                f"AND m.content LIKE ?) {order}", (like, like))
         return [self._conversation(r) for r in rows]
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
@@ -327,7 +337,7 @@ class HistoryStore:
     def _conversation(self, row: tuple[Any, ...]) -> Conversation:
         settings = self._json_object(row[3], f"the settings of conversation {row[0]}")
         return Conversation(int(row[0]), _text(row[1]), _text(row[2]), settings or {}, _number(row[4]),
-                            _number(row[5]))
+                            _number(row[5]), bool(row[6]))
 
     def _json_object(self, value: Any, what: str) -> dict[str, Any] | None:
         """A JSON object column; damaged (not JSON, not an object, nested too deep): None and a warning."""
@@ -393,6 +403,8 @@ class HistoryStore:
                     raise HistoryError(f"Conversation {number} of the export is damaged (expected an object with "
                                        "a list of messages and a settings object); nothing was imported.")
                 new_id = self.create_conversation(str(conv["title"]), str(conv.get("system_prompt", "")), settings)
+                if conv.get("pinned") is True:  # exports before pinning have no such field: unpinned
+                    self.set_pinned(new_id, True)
                 for m in messages:
                     if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
                         role = m.get("role") if isinstance(m, dict) else m
