@@ -153,3 +153,36 @@ def test_rpc_worker_and_generate_rpc_commands_split_the_model(worker_binary: Pat
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+def test_serve_with_rpc_workers_answers_with_the_unsplit_tokens(worker_binary: Path, demo: DemoModel,
+                                                                unsplit: list[int], tmp_path: Path) -> None:
+    """``serve --rpc``: the RPC tree's llama-server (llama.cpp offers --rpc only with the RPC backend built in)."""
+    from app.engine.remote import RemoteClient
+    from app.remote_servers import RemoteServer
+
+    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
+           "XDG_DATA_HOME": str(tmp_path / "xdg"), "FASTMTP_CONFIG_DIR": str(tmp_path / "config"),
+           "LLAMA_ARG_LOG_VERBOSITY": "4"}  # llama-server's log then names where each layer went
+    with RpcWorker(worker_binary, port=free_port(), threads=1) as worker:
+        proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--json", "--model", str(demo.target),
+                                 "--draft", str(demo.sidecar_d2t), "--port", str(free_port()), "--threads", "2",
+                                 "--ctx", "1024", "--gpu-layers", str(SPLIT_LAYERS), "--rpc", worker.endpoint],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line, proc.communicate(timeout=30)[1][-2000:]
+            info = json.loads(line)
+            assert info["rpc"] == [worker.endpoint]
+            with RemoteClient(RemoteServer("split", info["url"]), api_key=info["api_key"]) as client:
+                assert client.load()["kind"] == "loaded"
+                done = list(client.generate(MESSAGES, OPTIONS))[-1]
+            server_log = Path(info["log"]).read_text(encoding="utf-8", errors="replace")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        assert "Accepted client connection" in worker.log_tail()
+    assert done["kind"] == "done" and done["tokens"] == unsplit
+    assert f"offloaded {SPLIT_LAYERS}/6 layers" in server_log
+    assert f"RPC0[{worker.endpoint}] model buffer size" in server_log
