@@ -80,7 +80,7 @@ def cmd_remote_test(args: argparse.Namespace) -> int:
     from app.engine.chat_template import Message
     from app.engine.remote import RemoteClient
     from app.engine.session import ChatOptions
-    from app.remote_servers import RemoteError, get_server
+    from app.remote_servers import get_server
 
     with RemoteClient(get_server(args.name)) as client:
         loaded = client.load()
@@ -101,8 +101,6 @@ def cmd_remote_test(args: argparse.Namespace) -> int:
     print(_status_of(stats))
     if loaded.get("warning"):
         print(f"warning: {loaded['warning']}", file=sys.stderr)
-    if not isinstance(stats, dict):
-        raise RemoteError("The server's answer had no statistics.")
     return 0
 
 
