@@ -151,3 +151,42 @@ def test_the_settings_page_says_rpc_has_no_authentication_and_checks_workers(win
     window.settings_page.save()
     assert window.settings.rpc_workers == "192.168.1.20:50052,192.168.1.21:50052"
     assert app_settings.engine_fields(window.settings)["rpc"] == ("192.168.1.20:50052", "192.168.1.21:50052")
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_serve_this_machine_from_settings_stops_with_the_window_unless_kept(qtbot: QtBot, window: MainWindow) -> None:
+    from app import serve
+    from app.backend.upstream_server import free_port
+    from app.engine.chat_template import Message
+    from app.engine.remote import RemoteClient
+    from app.engine.session import ChatOptions
+    from app.remote_servers import RemoteServer
+
+    machines = window.settings_page.machines
+    machines.serve_port.setValue(free_port())
+    machines.serve_box.setChecked(True)  # the chat's model: the built-in demo, with its d2t sidecar
+    qtbot.waitUntil(lambda: machines.serving, timeout=WAIT_MS)
+    note = machines.serve_note.text()
+    assert "Serving at http://127.0.0.1:" in note and "shown this once" in note
+    key = note.split("kept in the keyring): ", 1)[1].split("<", 1)[0]
+    assert machines.server is not None
+    url = machines.server.url
+    with RemoteClient(RemoteServer("here", url), api_key=key) as client:
+        assert client.load()["kind"] == "loaded"
+        done = list(client.generate([Message("user", "Hi")], ChatOptions(max_tokens=8)))[-1]
+    assert done["kind"] == "done" and done["stats"]["timings_from"] == "llama-server"
+    pid = machines.server.proc.pid if machines.server.proc else 0
+
+    machines.close_with_app()  # the window closes, "keep running" not ticked: the server goes with it
+    assert not machines.serving and not serve.running()
+    assert not Path(f"/proc/{pid}").exists() or b"llama-server" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+
+    machines.keep_running.setChecked(True)
+    machines.serve_box.setChecked(False)
+    machines.serve_box.setChecked(True)
+    qtbot.waitUntil(lambda: machines.serving, timeout=WAIT_MS)
+    assert "API key: the one in the keyring" in machines.serve_note.text()  # shown once: not again
+    machines.close_with_app()
+    state = serve.running()
+    assert state is not None  # kept: `serve --stop` ends it
+    assert serve.stop_detached() is not None and serve.running() is None

@@ -265,6 +265,9 @@ class MachinesGroup(QGroupBox):
 
     def stop_serving(self) -> None:
         server, self.server = self.server, None
+        self.serve_box.blockSignals(True)
+        self.serve_box.setChecked(False)
+        self.serve_box.blockSignals(False)
         if server is not None:
             server.stop()
             serve.state_path().unlink(missing_ok=True)
