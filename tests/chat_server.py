@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,6 +51,7 @@ class ChatServer:
     api_key: str | None = None
     words: list[str] = field(default_factory=lambda: list(WORDS))
     reasoning: list[str] = field(default_factory=list)  # OpenAI kind: streamed as reasoning_content first
+    tls: ssl.SSLContext | None = None  # serve HTTPS with this context
 
     def __post_init__(self) -> None:
         self.requests: list[Seen] = []
@@ -58,8 +60,10 @@ class ChatServer:
         self.lock = threading.Lock()
         self._httpd = _Quiet(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
+        if self.tls is not None:
+            self._httpd.socket = self.tls.wrap_socket(self._httpd.socket, server_side=True)
         self.port = int(self._httpd.server_address[1])
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
         self._thread.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -205,6 +206,24 @@ def test_servers_are_kept_without_their_keys_and_removed_with_them(file_keyring:
     assert load_servers() == [] and file_keyring.get_password("fastmtp-chat", server.key_name) is None
     with pytest.raises(RemoteError, match="cannot be a server name"):
         add_server("no spaces please", "http://127.0.0.1:1")
+
+
+def test_tls_is_verified_by_default_and_an_unchecked_certificate_is_warned(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with ChatServer("llama-server", api_key="tls-key", tls=context) as server:
+        with RemoteClient(RemoteServer("self-signed", server.url), api_key="tls-key") as client:
+            refused = client.load()
+        assert server.requests == []  # the handshake failed: no request, so no key, ever reached it
+        with RemoteClient(RemoteServer("self-signed", server.url, verify_tls=False), api_key="tls-key") as client:
+            loaded = client.load()
+            done = list(client.generate(MESSAGES, OPTIONS))[-1]
+    assert refused["kind"] == "error" and "certificate of 127.0.0.1 could not be verified" in refused["message"]
+    assert loaded["kind"] == "loaded" and "is not checked" in loaded["warning"]
+    assert done["kind"] == "done" and done["text"] == "".join(WORDS)
 
 
 # ----------------------------------------------------------------------------- the plain-HTTP rule
