@@ -57,13 +57,15 @@ def _in_corner(view: ChatView, corner: str) -> bool:
 
 
 def _last_line(view: ChatView) -> QRect:
-    """The last line of text, from its start to its end, in viewport coordinates."""
-    cursor = QTextCursor(view.transcript.document())
-    cursor.movePosition(QTextCursor.MoveOperation.End)
-    end = view.transcript.cursorRect(cursor)
-    cursor.movePosition(QTextCursor.MoveOperation.StartOfLine)
-    start = view.transcript.cursorRect(cursor)
-    return start.united(end)
+    """The last line of text, as wide as the text column (where its words can reach, however few it holds),
+    in viewport coordinates."""
+    block = view.transcript.document().lastBlock()
+    while not block.text().strip():
+        block = block.previous()
+    layout = block.layout()
+    line = layout.lineAt(layout.lineCount() - 1).rect().translated(layout.position()).toRect()
+    return line.translated(-view.transcript.horizontalScrollBar().value(),
+                           -view.transcript.verticalScrollBar().value())
 
 
 def test_the_fold_button_makes_a_one_line_pill_and_back(qtbot: QtBot) -> None:

@@ -12,6 +12,9 @@ The transcript follows a streaming reply while the user is at its bottom (within
 once they scroll up it keeps their position and shows "Jump to latest ↓" over the middle of its bottom edge.
 The button, or scrolling back down by hand, hides it and following resumes.
 
+On a wide window the text keeps a readable measure: the document's side margins grow so its lines hold at most
+``MAX_LINE_CHARS`` characters of ordinary text, centred (``_measure_margins``).
+
 The HUD floats over one corner of the transcript (``set_hud_placement``; the user drags it to another or folds
 it to one line). The document keeps a margin on the HUD's side as tall as the HUD, so the first message (HUD
 at the top) or the newest text while following (HUD at the bottom) is never under it.
@@ -30,8 +33,10 @@ from PySide6.QtGui import (
     QColor,
     QDesktopServices,
     QFont,
+    QFontMetrics,
     QGuiApplication,
     QKeyEvent,
+    QResizeEvent,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
@@ -67,6 +72,8 @@ from app.history import StoredMessage
 DRAFT_TINT = QColor(LIGHT.draft_tint)
 RENDER_INTERVAL_MS = 30  # streamed text is drawn at most this often; tokens in between only queue
 FOLLOW_SLACK_PX = 6  # this close to the bottom counts as at the bottom: the view follows the reply
+MAX_LINE_CHARS = 92  # the longest line of ordinary text on a wide window; wider, the text is centred
+_MEASURE_SAMPLE = "The quick brown fox jumps over the lazy dog, then drafts three tokens ahead. "
 
 
 @dataclass
@@ -170,10 +177,23 @@ class Transcript(QTextBrowser):
 
     Qt reads an ``<img>``'s file from disk (``/dev/zero`` until memory runs out) unless ``loadResource``
     answers first; an empty answer (never ``None``, after which QTextDocument opens the file itself) leaves
-    nothing to read, locally or over the network. The renderer shows images as links anyway."""
+    nothing to read, locally or over the network. The renderer shows images as links anyway.
+
+    ``resized`` tells the chat view to fit the text's measure to the new width."""
+
+    resized = Signal()
 
     def loadResource(self, type: int, name: QUrl | str) -> Any:
         return QByteArray()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.resized.emit()
+
+
+def readable_width(metrics: QFontMetrics, chars: int = MAX_LINE_CHARS) -> int:
+    """The width of ``chars`` characters of ordinary English text (spaces included) in this font."""
+    return round(metrics.horizontalAdvance(_MEASURE_SAMPLE) * chars / len(_MEASURE_SAMPLE))
 
 
 class MessageInput(QPlainTextEdit):
@@ -386,6 +406,7 @@ class ChatView(QWidget):
         self.transcript.anchorClicked.connect(self.activate_link)
         self.transcript.document().setDocumentMargin(14)
         self.transcript.document().setUndoRedoEnabled(False)  # a growing undo stack would slow every edit
+        self.transcript.resized.connect(self._measure_margins)
         self.hud = Hud()
         self._follow = True  # the user is at the bottom: new text keeps the view there
         self._moving = 0  # > 0 while the view itself edits the document or scrolls (not the user)
@@ -404,6 +425,7 @@ class ChatView(QWidget):
         self._drag_origin: QPoint | None = None  # the carrier's position when a drag of the HUD began
         self.hud.dragged.connect(self._drag_hud)
         self.hud.dropped.connect(self._drop_hud)
+        self.hud.note_changed.connect(self._hud_margins)  # a taller HUD needs a wider margin
         self.hud.corner_requested.connect(lambda corner: self.set_hud_placement(corner, self.hud.collapsed, True))
         self.hud.collapsed_changed.connect(lambda collapsed: self.set_hud_placement(self.hud_corner, collapsed, True))
         self.jump_button = QPushButton("Jump to latest ↓")
@@ -420,6 +442,7 @@ class ChatView(QWidget):
         self.input = MessageInput()
         self.input.setPlaceholderText("Message the model — Enter sends, Shift+Enter for a new line")
         self.input.setFixedHeight(64)
+        self.input.setTabChangesFocus(True)  # Tab moves on to Send (Shift+Tab back), as in any form
         self.input.submitted.connect(self._submit)
         self.send_button = QPushButton("Send")
         self.send_button.setDefault(True)
@@ -454,12 +477,20 @@ class ChatView(QWidget):
         overlay_row.addWidget(self.legend)
         overlay_row.addStretch(1)
 
+        self.composer = QWidget()  # the rows under the transcript, as wide as its text column on a wide window
+        column = QVBoxLayout(self.composer)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addLayout(overlay_row)
+        column.addWidget(self.edit_bar)
+        column.addLayout(row)
+        centred = QHBoxLayout()
+        centred.addStretch(0)
+        centred.addWidget(self.composer, 1)
+        centred.addStretch(0)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(stack, 1)
-        layout.addLayout(overlay_row)
-        layout.addWidget(self.edit_bar)
-        layout.addLayout(row)
+        layout.addLayout(centred)
         self._place_hud()
 
     # ------------------------------------------------------------------ the HUD's place
@@ -497,6 +528,21 @@ class ChatView(QWidget):
         fmt.setTopMargin(clear if top else base)
         fmt.setBottomMargin(base if top else clear)
         root.setFrameFormat(fmt)
+
+    def _measure_margins(self) -> None:
+        """Side margins that keep lines at most ``MAX_LINE_CHARS`` characters long, the text centred; none on
+        a window too narrow for that. Set only when they change (every change lays the document out again)."""
+        document = self.transcript.document()
+        room = self.transcript.viewport().width() - 2 * document.documentMargin()
+        side = max(0.0, (room - readable_width(self.transcript.fontMetrics())) / 2)
+        column = readable_width(self.transcript.fontMetrics()) + 2 * document.documentMargin()
+        self.composer.setMaximumWidth(round(column) + self.send_button.sizeHint().width() + 12)
+        root = document.rootFrame()
+        fmt = root.frameFormat()
+        if abs(fmt.leftMargin() - side) >= 1 or abs(fmt.rightMargin() - side) >= 1:
+            fmt.setLeftMargin(side)
+            fmt.setRightMargin(side)
+            root.setFrameFormat(fmt)
 
     def _drag_hud(self, offset: QPoint) -> None:
         """The HUD follows the mouse over the transcript (kept inside it) until it is dropped."""
@@ -726,6 +772,7 @@ class ChatView(QWidget):
             return
         document.setDefaultStyleSheet(f"a {{ color: {self.colors.muted}; }} p {{ margin-top: 2px; }}")
         self._hud_margins()
+        self._measure_margins()
 
     def _insert_entry(self, index: int, cursor: QTextCursor | None = None) -> None:
         self._prepare_document()

@@ -8,11 +8,14 @@ The chat view places it and the window remembers where and how it was (``placeme
 
 ``drafting_warning`` decides when the loud drafting banner shows: a sidecar is configured but nothing is
 drafted, its drafts are almost never accepted (a sidecar from another model), or acceptance is below
-break-even for this machine.
+break-even for this machine. ``no_gain_note`` is the HUD's quieter line for the everyday case where drafting
+works but does not pay here (a small model on a CPU: a draft step costs about as much as a target pass, so
+``off`` is as fast), in one sentence.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections import deque
 from functools import partial
 from typing import Any
@@ -51,6 +54,7 @@ _STYLE = """
 #hud QProgressBar { background: rgba(255, 255, 255, 40); border: none; border-radius: 2px; max-height: 4px; }
 #hud QProgressBar::chunk { background: #5ac18e; border-radius: 2px; }
 #hud QLabel[role="title"] { color: #9aa4b2; font-size: 10px; }
+#hud QLabel[role="note"] { color: #fcd34d; padding-top: 3px; }
 #hud QToolButton { color: #e8ecf2; background: rgba(255, 255, 255, 22); border: none; border-radius: 3px;
                    padding: 0 5px; font-size: 13px; }
 #hud QToolButton:hover { background: rgba(255, 255, 255, 50); }
@@ -134,6 +138,49 @@ def drafting_warning(config: EngineConfig | None, stats: dict[str, Any]) -> str 
             f"{stats.get('tokens_per_pass') or 0:.2f}. Turn drafting off or lower the depth.")
 
 
+NO_GAIN_AFTER = 32  # tokens into a reply before the HUD judges whether drafting pays
+NOTE_CHARS = 46  # the HUD's note is wrapped to lines this long (the HUD's width)
+
+
+def plain_speed_floor(stats: dict[str, Any]) -> float | None:
+    """The least plain decoding can do here, from a drafting reply's own timing: a plain step (one token)
+    costs no more than the verify pass of a round (one token plus the drafts), so plain decoding makes at
+    least ``1000 / verify_ms_per_round`` tokens a second. None without timing."""
+    verify_ms = stats.get("verify_ms_per_round")
+    if not isinstance(verify_ms, int | float) or verify_ms <= 0:
+        return None
+    return 1000.0 / float(verify_ms)
+
+
+def no_gain_note(config: EngineConfig | None, stats: dict[str, Any], plain_tps: float | None = None) -> str | None:
+    """One plain sentence when drafting does not pay on this machine, else None (also too early to tell).
+
+    It does not pay when the reply's speed with drafting is not above plain decoding's: ``plain_tps`` measured
+    with drafting off on this model when there is such a reply, and at least ``plain_speed_floor``; or when
+    the break-even model (``break_even_acceptance``) says no acceptance, or not this one, can pay."""
+    if config is None or config.mode == "off" or int(stats.get("generated") or 0) < NO_GAIN_AFTER:
+        return None
+    tps = stats.get("decode_tps")
+    if not isinstance(tps, int | float) or tps <= 0 or not stats.get("drafted"):
+        return None  # nothing drafted: the banner says so, loudly
+    plain = max((v for v in (plain_tps, plain_speed_floor(stats)) if v), default=None)
+    if plain is not None and tps <= plain:
+        measured = "measured" if plain_tps and plain == plain_tps else "at least"
+        draft_ms, verify_ms = stats.get("draft_ms_per_step"), stats.get("verify_ms_per_round")
+        why = ""
+        if isinstance(draft_ms, int | float) and isinstance(verify_ms, int | float) and verify_ms > 0:
+            why = f": a draft step costs {draft_ms / verify_ms:.0%} of a target pass here"
+        return (f"Drafting does not pay on this machine ({tps:.0f} tok/s, plain decoding {measured} "
+                f"{plain:.0f}){why}, so Off is as fast.")
+    acceptance, share = stats.get("acceptance"), stats.get("draft_time_share")
+    if isinstance(acceptance, int | float) and isinstance(share, int | float):
+        even = break_even_acceptance(float(share), max(config.n_max, 1))
+        if even is None or acceptance < even:
+            return (f"Drafting does not pay on this machine: it takes {share:.0%} of the time, more than "
+                    f"{acceptance:.0%} acceptance wins back.")
+    return None
+
+
 class Sparkline(QWidget):
     """tok/s over the reply, a small line."""
 
@@ -188,6 +235,7 @@ class Hud(QFrame):
     dragged = Signal(QPoint)
     dropped = Signal()
     corner_requested = Signal(str)
+    note_changed = Signal()  # the "does not pay" line appeared or went: the HUD's height changed
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -236,6 +284,11 @@ class Hud(QFrame):
         grid.addWidget(self.acceptance_bar, 5, 0, 1, 2)
         self.per_pass = self._row(grid, 6, "tokens / pass")
         self.mode = self._row(grid, 7, "mode")
+        self.note = QLabel()  # why drafting does not pay here, when it does not (``no_gain_note``)
+        self.note.setProperty("role", "note")
+        self.note.hide()
+        grid.addWidget(self.note, 8, 0, 1, 2)
+        self._plain_tps: dict[str, float] = {}  # target file -> decode speed of its last reply with drafting off
         self._config: EngineConfig | None = None
         self.mode.setText(describe_mode(None))
         self.reset()
@@ -267,6 +320,7 @@ class Hud(QFrame):
         self._config = config
         self.mode.setText(describe_mode(config))
         self.reset()
+        self.set_note(None)
 
     # ------------------------------------------------------------------ collapsed pill, moving
 
@@ -278,7 +332,26 @@ class Hud(QFrame):
         if self.per_pass.text() != "—":
             parts.append(f"{self.per_pass.text()}/pass")
         parts.append(self.mode.text().split(" · ")[0])
+        if self.note_text():
+            parts.append("no gain here")
         return " · ".join(parts)
+
+    def note_text(self) -> str:
+        """The "does not pay" sentence shown, on one line; empty when there is none."""
+        return " ".join(self.note.text().split())
+
+    def set_note(self, note: str | None) -> None:
+        """Show (wrapped to the HUD's width) or hide the "does not pay" sentence; it stays from reply to reply
+        with the same configuration, so the HUD does not jump each time a reply starts."""
+        text = textwrap.fill(note, NOTE_CHARS) if note else ""
+        if text == self.note.text():
+            return
+        self.note.setText(text)
+        self.note.setToolTip(note or "")
+        self.note.setVisible(bool(text))
+        self._update_pill()
+        self.adjustSize()
+        self.note_changed.emit()
 
     def _update_pill(self) -> None:
         if self.collapsed:
@@ -365,4 +438,19 @@ class Hud(QFrame):
         depth = stats.get("depth")
         if self._config is not None and self._config.adaptive and isinstance(depth, int):
             self.mode.setText(describe_mode(self._config, depth))
+        self._judge_gain(stats, final)
         self._update_pill()
+
+    def _judge_gain(self, stats: dict[str, Any], final: bool) -> None:
+        """Keep plain decoding's measured speed per model; say when drafting does not pay (``no_gain_note``)."""
+        config = self._config
+        if config is None:
+            return
+        tps = stats.get("decode_tps")
+        if config.mode == "off":
+            if final and isinstance(tps, int | float) and tps > 0 and int(stats.get("generated") or 0) >= NO_GAIN_AFTER:
+                self._plain_tps[str(config.target)] = float(tps)
+            return
+        note = no_gain_note(config, stats, self._plain_tps.get(str(config.target)))
+        if note is not None or final:
+            self.set_note(note)

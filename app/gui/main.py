@@ -12,11 +12,12 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QSize, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QResizeEvent, QStandardItemModel
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QResizeEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -26,8 +27,6 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QMainWindow,
     QMessageBox,
     QPushButton,
@@ -48,6 +47,7 @@ from app.engine.speculative import EngineConfig
 from app.errors import FastMTPError
 from app.gguftools.demo_model import DemoModel
 from app.gui import theme, window_state
+from app.gui.about_dialog import AboutDialog, ShortcutsDialog
 from app.gui.backend_page import BackendPage
 from app.gui.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat_view import ChatEntry, ChatView
@@ -56,6 +56,7 @@ from app.gui.first_run import FirstRunPanel
 from app.gui.hud import describe_mode, drafting_warning
 from app.gui.machines import RemoteServerDialog
 from app.gui.models_page import ModelsPage
+from app.gui.nav_rail import NavRail
 from app.gui.ops import run_in_background, wait_for_all
 from app.gui.settings_page import SettingsPage
 from app.gui.sidebar import Sidebar
@@ -264,6 +265,7 @@ class MainWindow(QMainWindow):
         self.sidebar = Sidebar(self.history)
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.sidebar.new_chat_requested.connect(self.new_chat)
+        self.sidebar.conversation_deleted.connect(self._conversation_deleted)
 
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -291,9 +293,7 @@ class MainWindow(QMainWindow):
         self.chat_stack.addWidget(chat_page)
         self.chat_stack.addWidget(self.first_run)
 
-        self.nav = QListWidget()  # the page switcher: Chat, then the pages added with ``add_page``
-        self.nav.setObjectName("nav")
-        self.nav.setFixedWidth(112)
+        self.nav = NavRail()  # the page switcher: Chat, then the pages added with ``add_page``
         self.nav.currentRowChanged.connect(self._show_page)
         self.pages = QStackedWidget()
         outer = QWidget()
@@ -347,9 +347,8 @@ class MainWindow(QMainWindow):
         row = self.nav.count()
         if row and self.nav.item(row - 1).text() == "Settings":
             row -= 1  # Settings stays last
-        item = QListWidgetItem(name)
-        item.setData(Qt.ItemDataRole.UserRole, name)
-        self.nav.insertItem(row, item)
+        self.nav.insertItem(row, self.nav.new_item(name))
+        self.nav.tooltips()  # the keys (Ctrl+1 …) follow the rows
         self.pages.insertWidget(row, widget)
         if self.nav.currentRow() < 0:
             self.nav.setCurrentRow(0)
@@ -609,7 +608,10 @@ class MainWindow(QMainWindow):
         self.models_page.set_context_size(settings.context_size)  # the fit advice sizes what the engine loads
         app = QApplication.instance()
         if isinstance(app, QApplication):
-            self.chat.set_palette(theme.apply(app, settings.theme))
+            colours = theme.apply(app, settings.theme)
+            self.chat.set_palette(colours)
+            self.nav.set_palette(colours)  # the rail's icons and the pin marks follow the theme
+            self.sidebar.set_palette(colours)
         if folder_changed:
             self.refresh_models()
 
@@ -700,6 +702,16 @@ class MainWindow(QMainWindow):
         self.chat.show_conversation([])
         self.sidebar.set_current(None)
         self.remember_state()
+        if self.chat.isVisible():
+            self.chat.input.setFocus(Qt.FocusReason.ShortcutFocusReason)  # type the first message at once
+
+    def _conversation_deleted(self, conversation_id: int) -> None:
+        """The sidebar deleted a chat: when it was the open one, an empty new chat takes its place."""
+        if conversation_id == self.conversation_id:
+            self.conversation_id = None
+            self.chat.show_conversation([])
+            self.remember_state()
+        self.status.setText("Chat deleted")
 
     def set_chat_settings(self, chat: ChatSettings) -> None:
         """This chat's settings; saved with the conversation when it has been saved."""
@@ -859,6 +871,7 @@ class MainWindow(QMainWindow):
         if busy and self._loading:  # Enter while the model loads: the message waits (``send``)
             self.chat.send_button.setEnabled(True)
         self.mode_box.setEnabled(not busy and self.bridge.remote is None)  # a remote server drafts its own way
+        self.stop_action.setEnabled(busy and self.chat.streaming_entry() is not None)  # Esc: only while streaming
         self.model_box.setEnabled(not busy)
         self.sidebar.setEnabled(not busy)
 
@@ -936,16 +949,118 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ export / import
 
+    def _action(self, label: str, slot: Any, keys: str = "", what: str = "") -> QAction:
+        """A window action; with ``keys`` it answers them wherever the focus is in the window, and ``what`` is its
+        line in Help → Keyboard shortcuts."""
+        action = QAction(label, self)
+        action.triggered.connect(slot)
+        if keys:
+            action.setShortcut(QKeySequence(keys))
+            self.addAction(action)  # also while the menu bar is hidden or its menu disabled
+        if keys and what:
+            self._shortcut_rows.append((QKeySequence(keys).toString(QKeySequence.SequenceFormat.NativeText), what))
+        return action
+
     def _add_menus(self) -> None:
+        """Chats (new, search, stop, rename / pin / delete, export / import, quit) and Help (shortcuts, About)."""
+        self._shortcut_rows: list[tuple[str, str]] = []
         menu = self.menuBar().addMenu("&Chats")
+        menu.addAction(self._action("New chat", self.new_chat_with_keys, "Ctrl+N",
+                                    "a new chat, the cursor in the message box"))
+        menu.addAction(self._action("Search chats", self.search_chats, "Ctrl+F", "search the chats"))
+        self.stop_action = self._action("Stop the reply", self._stop_reply, "Esc", "stop the reply as it streams")
+        self.stop_action.setEnabled(False)
+        menu.addAction(self.stop_action)
+        menu.addSeparator()
+        self.rename_action = self._action("Rename chat", self.rename_open_chat, "F2", "rename the open chat")
+        self.pin_action = self._action("Pin chat to the top", self.toggle_pin_open_chat)
+        self.delete_action = self._action(f"Delete chat…\t{self.sidebar.delete_action.shortcut().toString()}",
+                                          lambda: self.sidebar.delete(self.conversation_id))
+        self._shortcut_rows.append(("Del", "delete the chat selected in the list (it asks first)"))
+        for action in (self.rename_action, self.pin_action, self.delete_action):
+            menu.addAction(action)
+        menu.addSeparator()
         for label, slot in (("Export this chat as Markdown…", lambda: self._export_dialog("md", current=True)),
                             ("Export this chat as JSON…", lambda: self._export_dialog("json", current=True)),
                             ("Export all chats as Markdown…", lambda: self._export_dialog("md", current=False)),
                             ("Export all chats as JSON…", lambda: self._export_dialog("json", current=False)),
                             ("Import chats from JSON…", self._import_dialog)):
-            action = QAction(label, self)
-            action.triggered.connect(slot)
-            menu.addAction(action)
+            menu.addAction(self._action(label, slot))
+        menu.addSeparator()
+        menu.addAction(self._action("Quit", self.close, "Ctrl+Q", "quit FastMTP Chat"))
+        menu.aboutToShow.connect(self._update_chat_actions)
+        for row in range(1, 5):  # Ctrl+1 … Ctrl+4: the rail's pages, top to bottom
+            self._action(f"Page {row}", partial(self._show_row, row - 1), f"Ctrl+{row}")
+        self._shortcut_rows += [("Ctrl+1 … Ctrl+4", "the pages: Chat, Models, Backend, Settings"),
+                                ("Enter", "send the message"), ("Shift+Enter", "a new line in the message"),
+                                ("Tab, Shift+Tab", "leave the message box (to Send, or back)")]
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction(self._action("Keyboard shortcuts", self.show_shortcuts, "F1", "this list"))
+        help_menu.addAction(self._action("About FastMTP Chat", self.show_about))
+        self.shortcuts_dialog: ShortcutsDialog | None = None
+        self.about_dialog: AboutDialog | None = None
+
+    # ------------------------------------------------------------------ keys and Help
+
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """(keys, what they do), as Help → Keyboard shortcuts lists them."""
+        return list(self._shortcut_rows)
+
+    def new_chat_with_keys(self) -> None:
+        """Ctrl+N: the Chat page, a new chat, the cursor in the message box."""
+        self.show_page("Chat")
+        self.new_chat()
+
+    def search_chats(self) -> None:
+        """Ctrl+F: the Chat page, the cursor in the sidebar's search box (its text selected, to type over)."""
+        self.show_page("Chat")
+        if self.chat_stack.currentIndex() == 0:
+            self.sidebar.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+            self.sidebar.search.selectAll()
+
+    def _stop_reply(self) -> None:
+        if self.chat.streaming_entry() is not None:
+            self.bridge.cancel()
+
+    def rename_open_chat(self) -> None:
+        """F2: the open chat's title becomes an edit box in the sidebar (Enter keeps it, Esc does not)."""
+        if self.conversation_id is not None and self.sidebar.isEnabled():
+            self.show_page("Chat")
+            self.sidebar.begin_rename(self.conversation_id)
+
+    def toggle_pin_open_chat(self) -> None:
+        self.sidebar.toggle_pin(self.conversation_id)
+
+    def _update_chat_actions(self) -> None:
+        """The Chats menu as it opens: rename, pin and delete act on the open, saved chat, not while a reply
+        streams (the sidebar is disabled then); pin reads "Unpin" for a pinned chat."""
+        usable = self.sidebar.item_for(self.conversation_id) is not None and self.sidebar.isEnabled()
+        for action in (self.rename_action, self.pin_action, self.delete_action):
+            action.setEnabled(usable)
+        self.pin_action.setText("Unpin chat" if self.sidebar.is_pinned(self.conversation_id) else
+                                "Pin chat to the top")
+
+    def _show_row(self, row: int) -> None:
+        if row < self.nav.count():
+            self.nav.setCurrentRow(row)
+
+    def show_shortcuts(self) -> ShortcutsDialog:
+        """Help → Keyboard shortcuts (F1): a small window listing the keys."""
+        if self.shortcuts_dialog is None:
+            self.shortcuts_dialog = ShortcutsDialog(self.shortcut_rows(), self)
+        self.shortcuts_dialog.show()
+        self.shortcuts_dialog.raise_()
+        return self.shortcuts_dialog
+
+    def show_about(self) -> AboutDialog:
+        """Help → About: the versions of the app, its backend, llama.cpp, CUDA and the driver."""
+        if self.about_dialog is None:
+            self.about_dialog = AboutDialog(app_icon(), self)
+        else:
+            self.about_dialog.refresh()  # a backend built or switched since
+        self.about_dialog.show()
+        self.about_dialog.raise_()
+        return self.about_dialog
 
     def export_chats(self, path: Path, fmt: str, current: bool = True) -> int:
         """Write this chat (or all chats) to ``path`` as Markdown (``md``) or JSON; returns how many."""

@@ -1,10 +1,12 @@
 """Screenshots of the real app for the README: ``python -m app.gui.screenshots OUTDIR``.
 
-Run it under a display (``xvfb-run -s "-screen 0 1600x1000x24" .venv/bin/python -m app.gui.screenshots
-docs/screenshots``). It opens the real window with the built-in demo model on the active backend (the
-patched CPU backend is built first when none is active: seconds when its build tree is cached), sends a
-message, waits for the streamed reply, and grabs the window with ``QWidget.grab()``: the first-run panel,
-the chat with its HUD in the light and the dark theme, and the Models, Backend and Settings pages.
+Run it under a display (``xvfb-run -a .venv/bin/python -m app.gui.screenshots docs/screenshots``). It sets the
+application up as ``run()`` does (its name, desktop file name and icon), opens the real window with the built-in
+demo model on the active backend (the patched CPU backend is built first when none is active: seconds when its
+build tree is cached), sends a message, waits for the streamed reply, and grabs the window with
+``QWidget.grab()`` (which draws the window itself, so the screen may be smaller than the window): the first-run
+panel, the chat with its HUD, and the Models, Backend and Settings pages, in the light and the dark theme, at
+each of ``SIZES``: ``chat-light.png`` at the README's size, ``chat-light-1024x700.png`` and so on at the others.
 History and settings live in a temporary folder, so the user's own chats are neither shown nor changed.
 """
 
@@ -25,8 +27,10 @@ from PySide6.QtWidgets import QApplication
 from app import paths
 from app.settings import Settings
 
-SIZE = (1280, 800)
-PROMPT = "Hello! Tell me about the lighthouse keeper."
+README_SIZE = (1280, 800)  # the unsuffixed files, which the README shows
+SIZES = (README_SIZE, (1024, 700), (1920, 1080))  # the smallest window we design for, and a full HD screen
+PROMPT = "Hello! What is FastMTP Chat, and how does its drafting work?"
+PAGES = ("Models", "Backend", "Settings")
 
 
 def wait_until(app: QApplication, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -52,17 +56,22 @@ def settle(app: QApplication, ms: int = 300) -> None:
     app.processEvents()
 
 
-def take(out: Path, themes: tuple[str, ...] = ("light", "dark")) -> list[Path]:
+def file_name(page: str, theme: str, size: tuple[int, int]) -> str:
+    """``chat-dark.png`` at the README's size, ``chat-dark-1920x1080.png`` at another."""
+    suffix = "" if size == README_SIZE else f"-{size[0]}x{size[1]}"
+    return f"{page.lower()}-{theme}{suffix}.png"
+
+
+def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
+         sizes: tuple[tuple[int, int], ...] = SIZES) -> list[Path]:
     """Write the screenshots into ``out``; returns their paths."""
     from app.backend import registry
     from app.backend.builder import BuildOptions, build_backend
     from app.builtin_demo import ensure_demo_model
-    from app.gui.main import MainWindow
+    from app.gui.main import MainWindow, make_application
     from app.history import HistoryStore
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    assert isinstance(app, QApplication)
-    app.setApplicationName("FastMTP Chat")
+    app = make_application(sys.argv[:1])  # named and with its icon, as ``run()`` sets it up
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     scratch = Path(tempfile.mkdtemp(prefix="fastmtp-shots-"))
@@ -74,15 +83,17 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark")) -> list[Path]:
 
     history = HistoryStore(scratch / "history.sqlite3")
     window = MainWindow(history=history, settings=Settings(first_run_done=True))
-    window.resize(*SIZE)
+    window.resize(*sizes[0])
     window.show()
 
-    def grab(name: str) -> None:
-        settle(app)
-        path = out / f"{name}.png"
-        window.grab().save(str(path))
-        written.append(path)
-        print(path)
+    def grab(page: str, theme: str) -> None:
+        for size in sizes:
+            window.resize(*size)
+            settle(app)
+            path = out / file_name(page, theme, size)
+            window.grab().save(str(path))
+            written.append(path)
+            print(path)
 
     def set_theme(name: str) -> None:
         window.apply_settings(Settings(theme="dark" if name == "dark" else "light", first_run_done=True))
@@ -92,7 +103,7 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark")) -> list[Path]:
     wait_until(app, lambda: window.first_run.toolchain is not None, 120, "GPU and build tool detection")
     for name in themes:
         set_theme(name)
-        grab(f"first-run-{name}")
+        grab("first-run", name)
 
     window.chat_stack.setCurrentIndex(0)
     window.use_demo(demo)
@@ -104,24 +115,34 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark")) -> list[Path]:
     for name in themes:
         set_theme(name)
         window.show_page("Chat")
-        grab(f"chat-{name}")
-    for page in ("Models", "Backend", "Settings"):
+        grab("chat", name)
+    for page in PAGES:
         for name in themes:
             set_theme(name)
             window.show_page(page)
-            grab(f"{page.lower()}-{name}")
+            grab(page, name)
+    window.resize(*sizes[0])
     window.close()
     history.close()
     return written
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``1024x700`` -> (1024, 700)."""
+    width, _, height = text.lower().partition("x")
+    return int(width), int(height)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.gui.screenshots", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder for the PNG files (docs/screenshots)")
     parser.add_argument("--theme", choices=["light", "dark", "both"], default="both")
+    parser.add_argument("--size", action="append", metavar="WxH",
+                        help="only this window size (repeatable; default: 1280x800, 1024x700 and 1920x1080)")
     args = parser.parse_args(argv)
     themes = ("light", "dark") if args.theme == "both" else (args.theme,)
-    take(args.out, themes)
+    sizes = tuple(parse_size(size) for size in args.size) if args.size else SIZES
+    take(args.out, themes, sizes)
     return 0
 
 
