@@ -519,30 +519,37 @@ class ChatView(QWidget):
         self._hud_margins()
 
     def _hud_margins(self) -> None:
-        """The document's margin on the HUD's side: the HUD's height (the other side keeps the usual one)."""
-        root = self.transcript.document().rootFrame()
-        fmt = root.frameFormat()
-        clear = self.hud.sizeHint().height() + 8
-        base = self.transcript.document().documentMargin()
-        top = self.hud_corner.startswith("top")
-        fmt.setTopMargin(clear if top else base)
-        fmt.setBottomMargin(base if top else clear)
-        root.setFrameFormat(fmt)
+        """The document's margins: on the HUD's side as tall as the HUD where it is over the text column (the
+        other side keeps the usual one), and at the sides what ``_measure_margins`` says."""
+        self._measure_margins()
 
     def _measure_margins(self) -> None:
-        """Side margins that keep lines at most ``MAX_LINE_CHARS`` characters long, the text centred; none on
-        a window too narrow for that. Set only when they change (every change lays the document out again)."""
+        """Side margins that keep lines at most ``MAX_LINE_CHARS`` characters long, the text centred (none on a
+        window too narrow for that), and the HUD's margin (``_hud_margins``): on a wide window the centred
+        column passes beside the HUD, and the text needs no room above or below it. Set only when something
+        changed (every change lays the document out again)."""
         document = self.transcript.document()
-        room = self.transcript.viewport().width() - 2 * document.documentMargin()
-        side = max(0.0, (room - readable_width(self.transcript.fontMetrics())) / 2)
-        column = readable_width(self.transcript.fontMetrics()) + 2 * document.documentMargin()
-        self.composer.setMaximumWidth(round(column) + self.send_button.sizeHint().width() + 12)
+        base = document.documentMargin()
+        measure = readable_width(self.transcript.fontMetrics())
+        side = max(0.0, (self.transcript.viewport().width() - 2 * base - measure) / 2)
+        self.composer.setMaximumWidth(round(measure + 2 * base) + self.send_button.sizeHint().width() + 12)
+        clear = float(self.hud.sizeHint().height() + 8) if self._hud_over_text(base + side) else base
+        top = self.hud_corner.startswith("top")
         root = document.rootFrame()
         fmt = root.frameFormat()
-        if abs(fmt.leftMargin() - side) >= 1 or abs(fmt.rightMargin() - side) >= 1:
-            fmt.setLeftMargin(side)
-            fmt.setRightMargin(side)
+        wanted = (side, side, clear if top else base, base if top else clear)
+        if any(abs(now - new) >= 1 for now, new in zip((fmt.leftMargin(), fmt.rightMargin(), fmt.topMargin(),
+                                                           fmt.bottomMargin()), wanted, strict=True)):
+            fmt.setLeftMargin(wanted[0])
+            fmt.setRightMargin(wanted[1])
+            fmt.setTopMargin(wanted[2])
+            fmt.setBottomMargin(wanted[3])
             root.setFrameFormat(fmt)
+
+    def _hud_over_text(self, inset: float) -> bool:
+        """Whether the HUD covers part of a text column ``inset`` pixels in from each side of the viewport: the
+        HUD sits 6 pixels in from its side (clear of the scroll bar), and the text keeps 4 pixels of air."""
+        return inset < self.hud.sizeHint().width() + 6 + 4
 
     def _drag_hud(self, offset: QPoint) -> None:
         """The HUD follows the mouse over the transcript (kept inside it) until it is dropped."""

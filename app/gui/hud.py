@@ -9,8 +9,9 @@ The chat view places it and the window remembers where and how it was (``placeme
 ``drafting_warning`` decides when the loud drafting banner shows: a sidecar is configured but nothing is
 drafted, its drafts are almost never accepted (a sidecar from another model), or acceptance is below
 break-even for this machine. ``no_gain_note`` is the HUD's quieter line for the everyday case where drafting
-works but does not pay here (a small model on a CPU: a draft step costs about as much as a target pass, so
-``off`` is as fast), in one sentence.
+works but does not pay here (a small model on a CPU: its passes are so quick that drafts save next to nothing,
+so ``off`` is as fast), in one sentence; it reuses the break-even model, and compares the reply's speed with plain
+decoding's, measured by an earlier reply with drafting off or expected from the reply's own timing.
 """
 
 from __future__ import annotations
@@ -139,39 +140,50 @@ def drafting_warning(config: EngineConfig | None, stats: dict[str, Any]) -> str 
 
 
 NO_GAIN_AFTER = 32  # tokens into a reply before the HUD judges whether drafting pays
+PAYS_ABOVE = 1.10  # drafting pays when it is at least this much faster than plain decoding (above the noise)
 NOTE_CHARS = 46  # the HUD's note is wrapped to lines this long (the HUD's width)
 
 
-def plain_speed_floor(stats: dict[str, Any]) -> float | None:
-    """The least plain decoding can do here, from a drafting reply's own timing: a plain step (one token)
-    costs no more than the verify pass of a round (one token plus the drafts), so plain decoding makes at
-    least ``1000 / verify_ms_per_round`` tokens a second. None without timing."""
-    verify_ms = stats.get("verify_ms_per_round")
+def expected_plain_tps(stats: dict[str, Any]) -> float | None:
+    """Plain decoding's speed as a drafting reply's own timing predicts it: a token per target pass (taken as
+    long as the round's verify pass, which also checks the drafts: never shorter than a plain one) plus the
+    loop's host time per token (the round's, shared by the tokens it made). None without timing."""
+    verify_ms, python_ms = stats.get("verify_ms_per_round"), stats.get("python_ms_per_round")
+    per_pass = stats.get("tokens_per_pass")
     if not isinstance(verify_ms, int | float) or verify_ms <= 0:
         return None
-    return 1000.0 / float(verify_ms)
+    host = float(python_ms) if isinstance(python_ms, int | float) and python_ms > 0 else 0.0
+    tokens = float(per_pass) if isinstance(per_pass, int | float) and per_pass >= 1 else 1.0
+    return 1000.0 / (float(verify_ms) + host / tokens)
 
 
 def no_gain_note(config: EngineConfig | None, stats: dict[str, Any], plain_tps: float | None = None) -> str | None:
     """One plain sentence when drafting does not pay on this machine, else None (also too early to tell).
 
-    It does not pay when the reply's speed with drafting is not above plain decoding's: ``plain_tps`` measured
-    with drafting off on this model when there is such a reply, and at least ``plain_speed_floor``; or when
+    It does not pay when the reply's speed with drafting is not ``PAYS_ABOVE`` times plain decoding's:
+    ``plain_tps`` when a reply with drafting off measured it on this model, else ``expected_plain_tps``; or when
     the break-even model (``break_even_acceptance``) says no acceptance, or not this one, can pay."""
     if config is None or config.mode == "off" or int(stats.get("generated") or 0) < NO_GAIN_AFTER:
         return None
     tps = stats.get("decode_tps")
     if not isinstance(tps, int | float) or tps <= 0 or not stats.get("drafted"):
         return None  # nothing drafted: the banner says so, loudly
-    plain = max((v for v in (plain_tps, plain_speed_floor(stats)) if v), default=None)
-    if plain is not None and tps <= plain:
-        measured = "measured" if plain_tps and plain == plain_tps else "at least"
-        draft_ms, verify_ms = stats.get("draft_ms_per_step"), stats.get("verify_ms_per_round")
+    plain = plain_tps or expected_plain_tps(stats)
+    if plain is not None and tps < PAYS_ABOVE * plain:
+        how = "measured" if plain_tps else "expected"
+        verify_ms, draft_ms = stats.get("verify_ms_per_round"), stats.get("draft_ms_per_step")
+        python_ms, per_pass = stats.get("python_ms_per_round"), stats.get("tokens_per_pass")
         why = ""
-        if isinstance(draft_ms, int | float) and isinstance(verify_ms, int | float) and verify_ms > 0:
-            why = f": a draft step costs {draft_ms / verify_ms:.0%} of a target pass here"
-        return (f"Drafting does not pay on this machine ({tps:.0f} tok/s, plain decoding {measured} "
-                f"{plain:.0f}){why}, so Off is as fast.")
+        if isinstance(verify_ms, int | float) and verify_ms > 0:
+            host = python_ms / per_pass if isinstance(python_ms, int | float) and isinstance(per_pass, int | float) \
+                and per_pass > 0 else 0.0
+            if host >= verify_ms or not isinstance(draft_ms, int | float):
+                why = f"; a target pass takes only {verify_ms:.1f} ms here, too little for drafts to save"
+            else:
+                why = f"; a draft step costs {draft_ms / verify_ms:.0%} of a target pass here"
+        verdict = "does not pay" if tps <= plain else f"gains under {PAYS_ABOVE - 1:.0%}"
+        return (f"Drafting {verdict} on this machine: {tps:.0f} tok/s, and about {plain:.0f} {how} with "
+                f"drafting Off{why}.")
     acceptance, share = stats.get("acceptance"), stats.get("draft_time_share")
     if isinstance(acceptance, int | float) and isinstance(share, int | float):
         even = break_even_acceptance(float(share), max(config.n_max, 1))
