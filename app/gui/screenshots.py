@@ -3,7 +3,8 @@
 Run it under a display (``xvfb-run -a .venv/bin/python -m app.gui.screenshots docs/screenshots``). It sets the
 application up as ``run()`` does (its name, desktop file name and icon), opens the real window with the built-in
 demo model on the active backend (the patched CPU backend is built first when none is active: seconds when its
-build tree is cached), sends a message, waits for the streamed reply, and grabs the window with
+build tree is cached), sends a message with drafting off (that chat is pinned) and one with the d2t sidecar,
+waits for each streamed reply, and grabs the window with
 ``QWidget.grab()`` (which draws the window itself, so the screen may be smaller than the window): the first-run
 panel, the chat with its HUD, and the Models, Backend and Settings pages, in the light and the dark theme, at
 each of ``SIZES``: ``chat-light.png`` at the README's size, ``chat-light-1024x700.png`` and so on at the others.
@@ -30,6 +31,7 @@ from app.settings import Settings
 README_SIZE = (1280, 800)  # the unsuffixed files, which the README shows
 SIZES = (README_SIZE, (1024, 700), (1920, 1080))  # the smallest window we design for, and a full HD screen
 PROMPT = "Hello! What is FastMTP Chat, and how does its drafting work?"
+PLAIN_PROMPT = "The same without drafting, please."
 PAGES = ("Models", "Backend", "Settings")
 
 
@@ -106,10 +108,22 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
         grab("first-run", name)
 
     window.chat_stack.setCurrentIndex(0)
-    window.use_demo(demo)
-    wait_until(app, lambda: window.ready, 120, "the demo model to load")
     done: list[dict[str, Any]] = []
     window.bridge.done.connect(done.append)
+    # first a reply with drafting off (its chat pinned), so the HUD compares with plain decoding's measured speed
+    window.mode_box.blockSignals(True)
+    window.mode_box.setCurrentIndex(window.mode_box.findData("off"))
+    window.mode_box.blockSignals(False)
+    window.use_demo(demo)
+    wait_until(app, lambda: window.ready, 120, "the demo model to load")
+    window.send(PLAIN_PROMPT)
+    wait_until(app, lambda: bool(done), 120, "the reply with drafting off")
+    if window.conversation_id is not None:
+        window.sidebar.set_pinned(window.conversation_id, True)
+    window.mode_box.setCurrentIndex(window.mode_box.findData("sidecar-d2t"))  # loads the d2t pair
+    wait_until(app, lambda: window.ready and not window.bridge.busy, 120, "the demo model with its d2t sidecar")
+    window.new_chat()
+    done.clear()
     window.send(PROMPT)
     wait_until(app, lambda: bool(done), 120, "the streamed reply")
     for name in themes:

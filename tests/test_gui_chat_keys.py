@@ -1,0 +1,323 @@
+"""Chat management and keys (issue 13, build 2): rename in place (F2, the context menu), pin to the top, delete
+after a confirmation, Ctrl+N, Ctrl+F, Ctrl+1…4, Tab out of the composer, Ctrl+Q, Esc stopping a streaming reply,
+and the Help menu's shortcut list and About dialog.
+
+Real windows offscreen on a real SQLite history; keys go through Qt's shortcut machinery (``qtbot.keyClick``);
+Esc stops a reply streamed by the real engine from the demo model.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QApplication, QLineEdit, QMenu, QMessageBox, QWidget
+from pytestqt.qtbot import QtBot
+
+from app import __version__
+from app.backend.registry import BackendManifest
+from app.builtin_demo import ensure_demo_model
+from app.engine.session import ChatOptions
+from app.gguftools.demo_model import DemoModel
+from app.gui.main import MainWindow
+from app.history import HistoryStore
+
+WAIT_MS = 10_000
+ENGINE_WAIT_MS = 60_000
+
+
+def _chat(store: HistoryStore, title: str) -> int:
+    conversation = store.create_conversation(title)
+    store.add_message(conversation, "user", f"{title}: a question")
+    store.add_message(conversation, "assistant", f"{title}: the answer", {"generated": 3, "decode_tps": 9.0})
+    return conversation
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[HistoryStore]:
+    history = HistoryStore(tmp_path / "history.sqlite3")
+    yield history
+    history.close()
+
+
+def _window(qtbot: QtBot, store: HistoryStore) -> MainWindow:
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    win.resize(1024, 700)
+    win.show()
+    qtbot.waitExposed(win)
+    _activate(qtbot, win)
+    return win
+
+
+def _activate(qtbot: QtBot, win: MainWindow) -> None:
+    """Make the window the active one, as a window manager does (also after a dialog closed): shortcuts need it."""
+    win.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is win, timeout=WAIT_MS)
+
+
+def _editor(win: MainWindow) -> QLineEdit | None:
+    """The sidebar's in-place title editor, while it is open."""
+    return next((e for e in win.sidebar.list.viewport().findChildren(QLineEdit) if e.isVisible()), None)
+
+
+def _listed_title(win: MainWindow, conversation_id: int) -> str | None:
+    item = win.sidebar.item_for(conversation_id)
+    return item.text() if item is not None else None
+
+
+def _answer_when_shown(find: Callable[[], QWidget | None], act: Callable[[Any], None]) -> QTimer:
+    """Act on a modal dialog or popup menu as soon as it is up (a timer polls while its own loop runs)."""
+    timer = QTimer()
+    timer.setInterval(10)
+
+    def poll() -> None:
+        widget = find()
+        if widget is not None and widget.isVisible():
+            timer.stop()
+            act(widget)
+
+    timer.timeout.connect(poll)
+    timer.start()
+    return timer
+
+
+def test_f2_renames_the_open_chat_in_place_enter_keeps_it_and_esc_does_not(qtbot: QtBot,
+                                                                           store: HistoryStore) -> None:
+    older, newer = _chat(store, "older chat"), _chat(store, "newer chat")
+    win = _window(qtbot, store)
+    win.sidebar.list.setCurrentRow(win.sidebar.conversation_ids().index(older))
+    assert win.conversation_id == older
+    win.chat.input.setFocus()
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_F2)  # from the composer: F2 is the window's
+    qtbot.waitUntil(lambda: _editor(win) is not None, timeout=WAIT_MS)
+    editor = _editor(win)
+    assert editor is not None and editor.text() == "older chat"
+    editor.selectAll()
+    qtbot.keyClicks(editor, "  Lighthouse   notes ")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: store.get(older).title == "Lighthouse notes", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: _listed_title(win, older) == "Lighthouse notes", timeout=WAIT_MS)
+    assert win.sidebar.conversation_ids() == [newer, older]  # a rename does not move the chat
+    assert win.conversation_id == older
+
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_F2)
+    qtbot.waitUntil(lambda: _editor(win) is not None, timeout=WAIT_MS)
+    editor = _editor(win)
+    assert editor is not None
+    editor.selectAll()
+    qtbot.keyClicks(editor, "not this")
+    qtbot.keyClick(editor, Qt.Key.Key_Escape)  # Esc is the editor's while no reply streams
+    qtbot.waitUntil(lambda: _editor(win) is None, timeout=WAIT_MS)
+    assert store.get(older).title == "Lighthouse notes"
+    assert not win.stop_action.isEnabled()
+
+    win.new_chat()  # an unsaved chat has no title to rename
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_F2)
+    assert _editor(win) is None
+
+
+def test_the_context_menu_renames_and_pins_a_chat_to_the_top_until_unpinned(qtbot: QtBot,
+                                                                            store: HistoryStore) -> None:
+    first, second, third = _chat(store, "first"), _chat(store, "second"), _chat(store, "third")
+    win = _window(qtbot, store)
+    assert win.sidebar.conversation_ids() == [third, second, first]
+    menu = win.sidebar.context_menu(first)
+    assert [a.text() for a in menu.actions() if a.text()] == ["Rename\tF2", "Pin to the top", "Delete…\tDel"]
+
+    row = win.sidebar.conversation_ids().index(first)
+    where = win.sidebar.list.visualItemRect(win.sidebar.list.item(row)).center()
+
+    def pick(label: str) -> Callable[[Any], None]:
+        def act(popup: Any) -> None:
+            assert isinstance(popup, QMenu)
+            next(a for a in popup.actions() if a.text() == label).trigger()
+            popup.close()
+        return act
+
+    timer = _answer_when_shown(QApplication.activePopupWidget, pick("Pin to the top"))
+    win.sidebar.list.customContextMenuRequested.emit(where)  # what a right click on the row emits
+    timer.stop()
+    assert store.get(first).pinned
+    assert win.sidebar.conversation_ids() == [first, third, second] and win.sidebar.pinned_ids() == [first]
+    assert not win.sidebar.list.item(0).icon().isNull()  # the pin mark
+    assert "Pinned" in win.sidebar.list.item(0).toolTip()
+    store.add_message(second, "user", "the newest message")  # newer, still below the pinned chat
+    win.sidebar.refresh()
+    assert win.sidebar.conversation_ids() == [first, second, third]
+
+    win.sidebar.list.setCurrentRow(0)  # open the pinned chat: the Chats menu unpins it
+    assert win.conversation_id == first
+    win._update_chat_actions()  # what opening the Chats menu does
+    assert win.pin_action.text() == "Unpin chat" and win.pin_action.isEnabled()
+    win.pin_action.trigger()
+    assert not store.get(first).pinned and win.sidebar.pinned_ids() == []
+    assert win.sidebar.conversation_ids() == [second, third, first]
+
+    timer = _answer_when_shown(QApplication.activePopupWidget, pick("Rename\tF2"))
+    row = win.sidebar.conversation_ids().index(third)
+    win.sidebar.list.customContextMenuRequested.emit(
+        win.sidebar.list.visualItemRect(win.sidebar.list.item(row)).center())
+    timer.stop()
+    qtbot.waitUntil(lambda: _editor(win) is not None, timeout=WAIT_MS)
+    editor = _editor(win)
+    assert editor is not None
+    editor.selectAll()
+    qtbot.keyClicks(editor, "third, renamed")
+    qtbot.keyClick(editor, Qt.Key.Key_Enter)
+    qtbot.waitUntil(lambda: store.get(third).title == "third, renamed", timeout=WAIT_MS)
+    assert win.conversation_id == first  # renaming another chat leaves the open one open
+    win.sidebar.list.customContextMenuRequested.emit(QPoint(5, win.sidebar.list.viewport().height() - 2))
+    assert QApplication.activePopupWidget() is None  # below the last chat: no menu
+
+
+def test_delete_asks_first_cancel_keeps_the_chat_and_delete_opens_an_empty_one(qtbot: QtBot,
+                                                                             store: HistoryStore) -> None:
+    keep, doomed = _chat(store, "keep me"), _chat(store, "delete me")
+    win = _window(qtbot, store)
+    win.sidebar.list.setCurrentRow(win.sidebar.conversation_ids().index(doomed))
+    assert win.conversation_id == doomed and "delete me: the answer" in win.chat.transcript_text()
+    asked: list[str] = []
+
+    def answer(button: str) -> Callable[[Any], None]:
+        def act(box: Any) -> None:
+            assert isinstance(box, QMessageBox)
+            asked.append(box.text())
+            next(b for b in box.buttons() if b.text() == button).click()
+        return act
+
+    win.sidebar.list.setFocus()
+    timer = _answer_when_shown(QApplication.activeModalWidget, answer("Cancel"))
+    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Delete)
+    timer.stop()
+    assert asked == ["Delete the chat \u201cdelete me\u201d?"]
+    assert store.get(doomed).title == "delete me" and win.conversation_id == doomed
+
+    _activate(qtbot, win)
+    win.chat.input.setFocus()
+    win.chat.input.setPlainText("typed text")
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_Home)
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_Delete)  # Delete in the composer edits the text, nothing else
+    assert win.chat.input.toPlainText() == "yped text" and len(asked) == 1
+
+    win.sidebar.list.setFocus()
+    timer = _answer_when_shown(QApplication.activeModalWidget, answer("Delete"))
+    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Delete)
+    timer.stop()
+    assert len(asked) == 2
+    assert [c.id for c in store.conversations()] == [keep] and win.sidebar.conversation_ids() == [keep]
+    assert win.conversation_id is None and win.chat.entries == [] and "delete me" not in win.chat.transcript_text()
+    assert win.status.text() == "Chat deleted"
+
+    win.sidebar.list.setCurrentRow(0)  # another chat is open: deleting a different one leaves it open
+    other = _chat(store, "another")
+    win.sidebar.refresh()
+    assert win.sidebar.delete(other, confirm=False)
+    assert win.conversation_id == keep and "keep me: the answer" in win.chat.transcript_text()
+
+
+def test_ctrl_n_ctrl_f_page_keys_tab_and_ctrl_q(qtbot: QtBot, store: HistoryStore) -> None:
+    opened = _chat(store, "an open chat")
+    win = _window(qtbot, store)
+    win.sidebar.list.setCurrentRow(0)
+    assert win.conversation_id == opened
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
+    assert win.current_page() == "Models"
+    qtbot.keyClick(win.models_page, Qt.Key.Key_4, Qt.KeyboardModifier.ControlModifier)
+    assert win.current_page() == "Settings"
+
+    qtbot.keyClick(win.settings_page, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # from another page
+    assert win.current_page() == "Chat" and win.conversation_id is None and win.chat.entries == []
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.chat.input, timeout=WAIT_MS)
+
+    qtbot.keyClicks(win.chat.input, "hello")
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_Tab)  # leaves the composer, inserts nothing
+    assert win.chat.input.toPlainText() == "hello"
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is not win.chat.input, timeout=WAIT_MS)
+    qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Backtab)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.chat.input, timeout=WAIT_MS)
+
+    win.sidebar.search.setText("old search")
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.sidebar.search, timeout=WAIT_MS)
+    assert win.sidebar.search.selectedText() == "old search"  # typing replaces it
+    qtbot.keyClicks(win.sidebar.search, "open")
+    assert win.sidebar.conversation_ids() == [opened]
+
+    qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
+
+
+def test_help_lists_every_key_the_window_answers_and_about_names_the_versions(
+        qtbot: QtBot, store: HistoryStore, patched_backend: BackendManifest) -> None:
+    win = _window(qtbot, store)
+    assert {"&Chats", "&Help"} <= {m.title() for m in win.menuBar().findChildren(QMenu)}
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_F1)
+    dialog = win.shortcuts_dialog
+    assert dialog is not None and dialog.isVisible()
+    rows = dict(dialog.rows)
+    for keys in ("Ctrl+N", "Ctrl+F", "Esc", "F2", "Del", "Ctrl+Q", "F1", "Enter", "Shift+Enter", "Tab, Shift+Tab",
+                 "Ctrl+1 … Ctrl+4"):
+        assert keys in rows, keys
+    bound = {a.shortcut().toString() for a in win.actions() if not a.shortcut().isEmpty()}
+    listed = set(rows) | {f"Ctrl+{n}" for n in range(1, 5)}
+    assert bound <= listed  # no key the window answers is missing from the list
+    dialog.close()
+
+    about = win.show_about()
+    assert about.isVisible()
+    shown = dict(about.shown_rows)
+    assert shown["FastMTP Chat"] == __version__
+    assert shown["Backend"].startswith(patched_backend.id) and "d2t patch" in shown["Backend"]
+    assert shown["llama.cpp commit"] == patched_backend.llama_cpp_commit
+    assert shown["llama-cpp-python"] == patched_backend.llama_cpp_python_version
+    assert "PySide6" in shown["Qt"]
+    qtbot.waitUntil(lambda: about.versions is not None, timeout=WAIT_MS)  # nvidia-smi answered (or is not there)
+    shown = dict(about.shown_rows)
+    assert shown["NVIDIA driver"] != "checking…"
+    about.copy()
+    copied = QGuiApplication.clipboard().text()
+    assert f"llama.cpp commit: {patched_backend.llama_cpp_commit}" in copied
+    assert f"FastMTP Chat: {__version__}" in copied
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("keys-demo"))
+
+
+def test_esc_stops_a_streaming_reply_and_keeps_its_text(qtbot: QtBot, store: HistoryStore,
+                                                         patched_backend: BackendManifest, demo: DemoModel,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    win = _window(qtbot, store)
+    win.use_demo(demo)
+    qtbot.waitUntil(lambda: win.ready, timeout=ENGINE_WAIT_MS)
+    assert not win.stop_action.isEnabled()  # nothing streams: Esc is left to the widgets
+    monkeypatch.setattr(win, "options", ChatOptions(max_tokens=1500))
+    tokens: list[dict[str, Any]] = []
+    done: list[dict[str, Any]] = []
+
+    def press_esc(event: dict[str, Any]) -> None:
+        tokens.append(event)
+        if len(tokens) == 5:
+            assert win.stop_action.isEnabled()
+            qtbot.keyClick(win.chat.input, Qt.Key.Key_Escape)
+
+    win.bridge.token.connect(press_esc)
+    win.bridge.done.connect(done.append)
+    win.chat.input.setPlainText("Tell me about FastMTP.")
+    qtbot.keyClick(win.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: bool(done), timeout=ENGINE_WAIT_MS)
+    assert done[0]["stop_reason"] == "cancelled"
+    assert 5 <= len(done[0]["tokens"]) < 1500
+    assert win.chat.entries[-1].text.strip() and "cancelled" in win.chat.transcript_text()
+    assert not win.stop_action.isEnabled()
+    win.close()
