@@ -53,8 +53,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
 
 @pytest.fixture(scope="module")
 def other(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    """Another model with the very same shapes (its own word table): its sidecar loads with ``demo``."""
-    return ensure_demo_model(tmp_path_factory.mktemp("d2t-other"), size="tiny", acceptance=0.9, seed=5)
+    """Another model with the very same shapes (its own word table): its sidecar loads with ``demo``. Not
+    English: every English demo says the same passage, so its sidecar would draft right."""
+    return ensure_demo_model(tmp_path_factory.mktemp("d2t-other"), size="tiny", acceptance=0.9, seed=5,
+                             language="words")
 
 
 def rewrite_sidecar(src: Path, out: Path, *, d2t: npt.NDArray[Any] | None = None,

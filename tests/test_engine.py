@@ -21,7 +21,8 @@ GREEDY = SamplingParams()
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("engine-demo"), size="tiny", acceptance=0.9, seed=4)
+    return ensure_demo_model(tmp_path_factory.mktemp("engine-demo"), size="tiny", acceptance=0.9, seed=4,
+                             language="words")  # long replies and prompts from anywhere in the table
 
 
 def _decoder(demo: DemoModel, mode: Mode, draft: str | None = None, n_max: int = 3, adaptive: bool = False,
@@ -193,7 +194,8 @@ def test_adaptive_depth_stops_drafting_where_drafts_fail_and_stays_lossless(tmp_
                                                                            demo: DemoModel) -> None:
     """A draft head that is almost always wrong: adaptive depth learns to skip drafting (rounds at depth 0
     hold their tokens for the draft context, probes catch it up in one pass), and the text is unchanged."""
-    bad = ensure_demo_model(tmp_path_factory.mktemp("engine-demo-bad"), size="tiny", acceptance=0.0, seed=4)
+    bad = ensure_demo_model(tmp_path_factory.mktemp("engine-demo-bad"), size="tiny", acceptance=0.0, seed=4,
+                            language="words")
     prompt = table_prompt(bad)
     plain = _decoder(bad, "off")
     reference = _run(plain, prompt, 160, GREEDY)
