@@ -72,7 +72,7 @@ from app.history import StoredMessage
 DRAFT_TINT = QColor(LIGHT.draft_tint)
 RENDER_INTERVAL_MS = 30  # streamed text is drawn at most this often; tokens in between only queue
 FOLLOW_SLACK_PX = 6  # this close to the bottom counts as at the bottom: the view follows the reply
-MAX_LINE_CHARS = 92  # the longest line of ordinary text on a wide window; wider, the text is centred
+MAX_LINE_CHARS = 86  # about the longest line of ordinary text (prose runs ~5% over); wider windows centre it
 _MEASURE_SAMPLE = "The quick brown fox jumps over the lazy dog, then drafts three tokens ahead. "
 
 

@@ -1,0 +1,231 @@
+"""The look (issue 13, build 4): a navigation rail with icons in the theme's colour and tooltips, the text held to
+a readable, centred measure on a wide window (and the composer under it), and the HUD's one sentence when
+drafting does not pay on this machine, judged from a real reply with drafting off and one with the d2t sidecar.
+
+Real windows offscreen; the last test runs the real engine on the demo model.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtGui import QColor, QIcon
+from PySide6.QtWidgets import QApplication, QListView
+from pytestqt.qtbot import QtBot
+
+from app.builtin_demo import ensure_demo_model
+from app.engine.speculative import EngineConfig, Mode
+from app.gguftools.demo_model import DemoModel
+from app.gui import icons
+from app.gui.chat_view import MAX_LINE_CHARS
+from app.gui.hud import NO_GAIN_AFTER, PAYS_ABOVE, Hud, expected_plain_tps, no_gain_note
+from app.gui.main import MainWindow
+from app.gui.nav_rail import PAGES
+from app.history import HistoryStore
+from app.settings import Settings
+
+WAIT_MS = 10_000
+ENGINE_WAIT_MS = 60_000
+PARAGRAPH = ("FastMTP Chat runs a large model on your own machine and lets a small draft head guess the next few "
+             "tokens, which the target model then checks in a single pass; every guess it agrees with is kept, "
+             "so the reply arrives sooner and reads exactly as it would have without any drafting at all. ") * 4
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[HistoryStore]:
+    history = HistoryStore(tmp_path / "history.sqlite3")
+    yield history
+    history.close()
+
+
+def _lightness(icon: QIcon) -> float:
+    """The mean lightness (0-255) of the icon's drawn pixels."""
+    image = icon.pixmap(24, 24).toImage()
+    values = [QColor(image.pixel(x, y)).lightness() for x in range(image.width()) for y in range(image.height())
+              if QColor.fromRgba(image.pixel(x, y)).alpha() > 128]
+    assert values, "the icon draws nothing"
+    return sum(values) / len(values)
+
+
+def test_the_rail_has_an_icon_and_a_tooltip_per_page_in_the_themes_colours(qtbot: QtBot,
+                                                                           store: HistoryStore) -> None:
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    assert win.nav.viewMode() == QListView.ViewMode.IconMode and win.nav.width() <= 96  # a rail, not a list
+    assert win.page_names() == ["Chat", "Models", "Backend", "Settings"]
+    assert {"chat", "models", "backend", "settings", "pin"} <= set(icons.icon_names())
+    for row, name in enumerate(win.page_names()):
+        item = win.nav.item(row)
+        assert not item.icon().isNull()
+        tip = item.toolTip()
+        assert name in tip and PAGES[name][1] in tip and f"Ctrl+{row + 1}" in tip
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    win.apply_settings(Settings(theme="light"))
+    light = _lightness(win.nav.item(0).icon())
+    win.apply_settings(Settings(theme="dark"))
+    dark = _lightness(win.nav.item(0).icon())
+    assert light < 100 < 160 < dark  # dark strokes on the light rail, light strokes on the dark one
+    win.apply_settings(Settings(theme="light"))
+
+
+def _long_reply(store: HistoryStore) -> int:
+    conversation = store.create_conversation("a long reply")
+    store.add_message(conversation, "user", "Tell me how FastMTP drafting works.")
+    store.add_message(conversation, "assistant", PARAGRAPH, {"generated": 200, "decode_tps": 50.0})
+    return conversation
+
+
+def _line_lengths(win: MainWindow) -> list[int]:
+    """Characters per line of the reply's paragraph (its last line left out: it is what remains)."""
+    block = win.chat.transcript.document().begin()
+    while block.isValid() and not block.text().startswith("FastMTP Chat runs"):
+        block = block.next()
+    assert block.isValid()
+    layout = block.layout()
+    return [layout.lineAt(i).textLength() for i in range(layout.lineCount() - 1)]
+
+
+def test_a_wide_window_holds_the_text_to_a_readable_centred_column(qtbot: QtBot, store: HistoryStore) -> None:
+    conversation = _long_reply(store)
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    win.resize(1920, 1080)
+    win.show()
+    qtbot.waitExposed(win)
+    win.open_conversation(conversation)
+    root = win.chat.transcript.document().rootFrame()
+    qtbot.waitUntil(lambda: root.frameFormat().leftMargin() > 100, timeout=WAIT_MS)
+    lines = _line_lengths(win)
+    assert len(lines) >= 5 and all(75 <= n <= 100 for n in lines), lines  # about MAX_LINE_CHARS a line
+    assert abs(sum(lines) / len(lines) - MAX_LINE_CHARS) <= 8
+    fmt = root.frameFormat()
+    assert fmt.leftMargin() == fmt.rightMargin()  # centred
+    assert fmt.topMargin() == win.chat.transcript.document().documentMargin()  # the column passes beside the HUD
+    composer = win.chat.composer
+    assert composer.width() < win.chat.width() * 0.7  # the message box sits under the column, not across the window
+    centre = composer.mapTo(win.chat, composer.rect().center()).x()
+    assert abs(centre - win.chat.width() / 2) < 40
+
+    wide_margin = fmt.leftMargin()
+    win.resize(1024, 700)  # the smallest window we design for: the same measure, with little room to spare
+    qtbot.waitUntil(lambda: win.chat.transcript.viewport().width() < 700, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: root.frameFormat().leftMargin() < wide_margin / 4, timeout=WAIT_MS)
+    assert all(75 <= n <= 100 for n in _line_lengths(win))
+    assert root.frameFormat().topMargin() > win.chat.hud.sizeHint().height()  # the HUD is over the text: room
+    assert composer.width() > win.chat.width() * 0.9
+    win.close()
+
+
+def _config(mode: Mode = "sidecar") -> EngineConfig:
+    return EngineConfig(Path("/models/target.gguf"), mode=mode,
+                        draft=Path("/models/target-d2t.gguf") if mode == "sidecar" else None, n_max=3)
+
+
+# a reply on the tiny demo model on a CPU, as the engine reports it: quick passes, much host time per token
+CPU_DEMO = {"generated": 86, "decode_tps": 117.0, "drafted": 68, "accepted": 62, "acceptance": 0.91,
+            "tokens_per_pass": 3.44, "verify_ms_per_round": 2.4, "draft_ms_per_step": 1.5,
+            "python_ms_per_round": 23.9, "draft_time_share": 0.16}
+# a 27B model on a GPU: a target pass costs far more than a draft step, drafting pays
+GPU_27B = {"generated": 200, "decode_tps": 95.0, "drafted": 300, "accepted": 270, "acceptance": 0.9,
+           "tokens_per_pass": 3.3, "verify_ms_per_round": 26.0, "draft_ms_per_step": 2.0,
+           "python_ms_per_round": 1.5, "draft_time_share": 0.18}
+
+
+def test_the_note_says_when_drafting_does_not_pay_and_why_in_one_sentence() -> None:
+    expected = expected_plain_tps(CPU_DEMO)
+    assert expected is not None and 100 < expected < 115  # 1000 / (2.4 + 23.9 / 3.44)
+    note = no_gain_note(_config(), CPU_DEMO)
+    assert note is not None and note.count(". ") == 0 and note.endswith(".")
+    assert note.startswith("Drafting gains under 10% on this machine: 117 tok/s, and about 107 expected")
+    assert "a target pass takes only 2.4 ms here, too little for drafts to save" in note
+    measured = no_gain_note(_config(), CPU_DEMO, plain_tps=124.0)  # a reply with drafting off measured it
+    assert measured is not None and measured.startswith("Drafting does not pay on this machine: 117 tok/s, "
+                                                        "and about 124 measured with drafting Off")
+    assert no_gain_note(_config(), GPU_27B) is None  # 95 tok/s against about 38 plain
+    assert no_gain_note(_config(), GPU_27B, plain_tps=95.0 / PAYS_ABOVE + 1) is not None  # within the noise
+    costly_drafts = {**CPU_DEMO, "python_ms_per_round": 0.5, "draft_ms_per_step": 2.0, "decode_tps": 300.0}
+    costly = no_gain_note(_config(), costly_drafts, plain_tps=400.0)
+    assert costly is not None and "a draft step costs 83% of a target pass here" in costly
+    assert no_gain_note(_config(), {**CPU_DEMO, "generated": NO_GAIN_AFTER - 1}) is None  # too early to tell
+    assert no_gain_note(_config("off"), CPU_DEMO) is None
+    assert no_gain_note(None, CPU_DEMO) is None
+    assert no_gain_note(_config(), {**CPU_DEMO, "drafted": 0}) is None  # the loud banner's case
+    below_even = {**GPU_27B, "acceptance": 0.05, "draft_time_share": 0.5}  # break-even says no
+    assert "more than 5% acceptance wins back" in (no_gain_note(_config(), below_even) or "")
+
+
+def test_the_hud_shows_the_note_keeps_it_between_replies_and_drops_it_for_another_mode(qtbot: QtBot) -> None:
+    hud = Hud()
+    qtbot.addWidget(hud)
+    hud.show()
+    off = _config("off")
+    hud.set_config(off)
+    hud.show_stats({"generated": 86, "decode_tps": 124.0}, final=True)  # plain decoding measured on this model
+    hud.set_config(_config())
+    assert hud.note_text() == ""
+    with qtbot.waitSignal(hud.note_changed, timeout=WAIT_MS):
+        hud.show_stats(CPU_DEMO)
+    assert hud.note.isVisible() and "about 124 measured with drafting Off" in hud.note_text()
+    assert all(len(line) <= 46 for line in hud.note.text().splitlines())  # wrapped to the HUD's width
+    hud.reset()  # the next reply starts: the note stays until that reply says otherwise
+    assert hud.note.isVisible()
+    hud.set_collapsed(True)
+    assert hud.pill_text().endswith("no gain here")
+    hud.set_collapsed(False)
+    hud.show_stats({**CPU_DEMO, "decode_tps": 300.0}, final=True)  # this reply beat plain decoding clearly
+    assert hud.note_text() == "" and not hud.note.isVisible()
+    hud.show_stats(CPU_DEMO, final=True)
+    assert hud.note_text()
+    hud.set_config(_config())  # another mode or model: its own replies decide
+    assert hud.note_text() == "" and not hud.note.isVisible()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    return ensure_demo_model(tmp_path_factory.mktemp("look-demo"))
+
+
+def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:
+    done: list[dict[str, Any]] = []
+    win.bridge.done.connect(done.append)
+    win.send(text)
+    qtbot.waitUntil(lambda: bool(done), timeout=ENGINE_WAIT_MS)
+    win.bridge.done.disconnect(done.append)
+    return done[0]
+
+
+def test_on_the_cpu_demo_the_hud_compares_d2t_with_the_measured_plain_speed(qtbot: QtBot, store: HistoryStore,
+                                                                             patched_backend: object,
+                                                                             demo: DemoModel) -> None:
+    win = MainWindow(history=store)
+    qtbot.addWidget(win)
+    win.show()
+    win.mode_box.blockSignals(True)
+    win.mode_box.setCurrentIndex(win.mode_box.findData("off"))
+    win.mode_box.blockSignals(False)
+    win.use_demo(demo)
+    qtbot.waitUntil(lambda: win.ready, timeout=ENGINE_WAIT_MS)
+    plain = _reply(qtbot, win, "Hello without drafting")
+    assert win.chat.hud.note_text() == ""  # nothing to judge with drafting off
+    assert win.chat.entries[-1].footer.startswith("off (target only)")
+
+    win.mode_box.setCurrentIndex(win.mode_box.findData("sidecar-d2t"))
+    qtbot.waitUntil(lambda: win.ready and not win.bridge.busy, timeout=ENGINE_WAIT_MS)
+    win.new_chat()
+    drafted = _reply(qtbot, win, "Hello with the d2t sidecar")
+    assert win.chat.entries[-1].footer.startswith("FastMTP d2t, depth 3")
+    plain_tps, tps = plain["stats"]["decode_tps"], drafted["stats"]["decode_tps"]
+    note = win.chat.hud.note_text()
+    if tps < PAYS_ABOVE * plain_tps:  # the rule, on this machine's own numbers (the demo on a CPU: about equal)
+        assert f"{tps:.0f} tok/s, and about {plain_tps:.0f} measured with drafting Off" in note
+    else:
+        assert note == ""
+    win.close()
