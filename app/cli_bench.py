@@ -223,6 +223,9 @@ def add_commands(sub: Any, command: Any) -> None:
     from app import cli_gpu
 
     cli_gpu.add_bench_commands(bsub, command)
+    from app import cli_local
+
+    cli_local.add_bench_commands(bsub, command)
     sp = command(bsub, "spec", cmd_bench_spec,
                  "modes x draft depths x prompt sets, ours and llama-server side by side")
     sp.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")

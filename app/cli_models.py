@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from app import cli_local
 from app.cli import print_json as _print_json
 from app.errors import FastMTPError
 
@@ -167,6 +168,7 @@ def add_commands(sub: Any, command: Any) -> None:
     check.add_argument("--text", help="text to probe along (default: a stock sentence)")
     check.add_argument("--tokens", type=int, default=64)
     check.add_argument("--demo-table", action="store_true", help="probe along the demo model's own table")
+    cli_local.add_sidecar_commands(ssub, command)
 
     quick = command(sub, "quickstart", cmd_quickstart, "build the backend if needed and chat once with the demo model")
     quick.add_argument("--message", default="Hello! Tell me something about FastMTP.")

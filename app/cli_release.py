@@ -14,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from app import cli_backend_install
+from app import cli_backend_install, cli_local
 from app.cli import print_json
 from app.errors import FastMTPError
 
@@ -130,6 +130,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from app.release import trust
     from app.release.verify import verify_release
 
+    if args.dir.is_file():  # one model file: its release's signature chain, else the hub's content hash
+        return cli_local.cmd_verify_file(args)
     result = verify_release(args.dir, repo=args.repo, trust_fingerprint=args.trust_fingerprint,
                             confirm=None if args.json else trust.default_confirm())
     if args.json:
@@ -150,16 +152,18 @@ def cmd_models(args: argparse.Namespace) -> int:
     from app.release.installed import list_installed, model_roots
 
     models = list_installed(*([args.dir] if args.dir else []))
-    if args.json:
-        print_json([m.to_dict() for m in models])
+    if args.json:  # with --dir that folder's releases; else the releases and your own added files
+        print_json([m.to_dict() for m in models] + ([] if args.dir else cli_local.local_rows()))
         return 0
+    if not args.dir:
+        cli_local.print_local_models()
     if not models:
         where = args.dir or " or ".join(str(root) for root in model_roots())
         print(f"No downloaded model in {where}. Get one with `python -m app fetch`.")
     for m in models:
         sidecars = ", ".join(f"{kind} {path.name}" for kind, path in (("d2t", m.sidecar_d2t), ("full", m.sidecar_full))
                              if path is not None) or "no sidecar"
-        state = "verified" if m.verified else "NOT VERIFIED"
+        state = "verified (publisher-signed)" if m.verified else "NOT VERIFIED"
         print(f"{m.quant:8} release {m.version}  {m.size_bytes / 1e9:.1f} GB  {state}  {m.target}\n"
               f"         sidecars: {sidecars}")
         if m.problem:
@@ -342,15 +346,18 @@ def add_commands(sub: Any, command: Any) -> None:
     f.add_argument("--dest", type=Path, help="install here instead of the app's models folder")
     f.add_argument("--trust-fingerprint", help="trust the publisher key with this fingerprint (no prompt)")
 
-    v = command(sub, "verify", cmd_verify, "verify a release folder: signatures, trusted key, sizes and hashes")
-    v.add_argument("dir", type=Path)
-    v.add_argument("--repo", help="repository id the release belongs to (default: the catalog's)")
+    v = command(sub, "verify", cmd_verify, "verify a release folder (signatures, trusted key, sizes and hashes), or "
+                "one model file: through its release's signatures, else against the hub's content hash")
+    v.add_argument("dir", type=Path, metavar="DIR|FILE")
+    v.add_argument("--repo", help="repository id the release (or the file, on the hub) belongs to")
     v.add_argument("--trust-fingerprint", help="trust the publisher key with this fingerprint (no prompt)")
+    cli_local.add_verify_arguments(v)
 
     md = command(sub, "models", cmd_models, "list the downloaded models: target, FastMTP sidecars, checks passed "
                  "(signatures and sizes; `verify DIR` re-hashes)")
     md.add_argument("--dir", type=Path, help="the models folder to list (default: the one in the settings, and the "
                     "one downloads go to)")
+    cli_local.add_models_commands(md, command)
 
     trust = sub.add_parser("trust", help="publisher keys trusted for releases")
     tsub = trust.add_subparsers(dest="trust_command", required=True)

@@ -9,8 +9,8 @@ target ids in an I64 tensor ``d2t``. Rows are copied as raw bytes of any tensor 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ from app.gguftools.reader import architecture, field_value, open_gguf, tensors_b
 from app.gguftools.tokenizer import Tokenizer, TokenType, tokenizer_from_reader
 from app.gguftools.writer import KVItem, TensorPlan, kv_from_reader, kv_str, kv_u32, plan_array, write_gguf
 
+WriteProgress = Callable[[str, int, int], None]
 DEFAULT_DRAFT_VOCAB = 32768
 _CHUNK_BYTES = 1 << 26
 SIDECAR_KEY_PREFIX = "fastmtp.sidecar."
@@ -101,6 +102,7 @@ def build_sidecar(
     full: bool = False,
     *,
     draft_ids: Sequence[int] | None = None,
+    on_write: WriteProgress | None = None,
 ) -> SidecarReport:
     """Write the MTP sidecar of ``target`` to ``out``.
 
@@ -112,6 +114,8 @@ def build_sidecar(
             which roughly follows frequency).
         full: write the untrimmed sidecar (whole LM head, no ``d2t``).
         draft_ids: the draft vocabulary itself instead of ``vocab_size``/``counts`` (chat tokens are added).
+        on_write: ``on_write(tensor, bytes_done, bytes_total)`` after each chunk written (the LM-head rows are
+            sliced as they are written); an exception it raises stops the build and no file is left.
 
     Raises:
         SidecarError: the target is not a qwen35 model with an MTP block, or the vocabulary request is invalid.
@@ -155,7 +159,7 @@ def build_sidecar(
         kv_str(SIDECAR_KEY_PREFIX + "kind", "full" if full else "d2t"),
         kv_u32(SIDECAR_KEY_PREFIX + "draft_vocab_size", n_draft),
     ]
-    path = write_gguf(out, ARCH, kv, plans)
+    path = write_gguf(out, ARCH, kv, plans if on_write is None else _watched(plans, on_write))
     return SidecarReport(
         path=str(path),
         kind=kind,
@@ -304,3 +308,20 @@ def _rows_plan(name: str, tensor: ReaderTensor, ids: npt.NDArray[np.int64]) -> T
             yield rows[ids[start : start + step]]
 
     return TensorPlan(name, tensor.tensor_type, (int(tensor.shape[0]), int(ids.size)), chunks)
+
+
+def _watched(plans: list[TensorPlan], on_write: WriteProgress) -> list[TensorPlan]:
+    """The same plans, reporting the bytes written after every chunk."""
+    total = sum(plan.nbytes for plan in plans)
+    done = [0]
+
+    def watch(plan: TensorPlan) -> TensorPlan:
+        def chunks() -> Iterator[Any]:
+            for chunk in plan.chunks():
+                yield chunk
+                done[0] += chunk.nbytes if isinstance(chunk, np.ndarray) else memoryview(chunk).nbytes
+                on_write(plan.name, done[0], total)
+
+        return replace(plan, chunks=chunks)
+
+    return [watch(plan) for plan in plans]

@@ -70,7 +70,16 @@ class InstalledModel:
                 "sidecar_d2t": str(self.sidecar_d2t) if self.sidecar_d2t else None,
                 "sidecar_full": str(self.sidecar_full) if self.sidecar_full else None,
                 "size_bytes": self.size_bytes, "total_bytes": self.total_bytes, "verified": self.verified,
-                "problem": self.problem, "fingerprint": self.fingerprint}
+                "problem": self.problem, "fingerprint": self.fingerprint, "source": "release",
+                "verification": self.verification()}
+
+    def verification(self) -> dict[str, str]:
+        """The state shared with ``verify`` and your own files: publisher-signed, or unverified (with why)."""
+        from app.release.hub_hash import EXPLANATIONS, LABELS, State
+
+        state: State = "publisher-signed" if self.verified else "unverified"
+        return {"state": state, "label": LABELS[state],
+                "explanation": EXPLANATIONS[state] if self.verified else self.problem}
 
 
 def model_roots(settings: Settings | None = None) -> list[Path]:

@@ -75,8 +75,13 @@ class VerifiedRelease:
     missing: list[str]
 
     def to_dict(self) -> dict[str, Any]:
+        from app.release.hub_hash import EXPLANATIONS, LABELS
+
+        state = {"state": "publisher-signed", "label": LABELS["publisher-signed"],
+                 "explanation": EXPLANATIONS["publisher-signed"]}
         return dict(self.metadata.to_dict(), folder=str(self.metadata.folder),
-                    verified=[self.metadata.entry(n).to_dict() for n in self.files], missing=self.missing)
+                    verified=[self.metadata.entry(n).to_dict() for n in self.files], missing=self.missing,
+                    verification=state, files={n: state for n in self.files})
 
 
 def _read(folder: Path, name: str, what: str) -> bytes:

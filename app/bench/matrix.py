@@ -1,0 +1,177 @@
+"""The ``bench spec`` matrix for one model on this machine, variant by variant, with progress and cancel.
+
+The Benchmark page (and ``bench matrix``) picks the modes and depths; each variant of each run is one call of
+``app.bench.spec.run`` (the same measurement as ``bench spec``: medians, acceptance, tokens per pass, ratios vs
+off), so progress can be reported and a cancel honoured between variants, and the rows are merged into one
+``SpecResult``. The chart is the one the page draws: decode tok/s against draft depth, one line per drafting
+mode, ``off`` as a flat line, a panel per prompt set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.bench import spec
+from app.errors import FastMTPError
+from app.sidecar_job import Control
+
+MODES = ("off", "embedded", "full", "d2t")
+MODE_LABELS = {"off": "off", "embedded": "embedded head", "full": "full sidecar", "d2t": "FastMTP d2t sidecar"}
+
+
+class BenchError(FastMTPError):
+    """A benchmark request that cannot run (a mode without its file, no depth)."""
+
+
+@dataclass(frozen=True)
+class MatrixRequest:
+    """What to measure: the model, its sidecars, the modes and depths, and how much."""
+
+    target: Path
+    sidecars: dict[str, Path] = field(default_factory=dict)  # "d2t" / "full" -> file
+    modes: tuple[str, ...] = ("off", "embedded", "d2t")
+    depths: tuple[int, ...] = (1, 2, 3, 4)
+    n_tokens: int = 64
+    runs: int = 1
+    prompt_sets: tuple[str, ...] = ("document",)
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    name: str = ""
+
+    def variants(self) -> list[spec.Variant]:
+        return spec.default_variants(list(self.depths), list(self.modes), upstream=False, adaptive_max=0)
+
+
+@dataclass(frozen=True)
+class MatrixProgress:
+    done: int
+    total: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "progress", "done": self.done, "total": self.total, "message": self.message}
+
+
+def check_request(request: MatrixRequest) -> None:
+    """Refuse what cannot run before anything loads: unknown modes, missing sidecars, bad depths.
+
+    Raises:
+        BenchError: in words.
+    """
+    unknown = [m for m in request.modes if m not in MODES]
+    if unknown or not request.modes:
+        raise BenchError(f"Unknown drafting mode(s): {', '.join(unknown) or 'none given'}.",
+                         f"Choose from {', '.join(MODES)}.")
+    for mode in ("d2t", "full"):
+        if mode in request.modes and mode not in request.sidecars:
+            raise BenchError(f"The {MODE_LABELS[mode]} mode needs that sidecar, and none was given for "
+                             f"{request.target.name}.", "Make or attach the sidecar first, or leave the mode out.")
+    if any(mode != "off" for mode in request.modes) and (not request.depths or min(request.depths) < 1):
+        raise BenchError("Drafting modes need at least one draft depth of 1 or more.", "Pick depths 1 to 8.")
+    if request.n_tokens < 1 or request.runs < 1:
+        raise BenchError("Tokens per prompt and runs must be at least 1.", "Raise them.")
+    for name in request.prompt_sets:
+        if name not in spec.PROMPT_SETS:
+            raise BenchError(f"There is no prompt set {name!r}.", f"Choose from {', '.join(spec.PROMPT_SETS)}.")
+
+
+def run_matrix(request: MatrixRequest, on_progress: Callable[[MatrixProgress], None] = lambda _p: None,
+               control: Control | None = None) -> spec.SpecResult:
+    """Measure every variant ``runs`` times (variant by variant) and merge the rows.
+
+    Raises:
+        JobCancelled: ``control`` was cancelled (between variants).
+        BenchError: the request cannot run.
+    """
+    check_request(request)
+    control = control or Control()
+    variants = request.variants()
+    total = len(variants) * request.runs
+    rows: dict[tuple[spec.Variant, str], spec.Row] = {}
+    done = 0
+    device = ""
+    on_progress(MatrixProgress(0, total, f"Measuring {len(variants)} variants x {request.runs} run(s)"))
+    for run_index in range(request.runs):
+        for variant in variants:
+            control.check()
+            on_progress(MatrixProgress(done, total, f"run {run_index + 1}/{request.runs}: {variant.label}"))
+            part = spec.run(request.target, request.sidecars, variants=[variant], n_tokens=request.n_tokens, runs=1,
+                            prompt_sets=request.prompt_sets, n_threads=request.n_threads,
+                            n_gpu_layers=request.n_gpu_layers, interleave="variant")
+            device = part.device
+            for row in part.rows:
+                merged = rows.setdefault((row.variant, row.prompt_set), spec.Row(row.variant, row.prompt_set))
+                merged.samples.extend(row.samples)
+            done += 1
+            on_progress(MatrixProgress(done, total, f"run {run_index + 1}/{request.runs}: {variant.label} done"))
+    ordered = [rows[(v, p)] for p in request.prompt_sets for v in variants if (v, p) in rows]
+    return spec.SpecResult(ordered, request.n_tokens, request.runs, request.name or request.target.name, device)
+
+
+def depth_series(summaries: list[dict[str, Any]], prompt_set: str) -> dict[str, list[tuple[int, float]]]:
+    """For the chart: per drafting mode, (depth, median tok/s) points; ``off`` as one point at depth 0."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for row in summaries:
+        if row["prompt_set"] != prompt_set or row.get("adaptive") or row.get("engine", "ours") != "ours":
+            continue
+        mode = "off" if row["mode"] == "off" else (row["draft"] or "embedded")
+        depth = 0 if mode == "off" else int(row["n_max"])
+        series.setdefault(mode, []).append((depth, float(row["decode_tps_median"])))
+    return {mode: sorted(points) for mode, points in series.items()}
+
+
+def chart_png(summaries: list[dict[str, Any]], path: Path, title: str) -> Path:
+    """Decode tok/s vs draft depth, one line per mode, off dashed; one panel per prompt set (matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = list(dict.fromkeys(row["prompt_set"] for row in summaries)) or ["document"]
+    fig, axes = plt.subplots(1, len(sets), figsize=(6.5 * len(sets), 4.2), squeeze=False)
+    colours = {"embedded": "#4c78a8", "full": "#f58518", "d2t": "#54a24b", "off": "#888888"}
+    for ax, prompt_set in zip(axes[0], sets, strict=True):
+        series = depth_series(summaries, prompt_set)
+        depths = sorted({d for mode, pts in series.items() if mode != "off" for d, _ in pts}) or [1]
+        for mode, points in series.items():
+            if mode == "off":
+                ax.axhline(points[0][1], color=colours["off"], linestyle="--", label="off")
+            else:
+                ax.plot([d for d, _ in points], [t for _, t in points], marker="o", color=colours.get(mode),
+                        label=MODE_LABELS.get(mode, mode))
+        ax.set_xticks(depths)
+        ax.set_xlabel("draft depth")
+        ax.set_ylabel("decode tok/s (median)")
+        ax.set_title(f"{prompt_set} prompts", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_outputs(result: spec.SpecResult, request: MatrixRequest, folder: Path) -> dict[str, str]:
+    """``matrix.json``, ``matrix.md`` and ``matrix.png`` in ``folder``; returns their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = dict(result.to_dict(), request=request_dict(request))
+    json_path = folder / "matrix.json"
+    json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    md_path = folder / "matrix.md"
+    md_path.write_text(f"# Speculative decoding on this machine: {result.model}\n\n{result.device}, "
+                       f"{result.n_tokens} tokens per prompt, {result.runs} run(s)\n\n" + result.markdown(),
+                       encoding="utf-8")
+    png_path = chart_png(data["rows"], folder / "matrix.png", f"{result.model} — {result.device}")
+    return {"json": str(json_path), "markdown": str(md_path), "png": str(png_path)}
+
+
+def request_dict(request: MatrixRequest) -> dict[str, Any]:
+    return {"target": str(request.target), "sidecars": {k: str(v) for k, v in request.sidecars.items()},
+            "modes": list(request.modes), "depths": list(request.depths), "n_tokens": request.n_tokens,
+            "runs": request.runs, "prompt_sets": list(request.prompt_sets)}
