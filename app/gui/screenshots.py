@@ -118,6 +118,7 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     wait_until(app, lambda: window.ready, 120, "the demo model to load")
     window.send(PLAIN_PROMPT)
     wait_until(app, lambda: bool(done), 120, "the reply with drafting off")
+    plain_tps = (done[0].get("stats") or {}).get("decode_tps") or 0.0
     if window.conversation_id is not None:
         window.sidebar.set_pinned(window.conversation_id, True)
     window.mode_box.setCurrentIndex(window.mode_box.findData("sidecar-d2t"))  # loads the d2t pair
@@ -126,6 +127,9 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     done.clear()
     window.send(PROMPT)
     wait_until(app, lambda: bool(done), 120, "the streamed reply")
+    drafted_tps = (done[0].get("stats") or {}).get("decode_tps") or 0.0
+    print(f"drafting off {plain_tps:.0f} tok/s, d2t {drafted_tps:.0f} tok/s; the HUD says: "
+          f"{window.chat.hud.note_text() or '(nothing: drafting paid in this run)'}", file=sys.stderr)
     for name in themes:
         set_theme(name)
         window.show_page("Chat")
