@@ -21,8 +21,9 @@ from app.engine.client import EngineClient
 from app.engine.sampling import SamplingParams
 from app.engine.session import ChatOptions, ChatSession
 from app.engine.speculative import EngineConfig, Mode
+from app.errors import GGUFError
 from app.gguftools.bpe import encode_ascii
-from app.gguftools.demo_model import DEMO_PASSAGE, END_OF_TURN, DemoModel, read_demo_table
+from app.gguftools.demo_model import DEMO_PASSAGE, END_OF_TURN, DemoModel, make_passage_table, read_demo_table
 from app.gguftools.tokenizer import Tokenizer, load_tokenizer
 from app.native import draft_probe
 from app.native.handles import Context, Model
@@ -177,3 +178,8 @@ def test_unique_tokens_leave_no_choice_to_the_model(demo: DemoModel) -> None:
     assert [int(t) for t in logits.argmax(axis=1)] == [demo.table.successor(t) for t in sequence]
     top2 = np.sort(logits, axis=1)[:, -2:]
     assert float((top2[:, 1] - top2[:, 0]).min()) > 3.0  # at temperature 0.7 only the table's token survives min_p
+
+
+def test_a_passage_that_repeats_a_token_is_refused(tokenizer: Tokenizer) -> None:
+    with pytest.raises(GGUFError, match=r"repeats the tokens \['Ġthe'\]"):
+        make_passage_table(tokenizer, "Hello, the cat and the dog.", 0.9, 0)
