@@ -147,14 +147,16 @@ def cmd_verify_file(args: argparse.Namespace) -> int:
         in_repo = args.path_in_repo or (origin.path_in_repo if origin else path.name)
         origin = HubOrigin(args.repo, args.revision, in_repo)
     if origin is None:
-        data = {"path": str(path), "state": "unverified", "label": LABELS["unverified"],
-                "explanation": EXPLANATIONS["unverified"]}
+        message = (f"{path.name} has no publisher signature and no known place on the hub, so nothing can vouch "
+                   "for it: it stays an unverified local file.")
+        advice = ("If it came from the hub, say from where: `verify FILE --repo ORG/NAME [--revision main] "
+                  "[--path-in-repo NAME]`.")
         if args.json:
-            print_json(data)
-        raise VerificationError(f"{path.name} has no publisher signature and no known place on the hub, so nothing "
-                                "can vouch for it: it stays an unverified local file.",
-                                "If it came from the hub, say from where: `verify FILE --repo ORG/NAME "
-                                "[--revision main] [--path-in-repo NAME]`.")
+            print_json({"path": str(path), "state": "unverified", "label": LABELS["unverified"],
+                        "explanation": EXPLANATIONS["unverified"], "message": message, "advice": advice})
+        else:
+            print(f"{path}: unverified local file\n{message}\nwhat to do: {advice}")
+        return VerificationError.exit_code
     check = verify_against_hub(path, origin, args.endpoint, secrets.get_token())
     local_models.record_check(path, check)
     if args.json:

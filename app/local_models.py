@@ -291,9 +291,10 @@ def add(path: Path, *, copy: bool = False, origin: HubOrigin | None = None, side
     if source.suffix.lower() != ".gguf":
         raise LocalModelError(f"{source.name} is not a .gguf file.", "Choose a GGUF model file (llama.cpp's format).")
     facts = inspect_facts(source)
-    if facts.role != "model":
+    if facts.role != "model" or not facts.usable:
         raise LocalModelError(f"{source.name} cannot be added as a model. {facts.reason}",
-                              "Add the target model file instead.")
+                              "Add the target model file instead." if facts.role == "sidecar"
+                              else "Choose a Qwen3.5-family GGUF with its MTP head.")
     target = source
     copied_from = ""
     if copy:
