@@ -180,6 +180,7 @@ def cmd_sidecar_make(args: argparse.Namespace) -> int:
     out = args.out or default_out(args.target.absolute(), args.vocab)
     corpus = Corpus(prompt_sets=tuple(args.prompts or ()), history=args.history, files=tuple(args.corpus or ()))
     made = make_sidecar(args.target, out, args.vocab, corpus, check=not args.no_check, control=control,
+                        history_path=args.history_file,
                         on_progress=lambda p: _event(args, p.to_dict(), f"[{p.fraction:5.1%}] {p.message}"))
     attached = False
     if local_models.find(args.target.absolute()) is not None:
@@ -258,6 +259,7 @@ def add_sidecar_commands(ssub: Any, command: Any) -> None:
     mk.add_argument("--vocab", type=int, choices=[16384, 32768, 65536], default=32768, help="draft vocabulary size")
     mk.add_argument("--prompts", nargs="+", metavar="SET", help="built-in prompt sets (document, reasoning)")
     mk.add_argument("--history", action="store_true", help="your own chats (user and assistant messages)")
+    mk.add_argument("--history-file", type=Path, help="the chat history to read (default: the app's)")
     mk.add_argument("--corpus", type=Path, nargs="+", help="text files")
     mk.add_argument("--no-check", action="store_true", help="skip the acceptance check")
 

@@ -231,7 +231,7 @@ def test_ctrl_n_ctrl_f_page_keys_tab_and_ctrl_q(qtbot: QtBot, store: HistoryStor
     assert win.conversation_id == opened
     qtbot.keyClick(win.chat.input, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
     assert win.current_page() == "Models"
-    qtbot.keyClick(win.models_page, Qt.Key.Key_4, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(win.models_page, Qt.Key.Key_5, Qt.KeyboardModifier.ControlModifier)
     assert win.current_page() == "Settings"
 
     qtbot.keyClick(win.settings_page, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # from another page
@@ -265,10 +265,10 @@ def test_help_lists_every_key_the_window_answers_and_about_names_the_versions(
     assert dialog is not None and dialog.isVisible()
     rows = dict(dialog.rows)
     for keys in ("Ctrl+N", "Ctrl+F", "Esc", "F2", "Del", "Ctrl+Q", "F1", "Enter", "Shift+Enter", "Tab, Shift+Tab",
-                 "Ctrl+1 … Ctrl+4"):
+                 "Ctrl+1 … Ctrl+5"):
         assert keys in rows, keys
     bound = {a.shortcut().toString() for a in win.actions() if not a.shortcut().isEmpty()}
-    listed = set(rows) | {f"Ctrl+{n}" for n in range(1, 5)}
+    listed = set(rows) | {f"Ctrl+{n}" for n in range(1, 6)}
     assert bound <= listed  # no key the window answers is missing from the list
     dialog.close()
 

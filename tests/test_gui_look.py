@@ -59,8 +59,8 @@ def test_the_rail_has_an_icon_and_a_tooltip_per_page_in_the_themes_colours(qtbot
     win = MainWindow(history=store)
     qtbot.addWidget(win)
     assert win.nav.viewMode() == QListView.ViewMode.IconMode and win.nav.width() <= 96  # a rail, not a list
-    assert win.page_names() == ["Chat", "Models", "Backend", "Settings"]
-    assert {"chat", "models", "backend", "settings", "pin"} <= set(icons.icon_names())
+    assert win.page_names() == ["Chat", "Models", "Backend", "Benchmark", "Settings"]
+    assert {"chat", "models", "backend", "benchmark", "settings", "pin"} <= set(icons.icon_names())
     for row, name in enumerate(win.page_names()):
         item = win.nav.item(row)
         assert not item.icon().isNull()

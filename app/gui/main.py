@@ -46,14 +46,16 @@ from app.engine.remote import NO_TINT_REASON
 from app.engine.speculative import EngineConfig
 from app.errors import FastMTPError
 from app.gguftools.demo_model import DemoModel
-from app.gui import theme, window_state
+from app.gui import local_choices, theme, window_state
 from app.gui.about_dialog import AboutDialog, ShortcutsDialog
 from app.gui.backend_page import BackendPage
+from app.gui.benchmark_page import BenchmarkPage, BenchModel
 from app.gui.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat_view import ChatEntry, ChatView
 from app.gui.engine_bridge import EngineBridge
 from app.gui.first_run import FirstRunPanel
 from app.gui.hud import describe_mode, drafting_warning
+from app.gui.local_models_panel import GgufDrop
 from app.gui.machines import RemoteServerDialog
 from app.gui.models_page import ModelsPage
 from app.gui.nav_rail import NavRail
@@ -307,6 +309,8 @@ class MainWindow(QMainWindow):
         self.models_page = ModelsPage(context_size=self.settings.context_size)
         self.models_page.model_installed.connect(lambda _installed: self.refresh_models())
         self.models_page.chat_requested.connect(self.chat_with)
+        self.models_page.local.history_path = self.history.path  # "my chat history" as a sidecar's corpus
+        self.models_page.local.models_changed.connect(lambda: self.refresh_models())
         self.add_page("Models", self.models_page)
         self.backend_page = BackendPage()
         self.add_page("Backend", self.backend_page)
@@ -326,6 +330,25 @@ class MainWindow(QMainWindow):
         self.bridge.error.connect(self._error)
         self.bridge.busy_changed.connect(self._busy_changed)
         self.refresh_models()
+        self.bench_page = BenchmarkPage(self.bench_model)  # the bench spec matrix for the chat's model (issue 14)
+        self.add_page("Benchmark", self.bench_page)
+        self.gguf_drop = GgufDrop(self, self.add_model_file)  # a .gguf dropped on the window joins your models
+
+    # ------------------------------------------------------------------ your own models (issue 14)
+
+    def add_model_file(self, path: Path) -> None:
+        """A ``.gguf`` dropped on the window: add it on the Models page (which shows how that went)."""
+        self.show_page("Models")
+        self.models_page.local.add_path(path)
+
+    def bench_model(self) -> BenchModel | None:
+        """What the Benchmark page measures: the chat's model and its sidecars (None while there is none)."""
+        files = self._model_files()
+        if files is None or self.chosen_remote() is not None:
+            return None
+        key = str(self.model_box.currentData() or DEMO_KEY)
+        name = self.model_box.currentText() if key != DEMO_KEY else "built-in demo model"
+        return BenchModel(name, files[0], files[1], files[2], not local_choices.lacks_mtp_head(key))
 
     # ------------------------------------------------------------------ pages
 
@@ -455,6 +478,9 @@ class MainWindow(QMainWindow):
             elif chosen is not None and chosen.verified:
                 self._select_model(chosen.key)
                 self._model_chosen()
+            elif local_choices.offered(select):
+                self._select_model(str(select))
+                self._model_chosen()
             elif select is not None and fallback_to_demo:
                 self.load_demo()
 
@@ -499,6 +525,7 @@ class MainWindow(QMainWindow):
                 tip = f"Not offered: it did not pass its checks.\n{model.problem}\n\n{tip}"
                 self._set_item_enabled(self.model_box, row, False)
             self.model_box.setItemData(row, tip, Qt.ItemDataRole.ToolTipRole)
+        local_choices.add_items(self.model_box, self._set_item_enabled)  # your own files (Models page)
         for server in load_servers():
             self.model_box.addItem(f"Remote: {server.name}", REMOTE_PREFIX + server.name)
             self.model_box.setItemData(self.model_box.count() - 1, server.url, Qt.ItemDataRole.ToolTipRole)
@@ -546,9 +573,13 @@ class MainWindow(QMainWindow):
 
     def _model_files(self) -> tuple[Path, Path | None, Path | None] | None:
         """The chosen model's target, d2t sidecar and full sidecar; None while the demo model is not written yet."""
-        installed = self.installed_model(str(self.model_box.currentData() or DEMO_KEY))
+        key = str(self.model_box.currentData() or DEMO_KEY)
+        installed = self.installed_model(key)
         if installed is not None:
             return installed.target, installed.sidecar_d2t, installed.sidecar_full
+        own = local_choices.files(key)
+        if own is not None:
+            return own
         if self.demo is not None:
             return self.demo.target, self.demo.sidecar_d2t, self.demo.sidecar_full
         return None
@@ -556,9 +587,13 @@ class MainWindow(QMainWindow):
     def _update_modes(self) -> None:
         """Grey out the drafting modes whose file the chosen model lacks, saying why; move off a greyed one."""
         files = self._model_files()
+        key = str(self.model_box.currentData() or DEMO_KEY)
         missing = {"sidecar-d2t": files is not None and files[1] is None,
-                   "sidecar-full": files is not None and files[2] is None}
-        why = {"sidecar-d2t": "This model has no FastMTP d2t sidecar in its folder: download it on the Models page.",
+                   "sidecar-full": files is not None and files[2] is None,
+                   "embedded": local_choices.lacks_mtp_head(key)}
+        why = {"sidecar-d2t": local_choices.NO_SIDECAR if local_choices.find(key) else
+                              "This model has no FastMTP d2t sidecar in its folder: download it on the Models page.",
+               "embedded": local_choices.NO_MTP_HEAD,
                "sidecar-full": "This model has no full MTP sidecar in its folder (the release ships the d2t one; "
                                "`python -m app sidecar build --full` makes one)."}
         for row, (_label, key) in enumerate(MODES):
@@ -989,9 +1024,9 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction(self._action("Quit", self.close, "Ctrl+Q", "quit FastMTP Chat"))
         menu.aboutToShow.connect(self._update_chat_actions)
-        for row in range(1, 5):  # Ctrl+1 … Ctrl+4: the rail's pages, top to bottom
+        for row in range(1, 6):  # Ctrl+1 … Ctrl+5: the rail's pages, top to bottom
             self._action(f"Page {row}", partial(self._show_row, row - 1), f"Ctrl+{row}")
-        self._shortcut_rows += [("Ctrl+1 … Ctrl+4", "the pages: Chat, Models, Backend, Settings"),
+        self._shortcut_rows += [("Ctrl+1 … Ctrl+5", "the pages: Chat, Models, Backend, Benchmark, Settings"),
                                 ("Enter", "send the message"), ("Shift+Enter", "a new line in the message"),
                                 ("Tab, Shift+Tab", "leave the message box (to Send, or back)")]
         help_menu = self.menuBar().addMenu("&Help")

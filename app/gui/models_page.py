@@ -1,4 +1,5 @@
-"""The models page: the release's quantizations with fit advice, downloads with per-file progress and checks.
+"""The models page: the release's quantizations with fit advice, downloads with per-file progress and checks,
+and your own model files (``app.gui.local_models_panel``: add, scan, verify against the hub, make a sidecar).
 
 Everything slow runs through :mod:`app.gui.ops`: GPU detection, the download (``fetch_release``, the
 same sequence as ``python -m app fetch``) and keyring access. The download belongs to this page, not
@@ -50,6 +51,7 @@ from app import settings as app_settings
 from app.backend.toolchain import Gpu, detect_gpus
 from app.errors import FastMTPError, VerificationError
 from app.fit import GIB, FitReport, fit
+from app.gui.local_models_panel import LocalModelsPanel
 from app.gui.ops import BackgroundOp, Report
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
 from app.gui.trust_dialog import TrustKeyDialog
@@ -195,6 +197,8 @@ class ModelsPage(QWidget):
         column = QVBoxLayout(content)
         column.addWidget(self._build_quant_group())
         column.addWidget(self._build_download_group(), 1)
+        self.local = LocalModelsPanel()  # your own GGUF files: add, scan, verify, make their FastMTP sidecar
+        column.addWidget(self.local)
         column.addWidget(self._build_settings_group())
         scroll = QScrollArea()  # the window may be shorter than the page: scroll, never squash
         scroll.setWidgetResizable(True)

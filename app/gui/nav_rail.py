@@ -19,6 +19,7 @@ PAGES = {
     "Chat": ("chat", "Chat with the model, with live speed and drafting figures"),
     "Models": ("models", "Download and check models and their FastMTP sidecars"),
     "Backend": ("backend", "Build or install the llama.cpp backend; build tools and GPUs"),
+    "Benchmark": ("benchmark", "Measure tok/s by drafting mode and depth for your model on this machine"),
     "Settings": ("settings", "Theme, context size, GPU layers, folders, remote servers, updates"),
 }
 

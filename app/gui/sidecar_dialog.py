@@ -1,0 +1,230 @@
+""""Make FastMTP sidecar": draft vocabulary size and corpus, then the build with progress, cancel and the measured
+acceptance next to the embedded head.
+
+The job is the ``sidecar make`` command run as a child process (``app.child_job``): it tokenizes and probes
+through llama.cpp, and a native failure must not take the window down. Cancel stops the child; the sidecar
+is written as ``.partial`` and renamed only when complete, and the parent removes anything a killed child
+left, so a cancelled build leaves no file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.child_job import ChildJob
+from app.gui.ops import Report
+from app.gui.page_ops import OwnedOps, error_text
+from app.sidecar_job import VOCAB_SIZES, JobCancelled, default_out, prompt_sets
+
+STEP_WORDS = {"tokenizing": "Tokenizing the corpus", "counting": "Counting tokens", "slicing": "Slicing rows",
+              "writing": "Writing", "checking": "Checking"}
+
+
+class MakeSidecarDialog(QDialog):
+    """Build a d2t sidecar for ``target``; ``made`` carries the new file's path."""
+
+    made = Signal(str)
+
+    def __init__(self, target: Path, parent: QWidget | None = None, *, history_path: Path | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Make FastMTP sidecar")
+        self.setMinimumWidth(560)
+        self.target = target
+        self.history_path = history_path
+        self.ops = OwnedOps(self)
+        self.job: ChildJob | None = None
+        self.outcome: dict[str, Any] | None = None
+        self.last_error: Exception | None = None
+        self.steps_seen: list[str] = []
+
+        self.vocab = QComboBox()
+        for size in VOCAB_SIZES:
+            note = " (the release's size)" if size == 32768 else ""
+            self.vocab.addItem(f"{size // 1024}K ({size:,} draft tokens){note}", size)
+        self.vocab.setCurrentIndex(VOCAB_SIZES.index(32768))
+        self.vocab.currentIndexChanged.connect(lambda _i: self._show_out())
+        self.prompt_boxes: dict[str, QCheckBox] = {}
+        corpus = QVBoxLayout()
+        for name in prompt_sets():
+            box = QCheckBox(f"Built-in prompts: {name}")
+            box.setChecked(True)
+            self.prompt_boxes[name] = box
+            corpus.addWidget(box)
+        self.history_box = QCheckBox("My chat history (what you and the model wrote)")
+        corpus.addWidget(self.history_box)
+        self.files = QListWidget()
+        self.files.setFixedHeight(60)
+        add_files = QPushButton("Add text files…")
+        add_files.clicked.connect(self.pick_files)
+        clear = QPushButton("Clear")
+        clear.clicked.connect(self.files.clear)
+        file_row = QHBoxLayout()
+        file_row.addWidget(add_files)
+        file_row.addWidget(clear)
+        file_row.addStretch(1)
+        corpus.addWidget(self.files)
+        corpus.addLayout(file_row)
+        self.out_label = QLabel()
+        self.out_label.setWordWrap(True)
+        self.out_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form = QFormLayout()
+        form.addRow("Model", QLabel(target.name))
+        form.addRow("Draft vocabulary", self.vocab)
+        form.addRow("Corpus", corpus)
+        form.addRow("Writes", self.out_label)
+
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(False)
+        self.step_label = QLabel("The token frequencies of the corpus choose the draft vocabulary.")
+        self.step_label.setWordWrap(True)
+        self.result_label = QLabel()
+        self.result_label.setWordWrap(True)
+        self.result_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.make_button = QPushButton("Make sidecar")
+        self.make_button.setDefault(True)
+        self.make_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.setEnabled(False)
+        self.close_button = QPushButton("Close")
+        self.close_button.clicked.connect(self.reject)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.make_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.close_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.step_label)
+        layout.addWidget(self.result_label)
+        layout.addLayout(buttons)
+        self._show_out()
+
+    @property
+    def running(self) -> bool:
+        return not self.ops.idle
+
+    @property
+    def out(self) -> Path:
+        return default_out(self.target, int(self.vocab.currentData()))
+
+    def _show_out(self) -> None:
+        self.out_label.setText(str(self.out))
+
+    def pick_files(self) -> QFileDialog:
+        dialog = QFileDialog(self, "Text files for the corpus", str(Path.home()), "Text (*.txt *.md);;All files (*)")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
+        dialog.setOption(QFileDialog.Option.DontUseNativeDialog, True)
+        dialog.filesSelected.connect(lambda chosen: self.files.addItems(list(chosen)))
+        dialog.finished.connect(lambda _r: dialog.deleteLater())
+        dialog.open()
+        return dialog
+
+    def command(self) -> list[str]:
+        """The ``sidecar make`` command this dialog runs (also what a user can run headless)."""
+        args = ["sidecar", "make", "--target", str(self.target), "--out", str(self.out), "--vocab",
+                str(self.vocab.currentData())]
+        chosen = [name for name, box in self.prompt_boxes.items() if box.isChecked()]
+        if chosen:
+            args += ["--prompts", *chosen]
+        if self.history_box.isChecked():
+            args.append("--history")
+            if self.history_path is not None:
+                args += ["--history-file", str(self.history_path)]
+        files = [self.files.item(i).text() for i in range(self.files.count())]
+        if files:
+            args += ["--corpus", *files]
+        return args
+
+    def start(self) -> None:
+        if self.running:
+            return
+        job = self.job = ChildJob(self.command(), leftovers=[self.out])
+        self.outcome, self.last_error = None, None
+        self.steps_seen.clear()
+        self.bar.setValue(0)
+        self.result_label.setText("")
+        self.step_label.setText("Starting…")
+        self._set_running(True)
+
+        def work(report: Report) -> dict[str, Any]:
+            return job.run(report)
+
+        self.ops.start(work, self._done, self._failed, self._progress)
+
+    def cancel(self) -> None:
+        if self.job is not None and self.running:
+            self.step_label.setText("Cancelling…")
+            self.cancel_button.setEnabled(False)
+            self.job.cancel()
+
+    def _set_running(self, running: bool) -> None:
+        self.make_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+        self.vocab.setEnabled(not running)
+
+    def _progress(self, event: object) -> None:
+        if not isinstance(event, dict) or event.get("kind") != "progress":
+            return
+        step = str(event.get("step", ""))
+        if step not in self.steps_seen:
+            self.steps_seen.append(step)
+        self.bar.setValue(round(1000 * float(event.get("fraction", 0.0))))
+        self.step_label.setText(f"{STEP_WORDS.get(step, step)}: {event.get('message', '')}")
+
+    def _done(self, result: dict[str, Any]) -> None:
+        self.outcome = result
+        self._set_running(False)
+        self.bar.setValue(1000)
+        self.step_label.setText("Done.")
+        check = result.get("check")
+        text = (f"Made {Path(result['path']).name}: {result['vocab_size']:,} draft tokens chosen from "
+                f"{result['corpus']}.")
+        if check:
+            text += (f"\nMeasured one-token acceptance along {check['positions']} tokens of the model's own text: "
+                     f"this sidecar {check['sidecar_acceptance']:.1%}, the embedded MTP head "
+                     f"{check['embedded_acceptance']:.1%}.")
+        for warning in result.get("warnings", []):
+            text += "\nNote: " + warning
+        if result.get("attached"):
+            text += "\nThe chat's model selector offers it as the FastMTP d2t drafting mode of this model."
+        self.result_label.setText(text)
+        self.made.emit(str(result["path"]))
+
+    def _failed(self, exc: Exception) -> None:
+        self.last_error = exc
+        self._set_running(False)
+        if isinstance(exc, JobCancelled):
+            self.bar.setValue(0)
+            self.step_label.setText("Cancelled: no sidecar was written.")
+            return
+        self.step_label.setText("The sidecar could not be made.")
+        self.result_label.setText(error_text(exc))
+
+    def reject(self) -> None:
+        self.cancel()  # closing the dialog stops the build; nothing half-written stays
+        super().reject()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.cancel()
+        super().closeEvent(event)
