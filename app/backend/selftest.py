@@ -34,6 +34,7 @@ def run(folder: Path) -> dict[str, Any]:
     from app.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
     from app.native import draft_probe
     from app.native.handles import Model, llama
+    from app.native.loader import gpu_devices
 
     manifest = BackendManifest.read(folder)
     started = time.monotonic()
@@ -41,7 +42,7 @@ def run(folder: Path) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ok": False,
         "system_info": lib.llama_print_system_info().decode(errors="replace").strip(),
-        "gpu_offload": bool(lib.llama_supports_gpu_offload()),
+        "gpu_offload": bool(gpu_devices()),
     }
     n_gpu_layers = -1 if manifest.flavor == "cuda" and result["gpu_offload"] else 0
     demo = ensure_demo_model(selftest_model_dir(manifest.llama_cpp_python_version), size="tiny", language="words")

@@ -72,12 +72,7 @@ def _load_backend_modules(folder: Path) -> None:
     if not manifest.loads_backends_at_start:
         return
     lib_dir = folder / "llama_cpp" / "lib"
-    names = ("libggml.so", "libggml.dylib", "ggml.dll")
-    found = next((lib_dir / name for name in names if (lib_dir / name).exists()), None)
-    if found is None:
-        raise BackendError(f"The backend in {folder} has no ggml library to load its CPU code with.",
-                           "Install the backend again (`python -m app backend build --cpu-variants`).")
-    ggml = ctypes.CDLL(str(found))
+    ggml = _ggml(folder)
     ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
     ggml.ggml_backend_load_all_from_path.restype = None
     ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
@@ -86,6 +81,43 @@ def _load_backend_modules(folder: Path) -> None:
         raise BackendError(f"None of the backend's CPU modules in {lib_dir} can run on this processor.",
                            "This processor lacks SSE4.2; build the backend on this machine instead "
                            "(`python -m app backend build`).")
+
+
+def _ggml(folder: Path) -> ctypes.CDLL:
+    """The backend's own ggml library (already loaded by llama_cpp: the same handle)."""
+    lib_dir = folder / "llama_cpp" / "lib"
+    names = ("libggml.so", "libggml.dylib", "ggml.dll")
+    found = next((lib_dir / name for name in names if (lib_dir / name).exists()), None)
+    if found is None:
+        raise BackendError(f"The backend in {folder} has no ggml library.",
+                           "Install the backend again (`python -m app backend build`).")
+    return ctypes.CDLL(str(found))
+
+
+_GPU_DEVICE_TYPES = (1, 2)  # ggml_backend_dev_type: GPU, IGPU (not CPU, ACCEL, META, nor an RPC server)
+
+
+def gpu_devices() -> list[str]:
+    """Descriptions of the GPUs this backend can offload to (loads the backend first).
+
+    Not ``llama_supports_gpu_offload``: it also answers yes for a build with the RPC backend, which
+    offloads to other machines, not to a GPU here.
+    """
+    import_llama_cpp()
+    ggml = _ggml(backend_folder())
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_type.restype = ctypes.c_int
+    ggml.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_description.restype = ctypes.c_char_p
+    found: list[str] = []
+    for index in range(ggml.ggml_backend_dev_count()):
+        device = ggml.ggml_backend_dev_get(index)
+        if ggml.ggml_backend_dev_type(device) in _GPU_DEVICE_TYPES:
+            found.append((ggml.ggml_backend_dev_description(device) or b"GPU").decode(errors="replace"))
+    return found
 
 
 def _preload_runtime_libs(folder: Path) -> None:
