@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtGui import QColor, QIcon
-from PySide6.QtWidgets import QApplication, QListView
+from PySide6.QtGui import QColor, QFontMetrics, QIcon
+from PySide6.QtWidgets import QApplication, QListView, QListWidget, QStyle, QStyledItemDelegate, QStyleOptionViewItem
 from pytestqt.qtbot import QtBot
 
 from app.builtin_demo import ensure_demo_model
@@ -54,11 +54,26 @@ def _lightness(icon: QIcon) -> float:
     return sum(values) / len(values)
 
 
+def _shown_whole(rail: QListWidget, row: int) -> bool:
+    """Whether the item's text fits the text rectangle the style draws it in (else it is elided)."""
+    index = rail.model().index(row, 0)
+    option = QStyleOptionViewItem()
+    rail.initViewItemOption(option)
+    option.rect = rail.visualRect(index)
+    delegate = rail.itemDelegate()
+    assert isinstance(delegate, QStyledItemDelegate)
+    delegate.initStyleOption(option, index)
+    style = rail.style()
+    text = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, rail)
+    margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, rail) + 1
+    return QFontMetrics(option.font).horizontalAdvance(option.text) <= text.width() - 2 * margin
+
+
 def test_the_rail_has_an_icon_and_a_tooltip_per_page_in_the_themes_colours(qtbot: QtBot,
                                                                            store: HistoryStore) -> None:
     win = MainWindow(history=store)
     qtbot.addWidget(win)
-    assert win.nav.viewMode() == QListView.ViewMode.IconMode and win.nav.width() <= 96  # a rail, not a list
+    assert win.nav.viewMode() == QListView.ViewMode.IconMode and win.nav.width() <= 110  # a rail, not a list
     assert win.page_names() == ["Chat", "Models", "Backend", "Benchmark", "Settings"]
     assert {"chat", "models", "backend", "benchmark", "settings", "pin"} <= set(icons.icon_names())
     for row, name in enumerate(win.page_names()):
@@ -66,6 +81,10 @@ def test_the_rail_has_an_icon_and_a_tooltip_per_page_in_the_themes_colours(qtbot
         assert not item.icon().isNull()
         tip = item.toolTip()
         assert name in tip and PAGES[name][1] in tip and f"Ctrl+{row + 1}" in tip
+    win.show()
+    qtbot.waitExposed(win)
+    for row, name in enumerate(win.page_names()):  # each name shows whole under its icon, never elided
+        assert _shown_whole(win.nav, row), name
     app = QApplication.instance()
     assert isinstance(app, QApplication)
     win.apply_settings(Settings(theme="light"))

@@ -13,7 +13,9 @@ from PySide6.QtWidgets import QAbstractItemView, QListView, QListWidget, QListWi
 from app.gui import icons
 from app.gui.markdown import DARK, LIGHT, Palette
 
-RAIL_WIDTH = 80
+RAIL_WIDTH = 80  # at least; wider when a page's name needs it (``_fit``)
+CELL_HEIGHT = 62
+TEXT_AIR = 18  # around a name in its cell: the cell's margins, the item's text margins, and some air
 # page name -> (icon, what the page is for); a page added under another name gets the chat icon and no words
 PAGES = {
     "Chat": ("chat", "Chat with the model, with live speed and drafting figures"),
@@ -39,10 +41,9 @@ class NavRail(QListWidget):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setIconSize(QSize(24, 24))
-        self.setGridSize(QSize(RAIL_WIDTH - 8, 62))
         self.setSpacing(0)
         self.setUniformItemSizes(True)
-        self.setFixedWidth(RAIL_WIDTH)
+        self._fit()
         self.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click does not steal the composer's focus
         self._palette = LIGHT
         self.set_palette(LIGHT)
@@ -52,14 +53,28 @@ class NavRail(QListWidget):
         item = QListWidgetItem(name)
         item.setData(Qt.ItemDataRole.UserRole, name)
         item.setTextAlignment(Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop)
-        item.setSizeHint(QSize(RAIL_WIDTH - 8, 62))
         self._decorate(item)
         return item
 
     def tooltips(self) -> None:
-        """Each page's tooltip names its key, which follows its row (called after pages move)."""
+        """Each page's tooltip names its key, which follows its row, and the rail is as wide as the longest
+        name needs (called after pages are added)."""
         for row in range(self.count()):
             self._decorate(self.item(row))
+        self._fit()
+
+    def cell_width(self) -> int:
+        """A page button's width: ``RAIL_WIDTH`` less the rail's edge, or what the longest name needs."""
+        names = [self.item(row).text() for row in range(self.count())]
+        widest = max((self.fontMetrics().horizontalAdvance(name) for name in names), default=0)
+        return max(RAIL_WIDTH - 8, widest + TEXT_AIR)
+
+    def _fit(self) -> None:
+        cell = QSize(self.cell_width(), CELL_HEIGHT)
+        self.setGridSize(cell)
+        for row in range(self.count()):
+            self.item(row).setSizeHint(cell)
+        self.setFixedWidth(cell.width() + 8)
 
     def _decorate(self, item: QListWidgetItem) -> None:
         name = item.text()
@@ -81,8 +96,8 @@ class NavRail(QListWidget):
         self.setStyleSheet(
             f"QListWidget#nav {{ background: {rail}; border: none; border-right: 1px solid {edge};"
             f" padding-top: 6px; outline: 0; }}"
-            f"QListWidget#nav::item {{ color: {colours.text}; border-radius: 8px; margin: 2px 4px;"
-            f" padding-top: 6px; font-size: 11px; }}"
+            f"QListWidget#nav::item {{ color: {colours.text}; border-radius: 8px; margin: 2px 3px;"
+            f" padding-top: 6px; }}"
             f"QListWidget#nav::item:hover {{ background: {hover}; }}"
             f"QListWidget#nav::item:selected {{ background: {chosen}; color: {colours.text}; }}")
         self.tooltips()
