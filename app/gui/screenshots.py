@@ -4,10 +4,10 @@ Run it under a display (``xvfb-run -a .venv/bin/python -m app.gui.screenshots do
 application up as ``run()`` does (its name, desktop file name and icon), opens the real window with the built-in
 demo model on the active backend (the patched CPU backend is built first when none is active: seconds when its
 build tree is cached), sends a message with drafting off (that chat is pinned) and one with the d2t sidecar,
-waits for each streamed reply, and grabs the window with
-``QWidget.grab()`` (which draws the window itself, so the screen may be smaller than the window): the first-run
-panel, the chat with its HUD, and the Models, Backend and Settings pages, in the light and the dark theme, at
-each of ``SIZES``: ``chat-light.png`` at the README's size, ``chat-light-1024x700.png`` and so on at the others.
+waits for each streamed reply, and grabs the window with ``QWidget.grab()`` (which draws the window itself, so
+the screen may be smaller than the window): the first-run panel, the chat with its HUD, and every other page of
+the rail (Models, Backend, …, Settings), in the light and the dark theme, at each of ``SIZES``:
+``chat-light.png`` at the README's size, ``chat-light-1024x700.png`` and so on at the others.
 History and settings live in a temporary folder, so the user's own chats are neither shown nor changed.
 """
 
@@ -32,7 +32,6 @@ README_SIZE = (1280, 800)  # the unsuffixed files, which the README shows
 SIZES = (README_SIZE, (1024, 700), (1920, 1080))  # the smallest window we design for, and a full HD screen
 PROMPT = "Hello! What is FastMTP Chat, and how does its drafting work?"
 PLAIN_PROMPT = "The same without drafting, please."
-PAGES = ("Models", "Backend", "Settings")
 
 
 def wait_until(app: QApplication, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -134,7 +133,7 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
         set_theme(name)
         window.show_page("Chat")
         grab("chat", name)
-    for page in PAGES:
+    for page in window.page_names()[1:]:  # every page of the rail after Chat
         for name in themes:
             set_theme(name)
             window.show_page(page)
