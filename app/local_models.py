@@ -309,7 +309,7 @@ def add(path: Path, *, copy: bool = False, origin: HubOrigin | None = None, side
         elif kind == "full" and (full is None or sidecar in given):
             full = sidecar
     origin = origin or (known.origin if known else None) or origin_from_path(source)
-    verification = known.verification if known else Verification()
+    verification = _release_state(target) or (known.verification if known else Verification())
     model = LocalModel(path=target, added=known.added if known else _now(), facts=facts, copied_from=copied_from,
                        origin=origin, sidecar_d2t=d2t, sidecar_full=full, verification=verification,
                        mtime_ns=target.stat().st_mtime_ns)
@@ -383,6 +383,24 @@ def attachable_sidecar(target: Path, sidecar: Path, *, strict: bool) -> Literal[
                                   exc.advice or "Choose the sidecar made for this model.") from exc
         return None
     return "d2t" if side.kind == "mtp_sidecar_d2t" else "full"
+
+
+def _release_state(path: Path) -> Verification | None:
+    """``publisher-signed`` for a target in a release folder that checks out (as the chat's release listing checks
+    it: signatures with a trusted key and sizes; every hash was checked when it was installed); else None."""
+    from app.release.catalog import load_catalog
+    from app.release.installed import list_installed
+
+    if not (path.parent / load_catalog().integrity.manifest).is_file():
+        return None
+    for release in list_installed(path.parent.parent):
+        if release.target == path and release.verified:
+            stat = path.stat()
+            return Verification(state="publisher-signed", checked=_now(), size=stat.st_size, mtime_ns=stat.st_mtime_ns,
+                                detail=f"Release {release.version} of {release.repo}, signed by {release.fingerprint}; "
+                                       "sizes checked now, every hash when it was installed (`verify FILE` "
+                                       "re-hashes).")
+    return None
 
 
 def _neighbour_sidecars(target: Path) -> list[Path]:

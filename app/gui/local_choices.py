@@ -28,6 +28,8 @@ def find(key: str | None) -> LocalModel | None:
 def add_items(box: QComboBox, set_enabled: SetEnabled) -> None:
     """Append an item per added file: ``name · Q4_K_M · 16.4 GB · hub hash matches``."""
     for model in local_models.load_registry():
+        if box.findData(model.key) >= 0:  # a downloaded release's file: listed already, as the release
+            continue
         facts = model.facts
         box.addItem(f"{model.path.name} · {facts.quantization} · {facts.size_bytes / 1e9:.1f} GB · "
                     f"{LABELS[model.state]}", model.key)

@@ -123,11 +123,11 @@ class LocalModelsPanel(QGroupBox):
 
         self.add_button = QPushButton("Add a model file…")
         self.add_button.setToolTip("Pick a .gguf already on disk (or drop one on the window); it is used where it is")
-        self.add_button.clicked.connect(self.pick_file)
+        self.add_button.clicked.connect(lambda _checked=False: self.pick_file())
         self.scan_button = QPushButton("Scan for models")
         self.scan_button.setToolTip("Look in LM Studio's models folders, the Hugging Face cache, Downloads and the "
                                     "models folder")
-        self.scan_button.clicked.connect(self.scan)
+        self.scan_button.clicked.connect(lambda _checked=False: self.scan())
         self.copy_box = QCheckBox("Copy into the models folder")
         self.copy_box.setToolTip("Off: the file is used where it is (nothing is copied)")
         buttons = QHBoxLayout()

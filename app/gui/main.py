@@ -516,8 +516,9 @@ class MainWindow(QMainWindow):
         several_folders = len({m.folder for m in models}) > 1
         for model in models:
             where = f" · {model.folder.name}" if several_folders else ""
-            self.model_box.addItem(f"{model.quant} · release {model.version} · {model.size_bytes / 1e9:.1f} GB{where}",
-                                   model.key)
+            signed = " · publisher-signed" if model.verified else ""
+            self.model_box.addItem(f"{model.quant} · release {model.version} · {model.size_bytes / 1e9:.1f} GB{where}"
+                                   f"{signed}", model.key)
             row = self.model_box.count() - 1
             tip = f"{model.target}\nFastMTP d2t sidecar: {_name(model.sidecar_d2t)}\n" \
                   f"Full sidecar: {_name(model.sidecar_full)}"
