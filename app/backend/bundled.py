@@ -29,10 +29,8 @@ def bundled_archives() -> list[Path]:
 
 def ensure_installed(say: Callable[[str], None] = lambda _line: None) -> registry.BackendManifest | None:
     """Install and activate the bundled backend when no backend is active; returns it, or None if nothing to do."""
-    if registry.active_id() is not None:
-        return None
-    archives = bundled_archives()
-    if not archives:
+    archives = bundled_archives()  # first: a checkout has none, and then the data folder is not even looked at
+    if not archives or registry.active_id() is not None:
         return None
     say(f"First start: installing the bundled CPU backend from {archives[-1].name}…")
     unpacked = archive.unpack(archives[-1], activate=True, kind="bundled")
