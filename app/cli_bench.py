@@ -93,18 +93,22 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
 
         print("building (or reusing) llama-server from the patched tree ...", file=sys.stderr, flush=True)
         server = build_server(BuildOptions(flavor="cuda" if args.gpu_layers != 0 else "cpu"))
+    out = args.out or paths.cache_dir() / "bench-spec"
+    decisions = out / "adaptive-decisions.jsonl" if any(v.adaptive for v in variants) else None
     result = spec.run(target, {"full": full, "d2t": d2t}, variants=variants, n_tokens=args.tokens, runs=args.runs,
                       n_threads=args.threads, n_gpu_layers=args.gpu_layers, server_binary=server,
-                      time_limit_s=args.time_limit, remote=remote,
+                      time_limit_s=args.time_limit, remote=remote, interleave=args.interleave, decisions=decisions,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
     result.model = name
-    out = args.out or paths.cache_dir() / "bench-spec"
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     (out / "spec.md").write_text(result.markdown())
     chart = result.chart(args.chart or out / "spec.png")
+    drawn = spec.decision_charts(decisions, out) if decisions is not None else []
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
-    print(f"wrote {out / 'spec.json'}, {out / 'spec.md'} and {chart}", file=sys.stderr)
+    print(f"wrote {out / 'spec.json'}, {out / 'spec.md'} and {chart}"
+          + (f"; adaptive depth's decisions in {decisions} and {', '.join(p.name for p in drawn)}" if drawn else ""),
+          file=sys.stderr)
     if args.record:
         link = ""
         if args.chart:
@@ -247,6 +251,10 @@ def add_commands(sub: Any, command: Any) -> None:
                     help="a remote server (`remote add` name, or a URL) measured with the same prompts, beside ours")
     sp.add_argument("--threads", type=int)
     sp.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
-    sp.add_argument("--out", type=Path, help="folder for spec.json, spec.md and spec.png")
+    sp.add_argument("--interleave", choices=["prompt", "variant"],
+                    help="our variants side by side prompt by prompt (default on a CPU), or one after another "
+                         "(default with --gpu-layers or --time-limit)")
+    sp.add_argument("--out", type=Path, help="folder for spec.json, spec.md, spec.png and adaptive depth's decisions "
+                    "(adaptive-decisions.jsonl, adaptive-*.png)")
     sp.add_argument("--chart", type=Path, help="where to write the PNG chart (e.g. docs/bench-spec.png)")
     sp.add_argument("--record", type=Path, help="append the table to this markdown file (docs/benchmarks.md)")

@@ -1,23 +1,34 @@
 """``bench spec``: our speculative loop across modes and depths, side by side with upstream llama-server.
 
-Every variant runs every prompt of each prompt set once per run; runs are interleaved variant by
-variant so machine noise hits all alike, and the reported figures are medians over runs. Decode
+Every variant runs every prompt of each prompt set once per run, and the reported figures are medians
+over runs. On a CPU our variants are interleaved prompt by prompt (every variant's session stays open
+for the run, all on the same memory-mapped files, and the order rotates from prompt to prompt), so a
+burst of load from another job hits every variant alike; with GPU offload (each session would hold its
+own copy of the weights on the device) or a time limit they run variant by variant. Decode
 tok/s is generated tokens over decode time (after the prompt), as llama-server's
 ``predicted_per_second``. The bound is what the measured acceptance allows with the measured
 costs: (1 - a^(k+1)) / (1 - a) tokens per round for k draft steps plus one verify pass, against
 one plain pass per token; efficiency is the measured speedup over ``off`` divided by it. Our rows
 split each round into the verify pass, the draft steps and our host (Python) time; native times
 are taken after ``llama_synchronize``, so a GPU's work counts as native, not as ours.
+
+Adaptive rows are set against the fastest fixed depth of the same mode in the same run (the ratio of
+the medians and the ratio in each run) and report the depths they chose; every round's decision
+(depth, reason, predicted and measured time, the estimates) is kept as JSON lines and drawn.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from app.bench.report import device_description
 from app.engine.chat_template import Message
@@ -27,6 +38,7 @@ from app.native.handles import default_threads
 from app.resources import resources_dir
 
 DraftKind = Literal["full", "d2t"]
+Interleave = Literal["prompt", "variant"]
 PROMPT_SETS = ("document", "reasoning")
 Log = Callable[[str], None]
 
@@ -76,10 +88,16 @@ class Sample:
     accepted: int = 0
     draft_native: float = 0.0
     verify_native: float = 0.0
+    depths: Counter[int] = field(default_factory=Counter)  # adaptive: rounds at each depth
+    cpu_seconds: float = 0.0  # ours: the decoding thread's CPU time (without the waits for a core)
 
     @property
     def tps(self) -> float:
         return self.generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def cpu_tps(self) -> float:
+        return self.generated / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
 
 
 @dataclass
@@ -139,6 +157,24 @@ class Row:
         return self.median(lambda s: s.verify_native / s.passes * 1000 if s.passes else 0.0)
 
     @property
+    def cpu_tps(self) -> float | None:
+        """Ours: tokens per second of the decoding thread's CPU time (median over runs). With one decode thread on a
+        CPU this is what the wall-clock speed would be on a quiet machine; on a shared one it leaves out the
+        waits for a core, which hit whichever variant happened to run then."""
+        if self.variant.engine != "ours" or not any(s.cpu_seconds for s in self.samples):
+            return None
+        return self.median(lambda s: s.cpu_tps)
+
+    @property
+    def depth_shares(self) -> dict[int, float]:
+        """Adaptive: the share of rounds at each depth, over every run."""
+        total: Counter[int] = Counter()
+        for sample in self.samples:
+            total.update(sample.depths)
+        rounds = sum(total.values())
+        return {k: total[k] / rounds for k in sorted(total)} if rounds else {}
+
+    @property
     def round_ms(self) -> float | None:
         """Decode wall time per round: verify + draft + host."""
         if self.variant.engine != "ours":
@@ -178,6 +214,34 @@ class SpecResult:
         return next((r for r in self.rows if r.variant.engine == "upstream" and r.prompt_set == row.prompt_set
                      and r.variant.fixed_key == row.variant.fixed_key), None)
 
+    def fixed_rows(self, row: Row) -> list[Row]:
+        """Our fixed-depth rows with the same drafting mode and draft as ``row``, over the same prompts."""
+        return [r for r in self.rows if r.variant.engine == "ours" and not r.variant.adaptive
+                and r.variant.mode == row.variant.mode and r.variant.draft == row.variant.draft
+                and r.prompt_set == row.prompt_set and r.variant.mode != "off"]
+
+    def fastest_fixed(self, row: Row) -> Row | None:
+        """For an adaptive row: the fastest fixed depth of the same mode in this run (by median)."""
+        if not row.variant.adaptive:
+            return None
+        return max(self.fixed_rows(row), key=lambda r: r.tps, default=None)
+
+    def fastest_fixed_cpu(self, row: Row) -> Row | None:
+        """For an adaptive row: the fixed depth of the same mode with the most tokens per CPU second."""
+        if not row.variant.adaptive:
+            return None
+        return max(self.fixed_rows(row), key=lambda r: r.cpu_tps or 0.0, default=None)
+
+    def vs_fastest_fixed_runs(self, row: Row) -> list[float]:
+        """For an adaptive row: in each run, its speed over the fastest fixed depth's in that same run."""
+        fixed = self.fixed_rows(row)
+        ratios = []
+        for index, sample in enumerate(row.samples if row.variant.adaptive else []):
+            rivals = [r.samples[index].tps for r in fixed if index < len(r.samples)]
+            if rivals and max(rivals) > 0:
+                ratios.append(sample.tps / max(rivals))
+        return ratios
+
     def bound(self, row: Row) -> float | None:
         """The speedup over ``off`` the measured acceptance and step costs allow with zero loop overhead:
         k draft steps and a verify pass per round against ``off``'s pass per token, all synchronized."""
@@ -200,6 +264,7 @@ class SpecResult:
             "variant": row.variant.label, "engine": row.variant.engine, "mode": row.variant.mode,
             "draft": row.variant.draft, "n_max": row.variant.n_max, "adaptive": row.variant.adaptive,
             "prompt_set": row.prompt_set, "decode_tps_median": round(row.tps, 2),
+            "decode_tps_cpu_median": _round(row.cpu_tps, 2),
             "decode_tps_runs": [round(s.tps, 2) for s in row.samples],
             "acceptance": _round(row.acceptance), "tokens_per_pass": _round(row.tokens_per_pass),
             "vs_off": _round(vs_off), "vs_upstream": _round(row.tps / peer.tps if peer and peer.tps > 0 else None),
@@ -209,6 +274,23 @@ class SpecResult:
             "draft_ms_per_step": _round(row.draft_ms), "draft_ms_per_round": _round(row.draft_ms_per_round),
             "python_ms_per_round": _round(row.python_ms_per_round),
             "drafted": sum(s.proposed for s in row.samples), "accepted": sum(s.accepted for s in row.samples),
+            **self._adaptive_summary(row),
+        }
+
+    def _adaptive_summary(self, row: Row) -> dict[str, Any]:
+        """Adaptive rows: the fastest fixed depth of the same mode in this run, the ratios, the depths chosen."""
+        fastest = self.fastest_fixed(row)
+        if fastest is None:
+            return {}
+        by_cpu = self.fastest_fixed_cpu(row)
+        cpu_ratio = row.cpu_tps / by_cpu.cpu_tps if by_cpu is not None and row.cpu_tps and by_cpu.cpu_tps else None
+        return {
+            "fastest_fixed": fastest.variant.label, "fastest_fixed_tps_median": round(fastest.tps, 2),
+            "vs_fastest_fixed": _round(row.tps / fastest.tps if fastest.tps > 0 else None),
+            "vs_fastest_fixed_runs": [round(r, 3) for r in self.vs_fastest_fixed_runs(row)],
+            "fastest_fixed_cpu": by_cpu.variant.label if cpu_ratio is not None and by_cpu is not None else None,
+            "vs_fastest_fixed_cpu": _round(cpu_ratio),
+            "depths": {str(k): round(v, 3) for k, v in row.depth_shares.items()},
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,7 +315,25 @@ class SpecResult:
                              f"{_fmt(s['vs_upstream'], '.2f', 'x')} | {_fmt(s['bound'], '.2f', 'x')} | "
                              f"{_fmt(s['efficiency'], '.0%')} | {_fmt(s['verify_ms_per_pass'], '.2f')} | "
                              f"{_fmt(s['draft_ms_per_step'], '.3f')} | {_fmt(s['python_ms_per_round'], '.2f')} |")
+            lines += self._adaptive_table(rows)
         return "\n".join(lines).strip() + "\n"
+
+    def _adaptive_table(self, rows: list[Row]) -> list[str]:
+        adaptive = [self.summary(r) for r in rows if self.fastest_fixed(r) is not None]
+        if not adaptive:
+            return []
+        lines = ["", "| adaptive variant | tok/s (median) | fastest fixed depth | its tok/s | ratio | "
+                 "ratio in each run | ratio in CPU time | depths chosen (share of rounds) |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for s in adaptive:
+            depths = ", ".join(f"{k}: {v:.0%}" for k, v in s["depths"].items()) or "–"
+            runs = ", ".join(f"{r:.2f}" for r in s["vs_fastest_fixed_runs"]) or "–"
+            cpu = "–" if s["vs_fastest_fixed_cpu"] is None else \
+                f"{s['vs_fastest_fixed_cpu']:.3f}x vs {s['fastest_fixed_cpu'].rsplit(' ', 1)[-1]}"
+            lines.append(f"| {s['variant']} | {s['decode_tps_median']:.1f} | {s['fastest_fixed']} | "
+                         f"{s['fastest_fixed_tps_median']:.1f} | {_fmt(s['vs_fastest_fixed'], '.3f', 'x')} | {runs} | "
+                         f"{cpu} | {depths} |")
+        return lines
 
     def chart(self, path: Path) -> Path:
         """A grouped bar chart of decode tok/s per variant (ours solid, llama-server hatched)."""
@@ -262,6 +362,61 @@ class SpecResult:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         return path
+
+
+def decision_charts(decisions: Path, folder: Path) -> list[Path]:
+    """Draw adaptive depth's decisions (the JSON lines ``run`` kept), one PNG per adaptive variant: the depth of
+    every round (coloured by why it was chosen), and each round's measured time beside the time predicted for
+    it, with the load index; runs one after another, the warm-up and the prompts marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries: dict[str, list[dict[str, Any]]] = {}
+    if decisions.exists():
+        for line in decisions.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            entries.setdefault(entry["variant"], []).append(entry)
+    colours = {"best": "#4c78a8", "probe": "#f58518", "explore": "#e45756", "start": "#72b7b2"}
+    paths = []
+    for variant, rounds in entries.items():
+        fig, (depth_ax, time_ax) = plt.subplots(2, 1, figsize=(13, 7.5), sharex=True)
+        xs = list(range(len(rounds)))
+        for reason, colour in colours.items():
+            picked = [(x, r["depth"]) for x, r in zip(xs, rounds, strict=True) if r["reason"] == reason]
+            if picked:
+                depth_ax.scatter([x for x, _ in picked], [d for _, d in picked], s=7, color=colour, label=reason)
+        measured = [r["seconds"] * 1000 for r in rounds]
+        time_ax.scatter(xs, measured, s=5, color="#999999", label="measured")
+        predicted = [(x, r["predicted"] * 1000) for x, r in zip(xs, rounds, strict=True) if r["predicted"]]
+        time_ax.scatter([x for x, _ in predicted], [v for _, v in predicted], s=5, color="#4c78a8",
+                        label="predicted for the round's depth")
+        load_ax = time_ax.twinx()
+        load_ax.plot(xs, [r["load"] for r in rounds], color="#54a24b", linewidth=0.8, label="load index")
+        load_ax.set_ylabel("load index", color="#54a24b")
+        for x, (before, after) in enumerate(itertools.pairwise(rounds), start=1):
+            if (before["run"], before["prompt_set"], before["prompt"]) != (after["run"], after["prompt_set"],
+                                                                           after["prompt"]):
+                for ax in (depth_ax, time_ax):
+                    ax.axvline(x - 0.5, color="#000000" if before["run"] != after["run"] else "#dddddd",
+                               linewidth=0.6, zorder=0)
+        depth_ax.set_ylabel("depth")
+        depth_ax.set_yticks(range(0, max(r["depth"] for r in rounds) + 1))
+        depth_ax.legend(loc="upper right", fontsize=8, markerscale=2)
+        depth_ax.set_title(f"{variant}: the depth of each round (runs split by black lines, prompts by grey)",
+                           fontsize=9)
+        time_ax.set_ylabel("round ms")
+        time_ax.set_yscale("log")
+        time_ax.set_xlabel("round")
+        time_ax.legend(loc="upper left", fontsize=8, markerscale=2)
+        fig.tight_layout()
+        path = folder / f"adaptive-{re.sub(r'[^a-z0-9]+', '-', variant.lower()).strip('-')}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -297,56 +452,80 @@ def default_variants(depths: list[int], modes: list[str], upstream: bool, adapti
 def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_tokens: int = 128, runs: int = 3,
         prompt_sets: tuple[str, ...] = PROMPT_SETS, n_threads: int | None = None, n_gpu_layers: int = 0,
         server_binary: Path | None = None, log: Log = lambda _m: None,
-        time_limit_s: float | None = None, remote: Any = None) -> SpecResult:
+        time_limit_s: float | None = None, remote: Any = None, interleave: Interleave | None = None,
+        decisions: Path | None = None) -> SpecResult:
     """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones, ``remote`` (a
     ``RemoteServer``) when they include a remote one: the same prompts as chat turns over its stream, with its
     own timings where it reports them (llama-server) and the stream's otherwise.
+
+    ``interleave``: "prompt" runs our variants side by side, prompt by prompt, each in a session kept for the
+    run; "variant" runs each variant's prompts in one go. By default "prompt" on a CPU and "variant" with GPU
+    offload or a time limit. ``decisions``: a JSON-lines file for every round adaptive depth decided.
 
     With ``time_limit_s`` no variant but the first starts unless it would end within that much time
     (taking as long as the longest so far): the result keeps what was measured (rows without samples
     are left out) and says it was cut short, where a killed run would keep nothing (a lent GPU
     machine's budget).
     """
+    if interleave is None:
+        interleave = "variant" if n_gpu_layers != 0 or time_limit_s is not None else "prompt"
     began = time.monotonic()
     cut_short = False
     # the same thread count on both sides: llama-server's own default differs from ours (llama.cpp's, not
     # one per physical core), which made it look faster on a 2-core machine
     n_threads = n_threads or default_threads()
-    longest = 0.0  # seconds of the longest variant run so far
+    longest = 0.0  # seconds of the longest variant run (or side-by-side block) so far
     run_order = sorted(variants, key=_priority)  # what a run cut short by its time limit should still have
     prompts = {name: load_prompts(name) for name in prompt_sets}
     rows = {(v, p): Row(v, p) for v in variants for p in prompt_sets}
     token_prompts = tokenize_prompts(target, prompts)
-    for run_index in range(runs):
-        for index, variant in enumerate(run_order):
-            started_any = run_index > 0 or index > 0  # the first variant always runs: something to report
-            # start a variant only if the longest one so far would still end within the limit
-            if time_limit_s is not None and started_any and \
-                    time.monotonic() - began + longest >= time_limit_s:
-                cut_short = True
-                log(f"time limit of {time_limit_s:.0f} s reached: stopping before run {run_index + 1} "
-                    f"of {variant.label}")
+    together = [v for v in run_order if v.engine == "ours"] if interleave == "prompt" else []
+    one_by_one = [v for v in run_order if v not in together]
+    record = _DecisionLog(decisions)
+    try:
+        for run_index in range(runs):
+            measured: dict[Variant, dict[str, Sample]] = {}
+            if together:
+                started = time.perf_counter()
+                measured = _run_ours_together(together, target, sidecars, token_prompts, n_tokens, n_threads,
+                                              n_gpu_layers, record, run_index)
+                longest = max(longest, time.perf_counter() - started)
+                log(f"run {run_index + 1}/{runs}: our {len(together)} variants side by side, prompt by prompt "
+                    f"({time.perf_counter() - started:.1f} s)")
+            for index, variant in enumerate(one_by_one):
+                # the first variant always runs (something to report); another starts only if the longest
+                # one so far would still end within the limit
+                started_any = run_index > 0 or index > 0 or bool(together)
+                if time_limit_s is not None and started_any and \
+                        time.monotonic() - began + longest >= time_limit_s:
+                    cut_short = True
+                    log(f"time limit of {time_limit_s:.0f} s reached: stopping before run {run_index + 1} "
+                        f"of {variant.label}")
+                    break
+                started = time.perf_counter()
+                if variant.engine == "ours":
+                    measured[variant] = _run_ours(variant, target, sidecars, token_prompts, n_tokens, n_threads,
+                                                  n_gpu_layers, record, run_index)
+                elif variant.engine == "remote":
+                    measured[variant] = _run_remote(remote, prompts, n_tokens)
+                else:
+                    assert server_binary is not None, "upstream variants need the llama-server binary"
+                    measured[variant] = _run_upstream(variant, server_binary, target, sidecars, token_prompts,
+                                                      n_tokens, n_threads, n_gpu_layers)
+                longest = max(longest, time.perf_counter() - started)
+                log(f"run {run_index + 1}/{runs} {variant.label} ({time.perf_counter() - started:.1f} s)")
+            for variant, samples in measured.items():
+                for prompt_set, sample in samples.items():
+                    rows[(variant, prompt_set)].samples.append(sample)
+                log(f"run {run_index + 1}/{runs} {variant.label}: "
+                    + ", ".join(f"{p} {s.tps:.1f} tok/s" for p, s in samples.items()))
+            if cut_short:
                 break
-            started = time.perf_counter()
-            if variant.engine == "ours":
-                samples = _run_ours(variant, target, sidecars, token_prompts, n_tokens, n_threads, n_gpu_layers)
-            elif variant.engine == "remote":
-                samples = _run_remote(remote, prompts, n_tokens)
-            else:
-                assert server_binary is not None, "upstream variants need the llama-server binary"
-                samples = _run_upstream(variant, server_binary, target, sidecars, token_prompts, n_tokens,
-                                        n_threads, n_gpu_layers)
-            for prompt_set, sample in samples.items():
-                rows[(variant, prompt_set)].samples.append(sample)
-            longest = max(longest, time.perf_counter() - started)
-            log(f"run {run_index + 1}/{runs} {variant.label}: "
-                + ", ".join(f"{p} {s.tps:.1f} tok/s" for p, s in samples.items())
-                + f" ({time.perf_counter() - started:.1f} s)")
-        if cut_short:
-            break
-    measured = [row for row in rows.values() if row.samples]
-    completed = min((len(row.samples) for row in measured), default=0)
-    return SpecResult(measured, n_tokens, completed, target.name, device_description(), cut_short)
+    finally:
+        record.close()
+    measured_rows = [row for row in rows.values() if row.samples]
+    completed = min((len(row.samples) for row in measured_rows), default=0)
+    return SpecResult(measured_rows, n_tokens, completed, target.name, device_description(), cut_short)
 
 
 def _priority(variant: Variant) -> tuple[int, int, int]:
@@ -380,30 +559,117 @@ def tokenize_prompts(target: Path, prompts: dict[str, list[str]]) -> dict[str, l
         session.close()
 
 
+class _OursSession:
+    """One of our variants for one run: its session, warmed up once, then one fresh conversation per prompt."""
+
+    def __init__(self, variant: Variant, config: EngineConfig, warm_up: list[int], record: _DecisionLog,
+                 run_index: int) -> None:
+        self.variant, self.record, self.run_index = variant, record, run_index
+        self.session = ChatSession(config)
+        self.decoder = self.session.decoder
+        adaptive = self.decoder.adaptive
+        if adaptive is not None and record.active:
+            adaptive.log = []
+        try:
+            self.decoder.generate(warm_up, 8)  # warm-up: first-pass allocations
+        except BaseException:
+            self.session.close()
+            raise
+        self._keep_decisions("warm-up", 0)
+
+    def prompt(self, prompt_set: str, index: int, prompt: list[int], n_tokens: int, sample: Sample) -> None:
+        adaptive = self.decoder.adaptive
+        chosen_before = Counter(adaptive.chosen) if adaptive is not None else Counter[int]()
+        self.decoder.reset()  # a fresh conversation each time, as the server's cache_prompt=false
+        stats = self.decoder.generate(prompt, n_tokens).stats
+        sample.generated += stats.generated
+        sample.decode_seconds += stats.decode_seconds
+        sample.cpu_seconds += stats.decode_cpu_seconds
+        sample.passes += stats.target_passes - 1  # the first token comes from the prompt pass
+        sample.tested += stats.drafted
+        sample.proposed += stats.proposed
+        sample.accepted += stats.accepted
+        sample.verify_native += stats.verify_native_seconds
+        sample.draft_native += stats.draft_native_seconds
+        if adaptive is not None:
+            sample.depths.update(adaptive.chosen - chosen_before)
+        self._keep_decisions(prompt_set, index)
+
+    def _keep_decisions(self, prompt_set: str, index: int) -> None:
+        adaptive = self.decoder.adaptive
+        if adaptive is not None and adaptive.log is not None:
+            self.record.write(self.variant, self.run_index, prompt_set, index, adaptive.log)
+            adaptive.log.clear()
+
+    def close(self) -> None:
+        self.session.close()
+
+
 def _run_ours(variant: Variant, target: Path, sidecars: dict[str, Path], prompts: dict[str, list[list[int]]],
-              n_tokens: int, n_threads: int | None, n_gpu_layers: int) -> dict[str, Sample]:
-    session = ChatSession(_config(variant, target, sidecars, n_threads, n_gpu_layers))
-    decoder = session.decoder
+              n_tokens: int, n_threads: int | None, n_gpu_layers: int, record: _DecisionLog,
+              run_index: int) -> dict[str, Sample]:
+    ours = _OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers),
+                        prompts[next(iter(prompts))][0], record, run_index)
     try:
-        decoder.generate(prompts[next(iter(prompts))][0], 8)  # warm-up: first-pass allocations
         samples: dict[str, Sample] = {}
         for name, token_prompts in prompts.items():
-            sample = Sample()
-            for prompt in token_prompts:
-                decoder.reset()  # a fresh conversation each time, as the server's cache_prompt=false
-                stats = decoder.generate(prompt, n_tokens).stats
-                sample.generated += stats.generated
-                sample.decode_seconds += stats.decode_seconds
-                sample.passes += stats.target_passes - 1  # the first token comes from the prompt pass
-                sample.tested += stats.drafted
-                sample.proposed += stats.proposed
-                sample.accepted += stats.accepted
-                sample.verify_native += stats.verify_native_seconds
-                sample.draft_native += stats.draft_native_seconds
-            samples[name] = sample
+            sample = samples[name] = Sample()
+            for index, prompt in enumerate(token_prompts):
+                ours.prompt(name, index, prompt, n_tokens, sample)
         return samples
     finally:
-        session.close()
+        ours.close()
+
+
+def _run_ours_together(variants: list[Variant], target: Path, sidecars: dict[str, Path],
+                       prompts: dict[str, list[list[int]]], n_tokens: int, n_threads: int | None, n_gpu_layers: int,
+                       record: _DecisionLog, run_index: int) -> dict[Variant, dict[str, Sample]]:
+    """Our variants side by side: each prompt goes to every variant before the next prompt, in an order that
+    rotates from prompt to prompt (so no variant always follows the same one)."""
+    sessions: list[_OursSession] = []
+    try:
+        for variant in variants:
+            sessions.append(_OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers),
+                                         prompts[next(iter(prompts))][0], record, run_index))
+        samples = {variant: {name: Sample() for name in prompts} for variant in variants}
+        turn = run_index
+        for name, token_prompts in prompts.items():
+            for index, prompt in enumerate(token_prompts):
+                for offset in range(len(sessions)):
+                    ours = sessions[(turn + offset) % len(sessions)]
+                    ours.prompt(name, index, prompt, n_tokens, samples[ours.variant][name])
+                turn += 1
+        return samples
+    finally:
+        for ours in sessions:
+            ours.close()
+
+
+class _DecisionLog:
+    """Adaptive depth's decisions, one JSON line per round, tagged with the variant, run and prompt."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._handle: IO[str] | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("w", encoding="utf-8")
+
+    @property
+    def active(self) -> bool:
+        return self._handle is not None
+
+    def write(self, variant: Variant, run_index: int, prompt_set: str, index: int, decisions: list[Any]) -> None:
+        if self._handle is None:
+            return
+        for decision in decisions:
+            entry = {"variant": variant.label, "run": run_index + 1, "prompt_set": prompt_set, "prompt": index,
+                     **decision.to_dict()}
+            self._handle.write(json.dumps(entry) + "\n")
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> dict[str, Sample]:

@@ -2,22 +2,114 @@
 
 Two things decide the best depth, and both are measured while the reply streams:
 - how far the drafts get accepted: the acceptance at each draft position, given that the drafts
-  before it were accepted (it usually falls with depth on real text);
-- what a round costs at each depth: draft steps plus a verify pass over ``depth + 1`` tokens plus our
-  own bookkeeping. On a GPU the verify pass costs about the same for 2 or 8 tokens; on a CPU every
-  extra token costs a few percent more. A straight line through the measured rounds covers both.
+  before it were accepted (it usually falls with depth on real text). A position rarely tested leans
+  on the one before it;
+- what a round costs at each depth, built from the parts the engine times separately:
+  ``rest(k + 1) + first_pass + step * (k - 1)`` for ``k`` drafts. ``rest(b)`` is the target's verify pass
+  over ``b`` tokens plus our own bookkeeping, one estimate per batch size (on a GPU it is about flat;
+  on a CPU it can double from 1 to 2 tokens and then rise unevenly, so no straight line fits it); the
+  first draft pass (which also catches the draft up) and the cost of each further draft step are
+  measured in every drafting round, at every depth.
+
+A shared machine slows every part of a round alike, and by a factor that changes within seconds. So
+each round's time is divided by a load index, the recent rounds' median of measured over predicted
+time, before it enters an estimate: a depth tried next to the current one is compared at the load of
+the moment, not with rounds measured when the machine was quieter or busier. Every estimate is the
+median of its recent samples, so a stalled round does not move it; a round whose batch size differs
+from the previous round's (the first round at a depth, llama.cpp rebuilding its graph) counts for no
+batch size.
 
 Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak``; the depth with the
-highest expected tokens per second wins. Depth 0 (no drafting) wins when drafting does not pay; a
-neighbouring depth is tried now and then so the line stays true as the text changes.
+highest expected tokens per second wins, and replaces the current one only when it promises at least
+``SWITCH_MARGIN`` more (switching has a cost). A depth next to a measured one that has not been
+measured yet is predicted optimistically (a bigger batch no dearer; a smaller one cheaper in
+proportion) and tried when that prediction wins; the neighbours of the chosen depth are revisited for
+a few rounds now and then, so the estimates follow the text and the machine.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-DECAY = 0.95  # per observation: the last few dozen rounds count most
-PROBE_EVERY = 16  # rounds between tries of a depth next to the best one
+START_DEPTH = 3  # the usual fixed depth (llama.cpp's --spec-draft-n-max 3): where measuring starts
+DECAY = 0.99  # per test of a draft position: about its last 100 tests count
+AGE = 0.998  # per round in which a position was not tested
+FIRST_PRIOR = 0.8  # acceptance assumed at the first position before any draft was tested ...
+PRIOR_WEIGHT = 2.0  # ... and the weight, in tests, of each position's prior (the position before it)
+WINDOW = 15  # samples kept per cost estimate (the median of them is the estimate)
+LOAD_WINDOW = 5  # rounds whose median measured/predicted ratio is the load index
+BRACKET = 3  # load samples before and after a round that the load it is divided by is the median of
+LOAD_AGREE = 0.2  # how far the load before and after a visit elsewhere may differ for the visit to count
+MIN_SAMPLES = 2  # counted rounds before a batch size's own estimate replaces the extrapolated one
+PROBE_EVERY = 24  # rounds between visits of another measured depth, at least ...
+PROBE_GAP = 0.05  # ... and longer the further its predicted rate lies below: once more per 5% behind
+HOPELESS = 4  # ... and this many times longer for a depth that would lose even with its acceptance guessed high
+PROBE_LONGEST = 40  # ... but never longer than this many times PROBE_EVERY
+PROBE_ROUNDS = 2  # a visit's rounds (the first is a switch and only the second counts)
+OPTIMISM = 1.0  # standard errors added to a position's acceptance when judging a depth not measured yet
+SWITCH_MARGIN = 0.01  # a depth must promise 1% more tokens per second than the current one to replace it
+
+
+@dataclass(frozen=True)
+class RoundTiming:
+    """What one round cost, in seconds, split the way the engine measures it."""
+
+    seconds: float  # the whole round: draft passes, verify pass, sampling and bookkeeping
+    verify: float  # the target's pass over pending + drafts, with its rollback
+    draft: float  # every draft pass of the round (catch-up and steps), with the draft's rollback
+    draft_steps: float  # the part of ``draft`` spent in the passes after the first (one per further draft)
+    proposed: int  # drafts made: the depth, or fewer when a confidence cut-off stopped drafting
+
+
+@dataclass
+class Decision:
+    """One round as the log keeps it: what was chosen and why, what was predicted and what was measured."""
+
+    round: int
+    depth: int  # the depth asked for
+    reason: str  # "start", "best", "explore" (a depth not measured yet), "probe" (a neighbour revisited)
+    rates: list[float]  # predicted tokens per second at each depth 0..n_max when the choice was made
+    acceptance: list[float]  # the acceptance estimate at each draft position then
+    batch: int = 0  # tokens the target verified (drafts made + 1)
+    tested: int = 0
+    accepted: int = 0
+    seconds: float = 0.0  # measured
+    verify: float = 0.0
+    draft: float = 0.0
+    predicted: float | None = None  # predicted seconds for this round's shape at the load of the moment
+    load: float = 1.0  # the load index after this round
+    counted: bool = False  # whether this round's time entered its batch size's estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round, "depth": self.depth, "reason": self.reason, "batch": self.batch,
+            "tested": self.tested, "accepted": self.accepted, "seconds": self.seconds, "verify": self.verify,
+            "draft": self.draft, "predicted": self.predicted, "load": self.load, "counted": self.counted,
+            "rates": self.rates, "acceptance": self.acceptance,
+        }
+
+
+def _estimate(values: Iterable[float]) -> float:
+    """The lower median: the median of many samples, the smaller of two. A stalled round (3x) does not move it;
+    with few samples, erring low is the error that corrects itself (a depth that looks cheaper than it is gets
+    played and so measured again; one that looks dearer would be left alone)."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+@dataclass
+class _Samples:
+    """One round's raw cost samples, before they are divided by the load."""
+
+    batch: int
+    rest: float | None  # verify + host: None when the batch size changed since the previous round
+    first_pass: float | None = None
+    step: float | None = None
 
 
 @dataclass
@@ -26,74 +118,302 @@ class AdaptiveDepth:
     # per draft position: decayed counts of rounds that tested it, and of those that accepted it
     tested: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)
-    # per depth: decayed mean of the measured round time in seconds, and its weight
-    cost: dict[int, float] = field(default_factory=dict)
-    weight: dict[int, float] = field(default_factory=dict)
+    # load-normalized cost samples: verify + host per batch size, first draft pass, one further draft step
+    rest: dict[int, deque[float]] = field(default_factory=dict)
+    first_pass: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    step: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    load_samples: list[float] = field(default_factory=list)  # measured/predicted time of rounds at the current depth
+    load: float = 1.0
     rounds: int = 0
-    _probe_up: bool = True
+    elapsed: float = 0.0  # seconds of all rounds observed
+    chosen: Counter[int] = field(default_factory=Counter)  # depths asked for, round by round
+    log: list[Decision] | None = None  # set to a list to keep every round's decision (bench spec does)
+    current: int = -1  # the depth played between probes (-1: none yet)
+    _block_depth: int = -1  # a probe or a first measurement in progress: its depth, reason and rounds left
+    _block_reason: str = ""
+    _block_left: int = 0
+    _returning: int = 0  # rounds back at the current depth after a block, before any other choice
+    _visited: dict[int, float] = field(default_factory=dict)  # depth: ``elapsed`` when it was last played
+    _since_probe: int = 0
+    _last_batch: int = 0
+    _drafting_rounds: int = 0
+    _loads_seen: int = 0  # load samples ever taken (``load_samples`` keeps the latest)
+    # rounds waiting for the load after them: (samples, load samples before them, whether they gave one)
+    _waiting: list[tuple[_Samples, int, bool]] = field(default_factory=list)
+    _reference: bool = False  # the round being played is at the current depth
+    _pending: Decision | None = None
 
     def __post_init__(self) -> None:
-        # a mild optimistic prior at every position: 4 of 5 accepted
-        self.tested = [5.0] * self.n_max
-        self.accepted = [4.0] * self.n_max
+        self.tested = [0.0] * self.n_max
+        self.accepted = [0.0] * self.n_max
+
+    # ------------------------------------------------------------------ choosing
 
     def depth(self) -> int:
         """The depth for the next round."""
         self.rounds += 1
-        if self.n_max not in self.cost:  # start deep: drafting usually pays
-            return self.n_max
-        if len(self.cost) < 2:  # a second depth gives the line its slope
-            return 1 if self.n_max > 1 else 0
-        best = self.best()
-        if self.rounds % PROBE_EVERY == 0:
-            self._probe_up = not self._probe_up
-            step = 1 if self._probe_up else -1
-            if 0 <= best + step <= self.n_max:
-                return best + step
-            return best - step if 0 <= best - step <= self.n_max else best
-        return best
+        if self._block_left > 0:
+            self._block_left -= 1
+            if self._block_left == 0:
+                self._returning = 1 + BRACKET
+            depth, reason = self._block_depth, self._block_reason
+        elif not any(self._known(k) for k in range(self.n_max + 1)):
+            depth, reason = min(START_DEPTH, self.n_max), "start"
+            self.current = depth
+        elif (self._returning or any(not own for _, _, own in self._waiting)) and self._known(self.current):
+            # back at the current depth (a switch, then counted rounds): they tell the load after the visit
+            self._returning = max(self._returning - 1, 0)
+            depth, reason = self.current, "best"
+        else:
+            settled, best = self._choose()
+            self.current = settled
+            if not self._known(best) and self._steady():
+                # promising but never measured (and the load is known, so it can be compared): a few rounds
+                # there, then back to the current depth
+                depth, reason = self._block(best, "explore", MIN_SAMPLES + 1)
+            else:
+                depth, reason = settled, "best"
+                self._since_probe += 1
+                if self._since_probe >= PROBE_EVERY and self._steady():
+                    target = self._probe_target()
+                    if target is not None:
+                        self._since_probe = 0
+                        depth, reason = self._block(target, "probe", PROBE_ROUNDS)
+        self._reference = reason in ("start", "best")
+        self._visited[depth] = self.elapsed
+        self.chosen[depth] += 1
+        if self.log is not None:
+            self._pending = Decision(self.rounds, depth, reason, [round(r, 3) for r in self.rates()],
+                                     [round(self.acceptance_at(i), 4) for i in range(self.n_max)])
+        return depth
 
     def best(self) -> int:
-        """The depth with the highest expected tokens per second under the current estimates."""
-        intercept, slope = self._line()
-        best_k, best_rate = 0, 0.0
+        """The depth with the highest expected tokens per second under the current estimates: a measured
+        one, or one not measured yet (predicted optimistically, at most one deeper than the deepest measured)
+        that would be tried next."""
+        return self._choose()[1]
+
+    def _choose(self) -> tuple[int, int]:
+        """The measured depth to settle on (the current one unless another beats it by ``SWITCH_MARGIN``)
+        and the depth that promises most, measured or not."""
+        known = [k for k in range(self.n_max + 1) if self._known(k)]
+        if not known:
+            start = min(START_DEPTH, self.n_max)
+            return start, start
+        rates = self.rates()
+        settled = max(known, key=lambda k: rates[k])
+        if self.current in known and rates[settled] < rates[self.current] * (1.0 + SWITCH_MARGIN):
+            settled = self.current
+        # a depth not measured yet is tried if it could win: its cost predicted optimistically, and its
+        # acceptance one standard error up; deeper than any measured depth only one at a time until two batch
+        # sizes with drafts are measured (before that, a verify pass's cost past the biggest is a guess)
+        optimistic = self.rates(optimistic=True)
+        reach = self.n_max if sum(1 for b in self.rest if b >= 2 and self._batch_known(b)) >= 2 else known[-1] + 1
+        unknown = [k for k in range(min(reach, self.n_max) + 1) if k not in known]
+        top = max(unknown, key=lambda k: optimistic[k], default=settled)
+        return settled, top if optimistic[top] >= rates[settled] * (1.0 + SWITCH_MARGIN) else settled
+
+    def rates(self, optimistic: bool = False) -> list[float]:
+        """Predicted tokens per second at each depth 0..n_max; ``optimistic``: with each position's acceptance
+        one standard error higher (a position rarely tested could well be better than measured)."""
+        rates = []
         expected, reach = 1.0, 1.0
         for k in range(self.n_max + 1):
             if k:
-                reach *= self.acceptance_at(k - 1)
+                reach *= self._upper(k - 1) if optimistic else self.acceptance_at(k - 1)
                 expected += reach
-            rate = expected / max(intercept + slope * k, 1e-9)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return best_k
+            rates.append(expected / max(self.predicted_seconds(k), 1e-9))
+        return rates
 
     def acceptance_at(self, position: int) -> float:
-        """Acceptance at draft ``position`` (0-based) given the ones before it were accepted."""
-        return min(self.accepted[position] / self.tested[position], 0.999)
+        """Acceptance at draft ``position`` (0-based) given the ones before it were accepted: what was
+        measured there, leaning on the position before it (or ``FIRST_PRIOR``) while tests are few."""
+        prior = FIRST_PRIOR if position == 0 else self.acceptance_at(position - 1)
+        value = (self.accepted[position] + PRIOR_WEIGHT * prior) / (self.tested[position] + PRIOR_WEIGHT)
+        return min(value, 0.999)
 
-    def observe(self, depth: int, tested: int, accepted: int, seconds: float) -> None:
-        """One finished round: drafted to ``depth``, ``tested`` drafts checked, ``accepted`` kept, in ``seconds``."""
-        for i in range(tested):
-            self.tested[i] = self.tested[i] * DECAY + 1.0
-            self.accepted[i] = self.accepted[i] * DECAY + (1.0 if i < accepted else 0.0)
-        for k in self.weight:  # every depth's measurement ages, so a depth not tried lately counts less
-            self.weight[k] *= DECAY
-        weight = self.weight.get(depth, 0.0) + 1.0
-        previous = self.cost.get(depth, seconds)
-        self.cost[depth] = previous + (seconds - previous) / min(weight, 1.0 / (1.0 - DECAY))
-        self.weight[depth] = weight
+    def _upper(self, position: int) -> float:
+        """The acceptance at ``position`` one standard error up, the error weighed by how much was measured
+        there (a position hardly tested is as high as the one before it, taken high too, and no higher: the
+        error would otherwise compound from position to position and make every deep depth look worth a try)."""
+        prior = FIRST_PRIOR if position == 0 else self._upper(position - 1)
+        tests = self.tested[position]
+        value = (self.accepted[position] + PRIOR_WEIGHT * prior) / (tests + PRIOR_WEIGHT)
+        spread = math.sqrt(value * (1.0 - value) / (tests + PRIOR_WEIGHT)) * tests / (tests + PRIOR_WEIGHT)
+        return min(value + OPTIMISM * spread, 0.999)
 
-    def _line(self) -> tuple[float, float]:
-        """Round time as ``intercept + slope * depth``: a weighted least-squares line through the per-depth
-        means (a mean measured long ago weighs little)."""
-        total = sum(self.weight.values())
-        if total <= 0.0:  # nothing measured yet: every depth costs the same
-            return 1.0, 0.0
-        mean_k = sum(w * k for k, w in self.weight.items()) / total
-        mean_c = sum(w * self.cost[k] for k, w in self.weight.items()) / total
-        spread = sum(w * (k - mean_k) ** 2 for k, w in self.weight.items())
-        if spread <= 1e-12:
-            return mean_c, 0.0
-        covariance = sum(w * (k - mean_k) * (self.cost[k] - mean_c) for k, w in self.weight.items())
-        slope = max(covariance / spread, 0.0)
-        return mean_c - slope * mean_k, slope
+    def predicted_seconds(self, depth: int, drafts: int | None = None) -> float:
+        """Predicted time of a round at ``depth`` (``drafts`` made, the depth unless fewer) at the current load."""
+        made = depth if drafts is None else drafts
+        cost = self.rest_estimate(made + 1)
+        if made >= 1:
+            cost += (_estimate(self.first_pass) if self.first_pass else 0.0) + \
+                (_estimate(self.step) if self.step else 0.0) * (made - 1)
+        return cost * self.load
+
+    def _steady(self) -> bool:
+        """Whether the load has held still lately (the medians of the last ``BRACKET`` load samples and of the
+        ones before them agree within ``LOAD_AGREE``): a visit elsewhere started now will likely count."""
+        if len(self.load_samples) < 2 * BRACKET:
+            return False
+        low, high = sorted((statistics.median(self.load_samples[-BRACKET:]),
+                            statistics.median(self.load_samples[-2 * BRACKET:-BRACKET])))
+        return high <= low * (1.0 + LOAD_AGREE)
+
+    def _block(self, depth: int, reason: str, rounds: int) -> tuple[int, str]:
+        self._block_depth, self._block_reason, self._block_left = depth, reason, rounds - 1
+        self._returning = 1 + BRACKET if rounds == 1 else 0
+        return depth, reason
+
+    def _beyond(self, known: list[int], batch: int) -> float:
+        """Verify + host time past the biggest measured batch: on the median line through the measured batches
+        of 2 or more tokens (the median of the slopes between every two of them, not falling), so that one
+        odd batch size (a kernel that tiles badly) does not bend it; the biggest one's own time while fewer
+        than two are measured (an optimistic guess, which a visit corrects)."""
+        points = [(b, _estimate(self.rest[b])) for b in known if b >= 2]
+        if len(points) < 2:
+            return _estimate(self.rest[known[-1]])
+        slope = max(statistics.median((c2 - c1) / (b2 - b1) for i, (b1, c1) in enumerate(points)
+                                      for b2, c2 in points[i + 1:]), 0.0)
+        return float(statistics.median(c - slope * b for b, c in points)) + slope * batch
+
+    def _probe_target(self) -> int | None:
+        """The depth to revisit, if one is due: a neighbour of the current depth, or the most promising of the
+        others (with the acceptance one standard error up), so that the estimates on either side stay true and
+        a better depth further away is not missed. Each is due after ``PROBE_EVERY`` rounds at the current
+        depth, stretched by what a visit costs: by how much longer its rounds take and by how far its predicted
+        rate lies below the current one's (once more per ``PROBE_GAP``); one that would not win even with the
+        acceptance guessed high waits ``HOPELESS`` times as long again. The closest rival among those due goes
+        first."""
+        rates, optimistic = self.rates(), self.rates(optimistic=True)
+        top, round_seconds = rates[self.current], self.predicted_seconds(self.current)
+        if top <= 0.0 or round_seconds <= 0.0:
+            return None
+        known = [k for k in range(self.n_max + 1) if k != self.current and self._known(k)]
+        far = [k for k in known if abs(k - self.current) > 1]
+        rivals = [k for k in known if abs(k - self.current) == 1]
+        if far:
+            rivals.append(max(far, key=lambda k: optimistic[k]))
+        due = []
+        for k in rivals:
+            gap = max(top - rates[k], 0.0) / top
+            longer = max(self.predicted_seconds(k) / round_seconds, 1.0)
+            wait = PROBE_EVERY * round_seconds * longer * (1.0 + gap / PROBE_GAP)
+            if optimistic[k] < top:
+                wait *= HOPELESS
+            wait = min(wait, PROBE_EVERY * PROBE_LONGEST * round_seconds)  # a wrong estimate gets checked too
+            if self.elapsed - self._visited.get(k, 0.0) >= wait:
+                due.append((gap, abs(k - self.current), k))
+        return min(due)[2] if due else None
+
+    # ------------------------------------------------------------------ learning
+
+    def observe(self, depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
+        """One finished round: asked for ``depth``, ``tested`` drafts checked, ``accepted`` kept, costing ``timing``."""
+        for i in range(self.n_max):
+            if i < tested:
+                self.tested[i] = self.tested[i] * DECAY + 1.0
+                self.accepted[i] = self.accepted[i] * DECAY + (1.0 if i < accepted else 0.0)
+            else:  # what was measured at a position not tested lately ages too, more slowly: the text moves on
+                self.tested[i] *= AGE
+                self.accepted[i] *= AGE
+        self.elapsed += timing.seconds
+        made = timing.proposed
+        batch = made + 1
+        shape_known = self._batch_known(batch) and (made < 1 or bool(self.first_pass)) and \
+            (made < 2 or bool(self.step))
+        predicted = self.predicted_seconds(depth, made) if shape_known else None
+        counted = batch == self._last_batch  # a changed batch size rebuilt llama.cpp's graph: not a fair sample
+        self._last_batch = batch
+        samples = _Samples(batch, timing.seconds - timing.draft if counted else None)
+        if made >= 1:
+            self._drafting_rounds += 1
+            if self._drafting_rounds > 1:  # the first drafting round warms the draft context up
+                samples.first_pass = timing.draft - timing.draft_steps
+                samples.step = timing.draft_steps / (made - 1) if made >= 2 else None
+        if not self.load_samples and not self._waiting and not any(self._known(k) for k in range(self.n_max + 1)):
+            self._add(samples, 1.0)  # nothing measured to compare with yet: the first rounds set the scale
+        else:
+            own = self._reference and counted and predicted is not None
+            if own:
+                assert predicted is not None
+                self.load_samples.append(timing.seconds / (predicted / self.load))
+                self._loads_seen += 1
+                del self.load_samples[:-4 * WINDOW]
+                self.load = _estimate(self.load_samples[-LOAD_WINDOW:])
+            if samples.step and self.step:
+                # the draft steps of this very round tell its load best: they ran a moment before the verify
+                # pass, on the same core, and their cost does not depend on the depth
+                self._add(_Samples(batch, samples.rest, samples.first_pass), samples.step / _estimate(self.step))
+                samples = _Samples(batch, None, step=samples.step)  # the step itself: by the load around it
+            self._waiting.append((samples, self._loads_seen - (1 if own else 0), own))
+            self._settle()
+        if self._pending is not None and self.log is not None:
+            decision = self._pending
+            decision.batch, decision.tested, decision.accepted = batch, tested, accepted
+            decision.seconds, decision.verify, decision.draft = timing.seconds, timing.verify, timing.draft
+            decision.predicted, decision.load, decision.counted = predicted, self.load, counted
+            self.log.append(decision)
+            self._pending = None
+
+    # ------------------------------------------------------------------ estimates
+
+    def _settle(self) -> None:
+        """Divide the waiting rounds' samples by the load around them, once ``BRACKET`` rounds at the current
+        depth have told the load after them. A round at the current depth takes the median of its own load
+        sample and those just before and after it, so a load that climbs or falls leaves no bias. A round
+        elsewhere takes the mean of the loads just before and just after it, and counts only if the two agree
+        within ``LOAD_AGREE``: when the machine got busier or quieter during a visit, nobody knows which of its
+        rounds had which load (the first rounds of a session run slower and faster in turn, other jobs come and
+        go), and a wrong guess would stay in that depth's estimate until its next visit."""
+        first = self._loads_seen - len(self.load_samples)  # the count of load samples no longer kept
+        while self._waiting:
+            samples, before, own = self._waiting[0]
+            end = before + (1 if own else 0) + BRACKET
+            if end > self._loads_seen and len(self._waiting) <= WINDOW:
+                break
+            self._waiting.pop(0)
+            ahead = self.load_samples[max(before - BRACKET - first, 0):max(before - first, 0)]
+            after = self.load_samples[max(end - BRACKET - first, 0):max(end - first, 0)]
+            if own or not ahead:
+                window = self.load_samples[max(before - BRACKET - first, 0):max(end - first, 0)]
+                self._add(samples, statistics.median(window) if window else self.load)
+            elif after:
+                low, high = sorted((statistics.median(ahead), statistics.median(after)))
+                if high <= low * (1.0 + LOAD_AGREE):
+                    self._add(samples, (low + high) / 2.0)
+
+    def _add(self, samples: _Samples, load: float) -> None:
+        if samples.rest is not None:
+            self.rest.setdefault(samples.batch, deque(maxlen=WINDOW)).append(samples.rest / load)
+        if samples.first_pass is not None:
+            self.first_pass.append(samples.first_pass / load)
+        if samples.step is not None:
+            self.step.append(samples.step / load)
+
+    def _batch_known(self, batch: int) -> bool:
+        return len(self.rest.get(batch, ())) >= MIN_SAMPLES
+
+    def _known(self, depth: int) -> bool:
+        """Measured: the batch size has its own estimate, and the draft parts the depth uses have been timed."""
+        if not 0 <= depth <= self.n_max or not self._batch_known(depth + 1):
+            return False
+        return (depth < 1 or bool(self.first_pass)) and (depth < 2 or bool(self.step))
+
+    def rest_estimate(self, batch: int) -> float:
+        """Verify + host time of a round over ``batch`` tokens (load-normalized): measured, interpolated
+        between measured batch sizes, or extrapolated optimistically beyond them."""
+        if self._batch_known(batch):
+            return _estimate(self.rest[batch])
+        known = sorted(b for b in self.rest if self._batch_known(b))
+        if not known:
+            return 1.0
+        below = [b for b in known if b < batch]
+        above = [b for b in known if b > batch]
+        if below and above:
+            lo, hi = below[-1], above[0]
+            lo_cost, hi_cost = _estimate(self.rest[lo]), _estimate(self.rest[hi])
+            return lo_cost + (hi_cost - lo_cost) * (batch - lo) / (hi - lo)
+        if below:  # bigger than any measured: on a line through the measured batches of 2 or more tokens
+            return self._beyond(below, batch)
+        return _estimate(self.rest[above[0]]) * batch / above[0]  # smaller: cheaper in proportion

@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from app.engine.adaptive import AdaptiveDepth
+from app.engine.adaptive import AdaptiveDepth, RoundTiming
 from app.engine.sampling import Sampler, SamplingParams, draft_pick
 from app.engine.stats import ReplyStats
 from app.errors import ContextFullError, EngineError
@@ -105,6 +105,12 @@ class SpeculativeDecoder:
         self._held: list[tuple[int, FloatArray]] = []
         self.adaptive = AdaptiveDepth(config.n_max) if config.adaptive else None
         self._native_marks = (0.0, 0.0)
+        # adaptive depth times its rounds in this thread's CPU time when the model runs on the CPU: on a machine
+        # shared with other jobs, wall time there mostly measures the waits for a core (round times wander by
+        # 20% and more, CPU time by 3-5%); with GPU offload the device's time counts, and only wall time sees it
+        self._round_clock = time.thread_time if config.n_gpu_layers == 0 else time.perf_counter
+        self._draft_steps_seconds = 0.0  # round clock: the latest round's draft passes after the first
+        self._decode_cpu_started = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -187,6 +193,7 @@ class SpeculativeDecoder:
         logits = self._prefill(prompt[common:])
         stats.prompt_seconds = time.perf_counter() - started
         decode_started = time.perf_counter()
+        self._decode_cpu_started = time.thread_time()
         self._native_marks = (self.tctx.native_seconds, self._draft_native())
 
         def emit(token: int, provenance: Provenance) -> bool:
@@ -220,11 +227,14 @@ class SpeculativeDecoder:
                 reply.stop_reason = "context_full"
                 return self._finish(reply, decode_started)
             depth = stats.depth = min(self._depth(), room)
+            c0 = self._round_clock()
             t0 = time.perf_counter()
             drafts = self._draft(pending, depth) if depth > 0 else []
             t1 = time.perf_counter()
+            c1 = self._round_clock()
             batch = [pending, *drafts]
             self.tctx.decode(batch, n_past, logits="all")
+            c2 = self._round_clock()
             # the sampler looks back ``repeat_last_n`` tokens at most: no copy of the whole conversation per round
             window = sampler.params.repeat_last_n
             history = [*(self.tokens[-window:] if window > 0 else self.tokens), pending]
@@ -248,7 +258,9 @@ class SpeculativeDecoder:
             stats.record_round(tested, accepted, proposed=len(drafts))
             self._commit_round(pending, drafts, accepted, drafted=depth > 0)
             if self.adaptive is not None:
-                self.adaptive.observe(depth, tested, accepted, time.perf_counter() - t0)
+                self.adaptive.observe(depth, tested, accepted, RoundTiming(
+                    self._round_clock() - c0, c2 - c1, c1 - c0, self._draft_steps_seconds if drafts else 0.0,
+                    len(drafts)))
             if finished:
                 return self._finish(reply, decode_started)
             pending = bonus
@@ -271,6 +283,7 @@ class SpeculativeDecoder:
         self._held = []
         drafts: list[int] = []
         pos = n_past
+        steps_mark = self._round_clock()
         while True:
             proposal, confident = draft_pick(self.dctx.logits_view(-1), self.config.p_min)
             if not confident:
@@ -281,6 +294,7 @@ class SpeculativeDecoder:
             hidden = self.dctx.nextn_view(-1)  # copied into the batch before the pass overwrites it
             pos += 1
             self.dctx.decode([proposal], pos, hidden=hidden[None, :], logits="last")
+        self._draft_steps_seconds = self._round_clock() - steps_mark
         return drafts
 
     def _commit_round(self, pending: int, drafts: list[int], accepted: int, drafted: bool) -> None:
@@ -312,6 +326,7 @@ class SpeculativeDecoder:
 
     def _finish(self, reply: Reply, decode_started: float) -> Reply:
         reply.stats.decode_seconds = time.perf_counter() - decode_started
+        reply.stats.decode_cpu_seconds = time.thread_time() - self._decode_cpu_started
         self._native_into(reply.stats)
         return reply
 

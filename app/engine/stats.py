@@ -15,6 +15,7 @@ class ReplyStats:
     first_token_seconds: float | None = None
     generated: int = 0
     decode_seconds: float = 0.0
+    decode_cpu_seconds: float = 0.0  # the decoding thread's CPU time over the same span, set when the reply ends
     target_passes: int = 0
     drafted: int = 0
     accepted: int = 0

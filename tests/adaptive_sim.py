@@ -1,0 +1,140 @@
+"""A simulated machine and text for adaptive depth: round costs split like the engine's, noise like a shared box.
+
+A round at depth ``k`` costs ``rest(k + 1)`` (verify pass + host) plus, when it drafts, a first draft pass
+(which also catches up on the previous round's accepted drafts) and ``k - 1`` further draft steps. On top:
+a jitter of a few percent on every round, stalled rounds (3x), a slow start (the first rounds of a freshly
+loaded model), a rebuild cost when the verify batch differs from the previous round's (llama.cpp rebuilds
+its graph), and a load factor that steps up and down as other jobs come and go. Each draft position is
+accepted with its own probability, given the ones before it were.
+
+Every random stream is seeded by the round index, so a fixed depth and adaptive depth meet the same load,
+stalls and jitter at the same round.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from app.engine.adaptive import AdaptiveDepth, RoundTiming
+
+Accept = Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    rest: Sequence[float]  # seconds of verify + host per round, by batch size 1, 2, ... (drafts + 1)
+    first_pass: float  # the first draft pass of a round, seconds
+    step: float  # each further draft step, seconds
+    catch_up: float = 0.0  # added to the first pass per draft accepted in the previous round
+    jitter: float = 0.04  # every round's time times uniform(1 - jitter, 1 + jitter)
+    stalls: float = 0.0  # share of rounds that take 3x as long
+    slow_start: int = 0  # the first rounds take 2.5x, easing off over this many rounds; the very first 5x
+    rebuild: float = 0.0  # seconds added to the verify pass when its batch size changed since the last round
+    # (from token, load factor): other jobs starting and stopping, met at the same point of the text by every
+    # policy (a fixed depth and adaptive depth take different numbers of rounds for the same text)
+    loads: Sequence[tuple[int, float]] = ()
+    # other jobs' time slices: the share of the core this process gets wanders from round to round (a log-normal
+    # factor of this spread, half of it carried from one round to the next; on this 2-core machine, shared with
+    # test suites and compilers, measured rounds wandered 20-27% around their prediction, lag-1 correlation 0.4-0.6)
+    wobble: float = 0.0
+
+    def load_at(self, token: int) -> float:
+        factor = 1.0
+        for start, value in self.loads:
+            if token >= start:
+                factor = value
+        return factor
+
+
+@dataclass
+class Totals:
+    tokens: int = 0
+    seconds: float = 0.0
+    depths: list[int] = field(default_factory=list)
+
+    @property
+    def tps(self) -> float:
+        return self.tokens / self.seconds
+
+
+def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
+             choose: Callable[[], int], observe: Callable[[int, int, int, RoundTiming], None] | None = None,
+             ) -> Totals:
+    """Generate ``tokens`` tokens (or a few more: a round's accepted drafts all count) with the depth ``choose``
+    gives each round; returns tokens and seconds."""
+    totals = Totals()
+    last_batch, held = 0, 0
+    index = -1
+    drift = 0.0
+    while totals.tokens < tokens:
+        index += 1
+        rng = random.Random(seed * 1_000_003 + index)  # the same draws at the same round for every policy
+        depth = choose()
+        totals.depths.append(depth)
+        accepted = 0
+        while accepted < depth and rng.random() < accept(accepted):
+            accepted += 1
+        tested = min(depth, accepted + 1)
+        drift = 0.5 * drift + machine.wobble * rng.gauss(0.0, 0.87)  # 0.87 = sqrt(1 - 0.5**2): the spread stays wobble
+        scale = machine.load_at(totals.tokens) * rng.uniform(1 - machine.jitter, 1 + machine.jitter) * math.exp(drift)
+        if rng.random() < machine.stalls:
+            scale *= 3.0
+        if index == 0 and machine.slow_start:
+            scale *= 5.0
+        elif index < machine.slow_start:
+            scale *= 1.0 + 1.5 * (1 - index / machine.slow_start)
+        batch = depth + 1
+        verify = machine.rest[batch - 1] + (machine.rebuild if batch != last_batch else 0.0)
+        first = machine.first_pass + machine.catch_up * held if depth else 0.0
+        steps = machine.step * max(depth - 1, 0)
+        timing = RoundTiming(seconds=(verify + first + steps) * scale, verify=verify * scale,
+                             draft=(first + steps) * scale, draft_steps=steps * scale, proposed=depth)
+        if observe is not None:
+            observe(depth, tested, accepted, timing)
+        totals.tokens += accepted + 1
+        totals.seconds += timing.seconds
+        last_batch, held = batch, (accepted if depth else held + 1)
+    return totals
+
+
+def run_adaptive(machine: Machine, accept: Accept, tokens: int, seed: int, n_max: int = 8,
+                 adaptive: AdaptiveDepth | None = None) -> tuple[Totals, AdaptiveDepth]:
+    adaptive = adaptive or AdaptiveDepth(n_max)
+    return simulate(machine, accept, tokens, seed, adaptive.depth, adaptive.observe), adaptive
+
+
+def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: int) -> Totals:
+    return simulate(machine, accept, tokens, seed, lambda: depth)
+
+
+def best_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, n_max: int = 8,
+               lowest: int = 0) -> tuple[int, float]:
+    """The fastest fixed depth in ``lowest..n_max`` under the same draws, and its tokens per second."""
+    speeds = {k: run_fixed(machine, accept, tokens, seed, k).tps for k in range(lowest, n_max + 1)}
+    best = max(speeds, key=lambda k: speeds[k])
+    return best, speeds[best]
+
+
+def ms(values: Sequence[float]) -> list[float]:
+    return [v / 1000.0 for v in values]
+
+
+# Three machine shapes (seconds). The fast CPU is this 2-core dev machine, measured depth by depth in blocks on
+# the small demo model: its verify + host time doubles from 1 to 2 tokens, then rises unevenly (8 tokens cost
+# more than 9). The slow CPU is the issue's machine: a plain pass 69 ms, draft steps dear next to it, verify
+# rising ever faster with the batch. The GPU-like one verifies 1 or 9 tokens in about the same time.
+SLOW_CPU = Machine("slow cpu", rest=ms([69, 90, 95, 101, 110, 121, 133, 146, 160]), first_pass=0.008, step=0.011,
+                   catch_up=0.0006, jitter=0.08, stalls=0.03, slow_start=8, rebuild=0.003,
+                   loads=((0, 1.0), (150, 1.7), (450, 1.0), (800, 1.4), (1100, 1.0)), wobble=0.1)
+FAST_CPU = Machine("fast cpu", rest=ms([21.7, 42.0, 43.2, 45.6, 48.5, 48.0, 53.4, 79.0, 59.5]), first_pass=0.0047,
+                   step=0.0038, catch_up=0.00035, jitter=0.05, stalls=0.03, slow_start=8, rebuild=0.0024,
+                   loads=((0, 1.0), (200, 2.0), (330, 1.0), (700, 1.5), (1000, 1.0)), wobble=0.05)
+GPU_LIKE = Machine("gpu-like", rest=ms([20.0, 20.2, 20.4, 20.6, 20.8, 21.0, 21.2, 21.4, 21.6]), first_pass=0.0025,
+                   step=0.002, catch_up=0.0001, jitter=0.03, stalls=0.01, slow_start=8, rebuild=0.0003, wobble=0.05)
+
+HIGH: Accept = lambda p: 0.95 - 0.01 * p  # noqa: E731
+LOW: Accept = lambda p: max(0.65 - 0.06 * p, 0.2)  # noqa: E731
