@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,12 +58,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from app.cli_remote import remote_generate
 
         return remote_generate(args)
-    config = _config(args)
-    if config.rpc:  # this process loads the RPC build of the backend (built the first time)
-        from app.backend.rpc import active_options, build_engine_backend
-
-        os.environ["FASTMTP_BACKEND_DIR"] = str(build_engine_backend(active_options()))
-    session = ChatSession(config)
+    session = ChatSession(_config(args))
     try:
         model = session.decoder.target
         if not args.json:

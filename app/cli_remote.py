@@ -334,10 +334,10 @@ def _serve_until_stopped(server: Any, args: argparse.Namespace) -> int:
 
 def cmd_rpc_worker(args: argparse.Namespace) -> int:
     """Run llama.cpp's rpc-server: this machine's device for a model loaded on another machine."""
-    from app.backend.rpc import RpcWorker, active_options, build_worker, check_bind_address
+    from app.backend.rpc import RpcWorker, build_worker, check_bind_address, rpc_options
 
     warning = check_bind_address(args.host, allow_public=args.i_understand_no_auth)
-    binary = build_worker(active_options(), _progress(args))
+    binary = build_worker(rpc_options(), _progress(args))
     worker = RpcWorker(binary, host=args.host, port=args.port, threads=args.threads, cache=args.cache)
     worker.start()
     info = {"kind": "rpc-worker", "endpoint": worker.endpoint, "pid": worker.proc.pid if worker.proc else None,

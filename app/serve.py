@@ -2,7 +2,8 @@
 machine's FastMTP Chat or any OpenAI client.
 
 The server is the one built in the backend's own tree (``backend server``: it links the backend's libraries, no
-second compile of ggml); with RPC workers it is the RPC tree's (``backend/rpc.py``). It needs an API key: one is
+second compile of ggml); it takes RPC workers too (every backend build has the RPC backend, ``backend/rpc.py``;
+one built before that is refused in words). It needs an API key: one is
 generated on first use, kept in the keyring and shown once (``--new-key`` makes another). The key goes to the
 server through its environment, never its command line.
 
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from app import netaddr, paths, secrets
-from app.backend.rpc import active_options
 from app.backend.upstream_server import UpstreamServer
 from app.errors import FastMTPError
 
@@ -84,23 +84,20 @@ def ensure_key(new: bool = False) -> tuple[str, bool]:
 
 
 def server_binary(rpc: bool, on_event: Any = None) -> Path:
-    """The llama-server to run: the active backend's carried one, or the one built in its tree (RPC: the RPC
-    tree's). Built first when missing (seconds on the CPU once the backend is built; the RPC tree's is a full
-    compile the first time)."""
+    """The llama-server to run: the active backend's carried one, or the one built in its tree (built first when
+    missing: seconds on the CPU once the backend is built). ``rpc``: RpcError in words when the backend was built
+    without the RPC backend."""
     from app.backend import archive, registry
+    from app.backend.builder import active_options
+    from app.backend.rpc import rpc_options
+    from app.backend.upstream_server import build_server
 
-    options = active_options()
-    if rpc:
-        from app.backend.rpc import build_server as build_rpc_server
-
-        return build_rpc_server(options, on_event)
+    options = rpc_options() if rpc else active_options()
     manifest = registry.active()
     if manifest is not None:
         carried = archive.installed_server(registry.backend_dir(manifest.id))
         if carried is not None:
             return carried
-    from app.backend.upstream_server import build_server
-
     return build_server(options, on_event)
 
 

@@ -32,12 +32,14 @@ def test_patched_build_manifest_records_what_it_is(patched_backend: BackendManif
     assert m.patch_sha256 == default_patch().sha256
     assert m.flavor == "cpu" and m.cuda_archs == [] and m.cuda_version is None
     assert "-DGGML_CUDA=OFF" in m.cmake_args
+    assert m.has_rpc  # llama.cpp's RPC backend is in every build
     assert m.selftest["ok"] is True
     assert m.selftest["d2t"]["loaded"] is True
     assert m.selftest["d2t"]["all_minus_inf_elsewhere"] is True
     folder = registry.backend_dir(m.id)
     assert (folder / "llama_cpp" / "__init__.py").is_file()
     assert any((folder / "llama_cpp" / "lib").glob("libllama*"))
+    assert (folder / "llama_cpp" / "lib" / "libggml-rpc.so").is_file()
     assert registry.active_id() == m.id
 
 

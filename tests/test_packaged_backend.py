@@ -35,6 +35,7 @@ def _has_avx2() -> bool:
 def test_the_build_carries_a_base_module_and_the_avx2_variant(any_cpu_backend: BackendManifest) -> None:
     lib = registry.backend_dir(any_cpu_backend.id) / "llama_cpp" / "lib"
     assert (lib / "libggml-cpu.so").is_file() and (lib / "libggml-cpu-haswell.so").is_file()
+    assert (lib / "libggml-rpc.so").is_file() and any_cpu_backend.has_rpc  # the RPC module, loaded beside them
     assert any_cpu_backend.cpu_variants == ["haswell"] and any_cpu_backend.loads_backends_at_start
     assert "-DGGML_AVX2=OFF" in any_cpu_backend.cmake_args and "-DGGML_NATIVE=OFF" in any_cpu_backend.cmake_args
     assert any_cpu_backend.id.startswith("0.3.35-cpu-any-d2t-") and any_cpu_backend.selftest_ok

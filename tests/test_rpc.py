@@ -1,11 +1,14 @@
-"""Splitting a model over machines with llama.cpp's RPC backend: a real ``rpc-server`` from the RPC twin of the
-backend's build tree on 127.0.0.1, the demo target's layers offloaded to it, the same tokens as unsplit; and the
-address rules of a protocol without authentication."""
+"""Splitting a model over machines with llama.cpp's RPC backend, which every backend build has: a real
+``rpc-server`` built in the backend's own tree on 127.0.0.1, the demo target's layers offloaded to it, the same tokens
+as unsplit; a backend built before RPC refused in words; and the address rules of a protocol without
+authentication."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,17 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from app.backend.builder import BuildOptions, build_dir_of, plan_build
+from app.backend import registry
+from app.backend.builder import BuildOptions, build_backend, build_dir_of, plan_build
 from app.backend.registry import BackendManifest
 from app.backend.rpc import (
-    RPC_CMAKE_ARGS,
     RpcError,
     RpcWorker,
     build_worker,
     check_bind_address,
     parse_endpoints,
-    rpc_build_dir,
-    rpc_plan,
+    require_rpc,
 )
 from app.backend.upstream_server import free_port
 from app.builtin_demo import ensure_demo_model
@@ -91,12 +93,60 @@ def test_the_rpc_worker_command_refuses_a_public_address_before_building(tmp_pat
     assert "has no password" in done.stderr and "--i-understand-no-auth" in done.stderr
 
 
-def test_the_rpc_tree_is_the_backends_twin_and_leaves_backend_ids_alone() -> None:
-    options = BuildOptions(flavor="cpu")
-    main = plan_build(options)
-    assert not any("RPC" in arg for arg in main.cmake_args)  # every installed backend keeps its id
-    assert rpc_plan(options).cmake_args == [*main.cmake_args, *RPC_CMAKE_ARGS]
-    assert rpc_build_dir(options) == build_dir_of(main).with_name(build_dir_of(main).name + "-rpc")
+def test_every_backend_build_has_the_rpc_backend_without_rdma() -> None:
+    for options in (BuildOptions(flavor="cpu"), BuildOptions(flavor="cpu", portable=True, cpu_variants=True)):
+        args = plan_build(options).cmake_args
+        assert "-DGGML_RPC=ON" in args and "-DGGML_RPC_RDMA=OFF" in args
+
+
+def test_the_worker_is_built_in_the_backends_own_tree(worker_binary: Path, patched_backend: BackendManifest) -> None:
+    build_dir = build_dir_of(plan_build(BuildOptions(flavor="cpu")))
+    assert build_dir.name == patched_backend.id and patched_backend.has_rpc
+    assert worker_binary == build_dir / "bin" / "ggml-rpc-server"
+    linked = subprocess.run(["ldd", str(worker_binary)], capture_output=True, text=True, check=True).stdout
+    assert str(build_dir / "bin" / "libggml.so") in linked  # the backend's ggml, not a second compile
+    assert (registry.backend_dir(patched_backend.id) / "llama_cpp" / "lib" / "libggml-rpc.so").is_file()
+
+
+def _without_rpc(manifest: BackendManifest) -> BackendManifest:
+    """``manifest`` as a backend built before RPC joined the common CMake arguments."""
+    args = [arg for arg in manifest.cmake_args if not arg.startswith("-DGGML_RPC")]
+    return dataclasses.replace(manifest, id="0.3.35-cpu-d2t-00000000", cmake_args=args)
+
+
+def test_a_backend_built_without_rpc_is_refused_with_the_rebuild_command(patched_backend: BackendManifest) -> None:
+    old = _without_rpc(patched_backend)
+    with pytest.raises(RpcError) as caught:
+        require_rpc(old)
+    assert caught.value.message.startswith(f"This backend ({old.id}) was built without the RPC backend; rebuild it "
+                                           "with `python -m app backend build --cpu` (")
+    any_cpu = dataclasses.replace(old, cmake_args=[*old.cmake_args, "-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON"])
+    with pytest.raises(RpcError, match=r"`python -m app backend build --cpu --cpu-variants`"):
+        require_rpc(any_cpu)
+    require_rpc(patched_backend)
+
+
+def test_rpc_commands_refuse_an_active_backend_built_without_rpc(patched_backend: BackendManifest, demo: DemoModel,
+                                                                 tmp_path: Path) -> None:
+    """``rpc-worker``, ``serve --rpc`` and ``generate --rpc`` say to rebuild before building or loading anything."""
+    old = _without_rpc(patched_backend)
+    folder = tmp_path / "data" / "backends" / old.id
+    shutil.copytree(registry.backend_dir(patched_backend.id), folder, symlinks=True)
+    old.write(folder)
+    (folder.parent / "active.json").write_text(json.dumps({"id": old.id}) + "\n")
+    env = {**os.environ, "FASTMTP_DATA_DIR": str(tmp_path / "data"), "FASTMTP_BACKEND_DIR": "",
+           "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring", "XDG_DATA_HOME": str(tmp_path / "xdg"),
+           "FASTMTP_CONFIG_DIR": str(tmp_path / "config")}
+    endpoint = f"127.0.0.1:{free_port()}"
+    commands = [["rpc-worker", "--port", str(free_port())],
+                ["serve", "--model", str(demo.target), "--no-draft", "--port", str(free_port()), "--rpc", endpoint],
+                ["generate", "--model", str(demo.target), "--gpu-layers", "2", "--rpc", endpoint, "--prompt", "Hi"]]
+    for command in commands:
+        done = subprocess.run([sys.executable, "-m", "app", *command], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 1, (command, done.stderr[-2000:])
+        assert f"This backend ({old.id}) was built without the RPC backend" in done.stderr, done.stderr[-2000:]
+        assert "python -m app backend build --cpu" in done.stderr
 
 
 # ----------------------------------------------------------------------------- a real split
@@ -113,6 +163,13 @@ def test_the_demo_split_over_a_local_rpc_worker_gives_the_unsplit_tokens(worker_
         assert loaded["kind"] == "loaded", loaded
         done = list(client.generate(MESSAGES, OPTIONS))[-1]
         log = client.log_path.read_text(encoding="utf-8", errors="replace")
+        split_pid = client.pid
+        # ggml keeps a worker registered for the life of the process: a load without it runs in a fresh one
+        assert client.load(dataclasses.replace(config, rpc=()))["kind"] == "loaded"
+        assert client.pid != split_pid
+        alone = list(client.generate(MESSAGES, OPTIONS))[-1]
+        assert "RPC0" not in client.log_path.read_text(encoding="utf-8", errors="replace")
+    assert alone["kind"] == "done" and alone["tokens"] == unsplit
     assert done["kind"] == "done" and done["tokens"] == unsplit
     assert done["stats"]["drafted"] > 0
     # llama.cpp put the last layers on the worker's device, the first ones stayed here
@@ -155,9 +212,27 @@ def test_rpc_worker_and_generate_rpc_commands_split_the_model(worker_binary: Pat
             worker.wait()
 
 
+def test_a_cpu_variants_backend_loads_its_rpc_module_and_splits_the_model(worker_binary: Path, demo: DemoModel,
+                                                                          unsplit: list[int]) -> None:
+    """The packaged app's backend: RPC is the module libggml-rpc.so that the loader loads beside the CPU modules."""
+    any_cpu = build_backend(BuildOptions(flavor="cpu", portable=True, cpu_variants=True, activate=False))
+    folder = registry.backend_dir(any_cpu.id)
+    assert any_cpu.has_rpc and (folder / "llama_cpp" / "lib" / "libggml-rpc.so").is_file()
+    with RpcWorker(worker_binary, port=free_port(), threads=1) as worker:
+        generated = subprocess.run([sys.executable, "-m", "app", "generate", "--model", str(demo.target), "--mtp",
+                                    "sidecar", "--draft", str(demo.sidecar_d2t), "--ctx", "1024", "--gpu-layers",
+                                    str(SPLIT_LAYERS), "--rpc", worker.endpoint, "--prompt", "Hello there",
+                                    "--max-tokens", "40", "--json"],
+                                   capture_output=True, text=True, timeout=600,
+                                   env={**os.environ, "FASTMTP_BACKEND_DIR": str(folder)})
+        assert "Accepted client connection" in worker.log_tail()
+    assert generated.returncode == 0, generated.stderr[-2000:]
+    assert json.loads(generated.stdout)["tokens"] == unsplit
+
+
 def test_serve_with_rpc_workers_answers_with_the_unsplit_tokens(worker_binary: Path, demo: DemoModel,
                                                                 unsplit: list[int], tmp_path: Path) -> None:
-    """``serve --rpc``: the RPC tree's llama-server (llama.cpp offers --rpc only with the RPC backend built in)."""
+    """``serve --rpc``: the backend's own llama-server (llama.cpp offers --rpc only with the RPC backend built in)."""
     from app.engine.remote import RemoteClient
     from app.remote_servers import RemoteServer
 

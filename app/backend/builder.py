@@ -2,7 +2,8 @@
 
 One entry point, ``build_backend``, reads top-down. Nothing becomes visible under
 ``<data>/backends/<id>`` until the self-test passed; the build tree is kept in the cache so
-a rebuild with the same inputs only re-links what changed (seconds).
+a rebuild with the same inputs only re-links what changed (seconds). ``build_program`` builds one more program
+(llama-server, rpc-server) in that same tree.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ _STEP_START = {"toolchain": 0.0, "source": 1.0, "configure": 5.0, "compile": 10.
                "install": 92.0, "selftest": 94.0, "activate": 99.0}
 # The tools and llama-server are configured in the backend's own tree (but only built on request, see
 # upstream_server.py): the peer then links the backend's shared libraries instead of compiling ggml again.
+# Every build has llama.cpp's RPC backend (one small source file; linked into libggml, or the module
+# libggml-rpc.so beside the CPU modules of a GGML_BACKEND_DL build), so ``--rpc`` and ``rpc-worker`` (rpc.py) use
+# the backend as it is. RDMA stays off: the same build on every machine, whatever libibverbs it has.
 _COMMON_CMAKE_ARGS = [
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAVA_BUILD=OFF",
@@ -43,6 +47,8 @@ _COMMON_CMAKE_ARGS = [
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_RPC=ON",
+    "-DGGML_RPC_RDMA=OFF",
 ]
 # A packaged app's CPU backend (``cpu_variants``): ggml loads its CPU code from a module at run time
 # (GGML_BACKEND_DL) and picks the best one this processor can run. The base module is x86-64-v2 (SSE4.2,
@@ -263,8 +269,53 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
 
 
 def build_dir_of(plan: BuildPlan) -> Path:
-    """The cached CMake/ninja tree of a plan: the backend and its llama-server are built here."""
+    """The cached CMake/ninja tree of a plan: the backend, its llama-server and its rpc-server are built here."""
     return paths.cache_dir() / "build" / plan.backend_id
+
+
+def options_of(manifest: registry.BackendManifest) -> BuildOptions:
+    """The options that plan ``manifest``'s backend again (flavour, CUDA architectures, version, patch, portability,
+    CPU modules), so a program built for it comes from its own build tree."""
+    return BuildOptions(flavor="cuda" if manifest.flavor == "cuda" else "cpu", cuda_archs=list(manifest.cuda_archs),
+                        version=manifest.llama_cpp_python_version, patched=manifest.patched,
+                        portable=manifest.portable, cpu_variants=manifest.loads_backends_at_start)
+
+
+def active_options() -> BuildOptions:
+    """``options_of`` the active backend; a CPU build's when none is installed yet."""
+    manifest = registry.active()
+    return options_of(manifest) if manifest is not None else BuildOptions(flavor="cpu")
+
+
+def build_program(options: BuildOptions, target: str, on_event: EventSink | None = None,
+                  cancel: CancelToken | None = None) -> Path:
+    """Build one program (``llama-server``, ``ggml-rpc-server``) in the backend's own tree of ``options``; return it.
+
+    The tree is configured with the tools (``_COMMON_CMAKE_ARGS``), so the program links the shared libraries
+    the backend build already compiled: seconds of extra work on the CPU, minutes instead of an hour on CUDA.
+    ``cmake --build`` runs the ninja that configured the tree (a different ninja version would discard the
+    build log and recompile everything).
+
+    Raises:
+        ToolchainError, PatchError, BuildCancelled, BackendError: as ``build_backend``.
+    """
+    report = Reporter(on_event or (lambda _event: None))
+    cancel = cancel or CancelToken()
+    report.start("toolchain", "checking the build tools")
+    plan = plan_build(options)
+    report.start("source", f"getting llama-cpp-python {plan.pin.version} source")
+    tree = prepare_source(plan, options, report)
+    build_dir = build_dir_of(plan)
+    with buildlock.locked(build_dir, report.log):
+        report.start("configure", "configuring with CMake (the backend's build tree)")
+        configure(plan, tree, build_dir, report, cancel)
+        report.start("compile", f"compiling {target} (a few minutes the first time)")
+        compile_target(plan, options, tree, build_dir, target, report, cancel)
+    binary = build_dir / "bin" / target
+    if not binary.is_file():
+        raise BackendError(f"The build finished but {binary} is missing.", f"Delete {build_dir} and build again.")
+    report.emit("done", f"{target} ready: {binary}", 100.0)
+    return binary
 
 
 def _compile_cpu_variants(plan: BuildPlan, options: BuildOptions, tree: Path, build_dir: Path, report: Reporter,

@@ -54,6 +54,11 @@ class BackendManifest:
         return "-DGGML_NATIVE=OFF" in self.cmake_args
 
     @property
+    def has_rpc(self) -> bool:
+        """llama.cpp's RPC backend is built in (every build since it joined the common CMake arguments)."""
+        return "-DGGML_RPC=ON" in self.cmake_args
+
+    @property
     def selftest_ok(self) -> bool:
         return bool(self.selftest.get("ok"))
 

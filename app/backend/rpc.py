@@ -1,11 +1,11 @@
 """llama.cpp's RPC backend: one model's layers spread over several machines' devices.
 
-The RPC code lives in a second build tree beside the backend's own, ``<cache>/build/<backend id>-rpc``: the same
-patched source and CMake arguments plus ``-DGGML_RPC=ON``. Why not switch RPC on in the common arguments: every
-backend id would change, so every installed backend and its llama-server would be rebuilt once (5 minutes per CPU
-tree here, about an hour for CUDA), for a feature few machines use. The RPC tree is built only where RPC is
-asked for, and only the targets that machine needs: ``ggml-rpc-server`` on a helper (``rpc-worker``), ``llama``
-for the local engine (staged as a backend folder of its own), ``llama-server`` for ``serve --rpc``.
+Every backend build has the RPC backend (``-DGGML_RPC=ON`` is one of the builder's common CMake arguments: one small
+source file, linked into libggml, or the module ``libggml-rpc.so`` beside the CPU modules of a ``--cpu-variants``
+build). So the engine's ``--rpc`` and ``serve --rpc`` use the active backend and its llama-server as they are, and
+``rpc-worker`` builds llama.cpp's ``rpc-server`` (target ``ggml-rpc-server``) in the backend's own build tree, where
+it links the libraries already compiled (seconds). A backend built before that has no RPC: ``require_rpc`` says to
+rebuild it.
 
 The RPC protocol has no authentication and no encryption: whoever reaches the port can run work on the device
 and read what it holds. ``check_bind_address`` keeps a worker on loopback or the local network unless the user
@@ -14,10 +14,7 @@ said they understand.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -26,23 +23,12 @@ from pathlib import Path
 from types import TracebackType
 
 from app import netaddr, paths
-from app.backend import buildlock, registry
-from app.backend.builder import (
-    BuildOptions,
-    BuildPlan,
-    Reporter,
-    _install,
-    build_dir_of,
-    check_cancel,
-    compile_target,
-    configure,
-    plan_build,
-    prepare_source,
-)
+from app.backend import registry
+from app.backend.builder import BuildOptions, active_options, build_program
 from app.backend.events import CancelToken, EventSink
-from app.errors import BackendError, FastMTPError
+from app.backend.registry import BackendManifest
+from app.errors import FastMTPError
 
-RPC_CMAKE_ARGS = ["-DGGML_RPC=ON", "-DGGML_RPC_RDMA=OFF"]  # RDMA off: the same build on every machine
 WORKER_TARGET = "ggml-rpc-server"
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server default
 START_TIMEOUT_S = 60.0
@@ -54,99 +40,43 @@ class RpcError(FastMTPError):
     """An RPC worker address, build or connection cannot be used."""
 
 
-def active_options() -> BuildOptions:
-    """The build options of the active backend (its flavour, CUDA architectures, portability), so its own tree and
-    its RPC twin are the ones used."""
+def require_rpc(manifest: BackendManifest) -> None:
+    """Raise RpcError in words when ``manifest``'s backend was built before RPC was part of every build."""
+    if manifest.has_rpc:
+        return
+    raise RpcError(f"This backend ({manifest.id}) was built without the RPC backend; rebuild it with "
+                   f"`{rebuild_command(manifest)}` (every build has it now; a few minutes on the CPU, about an hour "
+                   "with CUDA).",
+                   "The rebuilt backend becomes the active one; --rpc, serve --rpc and rpc-worker then use it.")
+
+
+def rebuild_command(manifest: BackendManifest) -> str:
+    """The ``backend build`` command that builds ``manifest``'s kind of backend again (with today's arguments)."""
+    words = ["python -m app backend build", "--cuda" if manifest.flavor == "cuda" else "--cpu"]
+    if manifest.loads_backends_at_start:
+        words.append("--cpu-variants")
+    elif manifest.portable:
+        words.append("--portable")
+    if not manifest.patched:
+        words.append("--unpatched")
+    return " ".join(words)
+
+
+def rpc_options() -> BuildOptions:
+    """``active_options()`` for a program that needs RPC: RpcError in words when the active backend has none."""
     manifest = registry.active()
-    if manifest is None:
-        return BuildOptions(flavor="cpu")
-    return BuildOptions(flavor="cuda" if manifest.flavor == "cuda" else "cpu", cuda_archs=list(manifest.cuda_archs),
-                        portable=manifest.portable, patched=manifest.patched)
+    if manifest is not None:
+        require_rpc(manifest)
+    return active_options()
 
 
-def rpc_plan(options: BuildOptions) -> BuildPlan:
-    """The backend's plan with the RPC backend switched on (the tree of ``rpc_build_dir``)."""
-    plan = plan_build(options)
-    return dataclasses.replace(plan, cmake_args=[*plan.cmake_args, *RPC_CMAKE_ARGS], cpu_variants={})
-
-
-def rpc_build_dir(options: BuildOptions) -> Path:
-    """``<cache>/build/<backend id>-rpc``: named after the backend it is the RPC twin of."""
-    main = build_dir_of(plan_build(options))
-    return main.with_name(main.name + "-rpc")
-
-
-def build_rpc_targets(options: BuildOptions, targets: list[str], on_event: EventSink | None = None,
-                      cancel: CancelToken | None = None) -> Path:
-    """Configure (once) and build ``targets`` in the RPC tree; return its ``bin`` folder.
+def build_worker(options: BuildOptions, on_event: EventSink | None = None, cancel: CancelToken | None = None) -> Path:
+    """llama.cpp's ``rpc-server`` (target ``ggml-rpc-server``), built in the backend's own tree of ``options``.
 
     Raises:
         ToolchainError, PatchError, BuildCancelled, BackendError: as ``build_backend``.
     """
-    report = Reporter(on_event or (lambda _event: None))
-    cancel = cancel or CancelToken()
-    report.start("toolchain", "checking the build tools")
-    plan = rpc_plan(options)
-    report.start("source", f"getting llama-cpp-python {plan.pin.version} source")
-    tree = prepare_source(plan, options, report)
-    build_dir = rpc_build_dir(options)
-    with buildlock.locked(build_dir, report.log):
-        report.start("configure", "configuring the RPC build tree with CMake")
-        configure(plan, tree, build_dir, report, cancel)
-        for target in targets:
-            check_cancel(cancel)
-            report.start("compile", f"compiling {target} with the RPC backend (a full compile the first time)")
-            compile_target(plan, options, tree, build_dir, target, report, cancel)
-    report.emit("done", f"{', '.join(targets)} ready in {build_dir / 'bin'}", 100.0)
-    return build_dir / "bin"
-
-
-def build_worker(options: BuildOptions, on_event: EventSink | None = None, cancel: CancelToken | None = None) -> Path:
-    """llama.cpp's ``rpc-server`` (target ``ggml-rpc-server``) from the RPC tree."""
-    binary = build_rpc_targets(options, [WORKER_TARGET], on_event, cancel) / WORKER_TARGET
-    if not binary.is_file():
-        raise BackendError(f"The build finished but {binary} is missing.",
-                           f"Delete {binary.parent.parent} and build again.")
-    return binary
-
-
-def build_server(options: BuildOptions, on_event: EventSink | None = None, cancel: CancelToken | None = None) -> Path:
-    """``llama-server`` with ``--rpc`` (llama.cpp offers the flag only when the RPC backend is built in)."""
-    binary = build_rpc_targets(options, ["llama-server"], on_event, cancel) / "llama-server"
-    if not binary.is_file():
-        raise BackendError(f"The build finished but {binary} is missing.",
-                           f"Delete {binary.parent.parent} and build again.")
-    return binary
-
-
-def build_engine_backend(options: BuildOptions, on_event: EventSink | None = None,
-                         cancel: CancelToken | None = None) -> Path:
-    """A backend folder for the local engine with RPC devices: the active backend's bindings with the RPC tree's
-    libraries, staged in ``<rpc tree>/backend`` (the engine worker imports it through ``FASTMTP_BACKEND_DIR``).
-
-    The folder is rebuilt whenever a library in the tree is newer than the staged copy.
-    """
-    bin_dir = build_rpc_targets(options, ["llama"], on_event, cancel)
-    build_dir = bin_dir.parent
-    folder = build_dir / "backend"
-    stamp = folder / ".staged"
-    newest = max((p.stat().st_mtime for p in bin_dir.iterdir() if p.is_file()), default=0.0)
-    if stamp.is_file() and stamp.stat().st_mtime >= newest:
-        return folder
-    plan = rpc_plan(options)
-    tree = prepare_source(plan, options, Reporter(on_event or (lambda _event: None)))
-    with buildlock.locked(folder, lambda _line: None):
-        staging = folder.with_name(folder.name + f".staging-{os.getpid()}")
-        _install(tree, build_dir, staging)
-        main_id = build_dir_of(plan_build(options)).name
-        manifest_file = registry.backend_dir(main_id) / registry.MANIFEST
-        data = json.loads(manifest_file.read_text(encoding="utf-8")) if manifest_file.is_file() else {}
-        data.update(id=f"{main_id}-rpc", cmake_args=plan.cmake_args)
-        (staging / registry.MANIFEST).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(staging, folder)
-        stamp.write_text(str(time.time()) + "\n", encoding="utf-8")
-    return folder
+    return build_program(options, WORKER_TARGET, on_event, cancel)
 
 
 # ----------------------------------------------------------------------------- addresses
@@ -188,7 +118,7 @@ def parse_endpoints(text: str) -> list[str]:
 class RpcWorker:
     """A running ``rpc-server``: the backend's own device(s) offered to other machines over RPC.
 
-    Its libraries are the RPC tree's. Use as a context manager so it is always stopped.
+    It runs from the backend's build tree, on that tree's libraries. Use as a context manager so it is always stopped.
     """
 
     binary: Path

@@ -19,18 +19,10 @@ from typing import Any
 import httpx
 
 from app import paths
-from app.backend import archive, buildlock
-from app.backend.builder import (
-    BuildOptions,
-    Reporter,
-    build_dir_of,
-    compile_target,
-    configure,
-    plan_build,
-    prepare_source,
-)
+from app.backend import archive
+from app.backend.builder import BuildOptions, build_dir_of, build_program, plan_build
 from app.backend.events import CancelToken, EventSink
-from app.errors import BackendError, EngineError
+from app.errors import EngineError
 from app.gguftools.d2t import check_d2t
 
 TARGET = "llama-server"
@@ -44,34 +36,12 @@ def server_binary(options: BuildOptions) -> Path:
 
 def build_server(options: BuildOptions, on_event: EventSink | None = None,
                  cancel: CancelToken | None = None) -> Path:
-    """Build ``llama-server`` in the backend's own build tree of ``options``; return the binary.
-
-    The tree is configured with the server targets (builder._COMMON_CMAKE_ARGS), so the server links
-    the shared libllama/libggml the backend build already compiled: seconds of extra work on the CPU,
-    minutes instead of an hour on CUDA. ``cmake --build`` runs the ninja that configured the tree (a
-    different ninja version would discard the build log and recompile everything).
+    """Build ``llama-server`` in the backend's own build tree of ``options`` (``builder.build_program``); return it.
 
     Raises:
         ToolchainError, PatchError, BuildCancelled, BackendError: as ``build_backend``.
     """
-    report = Reporter(on_event or (lambda _event: None))
-    cancel = cancel or CancelToken()
-    report.start("toolchain", "checking the build tools")
-    plan = plan_build(options)
-    report.start("source", f"getting llama-cpp-python {plan.pin.version} source")
-    tree = prepare_source(plan, options, report)
-    build_dir = build_dir_of(plan)
-    with buildlock.locked(build_dir, report.log):
-        report.start("configure", "configuring with CMake (the backend's build tree)")
-        configure(plan, tree, build_dir, report, cancel)
-        report.start("compile", "compiling llama-server (a few minutes the first time)")
-        compile_target(plan, options, tree, build_dir, TARGET, report, cancel)
-    binary = build_dir / "bin" / TARGET
-    if not binary.is_file():
-        raise BackendError(f"The build finished but {binary} is missing.",
-                           f"Delete {build_dir} and build again.")
-    report.emit("done", f"{TARGET} ready: {binary}", 100.0)
-    return binary
+    return build_program(options, TARGET, on_event, cancel)
 
 
 def free_port() -> int:
@@ -107,7 +77,7 @@ class UpstreamServer:
 
     By default it listens on 127.0.0.1 with one slot, no key (the side-by-side peer). ``serve`` sets the address,
     the port, the slots, an API key (given through the environment, never on the command line where any user
-    of the machine could read it) and RPC workers (a server from the RPC tree, see ``backend/rpc.py``).
+    of the machine could read it) and RPC workers (``--rpc``: every backend build has llama.cpp's RPC backend).
     """
 
     def __init__(self, binary: Path, model: Path, draft: Path | None = None, n_max: int = 3,

@@ -17,7 +17,6 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Literal
 
 from app import paths
@@ -47,7 +46,6 @@ class EngineClient:
         self._phase: Phase = "idle"
         self._replies = 0  # replies finished since the last load
         self.last_crash: dict[str, Any] | None = None  # the latest WorkerCrashed event, until a restart
-        self._backend_dir: Path | None = None  # the worker's FASTMTP_BACKEND_DIR (RPC: the RPC tree's backend)
 
     # ------------------------------------------------------------------ process
 
@@ -69,8 +67,6 @@ class EngineClient:
         env = dict(os.environ)
         if not env.get("FASTMTP_NATIVE_BACKTRACE"):
             env["GGML_NO_BACKTRACE"] = "1"  # no gdb attaching on an abort: the assert line stays the last line
-        if self._backend_dir is not None:
-            env["FASTMTP_BACKEND_DIR"] = str(self._backend_dir)
         self._phase, self._replies = "idle", 0
         self._proc = subprocess.Popen([child_python(), "-m", "app.engine.worker"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, env=env,
@@ -150,12 +146,11 @@ class EngineClient:
     # ------------------------------------------------------------------ requests
 
     def load(self, config: EngineConfig) -> dict[str, Any]:
-        """Load (or switch) the model pair: a clean reload in the worker. With RPC workers the worker runs on the RPC
-        build of the backend (built the first time: a full compile), so switching to or from RPC restarts it."""
-        backend = _rpc_backend() if config.rpc else None
-        if backend != self._backend_dir:
+        """Load (or switch) the model pair: a clean reload in the worker. RPC workers (``config.rpc``) are connected
+        by the worker before the load, through the active backend's RPC backend; ggml keeps them registered for the
+        life of the process, so other workers (or none) need a fresh worker process."""
+        if self._config is not None and self._config.rpc != config.rpc:
             self.close()
-            self._backend_dir = backend
         if self._proc is None or self._proc.poll() is not None:
             self.start()
         self._config = config
@@ -214,12 +209,6 @@ class EngineClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _rpc_backend() -> Path:
-    from app.backend.rpc import active_options, build_engine_backend
-
-    return build_engine_backend(active_options())
 
 
 def _blames_sidecar(phase: str, config: EngineConfig | None) -> bool:

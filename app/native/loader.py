@@ -60,7 +60,7 @@ def import_llama_cpp() -> ModuleType:
 
 
 def _load_backend_modules(folder: Path) -> None:
-    """Load a GGML_BACKEND_DL build's backend modules (the best CPU variant) from its own lib folder.
+    """Load a GGML_BACKEND_DL build's backend modules (the best CPU variant, and RPC) from its own lib folder.
 
     ggml would otherwise search the Python executable's folder and the working directory, find
     nothing, and every model load would fail with "no backends are loaded".
@@ -76,8 +76,9 @@ def _load_backend_modules(folder: Path) -> None:
     ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
     ggml.ggml_backend_load_all_from_path.restype = None
     ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
-    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-    if ggml.ggml_backend_reg_count() == 0:
+    ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    if not ggml.ggml_backend_reg_by_name(b"CPU"):  # the RPC module loads on any processor: look for the CPU one
         raise BackendError(f"None of the backend's CPU modules in {lib_dir} can run on this processor.",
                            "This processor lacks SSE4.2; build the backend on this machine instead "
                            "(`python -m app backend build`).")

@@ -1,8 +1,8 @@
 """Offer the engine the devices of llama.cpp RPC workers (``rpc-worker`` on other machines).
 
 ggml registers each worker as a backend with its own devices; a model loaded afterwards with ``n_gpu_layers``
-spreads those layers over every registered device, local GPUs and RPC workers alike. Only a backend built with
-``GGML_RPC=ON`` (the RPC tree's, see ``app/backend/rpc.py``) has the RPC backend to ask.
+spreads those layers over every registered device, local GPUs and RPC workers alike. Every backend build has the
+RPC backend (``GGML_RPC=ON``, see ``app/backend/rpc.py``); one built before that is refused in words.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-from app.backend.rpc import RpcError
-from app.native.loader import backend_folder, import_llama_cpp
+from app.backend.rpc import RpcError, require_rpc
+from app.native.loader import backend_folder, backend_manifest, import_llama_cpp
 
 _connected: set[str] = set()
 
@@ -38,11 +38,13 @@ def _ggml() -> ctypes.CDLL:
 def connect(endpoints: Sequence[str]) -> int:
     """Register every ``host:port`` worker's devices with ggml (once per process); return how many devices the
     workers added. Raises RpcError in words when the backend has no RPC or a worker cannot be reached."""
+    require_rpc(backend_manifest())
     ggml = _ggml()
     reg = ggml.ggml_backend_reg_by_name(b"RPC")
     if not reg:
-        raise RpcError("This backend was built without llama.cpp's RPC backend.",
-                       "Run the engine with the RPC build (`--rpc` builds it the first time).")
+        raise RpcError(f"The backend in {backend_folder()} was built with the RPC backend, but ggml did not load it.",
+                       "Its libggml-rpc library may be missing: build the backend again (`python -m app backend "
+                       "build`).")
     address = ggml.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
     if not address:
         raise RpcError("The RPC backend has no ggml_backend_rpc_add_server.", "Build the RPC backend again.")
