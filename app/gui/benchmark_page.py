@@ -87,7 +87,7 @@ class DepthChart(QWidget):
         text = self.palette().color(QPalette.ColorRole.WindowText)
         grid = QColor(text)
         grid.setAlpha(40)
-        area = QRectF(self.rect()).adjusted(56, 16, -150, -40)
+        area = QRectF(self.rect()).adjusted(56, 16, -175, -40)
         if not self.series or area.width() < 40 or area.height() < 40:
             painter.setPen(text)
             painter.drawText(QRectF(self.rect()), Qt.AlignmentFlag.AlignCenter,
@@ -142,7 +142,7 @@ class DepthChart(QWidget):
             painter.setPen(pen)
             painter.drawLine(QPointF(area.right() + 14, legend_y + 8), QPointF(area.right() + 34, legend_y + 8))
             painter.setPen(text)
-            painter.drawText(QRectF(area.right() + 40, legend_y, 110, 16), Qt.AlignmentFlag.AlignVCenter,
+            painter.drawText(QRectF(area.right() + 40, legend_y, 135, 16), Qt.AlignmentFlag.AlignVCenter,
                              MODE_LABELS.get(mode, mode))
             legend_y += 20
         painter.end()
@@ -226,7 +226,7 @@ class BenchmarkPage(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setMinimumHeight(180)
+        self.table.setMinimumHeight(240)
         self.chart = DepthChart()
         self.chart_set = QComboBox()
         self.chart_set.currentIndexChanged.connect(lambda _i: self._draw_chart())
@@ -243,9 +243,11 @@ class BenchmarkPage(QWidget):
             exports.addWidget(button)
         results = QGroupBox("Results")
         shown = QVBoxLayout(results)
-        shown.addWidget(self.table)
         shown.addLayout(exports)
-        shown.addWidget(self.chart)
+        side_by_side = QHBoxLayout()
+        side_by_side.addWidget(self.table, 1)
+        side_by_side.addWidget(self.chart, 1)
+        shown.addLayout(side_by_side, 1)
 
         content = QWidget()
         column = QVBoxLayout(content)

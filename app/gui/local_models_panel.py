@@ -163,7 +163,7 @@ class LocalModelsPanel(QGroupBox):
         table.verticalHeader().setVisible(False)
         table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        table.setWordWrap(True)
+        table.setWordWrap(False)  # one line a file; the whole reason is in the tooltip
         table.setMinimumHeight(110)
         header = table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -192,7 +192,6 @@ class LocalModelsPanel(QGroupBox):
             table.setItem(row, A_SIDECARS, QTableWidgetItem(sidecars or "none yet"))
             table.setCellWidget(row, A_STATE, badge(model.state))
             table.setCellWidget(row, A_ACTIONS, self._actions(model))
-        table.resizeRowsToContents()
 
     def _actions(self, model: LocalModel) -> QWidget:
         holder = QWidget()
@@ -370,7 +369,6 @@ class LocalModelsPanel(QGroupBox):
         button.setEnabled(found.usable and not found.added)
         button.clicked.connect(lambda _c=False, p=found.path: self.add_path(p))
         table.setCellWidget(row, S_ACTION, button)
-        table.resizeRowToContents(row)
 
     def _mark_found_added(self) -> None:
         added = {m.path for m in self.models}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEventLoop, QTimer
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QScrollArea
 
 from app import paths
 from app.settings import Settings
@@ -144,6 +144,70 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     return written
 
 
+def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, int] = README_SIZE) -> list[Path]:
+    """``models-own-*.png`` (your own files: one added from a fake LM Studio folder, the scan of the usual places)
+    and ``benchmark-*.png`` (the Benchmark page after a small matrix on the demo model)."""
+    from app.backend import registry
+    from app.backend.builder import BuildOptions, build_backend
+    from app.builtin_demo import ensure_demo_model
+    from app.gui.main import MainWindow, make_application
+    from app.history import HistoryStore
+
+    app = make_application(sys.argv[:1])
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="fastmtp-shots-own-"))
+    os.environ["FASTMTP_CONFIG_DIR"] = str(scratch / "config")
+    os.environ["FASTMTP_DATA_DIR"] = str(paths.data_dir())  # the backends (and the demo) stay where they are ...
+    os.environ["FASTMTP_CACHE_DIR"] = str(paths.cache_dir())
+    os.environ["HOME"] = str(scratch / "home")  # ... while the scan looks here (LM Studio, Downloads), not in yours
+    os.environ["HF_HUB_CACHE"] = str(scratch / "hf-hub")
+    if registry.active() is None:
+        build_backend(BuildOptions(flavor="cpu"))
+    demo = ensure_demo_model(paths.demo_model_dir())
+    planted = scratch / "home" / ".lmstudio" / "models" / "someone" / "Qwen3.8-27B-MTP-GGUF" / "Qwen3.8-27B-Q4_K_M.gguf"
+    sidecar = scratch / "home" / "Downloads" / "Qwen3.8-27B-FastMTP-32K.gguf"
+    for source, link in ((demo.target, planted), (demo.sidecar_d2t, sidecar)):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.link(source, link)
+    history = HistoryStore(scratch / "history.sqlite3")
+    window = MainWindow(history=history, settings=Settings(first_run_done=True))
+    window.resize(*size)
+    window.show()
+    panel = window.models_page.local
+    panel.add_path(planted)
+    wait_until(app, lambda: panel.idle, 120, "the file to be added")
+    panel.scan()
+    wait_until(app, lambda: not panel.scanning, 120, "the scan")
+    window.use_demo(demo)
+    wait_until(app, lambda: window.ready and not window.bridge.busy, 120, "the demo model to load")
+    page = window.bench_page
+    window.show_page("Benchmark")
+    for mode, box in page.mode_boxes.items():
+        box.setChecked(mode in ("off", "embedded", "d2t"))
+    page.tokens.setValue(32)
+    page.run()
+    wait_until(app, lambda: not page.running, 900, "the benchmark")
+    written: list[Path] = []
+    for name in themes:
+        window.apply_settings(Settings(theme="dark" if name == "dark" else "light", first_run_done=True))
+        for shot, page_name in (("models-own", "Models"), ("benchmark", "Benchmark")):
+            window.show_page(page_name)
+            settle(app)
+            if page_name == "Models":
+                scroll = window.models_page.findChild(QScrollArea)
+                if scroll is not None:
+                    scroll.ensureWidgetVisible(panel, 0, 0)
+                    scroll.verticalScrollBar().setValue(panel.y())
+            settle(app)
+            path = out / file_name(shot, name, size)
+            window.grab().save(str(path))
+            written.append(path)
+            print(path)
+    window.close()
+    history.close()
+    return written
+
+
 def parse_size(text: str) -> tuple[int, int]:
     """``1024x700`` -> (1024, 700)."""
     width, _, height = text.lower().partition("x")
@@ -154,11 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.gui.screenshots", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder for the PNG files (docs/screenshots)")
     parser.add_argument("--theme", choices=["light", "dark", "both"], default="both")
+    parser.add_argument("--own", action="store_true",
+                        help="only the pages of your own models: models-own-*.png and benchmark-*.png")
     parser.add_argument("--size", action="append", metavar="WxH",
                         help="only this window size (repeatable; default: 1280x800, 1024x700 and 1920x1080)")
     args = parser.parse_args(argv)
     themes = ("light", "dark") if args.theme == "both" else (args.theme,)
     sizes = tuple(parse_size(size) for size in args.size) if args.size else SIZES
+    if args.own:
+        take_own(args.out, themes, sizes[0])
+        return 0
     take(args.out, themes, sizes)
     return 0
 
