@@ -146,7 +146,7 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
 
 def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, int] = README_SIZE) -> list[Path]:
     """``models-own-*.png`` (your own files: one added from a fake LM Studio folder, the scan of the usual places)
-    and ``benchmark-*.png`` (the Benchmark page after a small matrix on the demo model)."""
+    and ``benchmark-run-*.png`` (the Benchmark page after a small matrix on the demo model)."""
     from app.backend import registry
     from app.backend.builder import BuildOptions, build_backend
     from app.builtin_demo import ensure_demo_model
@@ -190,7 +190,7 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
     written: list[Path] = []
     for name in themes:
         window.apply_settings(Settings(theme="dark" if name == "dark" else "light", first_run_done=True))
-        for shot, page_name in (("models-own", "Models"), ("benchmark", "Benchmark")):
+        for shot, page_name in (("models-own", "Models"), ("benchmark-run", "Benchmark")):
             window.show_page(page_name)
             settle(app)
             if page_name == "Models":
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="folder for the PNG files (docs/screenshots)")
     parser.add_argument("--theme", choices=["light", "dark", "both"], default="both")
     parser.add_argument("--own", action="store_true",
-                        help="only the pages of your own models: models-own-*.png and benchmark-*.png")
+                        help="only the pages of your own models: models-own-*.png and benchmark-run-*.png")
     parser.add_argument("--size", action="append", metavar="WxH",
                         help="only this window size (repeatable; default: 1280x800, 1024x700 and 1920x1080)")
     args = parser.parse_args(argv)
