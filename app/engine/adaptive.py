@@ -1,30 +1,32 @@
 """Adaptive draft depth: pick, round by round, the depth that emits the most tokens per second.
 
 Two things decide the best depth, and both are measured while the reply streams:
-- how far the drafts get accepted: the acceptance at each draft position, given that the drafts
-  before it were accepted (it usually falls with depth on real text). A position rarely tested leans
-  on the one before it;
+- how far the drafts get accepted: the acceptance at each draft position, given that the drafts before it
+  were accepted (it usually falls with depth on real text). A position rarely tested leans on the one
+  before it, and what was measured at a position not tested lately ages, since the text moves on;
 - what a round costs at each depth, built from the parts the engine times separately:
   ``rest(k + 1) + first_pass + step * (k - 1)`` for ``k`` drafts. ``rest(b)`` is the target's verify pass
-  over ``b`` tokens plus our own bookkeeping, one estimate per batch size (on a GPU it is about flat;
-  on a CPU it can double from 1 to 2 tokens and then rise unevenly, so no straight line fits it); the
-  first draft pass (which also catches the draft up) and the cost of each further draft step are
-  measured in every drafting round, at every depth.
+  over ``b`` tokens plus our own bookkeeping, one estimate per batch size: on a GPU it is about flat, on a
+  CPU it can double from 1 to 2 tokens and then rise unevenly (this 2-core machine: 8 tokens cost more
+  than 9), so no straight line in the depth fits it. The first draft pass (which also catches the draft
+  up) and each further draft step are measured in every drafting round, at every depth.
 
-A shared machine slows every part of a round alike, and by a factor that changes within seconds. So
-each round's time is divided by a load index, the recent rounds' median of measured over predicted
-time, before it enters an estimate: a depth tried next to the current one is compared at the load of
-the moment, not with rounds measured when the machine was quieter or busier. Every estimate is the
-median of its recent samples, so a stalled round does not move it; a round whose batch size differs
-from the previous round's (the first round at a depth, llama.cpp rebuilding its graph) counts for no
-batch size.
+Every estimate is the lower median of its recent samples, so a stalled round does not move it, and a
+round whose batch size differs from the previous round's (llama.cpp rebuilds its graph) counts for no
+batch size; nor does the first drafting round. The engine times rounds in the decoding thread's CPU time
+on a CPU backend, so other jobs' turns on a shared core stay out of them; what such jobs still change
+(caches, memory bandwidth, the device's share with GPU offload) is taken out as load: a round's verify
+time is divided by its own draft steps' slowness against their estimate (they ran a moment before, on
+the same core, and cost the same at any depth), and a round without two drafts by the load measured at
+the current depth around it, counting only if the load before and after agree.
 
-Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak``; the depth with the
-highest expected tokens per second wins, and replaces the current one only when it promises at least
-``SWITCH_MARGIN`` more (switching has a cost). A depth next to a measured one that has not been
-measured yet is predicted optimistically (a bigger batch no dearer; a smaller one cheaper in
-proportion) and tried when that prediction wins; the neighbours of the chosen depth are revisited for
-a few rounds now and then, so the estimates follow the text and the machine.
+Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak``; the measured depth with
+the highest expected tokens per second wins, and replaces the current one only when it promises
+``SWITCH_MARGIN`` more. A depth not measured yet is tried for a few rounds when it could win with its cost
+guessed low (a bigger batch on the line through the measured ones, a smaller one cheaper in proportion)
+and its acceptance one standard error up; deeper than the deepest measured only one at a time until two
+batch sizes with drafts are measured. The neighbours of the current depth and the most promising other
+are revisited now and then, less often the dearer and the less promising a visit is.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ SWITCH_MARGIN = 0.01  # a depth must promise 1% more tokens per second than the 
 
 @dataclass(frozen=True)
 class RoundTiming:
-    """What one round cost, in seconds, split the way the engine measures it."""
+    """What one round cost, in seconds, split the way the engine measures it. The engine's round clock: the
+    decoding thread's CPU time when the model runs on the CPU (other jobs' turns on the core left out), wall
+    time with GPU offload (the device's time is in it)."""
 
     seconds: float  # the whole round: draft passes, verify pass, sampling and bookkeeping
     verify: float  # the target's pass over pending + drafts, with its rollback
