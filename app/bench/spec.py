@@ -404,9 +404,10 @@ def decision_charts(decisions: Path, folder: Path) -> list[Path]:
         depth_ax.set_ylabel("depth")
         depth_ax.set_yticks(range(0, max(r["depth"] for r in rounds) + 1))
         depth_ax.legend(loc="upper right", fontsize=8, markerscale=2)
-        depth_ax.set_title(f"{variant}: the depth of each round (runs split by black lines, prompts by grey); below, "
-                           "each round's time as adaptive depth measures it (the decoding thread's CPU time on a CPU "
-                           "backend, wall time with GPU offload) and as it predicted it", fontsize=8)
+        depth_ax.set_title(f"{variant}: the depth of each round (runs split by black lines, prompts by grey)",
+                           fontsize=9)
+        time_ax.set_title("each round's time as adaptive depth measures it (the decoding thread's CPU time on a CPU "
+                          "backend, wall time with GPU offload) and as it predicted it", fontsize=9)
         time_ax.set_ylabel("round ms (adaptive depth's clock)")
         time_ax.set_yscale("log")
         time_ax.set_xlabel("round")
