@@ -1,14 +1,15 @@
 """A simulated machine and text for adaptive depth: round costs split like the engine's, noise like a shared box.
 
 A round at depth ``k`` costs ``rest(k + 1)`` (verify pass + host) plus, when it drafts, a first draft pass
-(which also catches up on the previous round's accepted drafts) and ``k - 1`` further draft steps. On top:
-a jitter of a few percent on every round, stalled rounds (3x), a slow start (the first rounds of a freshly
-loaded model), a rebuild cost when the verify batch differs from the previous round's (llama.cpp rebuilds
-its graph), and a load factor that steps up and down as other jobs come and go. Each draft position is
-accepted with its own probability, given the ones before it were.
+(which also catches up on the previous round's accepted drafts) and ``k - 1`` further draft steps. On top,
+as adaptive depth's clock sees it: a jitter of a few percent on every round, stalled rounds (3x), a slow
+start (the first rounds of a freshly loaded model), a rebuild cost when the verify batch differs from the
+previous round's (llama.cpp rebuilds its graph), a load that steps up and down as other jobs come and go,
+and a wobble from round to round (other jobs' time slices). Each draft position is accepted with its own
+probability, given the ones before it were.
 
-Every random stream is seeded by the round index, so a fixed depth and adaptive depth meet the same load,
-stalls and jitter at the same round.
+Every random stream is seeded by the round index, and the load by the point of the text, so a fixed depth
+and adaptive depth meet the same stalls, jitter and load.
 """
 
 from __future__ import annotations
