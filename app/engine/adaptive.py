@@ -146,6 +146,8 @@ class AdaptiveDepth:
     _waiting: list[tuple[_Samples, int, bool]] = field(default_factory=list)
     _reference: bool = False  # the round being played is at the current depth
     _pending: Decision | None = None
+    _observed: int = 0  # rounds observed: the estimates change only then
+    _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
 
     def __post_init__(self) -> None:
         self.tested = [0.0] * self.n_max
@@ -188,7 +190,7 @@ class AdaptiveDepth:
         self.chosen[depth] += 1
         if self.log is not None:
             self._pending = Decision(self.rounds, depth, reason, [round(r, 3) for r in self.rates()],
-                                     [round(self.acceptance_at(i), 4) for i in range(self.n_max)])
+                                     [round(a, 4) for a in self._acceptances(False)])
         return depth
 
     def best(self) -> int:
@@ -220,31 +222,46 @@ class AdaptiveDepth:
     def rates(self, optimistic: bool = False) -> list[float]:
         """Predicted tokens per second at each depth 0..n_max; ``optimistic``: with each position's acceptance
         one standard error higher (a position rarely tested could well be better than measured)."""
+        cached = self._rates.get(optimistic)
+        if cached is not None and cached[0] == self._observed:  # nothing measured since: the same answer
+            return cached[1]
+        costs, accept = self._costs(), self._acceptances(optimistic)
         rates = []
         expected, reach = 1.0, 1.0
         for k in range(self.n_max + 1):
             if k:
-                reach *= self._upper(k - 1) if optimistic else self.acceptance_at(k - 1)
+                reach *= accept[k - 1]
                 expected += reach
-            rates.append(expected / max(self.predicted_seconds(k), 1e-9))
+            rates.append(expected / max(costs[k] * self.load, 1e-9))
+        self._rates[optimistic] = (self._observed, rates)
         return rates
 
     def acceptance_at(self, position: int) -> float:
         """Acceptance at draft ``position`` (0-based) given the ones before it were accepted: what was
         measured there, leaning on the position before it (or ``FIRST_PRIOR``) while tests are few."""
-        prior = FIRST_PRIOR if position == 0 else self.acceptance_at(position - 1)
-        value = (self.accepted[position] + PRIOR_WEIGHT * prior) / (self.tested[position] + PRIOR_WEIGHT)
-        return min(value, 0.999)
+        return self._acceptances(False)[position]
 
-    def _upper(self, position: int) -> float:
-        """The acceptance at ``position`` one standard error up, the error weighed by how much was measured
-        there (a position hardly tested is as high as the one before it, taken high too, and no higher: the
-        error would otherwise compound from position to position and make every deep depth look worth a try)."""
-        prior = FIRST_PRIOR if position == 0 else self._upper(position - 1)
-        tests = self.tested[position]
-        value = (self.accepted[position] + PRIOR_WEIGHT * prior) / (tests + PRIOR_WEIGHT)
-        spread = math.sqrt(value * (1.0 - value) / (tests + PRIOR_WEIGHT)) * tests / (tests + PRIOR_WEIGHT)
-        return min(value + OPTIMISM * spread, 0.999)
+    def _acceptances(self, optimistic: bool) -> list[float]:
+        """Every position's acceptance (``acceptance_at``). ``optimistic``: one standard error up, the error
+        weighed by how much was measured there, so that a position hardly tested is as high as the one before
+        it (taken high too) and no higher: the error would otherwise compound from position to position and
+        make every deep depth look worth a try."""
+        values, prior = [], FIRST_PRIOR
+        for tests, accepted in zip(self.tested, self.accepted, strict=True):
+            value = (accepted + PRIOR_WEIGHT * prior) / (tests + PRIOR_WEIGHT)
+            if optimistic:
+                spread = math.sqrt(value * (1.0 - value) / (tests + PRIOR_WEIGHT)) * tests / (tests + PRIOR_WEIGHT)
+                value += OPTIMISM * spread
+            prior = min(value, 0.999)
+            values.append(prior)
+        return values
+
+    def _costs(self) -> list[float]:
+        """Predicted round time at each depth 0..n_max, load-normalized."""
+        first = _estimate(self.first_pass) if self.first_pass else 0.0
+        step = _estimate(self.step) if self.step else 0.0
+        rest = self._rest_table()
+        return [rest[k] + ((first + step * (k - 1)) if k else 0.0) for k in range(self.n_max + 1)]
 
     def predicted_seconds(self, depth: int, drafts: int | None = None) -> float:
         """Predicted time of a round at ``depth`` (``drafts`` made, the depth unless fewer) at the current load."""
@@ -269,14 +286,15 @@ class AdaptiveDepth:
         self._returning = 1 + BRACKET if rounds == 1 else 0
         return depth, reason
 
-    def _beyond(self, known: list[int], batch: int) -> float:
+    @staticmethod
+    def _beyond(measured: dict[int, float], batch: int) -> float:
         """Verify + host time past the biggest measured batch: on the median line through the measured batches
         of 2 or more tokens (the median of the slopes between every two of them, not falling), so that one
         odd batch size (a kernel that tiles badly) does not bend it; the biggest one's own time while fewer
         than two are measured (an optimistic guess, which a visit corrects)."""
-        points = [(b, _estimate(self.rest[b])) for b in known if b >= 2]
+        points = [(b, cost) for b, cost in measured.items() if b >= 2]
         if len(points) < 2:
-            return _estimate(self.rest[known[-1]])
+            return measured[max(measured)]
         slope = max(statistics.median((c2 - c1) / (b2 - b1) for i, (b1, c1) in enumerate(points)
                                       for b2, c2 in points[i + 1:]), 0.0)
         return float(statistics.median(c - slope * b for b, c in points)) + slope * batch
@@ -322,6 +340,7 @@ class AdaptiveDepth:
                 self.tested[i] *= AGE
                 self.accepted[i] *= AGE
         self.elapsed += timing.seconds
+        self._observed += 1
         made = timing.proposed
         batch = made + 1
         shape_known = self._batch_known(batch) and (made < 1 or bool(self.first_pass)) and \
@@ -407,17 +426,25 @@ class AdaptiveDepth:
     def rest_estimate(self, batch: int) -> float:
         """Verify + host time of a round over ``batch`` tokens (load-normalized): measured, interpolated
         between measured batch sizes, or extrapolated optimistically beyond them."""
-        if self._batch_known(batch):
-            return _estimate(self.rest[batch])
-        known = sorted(b for b in self.rest if self._batch_known(b))
-        if not known:
-            return 1.0
-        below = [b for b in known if b < batch]
-        above = [b for b in known if b > batch]
-        if below and above:
-            lo, hi = below[-1], above[0]
-            lo_cost, hi_cost = _estimate(self.rest[lo]), _estimate(self.rest[hi])
-            return lo_cost + (hi_cost - lo_cost) * (batch - lo) / (hi - lo)
-        if below:  # bigger than any measured: on a line through the measured batches of 2 or more tokens
-            return self._beyond(below, batch)
-        return _estimate(self.rest[above[0]]) * batch / above[0]  # smaller: cheaper in proportion
+        return self._rest_table(batch)[batch - 1]
+
+    def _rest_table(self, largest: int | None = None) -> list[float]:
+        """``rest_estimate`` of every batch size 1..largest (n_max + 1 unless given), in one go."""
+        sizes = range(1, (largest or self.n_max + 1) + 1)
+        measured = {b: _estimate(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)}
+        if not measured:
+            return [1.0 for _ in sizes]
+        table = []
+        for batch in sizes:
+            below = [b for b in measured if b < batch]
+            above = [b for b in measured if b > batch]
+            if batch in measured:
+                table.append(measured[batch])
+            elif below and above:
+                lo, hi = below[-1], above[0]
+                table.append(measured[lo] + (measured[hi] - measured[lo]) * (batch - lo) / (hi - lo))
+            elif below:  # bigger than any measured: on a line through the measured batches of 2 or more tokens
+                table.append(self._beyond(measured, batch))
+            else:  # smaller: cheaper in proportion
+                table.append(measured[above[0]] * batch / above[0])
+        return table
