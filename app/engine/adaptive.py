@@ -22,11 +22,12 @@ the current depth around it, counting only if the load before and after agree.
 
 Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak``; the measured depth with
 the highest expected tokens per second wins, and replaces the current one only when it promises
-``SWITCH_MARGIN`` more. A depth not measured yet is tried for a few rounds when it could win with its cost
-guessed low (a bigger batch on the line through the measured ones, a smaller one cheaper in proportion)
-and its acceptance one standard error up; deeper than the deepest measured only one at a time until two
-batch sizes with drafts are measured. The neighbours of the current depth and the most promising other
-are revisited now and then, less often the dearer and the less promising a visit is.
+``SWITCH_MARGIN`` more. A depth not measured yet is tried for a few rounds when it could win by
+``EXPLORE_MARGIN`` with its cost guessed low (a bigger batch on the line through the measured ones, a
+smaller one cheaper in proportion) and its acceptance one standard error up; deeper than the deepest
+measured only one at a time until two batch sizes with drafts are measured. The neighbours of the
+current depth and the most promising other are revisited now and then, less often the dearer and the
+less promising a visit is.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ HOPELESS = 4  # ... and this many times longer for a depth that would lose even 
 PROBE_LONGEST = 40  # ... but never longer than this many times PROBE_EVERY
 PROBE_ROUNDS = 2  # a visit's rounds (the first is a switch and only the second counts)
 OPTIMISM = 1.0  # standard errors added to a position's acceptance when judging a depth not measured yet
+EXPLORE_MARGIN = 0.05  # a depth not measured yet is tried when it could win by this much (a try costs rounds)
 SWITCH_MARGIN = 0.01  # a depth must promise 1% more tokens per second than the current one to replace it
 
 
@@ -210,14 +212,14 @@ class AdaptiveDepth:
         settled = max(known, key=lambda k: rates[k])
         if self.current in known and rates[settled] < rates[self.current] * (1.0 + SWITCH_MARGIN):
             settled = self.current
-        # a depth not measured yet is tried if it could win: its cost predicted optimistically, and its
+        # a depth not measured yet is tried if it could win clearly: its cost predicted optimistically, and its
         # acceptance one standard error up; deeper than any measured depth only one at a time until two batch
         # sizes with drafts are measured (before that, a verify pass's cost past the biggest is a guess)
         optimistic = self.rates(optimistic=True)
         reach = self.n_max if sum(1 for b in self.rest if b >= 2 and self._batch_known(b)) >= 2 else known[-1] + 1
         unknown = [k for k in range(min(reach, self.n_max) + 1) if k not in known]
         top = max(unknown, key=lambda k: optimistic[k], default=settled)
-        return settled, top if optimistic[top] >= rates[settled] * (1.0 + SWITCH_MARGIN) else settled
+        return settled, top if optimistic[top] >= rates[settled] * (1.0 + EXPLORE_MARGIN) else settled
 
     def rates(self, optimistic: bool = False) -> list[float]:
         """Predicted tokens per second at each depth 0..n_max; ``optimistic``: with each position's acceptance
