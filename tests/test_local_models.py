@@ -42,6 +42,10 @@ def own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     monkeypatch.delenv("HF_HOME", raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
+    # the configured models folder is scanned too: its own, not the session's (other tests install models there)
+    from app import settings as app_settings
+
+    app_settings.save(app_settings.Settings(models_dir=str(tmp_path / "models")))
     yield config
 
 
