@@ -24,8 +24,7 @@ its word-wrapped hints below the height their text needs.
 from __future__ import annotations
 
 import json
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ from app.backend.toolchain import Tool, Toolchain, ToolkitMode, detect, toolkit_
 from app.errors import BuildCancelled, FastMTPError, ToolchainError, VerificationError
 from app.gui.ops import BackgroundOp, Report
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
-from app.gui.trust_dialog import TrustKeyDialog
+from app.gui.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 
 LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
 
@@ -100,17 +99,6 @@ def origin_cell(origin: archive.Origin | None) -> str:
     if origin.kind != "signed":
         return "prebuilt, unsigned"
     return "prebuilt, publisher-signed" if origin.key_source == "shipped" else "prebuilt, signed by your trusted key"
-
-
-@dataclass
-class TrustQuestion:
-    """The core's first-use question about a signing key, asked from the install's worker; it waits on
-    ``answered``."""
-
-    repo: str
-    fingerprint: str
-    answered: threading.Event = field(default_factory=threading.Event)
-    trusted: bool = False
 
 
 @dataclass(frozen=True)
@@ -631,16 +619,10 @@ class BackendPage(QWidget):
         if self.cancel_token is not None and self.cancel_token.cancelled:
             question.answered.set()
             return
-        dialog = self.trust_dialog = TrustKeyDialog(question.repo, question.fingerprint, self)
+        self.trust_dialog = ask_trust(question, self, self._trust_closed)
 
-        def answered(result: int) -> None:
-            question.trusted = result == TrustKeyDialog.DialogCode.Accepted.value
-            question.answered.set()
-            self.trust_dialog = None
-            dialog.deleteLater()
-
-        dialog.finished.connect(answered)
-        dialog.open()
+    def _trust_closed(self) -> None:
+        self.trust_dialog = None
 
     def _install_done(self, got: InstalledPrebuilt) -> None:
         self.installed_prebuilt = got

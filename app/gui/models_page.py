@@ -18,8 +18,7 @@ the terminal and the window alike (or names a command); ``window_advice`` puts i
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
@@ -54,7 +53,7 @@ from app.fit import GIB, FitReport, fit
 from app.gui.local_models_panel import LocalModelsPanel
 from app.gui.ops import BackgroundOp, Report
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
-from app.gui.trust_dialog import TrustKeyDialog
+from app.gui.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 from app.release import download as release_download
 from app.release import fetcher
 from app.release.catalog import (
@@ -85,16 +84,6 @@ class _Step:
     """A step of the fetch sequence (``on_step``), relayed to the GUI thread."""
 
     message: str
-
-
-@dataclass
-class _TrustQuestion:
-    """The core's first-use question, asked from the worker thread; it waits on ``answered``."""
-
-    repo: str
-    fingerprint: str
-    answered: threading.Event = field(default_factory=threading.Event)
-    trusted: bool = False
 
 
 def human_bytes(count: float) -> str:
@@ -435,7 +424,7 @@ class ModelsPage(QWidget):
 
         def work(report: Report) -> Installed:
             def confirm(repo: str, fingerprint: str) -> bool:
-                question = _TrustQuestion(repo, fingerprint)
+                question = TrustQuestion(repo, fingerprint)
                 remove = control.add_listener(lambda change: question.answered.set()
                                               if change == "cancelled" else None)
                 try:
@@ -509,20 +498,14 @@ class ModelsPage(QWidget):
         elif isinstance(value, _Step):
             warning = value.message.startswith("warning: ")
             self._set_step(value.message[:1].upper() + value.message[1:], error=warning)
-        elif isinstance(value, _TrustQuestion):
+        elif isinstance(value, TrustQuestion):
             self._ask_trust(value)
 
-    def _ask_trust(self, question: _TrustQuestion) -> None:
-        dialog = self.trust_dialog = TrustKeyDialog(question.repo, question.fingerprint, self)
+    def _ask_trust(self, question: TrustQuestion) -> None:
+        self.trust_dialog = ask_trust(question, self, self._trust_closed)
 
-        def answered(result: int) -> None:
-            question.trusted = result == TrustKeyDialog.DialogCode.Accepted.value
-            question.answered.set()
-            self.trust_dialog = None
-            dialog.deleteLater()
-
-        dialog.finished.connect(answered)
-        dialog.open()
+    def _trust_closed(self) -> None:
+        self.trust_dialog = None
 
     def _on_fetch_event(self, event: FetchEvent) -> None:
         if not event.file:

@@ -8,6 +8,10 @@ eye; closing the dialog or pressing Don't trust refuses the key, and nothing is 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontDatabase
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
@@ -91,3 +95,32 @@ def _grouped(fingerprint: str) -> str:
     """Two lines of eight groups: easier to compare than one long line."""
     groups = fingerprint.split(":")
     return ":".join(groups[:8]) + "\n" + ":".join(groups[8:]) if len(groups) > 8 else fingerprint
+
+
+@dataclass
+class TrustQuestion:
+    """The core's first-use question about a signing key, asked from a page's worker thread; it waits on
+    ``answered``."""
+
+    repo: str
+    fingerprint: str
+    answered: threading.Event = field(default_factory=threading.Event)
+    trusted: bool = False
+
+
+def ask_trust(question: TrustQuestion, parent: QWidget, on_closed: Callable[[], None]) -> TrustKeyDialog:
+    """Open the trust dialog for ``question`` (window-modal, not blocking); closing it answers the worker.
+
+    ``on_closed`` lets the page forget the dialog; Cancel or closing refuses the key.
+    """
+    dialog = TrustKeyDialog(question.repo, question.fingerprint, parent)
+
+    def answered(result: int) -> None:
+        question.trusted = result == TrustKeyDialog.DialogCode.Accepted.value
+        question.answered.set()
+        on_closed()
+        dialog.deleteLater()
+
+    dialog.finished.connect(answered)
+    dialog.open()
+    return dialog
