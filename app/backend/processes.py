@@ -98,3 +98,12 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def file_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` non-empty lines of a child's log file ("" when there is none yet), for error messages."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from app import netaddr, paths
-from app.backend import registry
+from app.backend import processes, registry
 from app.backend.builder import BuildOptions, active_options, build_program
 from app.backend.events import CancelToken, EventSink
 from app.backend.registry import BackendManifest
@@ -172,11 +172,7 @@ class RpcWorker:
                        "Last lines:\n" + self.log_tail())
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+        return processes.file_tail(self.log_path, lines)
 
     def wait(self) -> int:
         assert self.proc is not None

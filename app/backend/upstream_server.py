@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from app import paths
-from app.backend import archive
+from app.backend import archive, processes
 from app.backend.builder import BuildOptions, build_dir_of, build_program, plan_build
 from app.backend.events import CancelToken, EventSink
 from app.errors import EngineError
@@ -166,11 +166,7 @@ class UpstreamServer:
 
     def log_tail(self, lines: int = 30) -> str:
         """The last non-empty lines the server wrote (its log file survives it, for bug reports)."""
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+        return processes.file_tail(self.log_path, lines)
 
     def complete(self, prompt: list[int], n_predict: int, temperature: float = 0.0, seed: int = 0) -> Completion:
         """Generate ``n_predict`` tokens after the prompt token ids (no prompt cache, so runs are independent)."""
