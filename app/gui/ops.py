@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal, Slot
 
 T = TypeVar("T")
 Report = Callable[[Any], None]
@@ -22,46 +22,68 @@ _RUNNING: set[BackgroundOp[Any]] = set()  # keeps running ops (and their Python 
 
 
 class _Relay(QObject):
-    """Lives on the GUI thread; its signals, emitted from the worker, are delivered there (queued)."""
+    """The one object that carries every op's results to the GUI thread; it lives as long as the app.
+
+    Its signals, emitted from workers, are queued onto the thread it was created on (the GUI thread). There is
+    one for all ops, never deleted, so no op's end can free a Qt object while a worker or a queued call still
+    points at it: a per-op relay once did, freed by Python's cycle collector on a worker thread, and crashed.
+    """
 
     progress = Signal(object)
     succeeded = Signal(object)
     failed = Signal(object)
 
-    def __init__(self, op: BackgroundOp[Any]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._op = op
         # receivers are this object's own slots, so Qt queues each call onto this object's (GUI) thread
         self.progress.connect(self._progress)
         self.succeeded.connect(self._succeeded)
         self.failed.connect(self._failed)
 
     @Slot(object)
-    def _progress(self, value: Any) -> None:
-        self._op._progress(value)
+    def _progress(self, op_and_value: tuple[BackgroundOp[Any], Any]) -> None:
+        op, value = op_and_value
+        op._progress(value)
 
     @Slot(object)
-    def _succeeded(self, result: Any) -> None:
-        self._op._succeeded(result)
+    def _succeeded(self, op_and_result: tuple[BackgroundOp[Any], Any]) -> None:
+        op, result = op_and_result
+        op._succeeded(result)
 
     @Slot(object)
-    def _failed(self, exc: Exception) -> None:
-        self._op._failed(exc)
+    def _failed(self, op_and_exc: tuple[BackgroundOp[Any], Exception]) -> None:
+        op, exc = op_and_exc
+        op._failed(exc)
+
+
+_relay: _Relay | None = None
+
+
+def _gui_relay() -> _Relay:
+    """The shared relay, made on first use; ``start()`` runs on the GUI thread, so that is where it lives."""
+    global _relay
+    if _relay is None:
+        _relay = _Relay()
+        app = QCoreApplication.instance()
+        if app is not None:
+            _relay.moveToThread(app.thread())
+    return _relay
 
 
 class _Job(QRunnable):
-    def __init__(self, work: Callable[[Report], Any], relay: _Relay) -> None:
+    def __init__(self, op: BackgroundOp[Any], relay: _Relay) -> None:
         super().__init__()
-        self._work = work
+        self._op = op
         self._relay = relay
 
     def run(self) -> None:
+        op, relay = self._op, self._relay
         try:
-            result = self._work(self._relay.progress.emit)
+            result = op._work(lambda value: relay.progress.emit((op, value)))
         except Exception as exc:  # delivered to on_failure on the GUI thread
-            self._relay.failed.emit(exc)
+            relay.failed.emit((op, exc))
         else:
-            self._relay.succeeded.emit(result)
+            relay.succeeded.emit((op, result))
 
 
 class BackgroundOp(Generic[T]):
@@ -81,7 +103,6 @@ class BackgroundOp(Generic[T]):
         self._on_success = on_success
         self._on_failure = on_failure
         self._on_progress = on_progress
-        self._relay = _Relay(self)
         self.running = False
 
     def start(self) -> BackgroundOp[T]:
@@ -89,7 +110,7 @@ class BackgroundOp(Generic[T]):
             raise RuntimeError("This operation is already running.")
         self.running = True
         _RUNNING.add(self)
-        _POOL.start(_Job(self._work, self._relay))
+        _POOL.start(_Job(self, _gui_relay()))
         return self
 
     def _progress(self, value: Any) -> None:

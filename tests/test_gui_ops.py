@@ -1,0 +1,72 @@
+"""The background-op helper under churn: many ops ending while Python's cycle collector runs on worker threads.
+
+A per-op Qt relay once formed a reference cycle with its op; the collector freed it on a worker thread while
+the GUI thread was delivering its result, and the test process died with a segmentation fault.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+from pytestqt.qtbot import QtBot
+
+from app.gui.ops import BackgroundOp, run_in_background, wait_for_all
+
+
+def test_many_ops_deliver_progress_then_result_on_the_gui_thread_while_workers_collect(qtbot: QtBot) -> None:
+    gui_thread = threading.get_ident()
+    events: dict[int, list[Any]] = {}
+    threads: set[int] = set()
+
+    def make(n: int) -> BackgroundOp[int]:
+        events[n] = []
+
+        def work(report: Any) -> int:
+            for step in range(3):
+                report(step)
+                gc.collect()  # the collector runs here, on the worker thread, as it may in real use
+            if n % 7 == 0:
+                raise ValueError(f"op {n} failed on purpose")
+            return n * n
+
+        def record(kind: str) -> Any:
+            def callback(value: Any) -> None:
+                threads.add(threading.get_ident())
+                events[n].append((kind, str(value) if kind == "failure" else value))
+            return callback
+
+        # the op object itself is dropped right away: only the helper keeps it alive while it runs
+        return run_in_background(work, record("success"), record("failure"), record("progress"))
+
+    for n in range(120):
+        make(n)
+        if n % 10 == 0:
+            gc.collect()
+    qtbot.waitUntil(lambda: all(len(e) == 4 for e in events.values()), timeout=60_000)
+    assert wait_for_all(10_000)
+
+    assert threads == {gui_thread}
+    for n, got in events.items():
+        assert got[:3] == [("progress", 0), ("progress", 1), ("progress", 2)]
+        expected = ("failure", f"op {n} failed on purpose") if n % 7 == 0 else ("success", n * n)
+        assert got[3] == expected
+
+
+def test_an_op_cannot_be_started_twice_while_it_runs(qtbot: QtBot) -> None:
+    release = threading.Event()
+    done: list[str] = []
+    op = BackgroundOp(lambda report: release.wait(30), lambda ok: done.append("done"))
+    op.start()
+    try:
+        try:
+            op.start()
+        except RuntimeError as exc:
+            assert "already running" in str(exc)
+        else:
+            raise AssertionError("a second start was accepted")
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: done == ["done"], timeout=30_000)
+    assert not op.running
