@@ -13,8 +13,7 @@ import secrets
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions
+from app.engine.config import ChatOptions, SamplingParams
 
 PRESETS: dict[str, str] = {
     "Helpful assistant": "You are a helpful assistant.",

@@ -13,7 +13,7 @@ from app.cli import print_json
 
 def _config(args: argparse.Namespace) -> Any:
     from app.backend.rpc import parse_endpoints
-    from app.engine.speculative import EngineConfig
+    from app.engine.config import EngineConfig
     from app.errors import FastMTPError
 
     if args.model is None:
@@ -25,8 +25,7 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from app.engine.sampling import SamplingParams
-    from app.engine.session import ChatOptions
+    from app.engine.config import ChatOptions, SamplingParams
 
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               repeat_penalty=args.repeat_penalty, seed=args.seed)

@@ -78,8 +78,8 @@ def cmd_remote_remove(args: argparse.Namespace) -> int:
 def cmd_remote_test(args: argparse.Namespace) -> int:
     """Connect, ask for a few tokens, report what the server is and what the HUD will be able to show."""
     from app.engine.chat_template import Message
+    from app.engine.config import ChatOptions
     from app.engine.remote import RemoteClient
-    from app.engine.session import ChatOptions
     from app.remote_servers import get_server
 
     with RemoteClient(get_server(args.name)) as client:

@@ -18,8 +18,8 @@ from app.backend.builder import BuildOptions, build_backend
 from app.backend.events import BuildEvent
 from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
-from app.engine.session import ChatOptions
-from app.engine.speculative import EngineConfig, Reply
+from app.engine.config import ChatOptions, EngineConfig
+from app.engine.speculative import Reply
 
 DRAFT_DEPTH = 3  # the release's recommended --spec-draft-n-max
 WHY_NO_GAIN = "a draft pass costs about as much as a target pass"

@@ -27,9 +27,7 @@ from app.backend.registry import BackendManifest, backend_dir
 from app.builtin_demo import d2t_ids, ensure_demo_model
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions
-from app.engine.speculative import EngineConfig
+from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.errors import SidecarError
 from app.gguftools.d2t import check_d2t
 from app.gguftools.demo_model import DemoModel

@@ -18,9 +18,8 @@ import pytest
 from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message, render
 from app.engine.client import EngineClient
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions, ChatSession
-from app.engine.speculative import EngineConfig, Mode
+from app.engine.config import ChatOptions, EngineConfig, Mode, SamplingParams
+from app.engine.session import ChatSession
 from app.errors import GGUFError
 from app.gguftools.bpe import encode_ascii
 from app.gguftools.demo_model import DEMO_PASSAGE, END_OF_TURN, DemoModel, make_passage_table, read_demo_table

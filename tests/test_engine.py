@@ -7,8 +7,9 @@ import threading
 import pytest
 
 from app.builtin_demo import ensure_demo_model, table_prompt
-from app.engine.sampling import Sampler, SamplingParams
-from app.engine.speculative import EngineConfig, Mode, SpeculativeDecoder
+from app.engine.config import EngineConfig, Mode, SamplingParams
+from app.engine.sampling import Sampler
+from app.engine.speculative import SpeculativeDecoder
 from app.errors import ContextFullError, SidecarError
 from app.gguftools.demo_model import DemoModel
 

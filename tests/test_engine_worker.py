@@ -11,9 +11,8 @@ import pytest
 from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions, ChatSession
-from app.engine.speculative import EngineConfig
+from app.engine.config import ChatOptions, EngineConfig, SamplingParams
+from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 
 pytestmark = pytest.mark.usefixtures("patched_backend")

@@ -19,8 +19,7 @@ from pytestqt.qtbot import QtBot
 
 from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
-from app.engine.session import ChatOptions
-from app.engine.speculative import EngineConfig
+from app.engine.config import ChatOptions, EngineConfig
 from app.gguftools.demo_model import DemoModel
 from app.gui.chat_view import DRAFT_TINT
 from app.gui.main import MainWindow

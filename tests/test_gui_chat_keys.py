@@ -25,7 +25,7 @@ from pytestqt.qtbot import QtBot
 from app import __version__
 from app.backend.registry import BackendManifest
 from app.builtin_demo import ensure_demo_model
-from app.engine.session import ChatOptions
+from app.engine.config import ChatOptions
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
 from app.history import HistoryStore

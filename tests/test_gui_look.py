@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QApplication, QListView, QListWidget, QStyle, QSty
 from pytestqt.qtbot import QtBot
 
 from app.builtin_demo import ensure_demo_model
-from app.engine.speculative import EngineConfig, Mode
+from app.engine.config import EngineConfig, Mode
 from app.gguftools.demo_model import DemoModel
 from app.gui import icons
 from app.gui.chat_view import MAX_LINE_CHARS

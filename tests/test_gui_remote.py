@@ -158,8 +158,8 @@ def test_serve_this_machine_from_settings_stops_with_the_window_unless_kept(qtbo
     from app import serve
     from app.backend.upstream_server import free_port
     from app.engine.chat_template import Message
+    from app.engine.config import ChatOptions
     from app.engine.remote import RemoteClient
-    from app.engine.session import ChatOptions
     from app.remote_servers import RemoteServer
 
     machines = window.settings_page.machines

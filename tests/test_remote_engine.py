@@ -20,10 +20,9 @@ from app.backend.builder import BuildOptions
 from app.backend.upstream_server import UpstreamServer, build_server, free_port
 from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
+from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.remote import NO_TINT_REASON, RemoteClient
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions, ChatSession
-from app.engine.speculative import EngineConfig
+from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 from app.remote_servers import RemoteError, RemoteServer, add_server, check_url, get_server, load_servers, remove_server
 from tests.chat_server import TIMINGS, WORDS, ChatFault, ChatServer

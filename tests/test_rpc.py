@@ -31,9 +31,8 @@ from app.backend.upstream_server import free_port
 from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions, ChatSession
-from app.engine.speculative import EngineConfig
+from app.engine.config import ChatOptions, EngineConfig, SamplingParams
+from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 
 MESSAGES = [Message("user", "Hello there")]

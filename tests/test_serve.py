@@ -18,10 +18,9 @@ from app.backend.registry import BackendManifest
 from app.backend.upstream_server import free_port
 from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
+from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.remote import RemoteClient
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions, ChatSession
-from app.engine.speculative import EngineConfig
+from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 from app.remote_servers import RemoteServer
 from app.serve import ServeError, check_host

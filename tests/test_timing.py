@@ -13,7 +13,8 @@ import time
 import pytest
 
 from app.builtin_demo import ensure_demo_model, table_prompt
-from app.engine.speculative import EngineConfig, SpeculativeDecoder
+from app.engine.config import EngineConfig
+from app.engine.speculative import SpeculativeDecoder
 from app.engine.stats import ReplyStats
 from app.gguftools.demo_model import DemoModel
 from app.native.handles import Context, Model

@@ -17,7 +17,8 @@ from app.backend.builder import BuildOptions, build_dir_of, plan_build
 from app.backend.registry import BackendManifest, backend_dir
 from app.backend.upstream_server import UpstreamServer, build_server
 from app.builtin_demo import ensure_demo_model, table_prompt
-from app.engine.speculative import EngineConfig, Mode, SpeculativeDecoder
+from app.engine.config import EngineConfig, Mode
+from app.engine.speculative import SpeculativeDecoder
 from app.errors import EngineError
 from app.gguftools.demo_model import DemoModel
 

@@ -33,15 +33,14 @@ def run(folder: Path) -> dict[str, Any]:
     os.environ["FASTMTP_BACKEND_DIR"] = str(folder)
     from app.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
     from app.native import draft_probe
-    from app.native.handles import Model, llama
+    from app.native.handles import Model, system_info
     from app.native.loader import gpu_devices
 
     manifest = BackendManifest.read(folder)
     started = time.monotonic()
-    lib = llama()
     result: dict[str, Any] = {
         "ok": False,
-        "system_info": lib.llama_print_system_info().decode(errors="replace").strip(),
+        "system_info": system_info(),
         "gpu_offload": bool(gpu_devices()),
     }
     n_gpu_layers = -1 if manifest.flavor == "cuda" and result["gpu_offload"] else 0

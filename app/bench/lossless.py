@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.engine.sampling import Sampler, SamplingParams
-from app.engine.speculative import EngineConfig, Mode, SpeculativeDecoder
+from app.engine.config import EngineConfig, Mode, SamplingParams
+from app.engine.sampling import Sampler
+from app.engine.speculative import SpeculativeDecoder
 
 SETTINGS: dict[str, SamplingParams] = {
     "temp0": SamplingParams(temperature=0.0),

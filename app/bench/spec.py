@@ -32,9 +32,7 @@ from typing import IO, Any, Literal
 
 from app.bench.report import device_description
 from app.engine.chat_template import Message
-from app.engine.session import ChatSession
-from app.engine.speculative import EngineConfig, Mode
-from app.native.handles import default_threads
+from app.engine.config import EngineConfig, Mode
 from app.resources import resources_dir
 
 DraftKind = Literal["full", "d2t"]
@@ -475,6 +473,8 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     cut_short = False
     # the same thread count on both sides: llama-server's own default differs from ours (llama.cpp's, not
     # one per physical core), which made it look faster on a 2-core machine
+    from app.native.handles import default_threads  # native only once a run starts (the GUI imports this module)
+
     n_threads = n_threads or default_threads()
     longest = 0.0  # seconds of the longest variant run (or side-by-side block) so far
     run_order = sorted(variants, key=_priority)  # what a run cut short by its time limit should still have
@@ -553,6 +553,8 @@ def _config(variant: Variant, target: Path, sidecars: dict[str, Path], n_threads
 
 def tokenize_prompts(target: Path, prompts: dict[str, list[str]]) -> dict[str, list[list[int]]]:
     """Each prompt as the user turn of a chat, rendered with the target's template (thinking off)."""
+    from app.engine.session import ChatSession
+
     session = ChatSession(EngineConfig(target, n_ctx=256))
     try:
         return {name: [session.prompt_tokens([Message("user", p)], thinking=False) for p in texts]
@@ -566,6 +568,8 @@ class _OursSession:
 
     def __init__(self, variant: Variant, config: EngineConfig, warm_up: list[int], record: _DecisionLog,
                  run_index: int) -> None:
+        from app.engine.session import ChatSession
+
         self.variant, self.record, self.run_index = variant, record, run_index
         self.session = ChatSession(config)
         self.decoder = self.session.decoder
@@ -676,8 +680,8 @@ class _DecisionLog:
 
 def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> dict[str, Sample]:
     """Each prompt as a fresh chat turn (thinking off, greedy) streamed from a remote server."""
+    from app.engine.config import ChatOptions
     from app.engine.remote import RemoteClient
-    from app.engine.session import ChatOptions
     from app.remote_servers import RemoteError
 
     options = ChatOptions(max_tokens=n_tokens, thinking=False)

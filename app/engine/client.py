@@ -23,8 +23,7 @@ from app import paths
 from app.backend.processes import child_python, creationflags
 from app.engine import protocol
 from app.engine.chat_template import Message
-from app.engine.session import ChatOptions
-from app.engine.speculative import EngineConfig
+from app.engine.config import ChatOptions, EngineConfig
 from app.errors import EngineError
 
 _END = {"loaded", "done", "error", "reset_done"}

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.chat_template import Message
-from app.engine.sampling import SamplingParams
-from app.engine.session import ChatOptions
-from app.engine.speculative import EngineConfig
+from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 
 
 def encode(kind: str, **fields: Any) -> str:

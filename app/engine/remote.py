@@ -32,7 +32,7 @@ from typing import Any, Literal
 import httpx
 
 from app.engine.chat_template import Message, render
-from app.engine.session import ChatOptions
+from app.engine.config import ChatOptions
 from app.remote_servers import RemoteError, RemoteServer, check_url, origin_of
 
 ServerKind = Literal["llama-server", "openai"]

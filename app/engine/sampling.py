@@ -8,21 +8,11 @@ decoding consume the same draws in the same order, so at any temperature they em
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    seed: int = 0
+from app.engine.config import SamplingParams
 
 
 class Sampler:

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 
 from app.engine.chat_template import Message, render
-from app.engine.sampling import Sampler, SamplingParams
-from app.engine.speculative import EngineConfig, Reply, SpeculativeDecoder, TokenSink
-
-
-@dataclass
-class ChatOptions:
-    max_tokens: int = 512
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop: tuple[str, ...] = ()
-    thinking: bool = True
+from app.engine.config import ChatOptions, EngineConfig
+from app.engine.sampling import Sampler
+from app.engine.speculative import Reply, SpeculativeDecoder, TokenSink
 
 
 class ChatSession:
@@ -24,9 +16,7 @@ class ChatSession:
 
     def __init__(self, config: EngineConfig) -> None:
         self.decoder = SpeculativeDecoder(config)
-        model = self.decoder.target
-        raw = model.lib.llama_model_chat_template(model.ptr, None)
-        self.template: str | None = raw.decode("utf-8", errors="replace") if raw else None
+        self.template: str | None = self.decoder.target.chat_template()
 
     def close(self) -> None:
         self.decoder.close()

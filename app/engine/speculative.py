@@ -20,34 +20,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
-from app.engine.sampling import Sampler, SamplingParams, draft_pick
+from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
+from app.engine.sampling import Sampler, draft_pick
 from app.engine.stats import ReplyStats
 from app.errors import ContextFullError, EngineError
 from app.native.handles import Context, FloatArray, Model
-
-Mode = Literal["off", "embedded", "sidecar"]
-Provenance = Literal["draft", "target"]
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    target: Path
-    mode: Mode = "off"
-    draft: Path | None = None
-    n_max: int = 3
-    p_min: float = 0.0
-    adaptive: bool = False
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_gpu_layers: int = 0
-    n_threads: int | None = None
-    flash_attn: bool | None = None
-    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take the offloaded layers
 
 
 @dataclass
@@ -68,8 +49,9 @@ class SpeculativeDecoder:
     def __init__(self, config: EngineConfig) -> None:
         if config.mode == "sidecar" and config.draft is None:
             raise EngineError("Sidecar mode needs a draft sidecar file.", "Pass --draft SIDECAR.gguf.")
-        if not 1 <= config.n_max <= 8:
-            raise EngineError(f"Draft depth {config.n_max} is out of range.", "Choose a depth from 1 to 8.")
+        if not DRAFT_DEPTH_MIN <= config.n_max <= DRAFT_DEPTH_MAX:
+            raise EngineError(f"Draft depth {config.n_max} is out of range.",
+                              f"Choose a depth from {DRAFT_DEPTH_MIN} to {DRAFT_DEPTH_MAX}.")
         if config.mode == "sidecar" and config.draft is not None:
             _check_pair(config.target, config.draft)
         self.config = config

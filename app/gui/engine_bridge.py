@@ -9,9 +9,8 @@ from PySide6.QtCore import QObject, Signal
 
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
+from app.engine.config import ChatOptions, EngineConfig
 from app.engine.remote import RemoteClient
-from app.engine.session import ChatOptions
-from app.engine.speculative import EngineConfig
 from app.errors import FastMTPError
 from app.gui.ops import Report, run_in_background
 from app.remote_servers import RemoteServer

@@ -44,7 +44,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.speculative import EngineConfig
+from app.engine.config import EngineConfig
 from app.engine.stats import wrong_pair_warning
 from app.release.installed import sidecar_kind
 

@@ -42,8 +42,8 @@ from app import settings as app_settings
 from app.builtin_demo import ensure_demo_model
 from app.chat_settings import ChatSettings
 from app.engine.chat_template import Message
+from app.engine.config import EngineConfig
 from app.engine.remote import NO_TINT_REASON
-from app.engine.speculative import EngineConfig
 from app.errors import FastMTPError
 from app.gguftools.demo_model import DemoModel
 from app.gui import local_choices, theme, window_state

@@ -95,6 +95,11 @@ def llama() -> ModuleType:
     return lib
 
 
+def system_info() -> str:
+    """llama.cpp's one-line report of the CPU features and backends it was built with."""
+    return str(llama().llama_print_system_info().decode(errors="replace").strip())
+
+
 def explain_load_failure(path: Path, log_lines: list[str]) -> FastMTPError:
     """Turn llama.cpp's load log into an error a user can act on."""
     for line in log_lines:
@@ -174,6 +179,11 @@ class Model:
     def is_eog(self, token: int) -> bool:
         """End of generation (``<|im_end|>``, EOS): it ends a reply and is never part of its text."""
         return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
+
+    def chat_template(self) -> str | None:
+        """The chat template stored in the GGUF (``tokenizer.chat_template``), or None when it has none."""
+        raw = self.lib.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
 
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
