@@ -18,10 +18,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 class BackgroundSha256:
     """sha256 fed from one thread and computed on another, so hashing overlaps network reads.
 

@@ -9,8 +9,9 @@ backend and its file, never the error's own text (which may quote the file's lin
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import keyring
 import keyring.errors
@@ -21,6 +22,7 @@ from app.errors import FastMTPError
 SERVICE = "fastmtp-chat"
 USERNAME = "huggingface-hub-token"
 ENV_VAR = "HF_TOKEN"
+T = TypeVar("T")
 
 
 class SecretsError(FastMTPError):
@@ -79,40 +81,19 @@ def set_token(token: str) -> None:
                            "Copy the token from https://huggingface.co/settings/tokens and try again.")
     if not keyring_available():
         raise _no_keyring()
-    try:
-        keyring.set_password(SERVICE, USERNAME, token)
-    except keyring.errors.KeyringError as exc:
-        raise SecretsError(f"The keyring refused to store the token: {type(exc).__name__}.",
-                           f"Unlock the keyring and retry, or use the {ENV_VAR} environment variable.") from None
-    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
-        raise _damaged(exc) from None
+    _keyring_call(lambda: keyring.set_password(SERVICE, USERNAME, token), "store the token",
+                  f"Unlock the keyring and retry, or use the {ENV_VAR} environment variable.")
 
 
 def clear_token() -> bool:
     """Forget the stored token; False when none was stored."""
     if not keyring_available():
         raise _no_keyring()
-    try:
-        keyring.delete_password(SERVICE, USERNAME)
-    except keyring.errors.PasswordDeleteError:
-        return False
-    except keyring.errors.KeyringError as exc:
-        raise SecretsError(f"The keyring refused to delete the token: {type(exc).__name__}.",
-                           "Unlock the keyring and retry.") from None
-    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
-        raise _damaged(exc) from None
-    return True
+    return _delete(USERNAME, "the token")
 
 
 def _stored() -> str | None:
-    if not keyring_available():
-        return None
-    try:
-        return keyring.get_password(SERVICE, USERNAME)
-    except keyring.errors.KeyringError:
-        return None
-    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
-        raise _damaged(exc) from None
+    return get_secret(USERNAME)
 
 
 def get_token() -> str | None:
@@ -141,17 +122,12 @@ def set_secret(username: str, value: str, what: str = "the key") -> None:
     """Store ``value`` under ``username`` in the keyring (SecretsError in words when it cannot)."""
     if not keyring_available():
         raise _no_keyring_for(what)
-    try:
-        keyring.set_password(SERVICE, username, value)
-    except keyring.errors.KeyringError as exc:
-        raise SecretsError(f"The keyring refused to store {what}: {type(exc).__name__}.",
-                           "Unlock the keyring and retry.") from None
-    except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
-        raise _damaged(exc) from None
+    _keyring_call(lambda: keyring.set_password(SERVICE, username, value), f"store {what}",
+                  "Unlock the keyring and retry.")
 
 
 def get_secret(username: str) -> str | None:
-    """The value stored under ``username``, or None (also when there is no keyring)."""
+    """The value stored under ``username``, or None (also when there is no keyring or it is locked)."""
     if not keyring_available():
         return None
     try:
@@ -166,13 +142,26 @@ def delete_secret(username: str) -> bool:
     """Forget the value stored under ``username``; False when none was stored or there is no keyring."""
     if not keyring_available():
         return False
+    return _delete(username, "a key")
+
+
+def _delete(username: str, what: str) -> bool:
+    def delete() -> bool:
+        try:
+            keyring.delete_password(SERVICE, username)
+        except keyring.errors.PasswordDeleteError:
+            return False
+        return True
+
+    return _keyring_call(delete, f"delete {what}", "Unlock the keyring and retry.")
+
+
+def _keyring_call(action: Callable[[], T], refused: str, hint: str) -> T:
+    """Run one keyring call; a refusal (locked, denied) and a backend's own failure (a damaged file) become
+    SecretsError in words, never the error's text, which may quote the keyring file's lines."""
     try:
-        keyring.delete_password(SERVICE, username)
-    except keyring.errors.PasswordDeleteError:
-        return False
+        return action()
     except keyring.errors.KeyringError as exc:
-        raise SecretsError(f"The keyring refused to delete a key: {type(exc).__name__}.",
-                           "Unlock the keyring and retry.") from None
+        raise SecretsError(f"The keyring refused to {refused}: {type(exc).__name__}.", hint) from None
     except Exception as exc:  # a backend's own failure (configparser, binascii, OSError, …)
         raise _damaged(exc) from None
-    return True

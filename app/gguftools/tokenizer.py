@@ -7,7 +7,7 @@ app backs with the real llama.cpp tokenizer.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from functools import lru_cache
@@ -22,7 +22,6 @@ from app.gguftools.writer import KVItem, kv_array, kv_bool, kv_str, kv_u32
 Tokenize = Callable[[str], list[int]]
 """Text to token ids, e.g. backed by llama.cpp's tokenizer of the target model."""
 
-QWEN35_N_VOCAB = 248320
 NEWLINE = "\u010a"  # byte-level BPE spelling of "\n" ("Ċ")
 THINK_TOKENS = ("<think>", "</think>")
 
@@ -152,13 +151,3 @@ def load_tokenizer(vocab_path: str | os.PathLike[str]) -> Tokenizer:
 @lru_cache(maxsize=4)
 def _load_cached(path: str, _mtime_ns: int, _size: int) -> Tokenizer:
     return tokenizer_from_reader(open_gguf(path), Path(path).name)
-
-
-def qwen35_tokenizer_kv(vocab_path: str | os.PathLike[str], n_vocab: int = QWEN35_N_VOCAB) -> list[KVItem]:
-    """``tokenizer.*`` KV of the Qwen vocab file, padded to ``n_vocab`` tokens."""
-    return load_tokenizer(vocab_path).padded(n_vocab).to_kv()
-
-
-def words_in(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """Readable text of byte-level BPE tokens (``Ġ`` is a space, ``Ċ`` a newline); for messages and tests."""
-    return "".join(tokenizer.tokens[i] for i in ids).replace("\u0120", " ").replace(NEWLINE, "\n")

@@ -48,10 +48,6 @@ def kv_u32(key: str, value: int) -> KVItem:
     return KVItem(key, int(value), GGUFValueType.UINT32)
 
 
-def kv_i32(key: str, value: int) -> KVItem:
-    return KVItem(key, int(value), GGUFValueType.INT32)
-
-
 def kv_f32(key: str, value: float) -> KVItem:
     return KVItem(key, float(value), GGUFValueType.FLOAT32)
 
