@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.bench.ops import Profile, layer_kinds
-from app.bench.spec import Row, Sample, SpecResult, Variant, theoretical_tokens_per_round
+from app.bench.spec import Row, Sample, SpecResult, Variant
+from app.engine.breakeven import expected_tokens_per_pass as theoretical_tokens_per_round
 from app.native.profile import NodeRecord
 
 

@@ -352,7 +352,7 @@ def test_chat_restarts_once_without_a_crashing_sidecar_and_goes_on(demo: DemoMod
 
 
 def test_a_sidecar_from_another_model_is_called_out_loudly(demo: DemoModel, other: DemoModel) -> None:
-    from app.gui.hud import drafting_warning
+    from app.engine.breakeven import drafting_warning
 
     proc = _app("generate", "--json", "--model", str(demo.target), "--draft", str(other.sidecar_d2t),
                 "--mtp", "sidecar", "--prompt", "Hello there", "--max-tokens", "48")

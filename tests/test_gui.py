@@ -360,7 +360,7 @@ def test_an_engine_killed_mid_reply_keeps_the_streamed_text_and_restarts(
 
 
 def test_drafting_banner_explains_missing_drafts_and_break_even(demo: DemoModel) -> None:
-    from app.gui.hud import break_even_acceptance, drafting_warning
+    from app.engine.breakeven import break_even_acceptance, drafting_warning
 
     sidecar = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=3)
     assert drafting_warning(sidecar, {"generated": 40, "drafted": 0}) is not None

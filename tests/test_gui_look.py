@@ -21,11 +21,12 @@ from PySide6.QtWidgets import QApplication, QListView, QListWidget, QStyle, QSty
 from pytestqt.qtbot import QtBot
 
 from app.builtin_demo import ensure_demo_model
+from app.engine.breakeven import NO_GAIN_AFTER, PAYS_ABOVE, expected_plain_tps, no_gain_note
 from app.engine.config import EngineConfig, Mode
 from app.gguftools.demo_model import DemoModel
 from app.gui import icons
 from app.gui.chat_view import MAX_LINE_CHARS
-from app.gui.hud import NO_GAIN_AFTER, PAYS_ABOVE, Hud, expected_plain_tps, no_gain_note
+from app.gui.hud import Hud
 from app.gui.main import MainWindow
 from app.gui.nav_rail import PAGES
 from app.history import HistoryStore

@@ -7,10 +7,11 @@ burst of load from another job hits every variant alike; with GPU offload (each 
 own copy of the weights on the device) or a time limit they run variant by variant. Decode
 tok/s is generated tokens over decode time (after the prompt), as llama-server's
 ``predicted_per_second``. The bound is what the measured acceptance allows with the measured
-costs: (1 - a^(k+1)) / (1 - a) tokens per round for k draft steps plus one verify pass, against
-one plain pass per token; efficiency is the measured speedup over ``off`` divided by it. Our rows
-split each round into the verify pass, the draft steps and our host (Python) time; native times
-are taken after ``llama_synchronize``, so a GPU's work counts as native, not as ours.
+costs: (1 - a^(k+1)) / (1 - a) tokens per round for k draft steps plus one verify pass (the break-even
+model's ``expected_tokens_per_pass``), against one plain pass per token; efficiency is the measured speedup
+over ``off`` divided by it. Our rows split each round into the verify pass, the draft steps and our host
+(Python) time; native times are taken after ``llama_synchronize``, so a GPU's work counts as native, not as
+ours.
 
 Adaptive rows are set against the fastest fixed depth of the same mode in the same run (the ratio of
 the medians and the ratio in each run) and report the depths they chose; every round's decision
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from app.bench.report import device_description
+from app.engine.breakeven import expected_tokens_per_pass
 from app.engine.chat_template import Message
 from app.engine.config import EngineConfig, Mode
 from app.resources import resources_dir
@@ -180,10 +182,6 @@ class Row:
         return self.median(lambda s: s.decode_seconds / s.passes * 1000 if s.passes else 0.0)
 
 
-def theoretical_tokens_per_round(a: float, k: int) -> float:
-    return float(k + 1) if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
-
-
 @dataclass
 class SpecResult:
     rows: list[Row]
@@ -251,7 +249,7 @@ class SpecResult:
         if not plain_ms or verify_ms <= 0:
             return None
         depths = range(1, row.variant.n_max + 1) if row.variant.adaptive else [row.variant.n_max]
-        return max(theoretical_tokens_per_round(a, k) * plain_ms / (k * draft_ms + verify_ms) for k in depths)
+        return max(expected_tokens_per_pass(a, k) * plain_ms / (k * draft_ms + verify_ms) for k in depths)
 
     def summary(self, row: Row) -> dict[str, Any]:
         off = self.off_row(row.variant.engine, row.prompt_set) if row.variant.engine != "remote" else None
