@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from app import netaddr, paths, secrets
+from app.backend import processes
 from app.backend.upstream_server import UpstreamServer
+from app.engine.config import DEFAULT_DRAFT_DEPTH
 from app.errors import FastMTPError
 
 KEY_NAME = "serve-api-key"
@@ -49,7 +51,7 @@ class ServePlan:
     parallel: int = 1
     ctx_size: int = 4096
     n_gpu_layers: int = 0
-    n_max: int = 3
+    n_max: int = DEFAULT_DRAFT_DEPTH
     threads: int | None = None
     rpc: list[str] = field(default_factory=list)
     alias: str = "fastmtp"
@@ -148,7 +150,7 @@ def running() -> dict[str, Any] | None:
         pid = int(data["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not _alive(pid):
+    if not processes.pid_alive(pid):
         path.unlink(missing_ok=True)
         return None
     result: dict[str, Any] = data
@@ -165,7 +167,7 @@ def stop_detached(timeout: float = 15.0) -> dict[str, Any] | None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while processes.pid_alive(pid):
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -173,17 +175,3 @@ def stop_detached(timeout: float = 15.0) -> dict[str, Any] | None:
         time.sleep(0.05)  # waiting on a process that is not our child (it cannot be waited for)
     state_path().unlink(missing_ok=True)
     return state
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child (ours, not yet reaped) is not a running server
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True

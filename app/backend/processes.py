@@ -10,6 +10,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from app import paths
 from app.backend.events import CancelToken
@@ -88,7 +89,9 @@ def kill_tree_command(pid: int) -> list[str]:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists (ours counts); a stale folder named for it can go."""
+    """Whether a process with this id runs (ours counts); a stale folder or state file named for it can go.
+
+    A zombie (a child of ours that ended and is not yet reaped) is not running."""
     if pid == os.getpid():
         return True
     try:
@@ -97,7 +100,23 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:  # no /proc (macOS, Windows): kill(0) is the answer
+        return True
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, grace_s: float = 10.0) -> None:
+    """Ask a child server to end (SIGTERM), and kill it when it has not after ``grace_s``; then reap it."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def file_tail(path: Path, lines: int) -> str:

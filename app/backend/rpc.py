@@ -179,13 +179,7 @@ class RpcWorker:
         return self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        processes.stop_process(self.proc)
 
     def __enter__(self) -> RpcWorker:
         self.start()

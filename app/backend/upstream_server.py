@@ -184,10 +184,4 @@ class UpstreamServer:
 
     def stop(self) -> None:
         self.client.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        processes.stop_process(self.proc)

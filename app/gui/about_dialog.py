@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.about import Versions, collect
-from app.gui.ops import run_in_background
+from app.gui.page_ops import OwnedOps
 
 ABOUT_TEXT = ("A desktop chat for local LLMs with FastMTP drafting: a trimmed draft head (the d2t sidecar) "
               "drafts tokens ahead and the target model checks them, so replies come faster and stay exactly "
@@ -67,6 +67,7 @@ class AboutDialog(QDialog):
 
     def __init__(self, icon: QIcon, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.ops = OwnedOps(self)
         self.setWindowTitle("About FastMTP Chat")
         self.setMinimumWidth(520)
         self.versions: Versions | None = None  # once the driver answered (``loaded``)
@@ -105,7 +106,7 @@ class AboutDialog(QDialog):
     def refresh(self) -> None:
         """Show what the manifest says now, and ask the driver (a background op; its row says "checking…")."""
         self._show(collect(ask_driver=False), checking=True)
-        run_in_background(lambda _report: collect(), self._loaded, lambda _exc: self._loaded(None))
+        self.ops.start(lambda _report: collect(), self._loaded, lambda _exc: self._loaded(None))
 
     def rows(self, versions: Versions, checking: bool = False) -> list[tuple[str, str]]:
         """The versions' rows, Qt's added; ``checking``: the driver's row says it is being asked."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import shiboken6
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -38,7 +37,8 @@ from app.builtin_demo import ensure_demo_model
 from app.errors import FastMTPError
 from app.fit import GIB, fit
 from app.gguftools.demo_model import DemoModel
-from app.gui.ops import Report, run_in_background
+from app.gui.ops import Report
+from app.gui.page_ops import OwnedOps
 
 _STYLE = """
 #firstRun QFrame#card { border: 1px solid palette(mid); border-radius: 10px; background: palette(base); }
@@ -96,6 +96,7 @@ class FirstRunPanel(QWidget):
 
     def __init__(self, context: int = 4096, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.ops = OwnedOps(self)
         self.setObjectName("firstRun")
         self.setStyleSheet(_STYLE)
         self.context = context
@@ -190,14 +191,7 @@ class FirstRunPanel(QWidget):
             self.demo_text.setText("A tiny built-in model that answers in a few seconds: the way to see the app, "
                                    f"the live speed HUD and the drafting at work right now. It runs on the active "
                                    f"{manifest.flavor.upper()} backend.")
-        run_in_background(lambda _report: detect(), self._alive(self._detected),
-                          self._alive(self._detection_failed))
-
-    def _alive(self, callback: Any) -> Any:
-        def call(value: Any) -> None:
-            if shiboken6.isValid(self):
-                callback(value)
-        return call
+        self.ops.start(lambda _report: detect(), self._detected, self._detection_failed)
 
     def _detected(self, tools: Toolchain) -> None:
         self.toolchain = tools
@@ -234,8 +228,7 @@ class FirstRunPanel(QWidget):
             report("demo")
             return ensure_demo_model(paths.demo_model_dir())
 
-        run_in_background(work, self._alive(self._demo_done), self._alive(self._demo_failed),
-                          self._alive(self._demo_event))
+        self.ops.start(work, self._demo_done, self._demo_failed, self._demo_event)
 
     def cancel(self) -> None:
         """Stop a backend build under way (the window is closing)."""
