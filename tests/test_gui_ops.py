@@ -70,3 +70,28 @@ def test_an_op_cannot_be_started_twice_while_it_runs(qtbot: QtBot) -> None:
         release.set()
     qtbot.waitUntil(lambda: done == ["done"], timeout=30_000)
     assert not op.running
+
+
+def test_a_page_is_shut_down_when_the_window_holding_it_closes(qtbot: QtBot) -> None:
+    from PySide6.QtWidgets import QMainWindow, QStackedWidget, QWidget
+
+    from app.gui.page_ops import ShutdownWithWindow
+
+    calls: list[str] = []
+    window = QMainWindow()
+    qtbot.addWidget(window)
+    stack = QStackedWidget()
+    first, page = QWidget(), QWidget()
+    ShutdownWithWindow(page, lambda: calls.append("shutdown"))
+    stack.addWidget(first)
+    stack.addWidget(page)
+    window.setCentralWidget(stack)
+    window.show()
+    qtbot.waitExposed(window)
+    assert calls == []  # the page was never shown: its window is not known yet
+    stack.setCurrentWidget(page)
+    qtbot.waitUntil(page.isVisible)
+    stack.setCurrentWidget(first)
+    stack.setCurrentWidget(page)  # shown twice: still watched once
+    window.close()
+    assert calls == ["shutdown"]

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEvent, QFileSystemWatcher, QObject, Qt, QTimer
-from PySide6.QtGui import QFont, QFontDatabase, QShowEvent
+from PySide6.QtCore import QEvent, QFileSystemWatcher, Qt, QTimer
+from PySide6.QtGui import QFont, QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -60,7 +60,7 @@ from app.backend.registry import BackendManifest
 from app.backend.toolchain import Tool, Toolchain, ToolkitMode, detect, toolkit_mode
 from app.errors import BuildCancelled, FastMTPError, ToolchainError, VerificationError
 from app.gui.ops import BackgroundOp, Report
-from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.gui.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
 from app.gui.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 
 LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
@@ -224,7 +224,7 @@ class BackendPage(QWidget):
         self.install_op: BackgroundOp[InstalledPrebuilt] | None = None
         self.installed_prebuilt: InstalledPrebuilt | None = None  # the last prebuilt backend this page installed
         self.trust_dialog: TrustKeyDialog | None = None
-        self._watched: QWidget | None = None
+        ShutdownWithWindow(self, self.shutdown)
         self.manifests: dict[str, BackendManifest] = {}
 
         content = QWidget()
@@ -751,22 +751,10 @@ class BackendPage(QWidget):
 
     # ------------------------------------------------------------------ shutdown
 
-    def showEvent(self, event: QShowEvent) -> None:
-        window = self.window()
-        if window is not self and window is not self._watched:
-            window.installEventFilter(self)
-            self._watched = window
-        super().showEvent(event)
-
     def changeEvent(self, event: QEvent) -> None:
         if event.type() == QEvent.Type.PaletteChange:  # light <-> dark: recolour the table
             self.refresh_backends()
         super().changeEvent(event)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self._watched and event.type() == QEvent.Type.Close:
-            self.shutdown()
-        return False
 
     def shutdown(self) -> None:
         """Cancel a running build or install (nothing half-done is ever installed) so the window can close

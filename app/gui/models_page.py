@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
-from PySide6.QtGui import QColor, QShowEvent
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -52,7 +52,7 @@ from app.errors import FastMTPError, VerificationError
 from app.fit import GIB, FitReport, fit
 from app.gui.local_models_panel import LocalModelsPanel
 from app.gui.ops import BackgroundOp, Report
-from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.gui.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
 from app.gui.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 from app.release import download as release_download
 from app.release import fetcher
@@ -180,7 +180,7 @@ class ModelsPage(QWidget):
         self.cancel_requested = False
         self._rows: dict[str, int] = {}
         self._failed: set[str] = set()
-        self._watched: QWidget | None = None
+        ShutdownWithWindow(self, self.shutdown)
 
         content = QWidget()
         column = QVBoxLayout(content)
@@ -712,13 +712,6 @@ class ModelsPage(QWidget):
 
     # ------------------------------------------------------------------ shutdown
 
-    def showEvent(self, event: QShowEvent) -> None:
-        window = self.window()
-        if window is not self and window is not self._watched:
-            window.installEventFilter(self)
-            self._watched = window
-        super().showEvent(event)
-
     def changeEvent(self, event: QEvent) -> None:
         if event.type() == QEvent.Type.PaletteChange:  # light <-> dark: recolour the advice and the checks
             self.refresh_fit()
@@ -735,11 +728,6 @@ class ModelsPage(QWidget):
                     item.setForeground(bad_colour(self))
                 elif item.text() in (OK, "installed"):
                     item.setForeground(good_colour(self))
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self._watched and event.type() == QEvent.Type.Close:
-            self.shutdown()
-        return False
 
     def shutdown(self) -> None:
         """Stop the download (its parts are kept for next time) so the window can close promptly."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import shiboken6
+from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QWidget
 
@@ -28,6 +29,28 @@ def while_alive(widget: QWidget, callback: Callable[[T], None]) -> Callable[[T],
             callback(value)
 
     return call
+
+
+class ShutdownWithWindow(QObject):
+    """Calls ``shutdown`` when the window that holds ``page`` is closing: a page sees no close event of its
+    own, and its running build or download must be cancelled before the window goes."""
+
+    def __init__(self, page: QWidget, shutdown: Callable[[], None]) -> None:
+        super().__init__(page)
+        self._page = page
+        self._shutdown = shutdown
+        self._window: QWidget | None = None
+        page.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self._page and event.type() == QEvent.Type.Show:
+            window = self._page.window()
+            if window is not self._page and window is not self._window:  # shown in a (new) window
+                window.installEventFilter(self)
+                self._window = window
+        elif watched is self._window and event.type() == QEvent.Type.Close:
+            self._shutdown()
+        return False
 
 
 class OwnedOps:
