@@ -13,7 +13,7 @@ import secrets
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from app.engine.config import ChatOptions, SamplingParams
+from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, ChatOptions, SamplingParams
 
 PRESETS: dict[str, str] = {
     "Helpful assistant": "You are a helpful assistant.",
@@ -36,14 +36,15 @@ class ChatSettings:
     preset: str = DEFAULT_PRESET  # a PRESETS key, or CUSTOM for a written system prompt
     system_prompt: str = PRESETS[DEFAULT_PRESET]
     thinking: bool = True
-    temperature: float = 0.7
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
+    # sampling: the one set of chat defaults (``CHAT_SAMPLING``), shared with the terminal ``chat``
+    temperature: float = CHAT_SAMPLING.temperature
+    top_k: int = CHAT_SAMPLING.top_k
+    top_p: float = CHAT_SAMPLING.top_p
+    min_p: float = CHAT_SAMPLING.min_p
+    repeat_penalty: float = CHAT_SAMPLING.repeat_penalty
     seed_mode: SeedMode = "random"
     seed: int = OLD_DEFAULT_SEED  # the fixed mode's seed (and the one used at temperature 0)
-    max_tokens: int = 1024
+    max_tokens: int = CHAT_MAX_TOKENS
 
     def reply_seed(self) -> int:
         """The seed for one reply: a fresh draw in the random mode at a temperature above 0, else ``seed``

@@ -11,7 +11,6 @@ Qt-free; the Models page and the ``models add|scan|remove`` commands both call t
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -21,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from app import paths
+from app import paths, settings_file
 from app.errors import FastMTPError, GGUFError, StorageError
 from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, HubOrigin, State, cached_blob_sha256, origin_from_path
 
@@ -236,10 +235,7 @@ def registry_path() -> Path:
 
 def load_registry() -> list[LocalModel]:
     """The registered models; a damaged file reads as empty (and is rewritten by the next change)."""
-    try:
-        data = json.loads(registry_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    data = settings_file.load_json(registry_path())  # None: missing or damaged
     models = []
     for entry in data.get("models", []) if isinstance(data, dict) else []:
         try:
@@ -251,13 +247,10 @@ def load_registry() -> list[LocalModel]:
 
 def _save(models: list[LocalModel]) -> None:
     path = registry_path()
-    temporary = path.with_name(path.name + ".tmp")
     body = {"format": FORMAT, "version": VERSION, "models": [m._stored() for m in models]}
     try:
-        temporary.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-        os.replace(temporary, path)
+        settings_file.write_json(path, body)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
         raise StorageError(f"The list of your model files cannot be saved to {path}: {exc.strerror or exc}.",
                            "Check that the config folder is writable and the disk is not full.") from None
 

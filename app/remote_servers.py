@@ -12,14 +12,12 @@ travel unencrypted); a public address needs ``https://``.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from app import netaddr, paths, secrets
+from app import netaddr, paths, secrets, settings_file
 from app.errors import FastMTPError, StorageError
 
 FILE_NAME = "remote-servers.json"
@@ -133,11 +131,7 @@ def servers_path() -> Path:
 
 def load_servers(path: Path | None = None) -> list[RemoteServer]:
     """The saved servers; a damaged file gives none (it is rewritten by the next add or remove)."""
-    path = path or servers_path()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return []
+    data = settings_file.load_json(path or servers_path())  # None: missing or damaged
     servers: list[RemoteServer] = []
     for item in data if isinstance(data, list) else []:
         if not isinstance(item, dict):
@@ -153,10 +147,8 @@ def load_servers(path: Path | None = None) -> list[RemoteServer]:
 def _save(servers: list[RemoteServer], path: Path | None = None) -> None:
     path = path or servers_path()
     paths.ensure_dir(path.parent, "config")
-    temporary = path.with_suffix(".tmp")
     try:
-        temporary.write_text(json.dumps([asdict(s) for s in servers], indent=2) + "\n", encoding="utf-8")
-        os.replace(temporary, path)
+        settings_file.write_json(path, [asdict(s) for s in servers])
     except OSError as exc:
         raise StorageError(f"The remote servers cannot be saved to {path}: {exc.strerror or type(exc).__name__}.",
                            "Check that the config folder is writable and the disk is not full.") from None

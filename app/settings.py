@@ -8,13 +8,12 @@ to their defaults (and the file is rewritten on the next ``save``).
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from app import paths
+from app import paths, settings_file
+from app.engine.config import DEFAULT_DRAFT_DEPTH, clamp_draft_depth
 from app.errors import StorageError
 
 Theme = Literal["system", "light", "dark"]
@@ -28,7 +27,7 @@ class Settings:
     context_size: int = 4096
     gpu_layers: int = -1  # -1: everything that fits on the GPU (ignored by CPU backends)
     threads: int = 0  # 0: let llama.cpp choose
-    draft_depth: int = 3
+    draft_depth: int = DEFAULT_DRAFT_DEPTH
     adaptive_depth: bool = False
     p_min: float = 0.0
     theme: Theme = "system"
@@ -52,7 +51,7 @@ class Settings:
             context_size=min(max(self.context_size, 512), 262_144),
             gpu_layers=max(self.gpu_layers, -1),
             threads=max(self.threads, 0),
-            draft_depth=min(max(self.draft_depth, 1), 8),
+            draft_depth=clamp_draft_depth(self.draft_depth),
             adaptive_depth=self.adaptive_depth,
             p_min=min(max(self.p_min, 0.0), 1.0),
             theme=self.theme if self.theme in THEMES else "system",
@@ -69,12 +68,8 @@ def settings_path() -> Path:
 
 def load(path: Path | None = None) -> Settings:
     """The saved settings, or the defaults where there are none."""
-    path = path or settings_path()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # unreadable, not JSON, or nested deeper than Python parses
-        return Settings()
-    if not isinstance(data, dict):
+    data = settings_file.load_json_object(path or settings_path())  # None: missing or damaged
+    if data is None:
         return Settings()
     settings = Settings()
     for f in fields(Settings):
@@ -95,10 +90,8 @@ def save(settings: Settings, path: Path | None = None) -> None:
     """Write the settings atomically (a temporary file renamed over the old one)."""
     path = path or settings_path()
     paths.ensure_dir(path.parent, "config")
-    temporary = path.with_suffix(".tmp")
     try:
-        temporary.write_text(json.dumps(asdict(settings.validated()), indent=2) + "\n", encoding="utf-8")
-        os.replace(temporary, path)
+        settings_file.write_json(path, asdict(settings.validated()))
     except OSError as exc:
         raise StorageError(f"The settings cannot be saved to {path}: {exc.strerror or type(exc).__name__}.",
                            "Check that the config folder is writable and the disk is not full.") from None

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app import paths
+from app import paths, settings_file
 from app.backend import processes
 from app.errors import BackendError
 
@@ -66,9 +66,7 @@ class BackendManifest:
         return asdict(self)
 
     def write(self, folder: Path) -> None:
-        tmp = folder / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, folder / MANIFEST)
+        settings_file.write_json(folder / MANIFEST, self.to_dict())
 
     @classmethod
     def read(cls, folder: Path) -> BackendManifest:
@@ -117,11 +115,8 @@ def get(backend_id: str) -> BackendManifest:
 
 
 def active_id() -> str | None:
-    try:
-        data = json.loads((paths.backends_dir() / _ACTIVE).read_text())
-    except (OSError, ValueError):
-        return None
-    backend_id = data.get("id")
+    data = settings_file.load_json_object(paths.backends_dir() / _ACTIVE)  # None: missing or damaged
+    backend_id = data.get("id") if data is not None else None
     if isinstance(backend_id, str) and (backend_dir(backend_id) / MANIFEST).is_file():
         return backend_id
     return None
@@ -141,9 +136,7 @@ def set_active(backend_id: str, allow_unpatched: bool = False) -> BackendManifes
     if not manifest.patched and not allow_unpatched:
         raise BackendError(f"Backend {backend_id} was built without the FastMTP d2t patch.",
                            "It cannot load d2t sidecars. Pass --allow-unpatched if you really want it.")
-    tmp = paths.backends_dir() / (_ACTIVE + ".tmp")
-    tmp.write_text(json.dumps({"id": backend_id}) + "\n")
-    os.replace(tmp, paths.backends_dir() / _ACTIVE)
+    settings_file.write_json(paths.backends_dir() / _ACTIVE, {"id": backend_id})
     return manifest
 
 

@@ -34,7 +34,7 @@ from typing import IO, Any, Literal
 from app.bench.report import device_description
 from app.engine.breakeven import expected_tokens_per_pass
 from app.engine.chat_template import Message
-from app.engine.config import EngineConfig, Mode
+from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig, Mode
 from app.resources import resources_dir
 
 DraftKind = Literal["full", "d2t"]
@@ -430,7 +430,8 @@ _MODES: list[tuple[str, Mode, DraftKind | None]] = [("embedded", "embedded", Non
                                                      ("d2t", "sidecar", "d2t")]
 
 
-def default_variants(depths: list[int], modes: list[str], upstream: bool, adaptive_max: int = 8) -> list[Variant]:
+def default_variants(depths: list[int], modes: list[str], upstream: bool,
+                     adaptive_max: int = DRAFT_DEPTH_MAX) -> list[Variant]:
     """Ours: off, then each drafting mode at each depth and adaptive (up to ``adaptive_max``, 0 for none);
     upstream: off and the sidecars."""
     variants = [Variant("ours", "off")] if "off" in modes else []

@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 from app import paths
 from app.bench.matrix import MODE_LABELS, depth_series
 from app.child_job import ChildJob
+from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.gui.ops import Report
 from app.gui.page_ops import OwnedOps, error_text
 from app.sidecar_job import JobCancelled
@@ -173,7 +174,7 @@ class BenchmarkPage(QWidget):
         modes.addStretch(1)
         self.depth_boxes: dict[int, QCheckBox] = {}
         depths = QHBoxLayout()
-        for depth in range(1, 9):
+        for depth in range(DRAFT_DEPTH_MIN, DRAFT_DEPTH_MAX + 1):
             box = QCheckBox(str(depth))
             box.setChecked(depth <= 4)
             self.depth_boxes[depth] = box

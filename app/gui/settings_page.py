@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from app import __version__, paths
 from app import settings as app_settings
+from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.errors import FastMTPError
 from app.gui.machines import MachinesGroup
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
@@ -76,7 +77,7 @@ class SettingsPage(QWidget):
         self.threads.setRange(0, 256)
         self.threads.setSpecialValueText("automatic")
         self.draft_depth = QSpinBox()
-        self.draft_depth.setRange(1, 8)
+        self.draft_depth.setRange(DRAFT_DEPTH_MIN, DRAFT_DEPTH_MAX)
         self.adaptive = QCheckBox("Adaptive depth (choose the depth from measured costs, 0 when drafting does not pay)")
         self.p_min = QDoubleSpinBox()
         self.p_min.setRange(0.0, 1.0)

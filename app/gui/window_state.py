@@ -9,12 +9,10 @@ neither does writing: losing the window's place is not worth an error in the use
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from app import paths
+from app import paths, settings_file
 from app.errors import StorageError
 
 FILE_NAME = "window-state.json"
@@ -38,11 +36,11 @@ def state_path() -> Path:
 def load(path: Path | None = None) -> WindowState:
     """The remembered state, or the defaults where there is none or it cannot be read."""
     try:
-        data = json.loads((path or state_path()).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError, StorageError):
+        data = settings_file.load_json_object(path or state_path())  # None: missing or damaged
+    except StorageError:  # no usable config folder
         return WindowState()
     state = WindowState()
-    if not isinstance(data, dict):
+    if data is None:
         return state
     for f in fields(WindowState):
         value, default = data.get(f.name), getattr(state, f.name)
@@ -55,10 +53,8 @@ def save(state: WindowState, path: Path | None = None) -> bool:
     """Write the state atomically; False (and nothing changed) when the config folder cannot be written."""
     try:
         path = path or state_path()
-        temporary = path.with_suffix(".tmp")
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(json.dumps(asdict(state), indent=2) + "\n", encoding="utf-8")
-        os.replace(temporary, path)
+        settings_file.write_json(path, asdict(state))
     except (OSError, StorageError):
         return False
     return True

@@ -7,8 +7,6 @@ because a repository serves it; a different key for a repository we already trus
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from app import paths
+from app import paths, settings_file
 from app.errors import StorageError, TrustError, VerificationError
 from app.release import signing
 from app.release.catalog import repo_slug
@@ -50,10 +48,8 @@ _RESTORE = ("Fix the file by hand or restore it from a backup; deleting it forge
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        os.replace(tmp, path)
+        settings_file.write_json(path, data)
     except OSError as exc:
         raise StorageError(f"Cannot write {path}: {exc.strerror or type(exc).__name__}.",
                            "Check that the config folder is writable and the disk is not full; nothing was "
@@ -65,14 +61,16 @@ def _damaged(path: Path, what: str) -> TrustError:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
+    """The file's object; ``{}`` when there is none. A damaged file is refused, never read as empty: that
+    would forget the pinned keys and the rollback protection."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise _damaged(path, "its JSON is nested too deeply") from None
-    except (OSError, ValueError) as exc:
-        raise TrustError(f"Cannot read {path}: {exc}", _RESTORE) from exc
+        data = settings_file.read_json(path)
+    except settings_file.DamagedFile as exc:
+        if isinstance(exc.error, RecursionError):
+            raise _damaged(path, str(exc)) from None
+        raise TrustError(f"Cannot read {path}: {exc}", _RESTORE) from exc.error
+    if data is None:
+        return {}
     if not isinstance(data, dict):
         raise _damaged(path, f"expected a JSON object, found a JSON {type(data).__name__}")
     return data

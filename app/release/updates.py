@@ -14,7 +14,6 @@ so a window can show it and an offline machine is not an error. Each check is re
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 import tomllib
@@ -26,7 +25,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from app import __version__, paths
+from app import __version__, paths, settings_file
 from app.errors import DownloadError, StorageError, VerificationError
 from app.release import signing, trust
 from app.release.app_feed import AppDownload, AppFeed, AppVersion, current_platform, parse_app_version, parse_feed
@@ -328,11 +327,7 @@ def _state_path() -> Path:
 
 def _read_state() -> dict[str, Any]:
     """The saved state; a missing or damaged file reads as empty (it is a cache, rewritten on the next check)."""
-    try:
-        data = json.loads(_state_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return settings_file.load_json_object(_state_path()) or {}
 
 
 def _remember(result: UpdateCheck, verified: VerifiedFeed | None, repo: str) -> None:
@@ -343,10 +338,8 @@ def _remember(result: UpdateCheck, verified: VerifiedFeed | None, repo: str) -> 
         floors[repo] = {"date": _iso(verified.feed.date), "sha256": verified.sha256}
         data["feeds"] = floors
     path = _state_path()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        settings_file.write_json(path, data)
     except OSError as exc:
         raise StorageError(f"Cannot write {path}: {exc.strerror or type(exc).__name__}.",
                            "Check that the config folder is writable and the disk is not full.") from None
