@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.engine.config import EngineConfig, Mode, SamplingParams
+from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig, Mode, SamplingParams
 from app.engine.sampling import Sampler
 from app.engine.speculative import SpeculativeDecoder
 
@@ -79,7 +79,8 @@ def default_variants(target_has_mtp: bool, d2t: Path | None, full: Path | None) 
         variants.append(LosslessVariant("full sidecar k=3", "sidecar", full))
     if d2t is not None:
         variants += [LosslessVariant("d2t sidecar k=3", "sidecar", d2t),
-                     LosslessVariant("d2t sidecar adaptive k<=8", "sidecar", d2t, n_max=8, adaptive=True)]
+                     LosslessVariant(f"d2t sidecar adaptive k<={DRAFT_DEPTH_MAX}", "sidecar", d2t,
+                                     n_max=DRAFT_DEPTH_MAX, adaptive=True)]
     return variants
 
 

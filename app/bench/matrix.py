@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.bench import spec
+from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.errors import FastMTPError
 from app.sidecar_job import Control
 
@@ -70,8 +71,11 @@ def check_request(request: MatrixRequest) -> None:
         if mode in request.modes and mode not in request.sidecars:
             raise BenchError(f"The {MODE_LABELS[mode]} mode needs that sidecar, and none was given for "
                              f"{request.target.name}.", "Make or attach the sidecar first, or leave the mode out.")
-    if any(mode != "off" for mode in request.modes) and (not request.depths or min(request.depths) < 1):
-        raise BenchError("Drafting modes need at least one draft depth of 1 or more.", "Pick depths 1 to 8.")
+    drafting = any(mode != "off" for mode in request.modes)
+    if drafting and (not request.depths or min(request.depths) < DRAFT_DEPTH_MIN
+                     or max(request.depths) > DRAFT_DEPTH_MAX):
+        raise BenchError(f"Drafting modes need draft depths from {DRAFT_DEPTH_MIN} to {DRAFT_DEPTH_MAX}.",
+                         f"Pick depths {DRAFT_DEPTH_MIN} to {DRAFT_DEPTH_MAX}.")
     if request.n_tokens < 1 or request.runs < 1:
         raise BenchError("Tokens per prompt and runs must be at least 1.", "Raise them.")
     for name in request.prompt_sets:

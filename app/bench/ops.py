@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from app.bench.report import device_description
+from app.engine.config import DRAFT_DEPTH_MAX
 from app.native.handles import Context, FloatArray, Model
 from app.native.profile import NodeRecord, OpProfiler
 
@@ -292,8 +293,8 @@ def run(target: Path, draft: Path | None = None, *, tokens_per_pass: list[int] |
     """Time and profile the passes; ``draft`` (an MTP sidecar, or ``target`` itself for its embedded head)
     adds the profile of one draft step."""
     sizes = sorted({1, *(tokens_per_pass or [1, 2, 3, 4, 5])})
-    if sizes[0] < 1 or sizes[-1] > 9:  # k+1 for the engine's depths 1..8; each needs a recurrent snapshot
-        raise ValueError("tokens per pass must be 1 to 9")
+    if sizes[0] < 1 or sizes[-1] > DRAFT_DEPTH_MAX + 1:  # k+1 for each draft depth; each needs a snapshot
+        raise ValueError(f"tokens per pass must be 1 to {DRAFT_DEPTH_MAX + 1}")
     prompt = [int(t) for t in 1000 + np.arange(prompt_tokens) % 4000]
     n_ctx = prompt_tokens + sizes[-1] + 16
     n_batch = max(prompt_tokens, sizes[-1])
