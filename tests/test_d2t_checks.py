@@ -267,12 +267,12 @@ def test_the_window_shows_a_bad_d2t_pair_in_words(qtbot: QtBot, demo: DemoModel,
     try:
         win.show()
         qtbot.waitUntil(lambda: not win.bridge.busy, timeout=WAIT_MS)
-        win.load(_sidecar(demo, bad["id_300000"]))
-        qtbot.waitUntil(win.banner.isVisible, timeout=WAIT_MS)
-        shown = win.banner.text.text()
+        win.chat_page.load(_sidecar(demo, bad["id_300000"]))
+        qtbot.waitUntil(win.chat_page.banner.isVisible, timeout=WAIT_MS)
+        shown = win.chat_page.banner.text.text()
         assert str(bad["id_300000"]) in shown
         assert "maps draft row 9 to token 300000" in shown and "sidecar build" in shown
-        assert not win.ready and not win.banner.restart_button.isVisible()
+        assert not win.chat_page.ready and not win.chat_page.banner.restart_button.isVisible()
     finally:
         win.close()
         win.history.close()

@@ -141,19 +141,19 @@ def test_the_window_copies_a_damaged_history_aside_starts_a_new_one_and_says_so(
     copy = window.history.damaged_copy
     assert copy is not None and re.fullmatch(r"history\.sqlite3\.damaged-\d{8}-\d{6}", copy.name)
     assert copy.read_bytes() == damaged  # nothing lost: every byte of the damaged file is kept
-    banner = window.history_banner
+    banner = window.chat_page.history_banner
     assert banner.isVisible()
     assert "damaged" in banner.text.text() and copy.name in banner.text.text() and "nothing was deleted" in \
         banner.text.text()
-    assert window.sidebar.conversation_ids() == []  # a new, empty history …
+    assert window.chat_page.sidebar.conversation_ids() == []  # a new, empty history …
     conv = window.history.create_conversation("fresh")  # … that works
     window.history.add_message(conv, "user", "hello again")
-    window.sidebar.refresh()
-    assert window.sidebar.conversation_ids() == [conv]
+    window.chat_page.sidebar.refresh()
+    assert window.chat_page.sidebar.conversation_ids() == [conv]
     names = sorted(p.name for p in folders["data"].iterdir() if p.name.startswith("history"))
     assert copy.name in names and "history.sqlite3" in names
-    assert banner is not window.banner
-    window.banner.hide()  # what an engine load does: the history's notice stays
+    assert banner is not window.chat_page.banner
+    window.chat_page.banner.hide()  # what an engine load does: the history's notice stays
     assert banner.isVisible()
     qtbot.mouseClick(banner.restart_button, Qt.MouseButton.LeftButton)  # "Close"
     assert not banner.isVisible()
@@ -199,9 +199,9 @@ def test_damaged_json_columns_are_read_with_defaults_and_named(qtbot: QtBot, fol
 
     window = MainWindow(history=HistoryStore(path))
     qtbot.addWidget(window)
-    window.sidebar.list.setCurrentRow(window.sidebar.conversation_ids().index(broken))
-    assert window.conversation_id == broken and "hi there" in window.chat.transcript_text()
-    assert window.chat_settings.system_prompt == "Be brief."  # the rest of the chat's settings: defaults
+    window.chat_page.sidebar.list.setCurrentRow(window.chat_page.sidebar.conversation_ids().index(broken))
+    assert window.chat_page.conversation_id == broken and "hi there" in window.chat_page.chat.transcript_text()
+    assert window.chat_page.chat_settings.system_prompt == "Be brief."  # the rest of the chat's settings: defaults
     window.close()
 
 
@@ -229,9 +229,9 @@ def test_a_200000_deep_import_is_refused_in_words(qtbot: QtBot, folders: dict[st
     window = MainWindow(history=HistoryStore(folders["data"] / "history.sqlite3"))
     qtbot.addWidget(window)
     window.show()
-    assert window.import_chats(deep) == []
-    assert window.banner.isVisible() and "nests its JSON" in window.banner.text.text()
-    assert len(window.sidebar.conversation_ids()) == 2
+    assert window.chat_page.import_chats(deep) == []
+    assert window.chat_page.banner.isVisible() and "nests its JSON" in window.chat_page.banner.text.text()
+    assert len(window.chat_page.sidebar.conversation_ids()) == 2
     window.close()
 
 

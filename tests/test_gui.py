@@ -46,7 +46,7 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
     win = MainWindow(history=HistoryStore(history_path))
     win.show()
     win.use_demo(demo)
-    QtBot(request).waitUntil(lambda: win.ready, timeout=WAIT_MS)
+    QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
     yield win
     win.close()
     win.history.close()
@@ -61,8 +61,8 @@ def _send(qtbot: QtBot, win: MainWindow, text: str) -> tuple[list[dict[str, Any]
     done: list[dict[str, Any]] = []
     win.bridge.token.connect(tokens.append)
     win.bridge.done.connect(done.append)
-    win.chat.input.setPlainText(text)
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_Return)
+    win.chat_page.chat.input.setPlainText(text)
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Return)
     return tokens, done
 
 
@@ -103,25 +103,25 @@ def test_a_sent_message_streams_the_engines_reply_with_live_hud(qtbot: QtBot, wi
     reply = done[0]
     assert reply["kind"] == "done" and reply["text"].strip()
     assert [t["token"] for t in tokens] == reply["tokens"]
-    assert window.chat.entries[-1].role == "assistant"
-    assert window.chat.entries[-1].text.strip() == reply["text"].strip()
-    assert _squash(reply["text"]) in _squash(window.chat.transcript_text())
-    tps = re.search(r"([\d.]+) tok/s", window.chat.hud.tps.text())
+    assert window.chat_page.chat.entries[-1].role == "assistant"
+    assert window.chat_page.chat.entries[-1].text.strip() == reply["text"].strip()
+    assert _squash(reply["text"]) in _squash(window.chat_page.chat.transcript_text())
+    tps = re.search(r"([\d.]+) tok/s", window.chat_page.chat.hud.tps.text())
     assert tps is not None and float(tps.group(1)) > 0
-    assert re.match(r"\d+%", window.chat.hud.acceptance.text())
-    assert "FastMTP d2t" in window.chat.hud.mode.text()
-    assert window.chat.send_button.isEnabled() and not window.chat.stop_button.isEnabled()
+    assert re.match(r"\d+%", window.chat_page.chat.hud.acceptance.text())
+    assert "FastMTP d2t" in window.chat_page.chat.hud.mode.text()
+    assert window.chat_page.chat.send_button.isEnabled() and not window.chat_page.chat.stop_button.isEnabled()
     # the draft-acceptance overlay: tokens that came from accepted drafts are tinted, and only while on
     assert "draft" in reply["provenance"]
     assert _tinted_characters(window) > 0
-    window.chat.show_drafts.setChecked(False)
+    window.chat_page.chat.show_drafts.setChecked(False)
     assert _tinted_characters(window) == 0
-    window.chat.show_drafts.setChecked(True)
+    window.chat_page.chat.show_drafts.setChecked(True)
 
 
 def _tinted_characters(win: MainWindow) -> int:
     count = 0
-    block = win.chat.transcript.document().begin()
+    block = win.chat_page.chat.transcript.document().begin()
     while block.isValid():
         it = block.begin()
         while not it.atEnd():
@@ -135,53 +135,53 @@ def _tinted_characters(win: MainWindow) -> int:
 
 def test_stop_cancels_mid_reply_and_keeps_the_partial_text(qtbot: QtBot, window: MainWindow,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(window, "options", ChatOptions(max_tokens=1500))
+    monkeypatch.setattr(window.chat_page, "options", ChatOptions(max_tokens=1500))
     stop_after = 5
     tokens: list[dict[str, Any]] = []
 
     def press_stop(event: dict[str, Any]) -> None:
         tokens.append(event)
         if len(tokens) == stop_after:
-            qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
+            qtbot.mouseClick(window.chat_page.chat.stop_button, Qt.MouseButton.LeftButton)
 
     window.bridge.token.connect(press_stop)
     done: list[dict[str, Any]] = []
     window.bridge.done.connect(done.append)
-    window.chat.input.setPlainText("Tell me a long story.")
-    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    window.chat_page.chat.input.setPlainText("Tell me a long story.")
+    qtbot.keyClick(window.chat_page.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
     assert done[0]["stop_reason"] == "cancelled"
     assert stop_after <= len(done[0]["tokens"]) < 1500
-    partial = window.chat.entries[-1].text
-    assert partial.strip() and _squash(partial) in _squash(window.chat.transcript_text())
-    assert "cancelled" in window.chat.transcript_text()
-    assert not window.banner.isVisible()
+    partial = window.chat_page.chat.entries[-1].text
+    assert partial.strip() and _squash(partial) in _squash(window.chat_page.chat.transcript_text())
+    assert "cancelled" in window.chat_page.chat.transcript_text()
+    assert not window.chat_page.banner.isVisible()
 
 
 def test_an_engine_error_is_shown_in_words(qtbot: QtBot, window: MainWindow, demo: DemoModel) -> None:
-    window.load(EngineConfig(demo.target, mode="sidecar", draft=demo.target, n_ctx=2048))
-    qtbot.waitUntil(window.banner.isVisible, timeout=WAIT_MS)
-    shown = window.banner.text.text()
+    window.chat_page.load(EngineConfig(demo.target, mode="sidecar", draft=demo.target, n_ctx=2048))
+    qtbot.waitUntil(window.chat_page.banner.isVisible, timeout=WAIT_MS)
+    shown = window.chat_page.banner.text.text()
     assert "sidecar" in shown.lower() and len(shown.split()) > 4
-    assert not window.ready
+    assert not window.chat_page.ready
     window.reload()  # the selector's own mode loads again and the banner goes away
-    qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
-    assert not window.banner.isVisible()
+    qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
+    assert not window.chat_page.banner.isVisible()
 
 
 def test_a_sent_chat_is_saved_with_its_stats_and_reopens_after_a_restart(
         qtbot: QtBot, window: MainWindow, history_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)  # earlier tests left a chat open
-    assert window.conversation_id is None and window.chat.entries == []
-    assert not window.chat.transcript_text().strip()
+    qtbot.mouseClick(window.chat_page.sidebar.new_button, Qt.MouseButton.LeftButton)  # earlier tests left a chat open
+    assert window.chat_page.conversation_id is None and window.chat_page.chat.entries == []
+    assert not window.chat_page.chat.transcript_text().strip()
     text = "Please tell me about the lighthouse keeper and her cat."
     _tokens, done = _send(qtbot, window, text)
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
     reply = done[0]
-    conv_id = window.conversation_id
+    conv_id = window.chat_page.conversation_id
     assert conv_id is not None
-    assert window.sidebar.conversation_ids()[0] == conv_id
-    title = window.sidebar.list.item(0).text()
+    assert window.chat_page.sidebar.conversation_ids()[0] == conv_id
+    title = window.chat_page.sidebar.list.item(0).text()
     assert title.startswith("Please tell me about the lighthouse") and len(title) <= 40
     stored = window.history.messages(conv_id)
     assert [(m.role, m.content) for m in stored[:1]] == [("user", text)]
@@ -193,21 +193,21 @@ def test_a_sent_chat_is_saved_with_its_stats_and_reopens_after_a_restart(
     restarted = MainWindow(history=HistoryStore(history_path))
     qtbot.addWidget(restarted)
     try:
-        assert restarted.sidebar.conversation_ids()[0] == conv_id
-        assert restarted.sidebar.list.item(0).text() == title
-        assert restarted.chat.entries == []
-        restarted.sidebar.list.setCurrentRow(0)
-        assert restarted.conversation_id == conv_id
-        assert [e.role for e in restarted.chat.entries] == ["user", "assistant"]
-        shown = _squash(restarted.chat.transcript_text())
+        assert restarted.chat_page.sidebar.conversation_ids()[0] == conv_id
+        assert restarted.chat_page.sidebar.list.item(0).text() == title
+        assert restarted.chat_page.chat.entries == []
+        restarted.chat_page.sidebar.list.setCurrentRow(0)
+        assert restarted.chat_page.conversation_id == conv_id
+        assert [e.role for e in restarted.chat_page.chat.entries] == ["user", "assistant"]
+        shown = _squash(restarted.chat_page.chat.transcript_text())
         assert _squash(reply["text"]) in shown and _squash(text) in shown
-        assert restarted.chat.entries[-1].footer == window.chat.entries[-1].footer
+        assert restarted.chat_page.chat.entries[-1].footer == window.chat_page.chat.entries[-1].footer
         assert "tok/s" in shown and str(reply["stop_reason"]) in shown
         # the next message goes on with that conversation: the engine gets all of it
         sent: list[list[Message]] = []
-        monkeypatch.setattr(restarted, "ready", True)
+        monkeypatch.setattr(restarted.chat_page, "ready", True)
         monkeypatch.setattr(restarted.bridge, "generate", lambda messages, _options: sent.append(messages))
-        restarted.send("And what is the cat called?")
+        restarted.chat_page.send("And what is the cat called?")
         assert [(m.role, m.content) for m in sent[0][1:]] == [
             ("user", text), ("assistant", stored[1].content), ("user", "And what is the cat called?")]
         assert sent[0][0].role == "system"
@@ -228,24 +228,25 @@ def test_search_filters_the_conversations_and_new_chat_starts_empty(qtbot: QtBot
     store.add_message(bread, "user", "How do I feed a starter?")
     win = MainWindow(history=store)
     qtbot.addWidget(win)
-    assert win.sidebar.conversation_ids() == [bread, lighthouse]  # newest first
-    qtbot.keyClicks(win.sidebar.search, "starter")  # message text matches too
-    assert win.sidebar.conversation_ids() == [bread]
-    win.sidebar.search.setText("LIGHTHOUSE")
-    assert win.sidebar.conversation_ids() == [lighthouse]
-    win.sidebar.search.setText("no such thing")
-    assert win.sidebar.conversation_ids() == []
-    win.sidebar.search.clear()
-    assert win.sidebar.conversation_ids() == [bread, lighthouse]
+    assert win.chat_page.sidebar.conversation_ids() == [bread, lighthouse]  # newest first
+    qtbot.keyClicks(win.chat_page.sidebar.search, "starter")  # message text matches too
+    assert win.chat_page.sidebar.conversation_ids() == [bread]
+    win.chat_page.sidebar.search.setText("LIGHTHOUSE")
+    assert win.chat_page.sidebar.conversation_ids() == [lighthouse]
+    win.chat_page.sidebar.search.setText("no such thing")
+    assert win.chat_page.sidebar.conversation_ids() == []
+    win.chat_page.sidebar.search.clear()
+    assert win.chat_page.sidebar.conversation_ids() == [bread, lighthouse]
 
-    win.sidebar.list.setCurrentRow(1)
-    assert win.conversation_id == lighthouse
-    shown = win.chat.transcript_text()
+    win.chat_page.sidebar.list.setCurrentRow(1)
+    assert win.chat_page.conversation_id == lighthouse
+    shown = win.chat_page.chat.transcript_text()
     assert "The keeper does." in shown and "12.5 tok/s" in shown and "acceptance 50%" in shown
-    qtbot.mouseClick(win.sidebar.new_button, Qt.MouseButton.LeftButton)
-    assert win.conversation_id is None and win.chat.entries == [] and not win.chat.transcript_text().strip()
-    assert win.sidebar.list.currentRow() == -1
-    assert win.sidebar.conversation_ids() == [bread, lighthouse]  # nothing saved until a message is sent
+    qtbot.mouseClick(win.chat_page.sidebar.new_button, Qt.MouseButton.LeftButton)
+    assert win.chat_page.conversation_id is None and win.chat_page.chat.entries == [] and \
+        not win.chat_page.chat.transcript_text().strip()
+    assert win.chat_page.sidebar.list.currentRow() == -1
+    assert win.chat_page.sidebar.conversation_ids() == [bread, lighthouse]  # nothing saved until a message is sent
     store.close()
 
 
@@ -276,59 +277,59 @@ def test_pages_are_added_to_the_switcher_and_shown_when_picked(qtbot: QtBot, tmp
     win.show_page("Models")
     assert win.pages.currentWidget() is replacement
     win.show_page("Chat")
-    assert win.pages.currentWidget().isAncestorOf(win.chat)
+    assert win.pages.currentWidget().isAncestorOf(win.chat_page.chat)
     store.close()
 
 
 def test_thinking_switch_regenerate_and_edit_resend_against_the_engine(
         qtbot: QtBot, window: MainWindow) -> None:
-    qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)
-    window.thinking_box.setChecked(False)  # per chat: sent to the engine, saved with the chat
-    assert window.options.thinking is False
+    qtbot.mouseClick(window.chat_page.sidebar.new_button, Qt.MouseButton.LeftButton)
+    window.chat_page.thinking_box.setChecked(False)  # per chat: sent to the engine, saved with the chat
+    assert window.chat_page.options.thinking is False
     _tokens, done = _send(qtbot, window, "First question about lighthouses")
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
-    conv_id = window.conversation_id
+    conv_id = window.chat_page.conversation_id
     assert conv_id is not None and window.history.get(conv_id).settings["thinking"] is False
-    hud = window.chat.hud
+    hud = window.chat_page.chat.hud
     assert re.match(r"\d+ tok/s", hud.prompt_tps.text()) and re.match(r"\d+ ms", hud.first_token.text())
     assert len(hud.sparkline.values) > 1
     first_reply = window.history.messages(conv_id)[-1]
     assert first_reply.complete and first_reply.content.strip() == done[0]["text"].strip()
 
     # regenerate: the last reply is replaced, in the view and in the history
-    window.chat.activate_link(QUrl(f"regenerate:{len(window.chat.entries) - 1}"))
+    window.chat_page.chat.activate_link(QUrl(f"regenerate:{len(window.chat_page.chat.entries) - 1}"))
     qtbot.waitUntil(lambda: len(done) == 2, timeout=WAIT_MS)
     stored = window.history.messages(conv_id)
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].created > first_reply.created
-    assert [e.role for e in window.chat.entries] == ["user", "assistant"]
+    assert [e.role for e in window.chat_page.chat.entries] == ["user", "assistant"]
 
     # edit-and-resend: the user message is replaced and everything after it goes
-    window.chat.activate_link(QUrl("edit:0"))
-    assert window.chat.input.toPlainText() == "First question about lighthouses"
-    window.chat.input.setPlainText("A better question about ships")
-    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    window.chat_page.chat.activate_link(QUrl("edit:0"))
+    assert window.chat_page.chat.input.toPlainText() == "First question about lighthouses"
+    window.chat_page.chat.input.setPlainText("A better question about ships")
+    qtbot.keyClick(window.chat_page.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(done) == 3, timeout=WAIT_MS)
     stored = window.history.messages(conv_id)
     assert [(m.role, m.content) for m in stored][:1] == [("user", "A better question about ships")]
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].complete
-    assert "First question" not in window.chat.transcript_text()
+    assert "First question" not in window.chat_page.chat.transcript_text()
 
     # reopening the chat restores its thinking switch
-    window.thinking_box.setChecked(True)
-    window.open_conversation(conv_id)
-    assert window.thinking_box.isChecked() is True
-    window.thinking_box.setChecked(False)
-    window.open_conversation(conv_id)
-    assert window.thinking_box.isChecked() is False and window.options.thinking is False
-    window.thinking_box.setChecked(True)
+    window.chat_page.thinking_box.setChecked(True)
+    window.chat_page.open_conversation(conv_id)
+    assert window.chat_page.thinking_box.isChecked() is True
+    window.chat_page.thinking_box.setChecked(False)
+    window.chat_page.open_conversation(conv_id)
+    assert window.chat_page.thinking_box.isChecked() is False and window.chat_page.options.thinking is False
+    window.chat_page.thinking_box.setChecked(True)
 
 
 def test_an_engine_killed_mid_reply_keeps_the_streamed_text_and_restarts(
         qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch) -> None:
     import signal
 
-    monkeypatch.setattr(window, "options", ChatOptions(max_tokens=1500))
-    qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)
+    monkeypatch.setattr(window.chat_page, "options", ChatOptions(max_tokens=1500))
+    qtbot.mouseClick(window.chat_page.sidebar.new_button, Qt.MouseButton.LeftButton)
     tokens: list[dict[str, Any]] = []
 
     def kill_after_some(event: dict[str, Any]) -> None:
@@ -339,21 +340,21 @@ def test_an_engine_killed_mid_reply_keeps_the_streamed_text_and_restarts(
             os.kill(pid, signal.SIGKILL)
 
     window.bridge.token.connect(kill_after_some)
-    window.chat.input.setPlainText("Tell me a very long story.")
-    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(window.banner.isVisible, timeout=WAIT_MS)
+    window.chat_page.chat.input.setPlainText("Tell me a very long story.")
+    qtbot.keyClick(window.chat_page.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(window.chat_page.banner.isVisible, timeout=WAIT_MS)
     window.bridge.token.disconnect(kill_after_some)
-    assert "SIGKILL" in window.banner.text.text() and window.banner.restart_button.isVisible()
-    partial = window.chat.entries[-1].text
+    assert "SIGKILL" in window.chat_page.banner.text.text() and window.chat_page.banner.restart_button.isVisible()
+    partial = window.chat_page.chat.entries[-1].text
     assert len(tokens) >= 40 and partial.strip()
-    assert _squash(partial)[:40] in _squash(window.chat.transcript_text())
-    conv_id = window.conversation_id
+    assert _squash(partial)[:40] in _squash(window.chat_page.chat.transcript_text())
+    conv_id = window.chat_page.conversation_id
     assert conv_id is not None
     saved = window.history.messages(conv_id)[-1]
     assert saved.role == "assistant" and not saved.complete and saved.content == partial
-    qtbot.mouseClick(window.banner.restart_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
-    assert not window.banner.isVisible()
+    qtbot.mouseClick(window.chat_page.banner.restart_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
+    assert not window.chat_page.banner.isVisible()
     _tokens, done = _send(qtbot, window, "Are you back?")
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
     assert done[0]["text"].strip()
@@ -391,10 +392,10 @@ def test_settings_page_saves_the_file_and_switches_the_theme(qtbot: QtBot, tmp_p
     qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
     saved = app_settings.load()
     assert (saved.context_size, saved.draft_depth, saved.theme) == (8192, 5, "dark")
-    assert win.chat.colors is DARK
+    assert win.chat_page.chat.colors is DARK
     page.theme.setCurrentText("light")
     page.save()
-    assert win.chat.colors is LIGHT
+    assert win.chat_page.chat.colors is LIGHT
     app_settings.save(app_settings.Settings())
     store.close()
 
@@ -406,15 +407,15 @@ def test_export_and_import_chats_from_the_window(qtbot: QtBot, tmp_path: Path) -
     store.add_message(conv, "assistant", "The **Moon** and the Earth's rotation.", {"decode_tps": 10.0})
     win = MainWindow(history=store)
     qtbot.addWidget(win)
-    win.open_conversation(conv)
-    assert win.export_chats(tmp_path / "tides.md", "md") == 1
+    win.chat_page.open_conversation(conv)
+    assert win.chat_page.export_chats(tmp_path / "tides.md", "md") == 1
     assert "# Tides" in (tmp_path / "tides.md").read_text()
-    assert win.export_chats(tmp_path / "all.json", "json", current=False) == 1
-    created = win.import_chats(tmp_path / "all.json")
-    assert len(created) == 1 and win.sidebar.conversation_ids()[0] == created[0]
+    assert win.chat_page.export_chats(tmp_path / "all.json", "json", current=False) == 1
+    created = win.chat_page.import_chats(tmp_path / "all.json")
+    assert len(created) == 1 and win.chat_page.sidebar.conversation_ids()[0] == created[0]
     assert [m.content for m in store.messages(created[0])] == [m.content for m in store.messages(conv)]
     (tmp_path / "bad.json").write_text("{}")
-    assert win.import_chats(tmp_path / "bad.json") == [] and win.banner.isVisibleTo(win)
+    assert win.chat_page.import_chats(tmp_path / "bad.json") == [] and win.chat_page.banner.isVisibleTo(win)
     store.close()
 
 

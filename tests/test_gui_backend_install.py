@@ -198,7 +198,7 @@ def test_the_installed_list_shows_the_backend_the_first_run_demo_built(
     assert win.first_run_visible() and win.backend_page.table.rowCount() == 0
     qtbot.waitUntil(lambda: win.first_run.toolchain is not None, timeout=WAIT_MS)
     qtbot.mouseClick(win.first_run.demo_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: win.ready, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
     active = registry.active()
     assert active is not None and active.id == patched_backend.id
     qtbot.waitUntil(lambda: active.id in win.backend_page.manifests, timeout=WAIT_MS)

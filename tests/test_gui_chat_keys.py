@@ -66,11 +66,11 @@ def _activate(qtbot: QtBot, win: MainWindow) -> None:
 
 def _editor(win: MainWindow) -> QLineEdit | None:
     """The sidebar's in-place title editor, while it is open."""
-    return next((e for e in win.sidebar.list.viewport().findChildren(QLineEdit) if e.isVisible()), None)
+    return next((e for e in win.chat_page.sidebar.list.viewport().findChildren(QLineEdit) if e.isVisible()), None)
 
 
 def _listed_title(win: MainWindow, conversation_id: int) -> str | None:
-    item = win.sidebar.item_for(conversation_id)
+    item = win.chat_page.sidebar.item_for(conversation_id)
     return item.text() if item is not None else None
 
 
@@ -94,10 +94,10 @@ def test_f2_renames_the_open_chat_in_place_enter_keeps_it_and_esc_does_not(qtbot
                                                                            store: HistoryStore) -> None:
     older, newer = _chat(store, "older chat"), _chat(store, "newer chat")
     win = _window(qtbot, store)
-    win.sidebar.list.setCurrentRow(win.sidebar.conversation_ids().index(older))
-    assert win.conversation_id == older
-    win.chat.input.setFocus()
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_F2)  # from the composer: F2 is the window's
+    win.chat_page.sidebar.list.setCurrentRow(win.chat_page.sidebar.conversation_ids().index(older))
+    assert win.chat_page.conversation_id == older
+    win.chat_page.chat.input.setFocus()
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_F2)  # from the composer: F2 is the window's
     qtbot.waitUntil(lambda: _editor(win) is not None, timeout=WAIT_MS)
     editor = _editor(win)
     assert editor is not None and editor.text() == "older chat"
@@ -106,10 +106,10 @@ def test_f2_renames_the_open_chat_in_place_enter_keeps_it_and_esc_does_not(qtbot
     qtbot.keyClick(editor, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: store.get(older).title == "Lighthouse notes", timeout=WAIT_MS)
     qtbot.waitUntil(lambda: _listed_title(win, older) == "Lighthouse notes", timeout=WAIT_MS)
-    assert win.sidebar.conversation_ids() == [newer, older]  # a rename does not move the chat
-    assert win.conversation_id == older
+    assert win.chat_page.sidebar.conversation_ids() == [newer, older]  # a rename does not move the chat
+    assert win.chat_page.conversation_id == older
 
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_F2)
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_F2)
     qtbot.waitUntil(lambda: _editor(win) is not None, timeout=WAIT_MS)
     editor = _editor(win)
     assert editor is not None
@@ -120,8 +120,8 @@ def test_f2_renames_the_open_chat_in_place_enter_keeps_it_and_esc_does_not(qtbot
     assert store.get(older).title == "Lighthouse notes"
     assert not win.stop_action.isEnabled()
 
-    win.new_chat()  # an unsaved chat has no title to rename
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_F2)
+    win.chat_page.new_chat()  # an unsaved chat has no title to rename
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_F2)
     assert _editor(win) is None
 
 
@@ -129,12 +129,12 @@ def test_the_context_menu_renames_and_pins_a_chat_to_the_top_until_unpinned(qtbo
                                                                             store: HistoryStore) -> None:
     first, second, third = _chat(store, "first"), _chat(store, "second"), _chat(store, "third")
     win = _window(qtbot, store)
-    assert win.sidebar.conversation_ids() == [third, second, first]
-    menu = win.sidebar.context_menu(first)
+    assert win.chat_page.sidebar.conversation_ids() == [third, second, first]
+    menu = win.chat_page.sidebar.context_menu(first)
     assert [a.text() for a in menu.actions() if a.text()] == ["Rename\tF2", "Pin to the top", "Delete…\tDel"]
 
-    row = win.sidebar.conversation_ids().index(first)
-    where = win.sidebar.list.visualItemRect(win.sidebar.list.item(row)).center()
+    row = win.chat_page.sidebar.conversation_ids().index(first)
+    where = win.chat_page.sidebar.list.visualItemRect(win.chat_page.sidebar.list.item(row)).center()
 
     def pick(label: str) -> Callable[[Any], None]:
         def act(popup: Any) -> None:
@@ -144,28 +144,29 @@ def test_the_context_menu_renames_and_pins_a_chat_to_the_top_until_unpinned(qtbo
         return act
 
     timer = _answer_when_shown(QApplication.activePopupWidget, pick("Pin to the top"))
-    win.sidebar.list.customContextMenuRequested.emit(where)  # what a right click on the row emits
+    win.chat_page.sidebar.list.customContextMenuRequested.emit(where)  # what a right click on the row emits
     timer.stop()
     assert store.get(first).pinned
-    assert win.sidebar.conversation_ids() == [first, third, second] and win.sidebar.pinned_ids() == [first]
-    assert not win.sidebar.list.item(0).icon().isNull()  # the pin mark
-    assert "Pinned" in win.sidebar.list.item(0).toolTip()
+    sidebar = win.chat_page.sidebar
+    assert sidebar.conversation_ids() == [first, third, second] and sidebar.pinned_ids() == [first]
+    assert not win.chat_page.sidebar.list.item(0).icon().isNull()  # the pin mark
+    assert "Pinned" in win.chat_page.sidebar.list.item(0).toolTip()
     store.add_message(second, "user", "the newest message")  # newer, still below the pinned chat
-    win.sidebar.refresh()
-    assert win.sidebar.conversation_ids() == [first, second, third]
+    win.chat_page.sidebar.refresh()
+    assert win.chat_page.sidebar.conversation_ids() == [first, second, third]
 
-    win.sidebar.list.setCurrentRow(0)  # open the pinned chat: the Chats menu unpins it
-    assert win.conversation_id == first
+    win.chat_page.sidebar.list.setCurrentRow(0)  # open the pinned chat: the Chats menu unpins it
+    assert win.chat_page.conversation_id == first
     win._update_chat_actions()  # what opening the Chats menu does
     assert win.pin_action.text() == "Unpin chat" and win.pin_action.isEnabled()
     win.pin_action.trigger()
-    assert not store.get(first).pinned and win.sidebar.pinned_ids() == []
-    assert win.sidebar.conversation_ids() == [second, third, first]
+    assert not store.get(first).pinned and win.chat_page.sidebar.pinned_ids() == []
+    assert win.chat_page.sidebar.conversation_ids() == [second, third, first]
 
     timer = _answer_when_shown(QApplication.activePopupWidget, pick("Rename\tF2"))
-    row = win.sidebar.conversation_ids().index(third)
-    win.sidebar.list.customContextMenuRequested.emit(
-        win.sidebar.list.visualItemRect(win.sidebar.list.item(row)).center())
+    row = win.chat_page.sidebar.conversation_ids().index(third)
+    win.chat_page.sidebar.list.customContextMenuRequested.emit(
+        win.chat_page.sidebar.list.visualItemRect(win.chat_page.sidebar.list.item(row)).center())
     timer.stop()
     qtbot.waitUntil(lambda: _editor(win) is not None, timeout=WAIT_MS)
     editor = _editor(win)
@@ -174,8 +175,9 @@ def test_the_context_menu_renames_and_pins_a_chat_to_the_top_until_unpinned(qtbo
     qtbot.keyClicks(editor, "third, renamed")
     qtbot.keyClick(editor, Qt.Key.Key_Enter)
     qtbot.waitUntil(lambda: store.get(third).title == "third, renamed", timeout=WAIT_MS)
-    assert win.conversation_id == first  # renaming another chat leaves the open one open
-    win.sidebar.list.customContextMenuRequested.emit(QPoint(5, win.sidebar.list.viewport().height() - 2))
+    assert win.chat_page.conversation_id == first  # renaming another chat leaves the open one open
+    listing = win.chat_page.sidebar.list
+    listing.customContextMenuRequested.emit(QPoint(5, listing.viewport().height() - 2))
     assert QApplication.activePopupWidget() is None  # below the last chat: no menu
 
 
@@ -183,8 +185,8 @@ def test_delete_asks_first_cancel_keeps_the_chat_and_delete_opens_an_empty_one(q
                                                                              store: HistoryStore) -> None:
     keep, doomed = _chat(store, "keep me"), _chat(store, "delete me")
     win = _window(qtbot, store)
-    win.sidebar.list.setCurrentRow(win.sidebar.conversation_ids().index(doomed))
-    assert win.conversation_id == doomed and "delete me: the answer" in win.chat.transcript_text()
+    win.chat_page.sidebar.list.setCurrentRow(win.chat_page.sidebar.conversation_ids().index(doomed))
+    assert win.chat_page.conversation_id == doomed and "delete me: the answer" in win.chat_page.chat.transcript_text()
     asked: list[str] = []
 
     def answer(button: str) -> Callable[[Any], None]:
@@ -194,65 +196,66 @@ def test_delete_asks_first_cancel_keeps_the_chat_and_delete_opens_an_empty_one(q
             next(b for b in box.buttons() if b.text() == button).click()
         return act
 
-    win.sidebar.list.setFocus()
+    win.chat_page.sidebar.list.setFocus()
     timer = _answer_when_shown(QApplication.activeModalWidget, answer("Cancel"))
-    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Delete)
+    qtbot.keyClick(win.chat_page.sidebar.list, Qt.Key.Key_Delete)
     timer.stop()
     assert asked == ["Delete the chat \u201cdelete me\u201d?"]
-    assert store.get(doomed).title == "delete me" and win.conversation_id == doomed
+    assert store.get(doomed).title == "delete me" and win.chat_page.conversation_id == doomed
 
     _activate(qtbot, win)
-    win.chat.input.setFocus()
-    win.chat.input.setPlainText("typed text")
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_Home)
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_Delete)  # Delete in the composer edits the text, nothing else
-    assert win.chat.input.toPlainText() == "yped text" and len(asked) == 1
+    win.chat_page.chat.input.setFocus()
+    win.chat_page.chat.input.setPlainText("typed text")
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Home)
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Delete)  # Delete in the composer edits the text, nothing else
+    assert win.chat_page.chat.input.toPlainText() == "yped text" and len(asked) == 1
 
-    win.sidebar.list.setFocus()
+    win.chat_page.sidebar.list.setFocus()
     timer = _answer_when_shown(QApplication.activeModalWidget, answer("Delete"))
-    qtbot.keyClick(win.sidebar.list, Qt.Key.Key_Delete)
+    qtbot.keyClick(win.chat_page.sidebar.list, Qt.Key.Key_Delete)
     timer.stop()
     assert len(asked) == 2
-    assert [c.id for c in store.conversations()] == [keep] and win.sidebar.conversation_ids() == [keep]
-    assert win.conversation_id is None and win.chat.entries == [] and "delete me" not in win.chat.transcript_text()
+    assert [c.id for c in store.conversations()] == [keep] and win.chat_page.sidebar.conversation_ids() == [keep]
+    assert win.chat_page.conversation_id is None and win.chat_page.chat.entries == [] and \
+        "delete me" not in win.chat_page.chat.transcript_text()
     assert win.status.text() == "Chat deleted"
 
-    win.sidebar.list.setCurrentRow(0)  # another chat is open: deleting a different one leaves it open
+    win.chat_page.sidebar.list.setCurrentRow(0)  # another chat is open: deleting a different one leaves it open
     other = _chat(store, "another")
-    win.sidebar.refresh()
-    assert win.sidebar.delete(other, confirm=False)
-    assert win.conversation_id == keep and "keep me: the answer" in win.chat.transcript_text()
+    win.chat_page.sidebar.refresh()
+    assert win.chat_page.sidebar.delete(other, confirm=False)
+    assert win.chat_page.conversation_id == keep and "keep me: the answer" in win.chat_page.chat.transcript_text()
 
 
 def test_ctrl_n_ctrl_f_page_keys_tab_and_ctrl_q(qtbot: QtBot, store: HistoryStore) -> None:
     opened = _chat(store, "an open chat")
     win = _window(qtbot, store)
-    win.sidebar.list.setCurrentRow(0)
-    assert win.conversation_id == opened
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
+    win.chat_page.sidebar.list.setCurrentRow(0)
+    assert win.chat_page.conversation_id == opened
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
     assert win.current_page() == "Models"
     qtbot.keyClick(win.models_page, Qt.Key.Key_5, Qt.KeyboardModifier.ControlModifier)
     assert win.current_page() == "Settings"
 
     qtbot.keyClick(win.settings_page, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # from another page
-    assert win.current_page() == "Chat" and win.conversation_id is None and win.chat.entries == []
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.chat.input, timeout=WAIT_MS)
+    assert win.current_page() == "Chat" and win.chat_page.conversation_id is None and win.chat_page.chat.entries == []
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.chat_page.chat.input, timeout=WAIT_MS)
 
-    qtbot.keyClicks(win.chat.input, "hello")
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_Tab)  # leaves the composer, inserts nothing
-    assert win.chat.input.toPlainText() == "hello"
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is not win.chat.input, timeout=WAIT_MS)
+    qtbot.keyClicks(win.chat_page.chat.input, "hello")
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Tab)  # leaves the composer, inserts nothing
+    assert win.chat_page.chat.input.toPlainText() == "hello"
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is not win.chat_page.chat.input, timeout=WAIT_MS)
     qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Backtab)
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.chat.input, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.chat_page.chat.input, timeout=WAIT_MS)
 
-    win.sidebar.search.setText("old search")
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.sidebar.search, timeout=WAIT_MS)
-    assert win.sidebar.search.selectedText() == "old search"  # typing replaces it
-    qtbot.keyClicks(win.sidebar.search, "open")
-    assert win.sidebar.conversation_ids() == [opened]
+    win.chat_page.sidebar.search.setText("old search")
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.chat_page.sidebar.search, timeout=WAIT_MS)
+    assert win.chat_page.sidebar.search.selectedText() == "old search"  # typing replaces it
+    qtbot.keyClicks(win.chat_page.sidebar.search, "open")
+    assert win.chat_page.sidebar.conversation_ids() == [opened]
 
-    qtbot.keyClick(win.sidebar.search, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(win.chat_page.sidebar.search, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
 
 
@@ -260,7 +263,7 @@ def test_help_lists_every_key_the_window_answers_and_about_names_the_versions(
         qtbot: QtBot, store: HistoryStore, patched_backend: BackendManifest) -> None:
     win = _window(qtbot, store)
     assert {"&Chats", "&Help"} <= {m.title() for m in win.menuBar().findChildren(QMenu)}
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_F1)
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_F1)
     dialog = win.shortcuts_dialog
     assert dialog is not None and dialog.isVisible()
     rows = dict(dialog.rows)
@@ -299,9 +302,9 @@ def test_esc_stops_a_streaming_reply_and_keeps_its_text(qtbot: QtBot, store: His
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     win = _window(qtbot, store)
     win.use_demo(demo)
-    qtbot.waitUntil(lambda: win.ready, timeout=ENGINE_WAIT_MS)
+    qtbot.waitUntil(lambda: win.chat_page.ready, timeout=ENGINE_WAIT_MS)
     assert not win.stop_action.isEnabled()  # nothing streams: Esc is left to the widgets
-    monkeypatch.setattr(win, "options", ChatOptions(max_tokens=1500))
+    monkeypatch.setattr(win.chat_page, "options", ChatOptions(max_tokens=1500))
     tokens: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []
 
@@ -309,15 +312,15 @@ def test_esc_stops_a_streaming_reply_and_keeps_its_text(qtbot: QtBot, store: His
         tokens.append(event)
         if len(tokens) == 5:
             assert win.stop_action.isEnabled()
-            qtbot.keyClick(win.chat.input, Qt.Key.Key_Escape)
+            qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Escape)
 
     win.bridge.token.connect(press_esc)
     win.bridge.done.connect(done.append)
-    win.chat.input.setPlainText("Tell me about FastMTP.")
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_Return)
+    win.chat_page.chat.input.setPlainText("Tell me about FastMTP.")
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(done), timeout=ENGINE_WAIT_MS)
     assert done[0]["stop_reason"] == "cancelled"
     assert 5 <= len(done[0]["tokens"]) < 1500
-    assert win.chat.entries[-1].text.strip() and "cancelled" in win.chat.transcript_text()
+    assert win.chat_page.chat.entries[-1].text.strip() and "cancelled" in win.chat_page.chat.transcript_text()
     assert not win.stop_action.isEnabled()
     win.close()

@@ -52,32 +52,33 @@ def test_first_run_tries_the_demo_model_then_a_second_start_goes_straight_to_cha
     panel.demo_progress.valueChanged.connect(progress.append)
     qtbot.mouseClick(panel.demo_button, Qt.MouseButton.LeftButton)
     assert panel.demo_running and not panel.demo_button.isEnabled()
-    qtbot.waitUntil(lambda: win.ready, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
     assert panel.last_error is None
     manifest = registry.active()
     assert manifest is not None and manifest.flavor == "cpu" and manifest.patched
     assert progress and progress[-1] == 100  # the build's progress, then the demo model
-    assert not win.first_run_visible() and win.chat.isVisible()
+    assert not win.first_run_visible() and win.chat_page.chat.isVisible()
     assert app_settings.load().first_run_done
-    assert win.model_box.currentText() == "Demo model (built-in)"
+    assert win.model_selector.model_box.currentText() == "Demo model (built-in)"
 
     done: list[dict[str, Any]] = []
     tokens: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
     win.bridge.token.connect(tokens.append)
-    win.chat.input.setPlainText("Hello, demo model!")
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_Return)
+    win.chat_page.chat.input.setPlainText("Hello, demo model!")
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
     assert tokens and done[0]["text"].strip()
-    assert win.chat.entries[-1].role == "assistant" and win.chat.entries[-1].text.strip() == done[0]["text"].strip()
+    last = win.chat_page.chat.entries[-1]
+    assert last.role == "assistant" and last.text.strip() == done[0]["text"].strip()
     win.close()
 
     second = MainWindow(history=history)
     qtbot.addWidget(second)
     second.show()
     second.start()
-    assert not second.first_run_visible() and second.chat.isVisible()
-    qtbot.waitUntil(lambda: second.ready, timeout=WAIT_MS)
+    assert not second.first_run_visible() and second.chat_page.chat.isVisible()
+    qtbot.waitUntil(lambda: second.chat_page.ready, timeout=WAIT_MS)
     second.close()
     history.close()
 

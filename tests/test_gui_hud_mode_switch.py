@@ -37,7 +37,7 @@ def _blank(hud: Hud) -> bool:
 def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:
     done: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
-    win.send(text)
+    win.chat_page.send(text)
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
     win.bridge.done.disconnect(done.append)
     return done[0]
@@ -52,17 +52,17 @@ def test_a_mode_switch_blanks_the_hud_until_the_new_mode_has_numbers(qtbot: QtBo
     win.show()
     try:
         win.use_demo(demo)
-        qtbot.waitUntil(lambda: win.ready, timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
         _reply(qtbot, win, "How does drafting work?")
-        hud = win.chat.hud
+        hud = win.chat_page.chat.hud
         assert "FastMTP d2t" in hud.mode.text() and not _blank(hud)
         assert hud.acceptance.text().endswith(")")  # e.g. "88%  (190/215)"
 
-        win.mode_box.setCurrentIndex(win.mode_box.findData("off"))
+        win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("off"))
         assert hud.mode.text() == "off (target only)"
         assert _blank(hud)  # not the d2t reply's numbers under the new name
         assert "off (target only)" in hud.pill_text() and "tok/s" not in hud.pill_text().replace("— tok/s", "")
-        qtbot.waitUntil(lambda: win.ready, timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
         assert _blank(hud)  # loaded, no reply yet: still nothing to show
 
         reply = _reply(qtbot, win, "And without drafting?")

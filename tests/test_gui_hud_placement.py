@@ -150,8 +150,9 @@ def test_the_window_remembers_the_hud_corner_and_fold_across_a_restart(qtbot: Qt
     win = MainWindow(history=store)
     qtbot.addWidget(win)
     win.show()
-    qtbot.mouseClick(win.chat.hud.collapse_button, Qt.MouseButton.LeftButton)
-    next(a for a in win.chat.hud.placement_menu().actions() if a.text() == "Move to the bottom left corner").trigger()
+    qtbot.mouseClick(win.chat_page.chat.hud.collapse_button, Qt.MouseButton.LeftButton)
+    next(a for a in win.chat_page.chat.hud.placement_menu().actions()
+         if a.text() == "Move to the bottom left corner").trigger()
     assert window_state.load().hud_corner == "bottom-left"  # saved at once: a killed app keeps it too
     win.close()
     store.close()
@@ -161,11 +162,12 @@ def test_the_window_remembers_the_hud_corner_and_fold_across_a_restart(qtbot: Qt
     again = MainWindow(history=again_store)
     qtbot.addWidget(again)
     try:
-        assert (again.chat.hud_corner, again.chat.hud.collapsed) == ("top-right", False)  # until restored
+        # until restored
+        assert (again.chat_page.chat.hud_corner, again.chat_page.chat.hud.collapsed) == ("top-right", False)
         again.restore_state()
         again.show()
-        assert (again.chat.hud_corner, again.chat.hud.collapsed) == ("bottom-left", True)
-        qtbot.waitUntil(lambda: _in_corner(again.chat, "bottom-left"), timeout=WAIT_MS)
+        assert (again.chat_page.chat.hud_corner, again.chat_page.chat.hud.collapsed) == ("bottom-left", True)
+        qtbot.waitUntil(lambda: _in_corner(again.chat_page.chat, "bottom-left"), timeout=WAIT_MS)
     finally:
         again.close()
         again_store.close()

@@ -71,7 +71,7 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
     win = MainWindow(history=history, settings=Settings(models_dir=str(places / "models"), first_run_done=True))
     win.resize(1280, 800)
     win.show()
-    QtBot(request).waitUntil(lambda: not win.listing_models, timeout=WAIT_MS)
+    QtBot(request).waitUntil(lambda: not win.model_selector.listing_models, timeout=WAIT_MS)
     yield win
     win.close()
     history.close()
@@ -104,7 +104,7 @@ def _tree(name: str, sha256: str, size: int) -> bytes:
 
 
 def _selector_item(win: MainWindow, key: Path) -> tuple[str, bool]:
-    box = win.model_box
+    box = win.model_selector.model_box
     row = box.findData(str(key))
     assert row >= 0, [box.itemData(i) for i in range(box.count())]
     item = box.model().item(row)  # type: ignore[attr-defined]
@@ -126,7 +126,7 @@ def test_a_model_file_added_through_the_file_dialog_is_listed_and_offered(
     assert model is not None and model.copied_from == "" and model.facts.mtp_head
     assert panel.state_of(mine) == "unverified local file"
     assert "Added Qwen3.8-tiny-Q8_0.gguf (used where it is, nothing copied)" in panel.status.text()
-    qtbot.waitUntil(lambda: window.model_box.findData(str(mine)) >= 0, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.model_selector.model_box.findData(str(mine)) >= 0, timeout=WAIT_MS)
     text, enabled = _selector_item(window, mine)
     assert enabled and "Q8_0" in text and "unverified local file" in text
 
@@ -204,7 +204,8 @@ def test_the_three_verification_states_and_a_refused_mismatch(qtbot: QtBot, wind
     assert "not the hub's file" in panel.status.text()
     badge = panel.added_table.cellWidget(panel.models.index(panel.model(good)), A_STATE)  # type: ignore[arg-type]
     assert isinstance(badge, QLabel) and "not who made it" in badge.toolTip()
-    qtbot.waitUntil(lambda: window.model_box.findData(str(bad)) >= 0 and not window.listing_models, timeout=WAIT_MS)
+    selector = window.model_selector
+    qtbot.waitUntil(lambda: selector.model_box.findData(str(bad)) >= 0 and not selector.listing_models, timeout=WAIT_MS)
     for path, words, offered in ((signed, "publisher-signed", True), (good, "hub hash matches", True),
                                  (loose, "unverified local file", True), (bad, "hub hash DIFFERS", False)):
         text, enabled = _selector_item(window, path)
@@ -257,29 +258,30 @@ def test_a_sidecar_made_in_the_window_drafts_in_a_chat(qtbot: QtBot, window: Mai
     assert panel.model(target).sidecar_d2t == made  # type: ignore[union-attr]
     dialog.accept()
 
-    qtbot.waitUntil(lambda: window.model_box.findData(str(target)) >= 0 and not window.listing_models,
+    selector = window.model_selector
+    qtbot.waitUntil(lambda: selector.model_box.findData(str(target)) >= 0 and not selector.listing_models,
                     timeout=WAIT_MS)
     window.show_page("Chat")
-    window.mode_box.setCurrentIndex(window.mode_box.findData("sidecar-d2t"))
-    window.model_box.setCurrentIndex(window.model_box.findData(str(target)))
-    qtbot.waitUntil(lambda: window.ready and not window.bridge.busy, timeout=WAIT_MS)
+    window.model_selector.mode_box.setCurrentIndex(window.model_selector.mode_box.findData("sidecar-d2t"))
+    window.model_selector.model_box.setCurrentIndex(window.model_selector.model_box.findData(str(target)))
+    qtbot.waitUntil(lambda: window.chat_page.ready and not window.bridge.busy, timeout=WAIT_MS)
     config = window.bridge.config
     assert config is not None and config.target == target and config.draft == made and config.mode == "sidecar"
     done: list[dict[str, Any]] = []
     window.bridge.done.connect(done.append)
-    window.chat.input.setPlainText("Hello, my own model!")
-    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    window.chat_page.chat.input.setPlainText("Hello, my own model!")
+    qtbot.keyClick(window.chat_page.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
     stats = done[0]["stats"]
     assert done[0]["text"].strip() and stats["drafted"] > 0 and stats["accepted"] > 0
     assert "draft" in done[0]["provenance"]
-    assert window.bench_model() is not None and window.bench_model().d2t == made  # type: ignore[union-attr]
+    assert window.model_selector.bench_model() is not None and window.model_selector.bench_model().d2t == made  # type: ignore[union-attr]
 
 
 def test_the_benchmark_page_runs_a_tiny_matrix_exports_it_and_cancels(qtbot: QtBot, window: MainWindow,
                                                                       demo: DemoModel, places: Path) -> None:
     window.use_demo(demo)
-    qtbot.waitUntil(lambda: window.ready and not window.bridge.busy, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.chat_page.ready and not window.bridge.busy, timeout=WAIT_MS)
     window.show_page("Benchmark")
     page = window.bench_page
     assert page.model is not None and page.model.target == demo.target and page.model.d2t == demo.sidecar_d2t

@@ -105,7 +105,7 @@ def _long_reply(store: HistoryStore) -> int:
 
 def _line_lengths(win: MainWindow) -> list[int]:
     """Characters per line of the reply's paragraph (its last line left out: it is what remains)."""
-    block = win.chat.transcript.document().begin()
+    block = win.chat_page.chat.transcript.document().begin()
     while block.isValid() and not block.text().startswith("FastMTP Chat runs"):
         block = block.next()
     assert block.isValid()
@@ -120,27 +120,29 @@ def test_a_wide_window_holds_the_text_to_a_readable_centred_column(qtbot: QtBot,
     win.resize(1920, 1080)
     win.show()
     qtbot.waitExposed(win)
-    win.open_conversation(conversation)
-    root = win.chat.transcript.document().rootFrame()
+    win.chat_page.open_conversation(conversation)
+    root = win.chat_page.chat.transcript.document().rootFrame()
     qtbot.waitUntil(lambda: root.frameFormat().leftMargin() > 100, timeout=WAIT_MS)
     lines = _line_lengths(win)
     assert len(lines) >= 5 and all(75 <= n <= 100 for n in lines), lines  # about MAX_LINE_CHARS a line
     assert abs(sum(lines) / len(lines) - MAX_LINE_CHARS) <= 8
     fmt = root.frameFormat()
     assert fmt.leftMargin() == fmt.rightMargin()  # centred
-    assert fmt.topMargin() == win.chat.transcript.document().documentMargin()  # the column passes beside the HUD
-    composer = win.chat.composer
-    assert composer.width() < win.chat.width() * 0.7  # the message box sits under the column, not across the window
-    centre = composer.mapTo(win.chat, composer.rect().center()).x()
-    assert abs(centre - win.chat.width() / 2) < 40
+    # the column passes beside the HUD
+    assert fmt.topMargin() == win.chat_page.chat.transcript.document().documentMargin()
+    composer = win.chat_page.chat.composer
+    # the message box sits under the column, not across the window
+    assert composer.width() < win.chat_page.chat.width() * 0.7
+    centre = composer.mapTo(win.chat_page.chat, composer.rect().center()).x()
+    assert abs(centre - win.chat_page.chat.width() / 2) < 40
 
     wide_margin = fmt.leftMargin()
     win.resize(1024, 700)  # the smallest window we design for: the same measure, with little room to spare
-    qtbot.waitUntil(lambda: win.chat.transcript.viewport().width() < 700, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: win.chat_page.chat.transcript.viewport().width() < 700, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: root.frameFormat().leftMargin() < wide_margin / 4, timeout=WAIT_MS)
     assert all(75 <= n <= 100 for n in _line_lengths(win))
-    assert root.frameFormat().topMargin() > win.chat.hud.sizeHint().height()  # the HUD is over the text: room
-    assert composer.width() > win.chat.width() * 0.9
+    assert root.frameFormat().topMargin() > win.chat_page.chat.hud.sizeHint().height()  # the HUD is over the text: room
+    assert composer.width() > win.chat_page.chat.width() * 0.9
     win.close()
 
 
@@ -216,7 +218,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
 def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:
     done: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
-    win.send(text)
+    win.chat_page.send(text)
     qtbot.waitUntil(lambda: bool(done), timeout=ENGINE_WAIT_MS)
     win.bridge.done.disconnect(done.append)
     return done[0]
@@ -228,22 +230,22 @@ def test_on_the_cpu_demo_the_hud_compares_d2t_with_the_measured_plain_speed(qtbo
     win = MainWindow(history=store)
     qtbot.addWidget(win)
     win.show()
-    win.mode_box.blockSignals(True)
-    win.mode_box.setCurrentIndex(win.mode_box.findData("off"))
-    win.mode_box.blockSignals(False)
+    win.model_selector.mode_box.blockSignals(True)
+    win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("off"))
+    win.model_selector.mode_box.blockSignals(False)
     win.use_demo(demo)
-    qtbot.waitUntil(lambda: win.ready, timeout=ENGINE_WAIT_MS)
+    qtbot.waitUntil(lambda: win.chat_page.ready, timeout=ENGINE_WAIT_MS)
     plain = _reply(qtbot, win, "Hello without drafting")
-    assert win.chat.hud.note_text() == ""  # nothing to judge with drafting off
-    assert win.chat.entries[-1].footer.startswith("off (target only)")
+    assert win.chat_page.chat.hud.note_text() == ""  # nothing to judge with drafting off
+    assert win.chat_page.chat.entries[-1].footer.startswith("off (target only)")
 
-    win.mode_box.setCurrentIndex(win.mode_box.findData("sidecar-d2t"))
-    qtbot.waitUntil(lambda: win.ready and not win.bridge.busy, timeout=ENGINE_WAIT_MS)
-    win.new_chat()
+    win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("sidecar-d2t"))
+    qtbot.waitUntil(lambda: win.chat_page.ready and not win.bridge.busy, timeout=ENGINE_WAIT_MS)
+    win.chat_page.new_chat()
     drafted = _reply(qtbot, win, "Hello with the d2t sidecar")
-    assert win.chat.entries[-1].footer.startswith("FastMTP d2t, depth 3")
+    assert win.chat_page.chat.entries[-1].footer.startswith("FastMTP d2t, depth 3")
     plain_tps, tps = plain["stats"]["decode_tps"], drafted["stats"]["decode_tps"]
-    note = win.chat.hud.note_text()
+    note = win.chat_page.chat.hud.note_text()
     if tps < PAYS_ABOVE * plain_tps:  # the rule, on this machine's own numbers (the demo on a CPU: about equal)
         assert f"{tps:.0f} tok/s, and about {plain_tps:.0f} measured with drafting Off" in note
     else:

@@ -20,7 +20,8 @@ from pytestqt.qtbot import QtBot
 from app import settings as app_settings
 from app.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.gui.main import DEMO_LABEL, MainWindow
+from app.gui.main import MainWindow
+from app.gui.model_selector import DEMO_LABEL
 from app.history import HistoryStore
 from app.release.installed import InstalledModel, list_installed
 from app.release.publish import keygen
@@ -67,22 +68,22 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
     history = HistoryStore(tmp_path_factory.mktemp("gui-models-history") / "history.sqlite3")
     win = MainWindow(history=history, settings=Settings(models_dir=str(models), first_run_done=True))
     win.show()
-    QtBot(request).waitUntil(lambda: not win.listing_models, timeout=WAIT_MS)
+    QtBot(request).waitUntil(lambda: not win.model_selector.listing_models, timeout=WAIT_MS)
     yield win
     win.close()
     history.close()
 
 
 def _choose(qtbot: QtBot, win: MainWindow, key: str) -> None:
-    index = win.model_box.findData(key)
+    index = win.model_selector.model_box.findData(key)
     assert index >= 0
-    win.model_box.setCurrentIndex(index)
+    win.model_selector.model_box.setCurrentIndex(index)
     qtbot.waitUntil(lambda: not win.bridge.busy, timeout=WAIT_MS)
 
 
 def test_installed_models_are_offered_next_to_the_demo_model(window: MainWindow,
                                                             installed: dict[str, InstalledModel]) -> None:
-    box = window.model_box
+    box = window.model_selector.model_box
     assert box.itemText(0) == DEMO_LABEL
     keys = [box.itemData(row) for row in range(box.count())]
     assert installed["good"].key in keys and installed["bad"].key in keys
@@ -95,29 +96,29 @@ def test_installed_models_are_offered_next_to_the_demo_model(window: MainWindow,
 def test_an_installed_model_chats_with_fastmtp_drafting(qtbot: QtBot, window: MainWindow,
                                                         installed: dict[str, InstalledModel]) -> None:
     good = installed["good"]
-    window.mode_box.setCurrentIndex(window.mode_box.findData("sidecar-d2t"))
+    window.model_selector.mode_box.setCurrentIndex(window.model_selector.mode_box.findData("sidecar-d2t"))
     _choose(qtbot, window, good.key)
-    assert window.ready, window.banner.text.text()
+    assert window.chat_page.ready, window.chat_page.banner.text.text()
     config = window.bridge.config
     assert config is not None and config.target == good.target and config.draft == good.sidecar_d2t
     assert config.mode == "sidecar" and config.n_ctx == window.settings.context_size
     assert config.n_max == window.settings.draft_depth
-    assert all(window.mode_enabled(key) for key in ("sidecar-d2t", "sidecar-full", "embedded", "off"))
+    assert all(window.model_selector.mode_enabled(key) for key in ("sidecar-d2t", "sidecar-full", "embedded", "off"))
     assert app_settings.load().chat_model == good.key  # remembered for the next start
 
     tokens: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []
     window.bridge.token.connect(tokens.append)
     window.bridge.done.connect(done.append)
-    window.chat.input.setPlainText("Hello, downloaded model!")
-    qtbot.keyClick(window.chat.input, Qt.Key.Key_Return)
+    window.chat_page.chat.input.setPlainText("Hello, downloaded model!")
+    qtbot.keyClick(window.chat_page.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
     reply = done[0]
     assert reply["text"].strip() and [t["token"] for t in tokens] == reply["tokens"]
     assert "draft" in reply["provenance"]
-    assert re.match(r"\d+%", window.chat.hud.acceptance.text())
-    assert "FastMTP d2t" in window.chat.hud.mode.text()
-    assert not window.banner.isVisible()
+    assert re.match(r"\d+%", window.chat_page.chat.hud.acceptance.text())
+    assert "FastMTP d2t" in window.chat_page.chat.hud.mode.text()
+    assert not window.chat_page.banner.isVisible()
 
 
 def test_a_sidecar_that_does_not_fit_its_model_gives_a_banner_in_words(qtbot: QtBot, window: MainWindow,
@@ -127,17 +128,18 @@ def test_a_sidecar_that_does_not_fit_its_model_gives_a_banner_in_words(qtbot: Qt
     window.bridge.error.connect(errors.append)
     _choose(qtbot, window, bad.key)
     assert errors and errors[0]["error"] == "SidecarError"
-    assert not window.ready and window.banner.isVisible()
-    text = window.banner.text.text()
+    assert not window.chat_page.ready and window.chat_page.banner.isVisible()
+    text = window.chat_page.banner.text.text()
     assert "is not an MTP draft sidecar" in text and errors[0]["advice"] in text
-    assert not window.banner.restart_button.isVisible()
+    assert not window.chat_page.banner.restart_button.isVisible()
     # this release has no full sidecar: that mode is greyed out and says why
-    assert not window.mode_enabled("sidecar-full")
-    tip = window.mode_box.itemData(window.mode_box.findData("sidecar-full"), Qt.ItemDataRole.ToolTipRole)
+    assert not window.model_selector.mode_enabled("sidecar-full")
+    mode_box = window.model_selector.mode_box
+    tip = mode_box.itemData(mode_box.findData("sidecar-full"), Qt.ItemDataRole.ToolTipRole)
     assert "no full MTP sidecar" in tip
 
     # "Chat with it now" from the Models page brings the good model back
     window.models_page.chat_requested.emit(str(installed["good"].folder), "Q4_K_P")
-    qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
-    assert window.model_box.currentData() == installed["good"].key and window.current_page() == "Chat"
-    assert not window.banner.isVisible()
+    qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
+    assert window.model_selector.model_box.currentData() == installed["good"].key and window.current_page() == "Chat"
+    assert not window.chat_page.banner.isVisible()

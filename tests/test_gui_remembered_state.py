@@ -50,15 +50,17 @@ def test_chat_geometry_splitter_and_drafting_mode_come_back_after_a_restart(qtbo
     win.resize(1100, 640)
     win.show()
     qtbot.waitExposed(win)
-    row = win.sidebar.conversation_ids().index(first)
-    win.sidebar.list.setCurrentRow(row)  # the user opens the older chat
-    assert win.conversation_id == first
-    win.mode_box.setCurrentIndex(win.mode_box.findData("embedded"))  # no model yet: nothing loads
-    win.chat_splitter.setSizes([200, sum(win.chat_splitter.sizes()) - 200])  # narrower than the default
-    qtbot.waitUntil(lambda: win.sidebar.width() == 200, timeout=WAIT_MS)
-    win.chat_splitter.splitterMoved.emit(200, 1)  # what dragging the handle emits
+    row = win.chat_page.sidebar.conversation_ids().index(first)
+    win.chat_page.sidebar.list.setCurrentRow(row)  # the user opens the older chat
+    assert win.chat_page.conversation_id == first
+    mode_box = win.model_selector.mode_box
+    mode_box.setCurrentIndex(mode_box.findData("embedded"))  # no model yet: nothing loads
+    splitter = win.chat_page.chat_splitter
+    splitter.setSizes([200, sum(splitter.sizes()) - 200])  # narrower than the default
+    qtbot.waitUntil(lambda: win.chat_page.sidebar.width() == 200, timeout=WAIT_MS)
+    win.chat_page.chat_splitter.splitterMoved.emit(200, 1)  # what dragging the handle emits
     assert window_state.load().conversation == first  # saved as it changes: a killed app keeps it
-    size, sidebar = win.size(), win.sidebar.width()
+    size, sidebar = win.size(), win.chat_page.sidebar.width()
     win.close()
     store.close()
 
@@ -66,7 +68,8 @@ def test_chat_geometry_splitter_and_drafting_mode_come_back_after_a_restart(qtbo
     again = MainWindow(history=again_store)
     qtbot.addWidget(again)
     try:
-        assert again.conversation_id is None and again.mode_box.currentData() == "sidecar-d2t"  # until restored
+        # until restored
+        assert again.chat_page.conversation_id is None and again.model_selector.mode_box.currentData() == "sidecar-d2t"
         saved = window_state.load()
         again.restore_state()
         again.show()
@@ -75,13 +78,13 @@ def test_chat_geometry_splitter_and_drafting_mode_come_back_after_a_restart(qtbo
         assert again.height() == size.height() != 700  # 700: a new window's height
         again.resize(size)  # as on a screen the window fits: then the sidebar is as wide as the user left it
         again.restore_state(replace(saved, geometry=""))
-        qtbot.waitUntil(lambda: again.sidebar.width() == sidebar == 200, timeout=WAIT_MS)
-        assert again.mode_box.currentData() == "embedded"
-        assert again.conversation_id == first and again.sidebar.current_id == first
-        assert [e.text for e in again.chat.entries] == ["first chat: a question", "first chat: the answer"]
-        qtbot.mouseClick(again.sidebar.new_button, Qt.MouseButton.LeftButton)  # a new chat is remembered too
+        qtbot.waitUntil(lambda: again.chat_page.sidebar.width() == sidebar == 200, timeout=WAIT_MS)
+        assert again.model_selector.mode_box.currentData() == "embedded"
+        assert again.chat_page.conversation_id == first and again.chat_page.sidebar.current_id == first
+        assert [e.text for e in again.chat_page.chat.entries] == ["first chat: a question", "first chat: the answer"]
+        qtbot.mouseClick(again.chat_page.sidebar.new_button, Qt.MouseButton.LeftButton)  # a new chat is remembered too
         assert window_state.load().conversation == 0
-        assert second in again.sidebar.conversation_ids()
+        assert second in again.chat_page.sidebar.conversation_ids()
     finally:
         again.close()
         again_store.close()
@@ -96,7 +99,8 @@ def test_a_chat_of_another_history_file_or_a_deleted_one_is_not_opened(qtbot: Qt
     qtbot.addWidget(win)
     try:
         win.restore_state()
-        assert win.conversation_id is None and win.chat.entries == []  # ids of another file are other chats
+        # ids of another file are other chats
+        assert win.chat_page.conversation_id is None and win.chat_page.chat.entries == []
         win.showMaximized()
         win.close()  # saves the state: maximized
         again = MainWindow(history=store)
@@ -106,7 +110,7 @@ def test_a_chat_of_another_history_file_or_a_deleted_one_is_not_opened(qtbot: Qt
         assert again.isMaximized()  # the geometry's window state comes back too
         window_state.save(WindowState(history=str(store.path.resolve()), conversation=chat + 99))
         win.restore_state()
-        assert win.conversation_id is None  # deleted since: a new chat
+        assert win.chat_page.conversation_id is None  # deleted since: a new chat
     finally:
         win.close()
         store.close()
@@ -124,7 +128,7 @@ def test_a_damaged_state_file_gives_the_defaults(qtbot: QtBot, tmp_path: Path, c
     qtbot.addWidget(win)
     try:
         win.restore_state(state)  # an unknown corner is the default one; bad geometry bytes change nothing
-        assert win.chat.hud_corner == "top-right"
+        assert win.chat_page.chat.hud_corner == "top-right"
     finally:
         win.close()
         store.close()

@@ -26,7 +26,8 @@ from app.builtin_demo import ensure_demo_model
 from app.engine.remote import NO_TINT_REASON
 from app.gguftools.demo_model import DemoModel
 from app.gui.machines import RemoteServerDialog
-from app.gui.main import ADD_REMOTE_KEY, MainWindow
+from app.gui.main import MainWindow
+from app.gui.model_selector import ADD_REMOTE_KEY
 from app.history import HistoryStore
 from app.remote_servers import get_server
 from tests.chat_server import WORDS, ChatFault, ChatServer
@@ -51,7 +52,7 @@ def window(qtbot: QtBot, tmp_path: Path, own_config: Path) -> Iterator[MainWindo
     win = MainWindow(history=HistoryStore(tmp_path / "history.sqlite3"))
     qtbot.addWidget(win)
     win.show()
-    qtbot.waitUntil(lambda: not win.listing_models, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not win.model_selector.listing_models, timeout=WAIT_MS)
     yield win
     win.close()
     win.history.close()
@@ -80,7 +81,7 @@ def _send(qtbot: QtBot, win: MainWindow, text: str) -> tuple[list[dict[str, Any]
     errors: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
     win.bridge.error.connect(errors.append)
-    win.send(text)
+    win.chat_page.send(text)
     qtbot.waitUntil(lambda: bool(done or errors), timeout=WAIT_MS)
     return done, errors
 
@@ -93,14 +94,16 @@ def test_adding_a_remote_server_and_chatting_through_our_llama_server(
     with UpstreamServer(binary, demo.target, draft=demo.sidecar_d2t, ctx_size=1024, threads=2,
                         api_key="gui-key") as server:
         _dialog_answers(monkeypatch, "peer", server.url, "gui-key")
-        window.model_box.setCurrentIndex(window.model_box.findData(ADD_REMOTE_KEY))  # "Remote server…"
-        qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
-        assert window.model_box.currentText() == "Remote: peer"
+        model_box = window.model_selector.model_box
+        model_box.setCurrentIndex(model_box.findData(ADD_REMOTE_KEY))  # "Remote server…"
+        qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
+        assert window.model_selector.model_box.currentText() == "Remote: peer"
         assert get_server("peer").api_key() == "gui-key"
         assert "gui-key" not in (own_config / "remote-servers.json").read_text()
-        assert window.chat.hud.mode.text() == "remote · peer (llama-server, target.gguf)"
-        assert window.chat.legend.text() == NO_TINT_REASON and not window.chat.show_drafts.isEnabled()
-        assert not window.mode_box.isEnabled()  # drafting is the server's own
+        assert window.chat_page.chat.hud.mode.text() == "remote · peer (llama-server, target.gguf)"
+        chat = window.chat_page.chat
+        assert chat.legend.text() == NO_TINT_REASON and not chat.show_drafts.isEnabled()
+        assert not window.model_selector.mode_box.isEnabled()  # drafting is the server's own
         assert "nothing leaves it" in window.status.text()
 
         done, errors = _send(qtbot, window, "Hello there")
@@ -109,10 +112,11 @@ def test_adding_a_remote_server_and_chatting_through_our_llama_server(
     timings = stats["server_timings"]
     assert stats["mode"] == "remote · peer" and timings["draft_n"] > 0
     shown = f"{timings['draft_n_accepted'] / timings['draft_n'] * 100:.0f}%"
-    assert window.chat.hud.acceptance.text() == f"{shown}  ({timings['draft_n_accepted']}/{timings['draft_n']})"
-    assert done[0]["text"].strip() and done[0]["text"].strip()[:20] in " ".join(window.chat.transcript_text().split())
-    saved = window.history.messages(window.conversation_id or 0)[-1]
-    assert saved.role == "assistant" and saved.complete and saved.content == window.chat.entries[-1].text
+    chat = window.chat_page.chat
+    assert chat.hud.acceptance.text() == f"{shown}  ({timings['draft_n_accepted']}/{timings['draft_n']})"
+    assert done[0]["text"].strip() and done[0]["text"].strip()[:20] in " ".join(chat.transcript_text().split())
+    saved = window.history.messages(window.chat_page.conversation_id or 0)[-1]
+    assert saved.role == "assistant" and saved.complete and saved.content == window.chat_page.chat.entries[-1].text
 
 
 def test_a_dropped_connection_keeps_the_reply_and_retry_asks_again(qtbot: QtBot, window: MainWindow,
@@ -121,23 +125,23 @@ def test_a_dropped_connection_keeps_the_reply_and_retry_asks_again(qtbot: QtBot,
         _dialog_answers(monkeypatch, "flaky", server.url)
         window.settings_page.machines.add_remote()  # the Settings page's "Remote server…" button
         assert "flaky" in window.settings_page.machines.remotes.text()
-        window.model_box.setCurrentIndex(window.model_box.findData("remote:flaky"))
-        qtbot.waitUntil(lambda: window.ready, timeout=WAIT_MS)
+        window.model_selector.model_box.setCurrentIndex(window.model_selector.model_box.findData("remote:flaky"))
+        qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
 
         server.queue_fault(ChatFault(drop_after=5))
         done, errors = _send(qtbot, window, "Tell me something")
         assert not done and errors[0]["error"] == "RemoteConnectionLost"
-        assert window.banner.isVisible() and window.banner.restart_button.text() == "Retry"
-        assert "dropped after 5 tokens" in window.banner.text.text()
-        kept = window.history.messages(window.conversation_id or 0)[-1]
+        assert window.chat_page.banner.isVisible() and window.chat_page.banner.restart_button.text() == "Retry"
+        assert "dropped after 5 tokens" in window.chat_page.banner.text.text()
+        kept = window.history.messages(window.chat_page.conversation_id or 0)[-1]
         assert kept.role == "assistant" and not kept.complete and kept.content == "".join(WORDS[:5])
 
         again: list[dict[str, Any]] = []
         window.bridge.done.connect(again.append)
-        qtbot.mouseClick(window.banner.restart_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(window.chat_page.banner.restart_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: bool(again), timeout=WAIT_MS)
-    assert not window.banner.isVisible()
-    replies = [m for m in window.history.messages(window.conversation_id or 0) if m.role == "assistant"]
+    assert not window.chat_page.banner.isVisible()
+    replies = [m for m in window.history.messages(window.chat_page.conversation_id or 0) if m.role == "assistant"]
     assert len(replies) == 1 and replies[0].complete and replies[0].content == "".join(WORDS)
 
 

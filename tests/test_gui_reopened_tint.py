@@ -56,15 +56,15 @@ def test_a_reopened_reply_keeps_its_draft_tint_and_its_drafting_mode(qtbot: QtBo
     done: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
     win.use_demo(demo)
-    qtbot.waitUntil(lambda: win.ready, timeout=WAIT_MS)
-    win.send("Tell me how FastMTP drafting works.")
+    qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
+    win.chat_page.send("Tell me how FastMTP drafting works.")
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
     assert "draft" in done[0]["provenance"]
-    live_tint = tinted_text(win.chat)
-    live_footer = win.chat.entries[-1].footer
+    live_tint = tinted_text(win.chat_page.chat)
+    live_footer = win.chat_page.chat.entries[-1].footer
     assert live_tint.strip()
     assert "FastMTP d2t" in live_footer and "depth 3" in live_footer  # the mode that produced the reply
-    conversation = win.conversation_id
+    conversation = win.chat_page.conversation_id
     assert conversation is not None
     saved = store.messages(conversation)[-1]
     assert saved.drafts and all(saved.content[a:b] for a, b in saved.drafts)
@@ -75,12 +75,12 @@ def test_a_reopened_reply_keeps_its_draft_tint_and_its_drafting_mode(qtbot: QtBo
     reopened = MainWindow(history=reopened_store)
     qtbot.addWidget(reopened)
     try:
-        reopened.open_conversation(conversation)
-        assert tinted_text(reopened.chat) == live_tint
-        assert reopened.chat.entries[-1].footer == live_footer
-        assert "FastMTP d2t" in reopened.chat.transcript_text()
-        reopened.chat.show_drafts.setChecked(False)  # the overlay toggle still works on a reopened reply
-        assert tinted_text(reopened.chat) == ""
+        reopened.chat_page.open_conversation(conversation)
+        assert tinted_text(reopened.chat_page.chat) == live_tint
+        assert reopened.chat_page.chat.entries[-1].footer == live_footer
+        assert "FastMTP d2t" in reopened.chat_page.chat.transcript_text()
+        reopened.chat_page.chat.show_drafts.setChecked(False)  # the overlay toggle still works on a reopened reply
+        assert tinted_text(reopened.chat_page.chat) == ""
     finally:
         reopened.close()
         reopened_store.close()
@@ -106,9 +106,9 @@ def test_an_older_history_without_provenance_opens_untinted_and_is_migrated(qtbo
     win = MainWindow(history=store)
     qtbot.addWidget(win)
     try:
-        win.open_conversation(1)
-        assert [e.text for e in win.chat.entries] == ["hello", "An old reply."]
-        assert tinted_text(win.chat) == "" and "12.5 tok/s" in win.chat.entries[-1].footer
+        win.chat_page.open_conversation(1)
+        assert [e.text for e in win.chat_page.chat.entries] == ["hello", "An old reply."]
+        assert tinted_text(win.chat_page.chat) == "" and "12.5 tok/s" in win.chat_page.chat.entries[-1].footer
         assert store.messages(1)[-1].drafts is None
         reply = store.add_message(1, "assistant", "drafted words", {"generated": 2}, drafts=[(0, 7)])
         assert store.messages(1)[-1].drafts == ((0, 7),)

@@ -16,7 +16,8 @@ from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
-from app.gui.main import WAITING_STATUS, MainWindow
+from app.gui.chat_page import WAITING_STATUS
+from app.gui.main import MainWindow
 from app.history import HistoryStore
 from app.settings import Settings
 
@@ -24,9 +25,11 @@ from app.settings import Settings
 def _geometries(win: MainWindow) -> dict[str, QRect]:
     QApplication.processEvents()  # the layout request a new text posts
     QApplication.processEvents()
-    widgets: dict[str, QWidget] = {"model": win.model_box, "mode": win.mode_box, "thinking": win.thinking_box,
-                                   "chat settings": win.chat_settings_button, "sidebar": win.sidebar,
-                                   "transcript": win.chat.transcript, "input": win.chat.input}
+    selector, page = win.model_selector, win.chat_page
+    widgets: dict[str, QWidget] = {"model": selector.model_box, "mode": selector.mode_box,
+                                   "thinking": page.thinking_box,
+                                   "chat settings": page.chat_settings_button, "sidebar": page.sidebar,
+                                   "transcript": page.chat.transcript, "input": page.chat.input}
     return {name: QRect(w.mapTo(win, w.rect().topLeft()), w.size()) for name, w in widgets.items()}
 
 

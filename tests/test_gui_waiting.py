@@ -17,7 +17,8 @@ from pytestqt.qtbot import QtBot
 
 from app.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.gui.main import WAITING_NOTE, MainWindow
+from app.gui.chat_page import WAITING_NOTE
+from app.gui.main import MainWindow
 from app.history import HistoryStore
 
 WAIT_MS = 60_000
@@ -29,8 +30,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
 
 
 def _enter(qtbot: QtBot, win: MainWindow, text: str) -> None:
-    win.chat.input.setPlainText(text)
-    qtbot.keyClick(win.chat.input, Qt.Key.Key_Return)
+    win.chat_page.chat.input.setPlainText(text)
+    qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Return)
 
 
 def test_enter_while_loading_waits_then_sends_without_another_key(qtbot: QtBot, tmp_path: Path,
@@ -42,28 +43,28 @@ def test_enter_while_loading_waits_then_sends_without_another_key(qtbot: QtBot, 
     done: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
     win.use_demo(demo)
-    assert not win.ready and win.status.text() == "Loading the model…"
+    assert not win.chat_page.ready and win.status.text() == "Loading the model…"
 
     _enter(qtbot, win, "hello while loading")
-    assert not win.ready  # still loading: the message was not dropped, it waits
-    shown = win.chat.transcript_text()
+    assert not win.chat_page.ready  # still loading: the message was not dropped, it waits
+    shown = win.chat_page.chat.transcript_text()
     assert "hello while loading" in shown and WAITING_NOTE in shown
     assert "waits and is sent when it is ready" in win.status.text()
-    assert win.chat.input.toPlainText() == ""
+    assert win.chat_page.chat.input.toPlainText() == ""
     _enter(qtbot, win, "and one more line")  # a second Enter joins the waiting message
-    assert [e.role for e in win.chat.entries] == ["user"]
-    assert win.chat.entries[0].text == "hello while loading\n\nand one more line"
-    assert not win.banner.isVisible()
+    assert [e.role for e in win.chat_page.chat.entries] == ["user"]
+    assert win.chat_page.chat.entries[0].text == "hello while loading\n\nand one more line"
+    assert not win.chat_page.banner.isVisible()
 
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)  # no other key press
     assert done[0]["stop_reason"] in ("eos", "stop", "length") and done[0]["text"].strip()  # eos: the demo stops
-    assert [e.role for e in win.chat.entries] == ["user", "assistant"]
-    assert WAITING_NOTE not in win.chat.transcript_text()
-    assert win.conversation_id is not None
-    saved = [(m.role, m.content) for m in store.messages(win.conversation_id)]
+    assert [e.role for e in win.chat_page.chat.entries] == ["user", "assistant"]
+    assert WAITING_NOTE not in win.chat_page.chat.transcript_text()
+    assert win.chat_page.conversation_id is not None
+    saved = [(m.role, m.content) for m in store.messages(win.chat_page.conversation_id)]
     assert saved[0] == ("user", "hello while loading\n\nand one more line")
     assert saved[1][0] == "assistant" and saved[1][1].strip()
-    assert win.status.text() == "Ready" and not win.banner.isVisible()
+    assert win.status.text() == "Ready" and not win.chat_page.banner.isVisible()
     win.close()
     store.close()
 
@@ -77,14 +78,14 @@ def test_a_load_that_fails_puts_the_waiting_message_back_in_the_box(qtbot: QtBot
     win = MainWindow(history=store)
     qtbot.addWidget(win)
     win.show()
-    win.demo = demo
-    config = win.config_for("off")
+    win.model_selector.demo = demo
+    config = win.model_selector.config_for("off")
     assert config is not None
-    win.load(replace(config, target=tmp_path / "no-such-model.gguf"))
+    win.chat_page.load(replace(config, target=tmp_path / "no-such-model.gguf"))
     _enter(qtbot, win, "are you there?")
-    assert "are you there?" in win.chat.transcript_text()
-    qtbot.waitUntil(lambda: win.banner.isVisible(), timeout=WAIT_MS)
-    assert win.chat.entries == [] and win.chat.input.toPlainText() == "are you there?"
+    assert "are you there?" in win.chat_page.chat.transcript_text()
+    qtbot.waitUntil(lambda: win.chat_page.banner.isVisible(), timeout=WAIT_MS)
+    assert win.chat_page.chat.entries == [] and win.chat_page.chat.input.toPlainText() == "are you there?"
     assert "back in the box" in win.status.text()
     win.close()
     store.close()

@@ -114,7 +114,7 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
     win = MainWindow(history=HistoryStore(tmp_path_factory.mktemp("seed-history") / "history.sqlite3"))
     win.show()
     win.use_demo(demo)
-    QtBot(request).waitUntil(lambda: win.ready, timeout=WAIT_MS)
+    QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
     yield win
     win.close()
     win.history.close()
@@ -122,22 +122,22 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
 
 def _replies(qtbot: QtBot, win: MainWindow, chat: ChatSettings, regenerates: int) -> list[tuple[str, Any]]:
     """Send in a new chat with these settings, regenerate; each reply's text and the seed its stats keep."""
-    win.new_chat()
-    win.set_chat_settings(chat)
+    win.chat_page.new_chat()
+    win.chat_page.set_chat_settings(chat)
     done: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
     try:
-        win.send("Tell me about lighthouses")
+        win.chat_page.send("Tell me about lighthouses")
         qtbot.waitUntil(lambda: len(done) == 1, timeout=WAIT_MS)
         replies = []
         for n in range(regenerates + 1):
-            conversation = win.conversation_id
+            conversation = win.chat_page.conversation_id
             assert conversation is not None
             last = win.history.messages(conversation)[-1]
             assert last.role == "assistant" and last.complete and last.stats is not None and last.content.strip()
             replies.append((last.content, last.stats["seed"]))
             if n < regenerates:
-                win.regenerate()
+                win.chat_page.regenerate()
                 qtbot.waitUntil(lambda n=n: len(done) == n + 2, timeout=WAIT_MS)  # type: ignore[misc]
         return replies
     finally:

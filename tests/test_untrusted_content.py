@@ -152,11 +152,11 @@ export.write_text(json.dumps({"format": EXPORT_FORMAT, "conversations": [{
                                                    {"role": "assistant", "content": text}]}]}))
 window = MainWindow(history=HistoryStore(work / "history.sqlite3"))
 window.show()
-imported = window.import_chats(export)
-window.sidebar.list.setCurrentRow(0)
-look("imported", window.chat)
-seen["imported"]["opened"] = window.conversation_id in imported
-seen["imported"]["tooltip"] = window.sidebar.list.item(0).toolTip()
+imported = window.chat_page.import_chats(export)
+window.chat_page.sidebar.list.setCurrentRow(0)
+look("imported", window.chat_page.chat)
+seen["imported"]["opened"] = window.chat_page.conversation_id in imported
+seen["imported"]["tooltip"] = window.chat_page.sidebar.list.item(0).toolTip()
 window.close()
 print(json.dumps(seen))
 """

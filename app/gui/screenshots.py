@@ -110,25 +110,25 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     done: list[dict[str, Any]] = []
     window.bridge.done.connect(done.append)
     # first a reply with drafting off (its chat pinned), so the HUD compares with plain decoding's measured speed
-    window.mode_box.blockSignals(True)
-    window.mode_box.setCurrentIndex(window.mode_box.findData("off"))
-    window.mode_box.blockSignals(False)
+    window.model_selector.restore_mode("off")  # picked without a load: ``use_demo`` loads in this mode
     window.use_demo(demo)
-    wait_until(app, lambda: window.ready, 120, "the demo model to load")
-    window.send(PLAIN_PROMPT)
+    wait_until(app, lambda: window.chat_page.ready, 120, "the demo model to load")
+    window.chat_page.send(PLAIN_PROMPT)
     wait_until(app, lambda: bool(done), 120, "the reply with drafting off")
     plain_tps = (done[0].get("stats") or {}).get("decode_tps") or 0.0
-    if window.conversation_id is not None:
-        window.sidebar.set_pinned(window.conversation_id, True)
-    window.mode_box.setCurrentIndex(window.mode_box.findData("sidecar-d2t"))  # loads the d2t pair
-    wait_until(app, lambda: window.ready and not window.bridge.busy, 120, "the demo model with its d2t sidecar")
-    window.new_chat()
+    if window.chat_page.conversation_id is not None:
+        window.chat_page.sidebar.set_pinned(window.chat_page.conversation_id, True)
+    mode_box = window.model_selector.mode_box
+    mode_box.setCurrentIndex(mode_box.findData("sidecar-d2t"))  # loads the d2t pair
+    wait_until(app, lambda: window.chat_page.ready and not window.bridge.busy, 120,
+               "the demo model with its d2t sidecar")
+    window.chat_page.new_chat()
     done.clear()
-    window.send(PROMPT)
+    window.chat_page.send(PROMPT)
     wait_until(app, lambda: bool(done), 120, "the streamed reply")
     drafted_tps = (done[0].get("stats") or {}).get("decode_tps") or 0.0
     print(f"drafting off {plain_tps:.0f} tok/s, d2t {drafted_tps:.0f} tok/s; the HUD says: "
-          f"{window.chat.hud.note_text() or '(nothing: drafting paid in this run)'}", file=sys.stderr)
+          f"{window.chat_page.chat.hud.note_text() or '(nothing: drafting paid in this run)'}", file=sys.stderr)
     for name in themes:
         set_theme(name)
         window.show_page("Chat")
@@ -179,7 +179,7 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
     panel.scan()
     wait_until(app, lambda: not panel.scanning, 120, "the scan")
     window.use_demo(demo)
-    wait_until(app, lambda: window.ready and not window.bridge.busy, 120, "the demo model to load")
+    wait_until(app, lambda: window.chat_page.ready and not window.bridge.busy, 120, "the demo model to load")
     page = window.bench_page
     window.show_page("Benchmark")
     for mode, box in page.mode_boxes.items():

@@ -1,0 +1,565 @@
+"""The Chat page: the conversation list, the transcript and its composer, send / stop / regenerate / edit,
+the reply streaming into the ``ChatView`` and saved to the history as it grows, the per-chat settings, the
+engine's banners and the HUD's view of the engine.
+
+The model selector (``ModelSelector``) sits in its top bar, but is its own widget; the window decides what to
+load and tells this page (``load`` / ``load_remote``). The page reports its status line through
+``status_changed`` and asks the window to remember its state through ``state_changed``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.chat_settings import ChatSettings
+from app.engine.breakeven import describe_mode, drafting_warning
+from app.engine.chat_template import Message
+from app.engine.config import EngineConfig
+from app.engine.remote import NO_TINT_REASON
+from app.gui.chat_settings_dialog import ChatSettingsDialog
+from app.gui.chat_view import ChatEntry, ChatView
+from app.gui.engine_bridge import EngineBridge
+from app.gui.markdown import Palette
+from app.gui.sidebar import Sidebar
+from app.history import Conversation, HistoryError, HistoryStore, read_export
+from app.remote_servers import RemoteServer
+
+SAVE_EVERY_TOKENS = 32  # a streaming reply is saved to the history this often, and every SAVE_INTERVAL_MS
+SAVE_INTERVAL_MS = 1000
+TITLE_CHARS = 40  # a new conversation's title: the start of its first message
+WAITING_NOTE = "waiting: sent as soon as the model has loaded"
+WAITING_STATUS = "Loading the model… your message waits and is sent when it is ready (more text joins it)"
+BUSY_STATUS = "Busy: stop the reply first"
+
+
+def _alert_strip(frame: QFrame, name: str, background: str, border: str, ink: str) -> tuple[QLabel, QHBoxLayout]:
+    """Style ``frame`` as a coloured strip above the chat and give it its wrapping text label (hidden at first):
+    the one look the error and the drafting banners share."""
+    frame.setObjectName(name)
+    frame.setStyleSheet(f"#{name} {{ background: {background}; border: 2px solid {border}; border-radius: 6px; }}"
+                        f"#{name} QLabel {{ color: {ink}; }}")
+    text = QLabel()
+    text.setWordWrap(True)
+    layout = QHBoxLayout(frame)
+    layout.setContentsMargins(10, 6, 10, 6)
+    layout.addWidget(text, 1)
+    frame.hide()
+    return text, layout
+
+
+class Banner(QFrame):
+    """A loud strip above the chat for engine errors, in words, with a restart button when it helps."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.text, layout = _alert_strip(self, "banner", "#fdecea", "#dc2626", "#7f1d1d")
+        self.restart_button = QPushButton("Restart engine")
+        layout.addWidget(self.restart_button)
+
+    def show_error(self, event: dict[str, Any]) -> None:
+        message = str(event.get("message") or event.get("error") or "The engine failed.")
+        advice = str(event.get("advice") or "")
+        # escaped as text: an error may quote a path or a server's reply with ``<`` or ``&`` in it
+        shown = f"<b>{html.escape(message, quote=False)}</b>"
+        self.text.setText(shown + (f"<br>{html.escape(advice, quote=False)}" if advice else ""))
+        self.restart_button.setVisible(event.get("error") == "WorkerCrashed" or bool(event.get("retryable")))
+        self.restart_button.setText("Retry" if event.get("retryable") else "Restart engine")
+        self.show()
+
+
+class DraftingBanner(QFrame):
+    """The loud warning that drafting is configured but not running, or running below break-even."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.text, _layout = _alert_strip(self, "drafting", "#fff4d6", "#d97706", "#78350f")
+
+    def show_warning(self, warning: str | None) -> None:
+        if warning is None:
+            self.hide()
+            return
+        self.text.setText(f"<b>⚠ {html.escape(warning, quote=False)}</b>")
+        self.show()
+
+
+def conversation_title(text: str) -> str:
+    """The first ``TITLE_CHARS`` characters of a message, on one line."""
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1].rstrip() + "…"
+
+
+class ChatPage(QWidget):
+    """The chat with the loaded model: conversations are saved in ``history`` as they happen.
+
+    ``selector`` (the model selector) is placed first in the top bar. ``status_changed(text)`` carries the
+    window's status line; ``state_changed`` fires when something the window remembers changed (the open chat,
+    the splitter, the HUD's place).
+    """
+
+    status_changed = Signal(str)
+    state_changed = Signal()
+
+    def __init__(self, bridge: EngineBridge, history: HistoryStore, selector: QWidget,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.history = history
+        self.conversation_id: int | None = None  # None: a new chat, saved on its first message
+        self._reply_conversation: int | None = None  # where the reply under way is saved
+        self._reply_message: int | None = None  # its history row, saved as it streams
+        self._unsaved_tokens = 0
+        self._legend_text: str | None = None  # the tint legend, kept while a remote engine shows why it is off
+        self.ready = False
+        self._loading = False  # a model load (or the demo model being written first) is under way
+        self._waiting: str | None = None  # a message sent while loading: sent once the model is ready
+        self._waiting_entry: ChatEntry | None = None  # its place in the transcript, marked as waiting
+        self.chat_settings = ChatSettings(max_tokens=256)
+        self.options = self.chat_settings.options()
+        self._reply_seed = self.chat_settings.seed  # the seed of the reply under way (kept with its stats)
+        self._save_timer = QTimer(self)
+        self._save_timer.setInterval(SAVE_INTERVAL_MS)
+        self._save_timer.timeout.connect(self._save_partial)
+
+        top = QHBoxLayout()
+        top.addWidget(selector)
+        self.thinking_box = QCheckBox("Thinking")
+        self.thinking_box.setToolTip("Let the model think in a <think> block before answering (this chat)")
+        self.thinking_box.setChecked(self.chat_settings.thinking)
+        self.thinking_box.toggled.connect(self.set_thinking)
+        top.addSpacing(16)
+        top.addWidget(self.thinking_box)
+        self.chat_settings_button = QPushButton("Chat settings…")
+        self.chat_settings_button.clicked.connect(self.edit_chat_settings)
+        top.addWidget(self.chat_settings_button)
+        top.addStretch(1)
+
+        self.banner = Banner()
+        self.banner.restart_button.clicked.connect(self._restart)
+        self.drafting_banner = DraftingBanner()
+        self.history_banner = Banner()  # stays until closed: engine loads hide ``banner``, not this one
+        self.history_banner.restart_button.setText("Close")
+        self.history_banner.restart_button.clicked.connect(self.history_banner.hide)
+        if self.history.damaged_copy is not None:
+            copy = self.history.damaged_copy
+            self.history_banner.show_error({
+                "message": f"The chat history was damaged and could not be read, so a new one was started. "
+                           f"The damaged file was copied to {copy.name} in {copy.parent}; nothing was deleted.",
+                "advice": f"Tools such as `sqlite3 {copy.name} .recover` may save some of its chats."})
+            self.history_banner.restart_button.show()
+        self.chat = ChatView()
+        self.chat.send_requested.connect(self.send)
+        self.chat.stop_requested.connect(self.bridge.cancel)
+        self.chat.regenerate_requested.connect(self.regenerate)
+        self.chat.edit_submitted.connect(self.resend_edited)
+        self.chat.hud_placement_changed.connect(lambda _corner, _collapsed: self.state_changed.emit())
+        self.sidebar = Sidebar(self.history)
+        self.sidebar.conversation_selected.connect(self.open_conversation)
+        self.sidebar.new_chat_requested.connect(self.new_chat)
+        self.sidebar.conversation_deleted.connect(self._conversation_deleted)
+
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(12, 10, 12, 12)
+        layout.addLayout(top)
+        layout.addWidget(self.history_banner)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.drafting_banner)
+        layout.addWidget(self.chat, 1)
+        self.chat_splitter = QSplitter()  # sidebar | chat: the user sets the sidebar's width (remembered)
+        self.chat_splitter.setChildrenCollapsible(False)
+        self.chat_splitter.addWidget(self.sidebar)
+        self.chat_splitter.addWidget(central)
+        self.chat_splitter.setStretchFactor(1, 1)
+        self.chat_splitter.splitterMoved.connect(lambda _pos, _index: self.state_changed.emit())
+        row = QHBoxLayout(self)
+        row.setContentsMargins(12, 10, 0, 12)
+        row.addWidget(self.chat_splitter)
+
+        self.bridge.loaded.connect(self._loaded)
+        self.bridge.token.connect(self._token)
+        self.bridge.done.connect(self._done)
+        self.bridge.error.connect(self.show_error)
+        self.bridge.busy_changed.connect(self._busy_changed)
+
+    def _status(self, text: str) -> None:
+        self.status_changed.emit(text)
+
+    def set_palette(self, colours: Palette) -> None:
+        """The theme's colours for the transcript and the conversation list."""
+        self.chat.set_palette(colours)
+        self.sidebar.set_palette(colours)
+
+    # ------------------------------------------------------------------ the engine, as the chat sees it
+
+    def expect_model(self, status: str) -> None:
+        """A model is on its way (the demo model being written first): a message sent meanwhile waits."""
+        self._status(status)
+        self._loading = True
+
+    def load(self, config: EngineConfig) -> None:
+        """Load a model pair; refused while a reply or another load is under way (one engine request at a time)."""
+        if self.bridge.busy:
+            self._status(BUSY_STATUS)
+            return
+        self.ready = False
+        self._loading = True
+        self.banner.hide()
+        self._status(WAITING_STATUS if self._waiting is not None else "Loading the model…")
+        self.chat.hud.set_config(config)
+        self.bridge.load(config)
+
+    def load_remote(self, server: RemoteServer) -> None:
+        """Chat through a remote server: drafting is the server's own, tokens are not tinted (the reason is shown)."""
+        if self.bridge.busy:
+            self._status(BUSY_STATUS)
+            return
+        self.ready = False
+        self._loading = True
+        self.banner.hide()
+        self._status(f"Connecting to {server.name}…")
+        self.chat.hud.set_config(None)
+        self.chat.hud.mode.setText(f"remote · {server.name}")
+        self.bridge.load_remote(server)
+
+    def _show_tinting(self, remote: bool) -> None:
+        """Per-token tint off for a remote engine, with the one-line reason where the legend was."""
+        if remote:
+            self._legend_text = self._legend_text or self.chat.legend.text()
+            self.chat.legend.setText(NO_TINT_REASON)
+        elif self._legend_text:
+            self.chat.legend.setText(self._legend_text)
+        self.chat.show_drafts.setEnabled(not remote)
+        self.chat.show_drafts.setToolTip(NO_TINT_REASON if remote else "")
+
+    def _mode_text(self) -> str:
+        """The drafting mode in words for the HUD and a reply's footer (a remote server's name)."""
+        remote = self.bridge.remote
+        return f"remote · {remote.name}" if remote is not None else describe_mode(self.bridge.config)
+
+    # ------------------------------------------------------------------ conversations
+
+    def new_chat(self) -> None:
+        """An empty transcript; the next message starts a new saved conversation (with this chat's settings)."""
+        if self.bridge.busy:
+            self._status(BUSY_STATUS)
+            return
+        self.conversation_id = None
+        self.chat.show_conversation([])
+        self.sidebar.set_current(None)
+        self.state_changed.emit()
+        if self.chat.isVisible():
+            self.chat.input.setFocus(Qt.FocusReason.ShortcutFocusReason)  # type the first message at once
+
+    def focus_search(self) -> None:
+        """The cursor in the sidebar's search box, its text selected (to type over)."""
+        self.sidebar.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.sidebar.search.selectAll()
+
+    def _conversation_deleted(self, conversation_id: int) -> None:
+        """The sidebar deleted a chat: when it was the open one, an empty new chat takes its place."""
+        if conversation_id == self.conversation_id:
+            self.conversation_id = None
+            self.chat.show_conversation([])
+            self.state_changed.emit()
+        self._status("Chat deleted")
+
+    def set_chat_settings(self, chat: ChatSettings) -> None:
+        """This chat's settings; saved with the conversation when it has been saved."""
+        self.chat_settings = chat
+        self.options = chat.options()
+        self.thinking_box.blockSignals(True)
+        self.thinking_box.setChecked(chat.thinking)
+        self.thinking_box.blockSignals(False)
+        if self.conversation_id is not None:
+            with contextlib.suppress(HistoryError):  # deleted meanwhile (``python -m app history delete``)
+                self.history.update_conversation(self.conversation_id, system_prompt=chat.system_prompt,
+                                                 settings=chat.to_dict())
+
+    def set_thinking(self, on: bool) -> None:
+        """The per-chat thinking switch."""
+        self.set_chat_settings(replace(self.chat_settings, thinking=on))
+
+    def edit_chat_settings(self) -> None:
+        dialog = ChatSettingsDialog(self.chat_settings, self)
+        if dialog.exec() == QDialog.DialogCode.Accepted:
+            self.set_chat_settings(dialog.result_settings())
+
+    def open_conversation(self, conversation_id: int) -> None:
+        """Show a saved conversation; the next message goes on with it."""
+        if self.bridge.busy:
+            self._status(BUSY_STATUS)
+            self.sidebar.set_current(self.conversation_id)
+            return
+        self.conversation_id = conversation_id
+        conversation = self.history.get(conversation_id)
+        self.set_chat_settings(ChatSettings.from_conversation(conversation.system_prompt, conversation.settings))
+        self.chat.show_conversation(self.history.messages(conversation_id))
+        self.sidebar.set_current(conversation_id)
+        self.state_changed.emit()
+
+    def _current_conversation(self) -> Conversation | None:
+        if self.conversation_id is None:
+            return None
+        try:
+            return self.history.get(self.conversation_id)
+        except HistoryError:
+            return None
+
+    # ------------------------------------------------------------------ send, regenerate, edit, stop
+
+    def send(self, text: str) -> None:
+        """Save the user's message and stream the reply to the whole saved conversation.
+
+        While the model loads, the message is shown at once, marked as waiting, and sent when the model is
+        ready; one message waits: a second one sent meanwhile is added to it (a blank line between)."""
+        if self._loading and not self.ready:
+            self._wait(text)
+            return
+        if not self._can_generate():
+            return
+        conversation = self._current_conversation()
+        if conversation is None:  # a new chat (or its conversation was deleted meanwhile)
+            conversation = self.history.get(self.history.create_conversation(
+                conversation_title(text), self.chat_settings.system_prompt, self.chat_settings.to_dict()))
+            self.conversation_id = conversation.id
+            self.state_changed.emit()
+        message_id = self.history.add_message(conversation.id, "user", text)
+        self.sidebar.set_current(conversation.id)
+        self.chat.add_user(text, message_id)
+        self._generate(conversation)
+
+    def regenerate(self) -> None:
+        """Replace the last reply with a new one."""
+        conversation = self._current_conversation()
+        entries = self.chat.entries
+        if not self._can_generate() or conversation is None or not entries or entries[-1].role != "assistant":
+            return
+        last = entries[-1]
+        if last.message_id is not None:
+            self.history.delete_messages_from(conversation.id, last.message_id)
+        self.chat.truncate(len(entries) - 1)
+        self._generate(conversation)
+
+    def resend_edited(self, index: int, text: str) -> None:
+        """A user message was edited: it and everything after it are replaced, and the reply streams again."""
+        conversation = self._current_conversation()
+        if not self._can_generate() or conversation is None or index >= len(self.chat.entries):
+            return
+        edited = self.chat.entries[index]
+        if edited.message_id is not None:
+            self.history.delete_messages_from(conversation.id, edited.message_id)
+        self.chat.truncate(index)
+        self.chat.add_user(text, self.history.add_message(conversation.id, "user", text))
+        self._generate(conversation)
+
+    def stop_reply(self) -> None:
+        """Esc: stop the reply as it streams (nothing while the model loads)."""
+        if self.chat.streaming_entry() is not None:
+            self.bridge.cancel()
+
+    def _wait(self, text: str) -> None:
+        """Hold a message until the model is loaded (see ``send``)."""
+        if self._waiting is None or self._waiting_entry not in self.chat.entries:
+            self._waiting = text
+            self._waiting_entry = self.chat.add_user(text)
+        else:
+            assert self._waiting_entry is not None
+            self._waiting += "\n\n" + text
+            self._waiting_entry.pieces = [(self._waiting, "user")]
+        self._waiting_entry.footer = WAITING_NOTE
+        self.chat.redraw()
+        self._status(WAITING_STATUS)
+
+    def _take_waiting(self) -> str | None:
+        """The waiting message's text, its transcript entry removed (``send`` shows it again, saved)."""
+        text, entry = self._waiting, self._waiting_entry
+        self._waiting = self._waiting_entry = None
+        if text is not None and entry is not None:
+            for index, shown in enumerate(self.chat.entries):
+                if shown is entry:
+                    self.chat.truncate(index)
+                    break
+        return text
+
+    def _can_generate(self) -> bool:
+        if not self.ready or self.bridge.busy:
+            self.show_error({"message": "The model is not loaded yet.", "advice": "Wait for it, or pick a mode."})
+            return False
+        return True
+
+    def _generate(self, conversation: Conversation) -> None:
+        """Stream a reply to the saved conversation; the reply is saved as it grows. A blank system prompt (the
+        "None" preset) sends none."""
+        self._reply_conversation = conversation.id
+        system = self.chat_settings.system_prompt
+        messages = ([Message("system", system)] if system.strip() else []) + \
+            [Message(m.role, m.content) for m in self.history.messages(conversation.id) if m.role != "system"]
+        self._reply_message = self.history.add_message(conversation.id, "assistant", "", complete=False)
+        self._unsaved_tokens = 0
+        self.chat.begin_reply(self._reply_message)
+        self.drafting_banner.hide()
+        self._status("Generating…")
+        self._save_timer.start()
+        self._reply_seed = self.chat_settings.reply_seed()  # a fresh one per reply in the random mode
+        sampling = replace(self.options.sampling, seed=self._reply_seed)
+        self.bridge.generate(messages, replace(self.options, sampling=sampling))
+
+    # ------------------------------------------------------------------ the reply as it streams, and saving it
+
+    def _token(self, event: dict[str, Any]) -> None:
+        self.chat.append_token(event)
+        stats = event.get("stats") or {}
+        warning = drafting_warning(self.bridge.config, stats)
+        if warning is not None or self.drafting_banner.isVisible():
+            self.drafting_banner.show_warning(warning)
+        self._unsaved_tokens += 1
+        if self._unsaved_tokens >= SAVE_EVERY_TOKENS:
+            self._save_partial()
+
+    def _save_partial(self) -> None:
+        """Save the streaming reply as it is so far (a killed app keeps it)."""
+        entry = self.chat.streaming_entry()
+        if entry is None or self._reply_message is None or self._unsaved_tokens == 0:
+            return
+        self._unsaved_tokens = 0
+        self.history.update_message(self._reply_message, entry.text, complete=False, drafts=entry.draft_ranges())
+
+    def _busy_changed(self, busy: bool) -> None:
+        self.chat.set_busy(busy)
+        if busy and self._loading:  # Enter while the model loads: the message waits (``send``)
+            self.chat.send_button.setEnabled(True)
+        self.sidebar.setEnabled(not busy)
+
+    def _done(self, event: dict[str, Any]) -> None:
+        # the reply's stats carry the seed it was sampled with (what reproduces it, as the fixed seed) and the
+        # drafting mode that produced it (its footer names it, also when the chat is reopened)
+        event["stats"] = {**(event.get("stats") or {}), "seed": self._reply_seed,
+                          "mode": self._mode_text()}
+        entry = self.chat.finish_reply(event)
+        if entry is not None:  # a finished or stopped reply, with its stats and why it ended
+            stats = {**event["stats"], "stop_reason": event.get("stop_reason")}
+            self.drafting_banner.show_warning(drafting_warning(self.bridge.config, stats))
+            self._save_reply(entry.text, stats, entry.draft_ranges())
+        self._status("Ready")
+
+    def _save_reply(self, text: str, stats: dict[str, Any] | None,
+                    drafts: list[tuple[int, int]] | None = None) -> None:
+        """The reply's final text (with its accepted-draft ranges): with its stats when it finished, marked
+        incomplete after an error."""
+        self._save_timer.stop()
+        conversation, self._reply_conversation = self._reply_conversation, None
+        message, self._reply_message = self._reply_message, None
+        if conversation is None or message is None:
+            return
+        try:
+            if stats is None and not text.strip():
+                self.history.delete_messages_from(conversation, message)
+            else:
+                self.history.update_message(message, text, stats, complete=stats is not None, drafts=drafts)
+        except HistoryError:  # its conversation was deleted meanwhile (``python -m app history``)
+            return
+        self.sidebar.refresh()
+
+    def _loaded(self, event: dict[str, Any]) -> None:
+        self.ready = True
+        self._loading = False
+        self._status("Ready")
+        self._show_tinting(event.get("mode") == "remote")
+        if event.get("mode") == "remote":
+            self.chat.hud.mode.setText(f"{self._mode_text()} ({event.get('server_kind')}, {event.get('model')})")
+            self._status(f"Ready: {event.get('server')}" + (f". {event['warning']}" if event.get("warning")
+                                                              else ""))
+        if event.get("notice"):  # a restart after a crash dropped the sidecar: say why, loudly
+            self.chat.hud.set_config(self.bridge.config)
+            self.banner.show_error({"error": "SidecarDropped", "message": event["notice"]})
+        waiting = self._take_waiting()
+        if waiting is not None:
+            self.send(waiting)
+
+    def show_error(self, event: dict[str, Any]) -> None:
+        """An engine error (or a model that could not be prepared): the reply so far is kept, a message waiting
+        for the load goes back into the box, and the banner says what happened."""
+        entry = self.chat.finish_reply(event)
+        if entry is not None:  # keep what the reply said before the error, if anything
+            self._save_reply(entry.text, None, entry.draft_ranges())
+        if event.get("error") == "WorkerCrashed":
+            self.ready = False
+        self._status("Engine error")
+        if self._loading:
+            self._loading = False
+            waiting = self._take_waiting()
+            if waiting is not None:  # the load failed: nothing is lost, the message goes back into the box
+                typed = self.chat.input.toPlainText().strip()
+                self.chat.input.setPlainText(waiting + ("\n\n" + typed if typed else ""))
+                self._status("Engine error: the model did not load; your message is back in the box")
+        self.banner.show_error(event)
+
+    def _restart(self) -> None:
+        if self.bridge.remote is not None:  # "Retry" after a dropped connection: ask again
+            self.banner.hide()
+            self.regenerate()
+            return
+        self.banner.hide()
+        self._status("Restarting the engine…")
+        self.bridge.restart()
+
+    # ------------------------------------------------------------------ export / import
+
+    def export_chats(self, path: Path, fmt: str, current: bool = True) -> int:
+        """Write this chat (or all chats) to ``path`` as Markdown (``md``) or JSON; returns how many."""
+        ids = ([self.conversation_id] if self.conversation_id is not None else []) if current else \
+            [c.id for c in self.history.conversations()]
+        if fmt == "json":
+            path.write_text(json.dumps(self.history.export_json(ids), indent=2) + "\n", encoding="utf-8")
+        else:
+            path.write_text("\n\n---\n\n".join(self.history.export_markdown(i) for i in ids) + "\n",
+                            encoding="utf-8")
+        self._status(f"Exported {len(ids)} chat{'s' if len(ids) != 1 else ''} to {path.name}")
+        return len(ids)
+
+    def import_chats(self, path: Path) -> list[int]:
+        """Add the chats of a JSON export; errors are shown in the banner."""
+        try:
+            created = self.history.import_json(read_export(path))
+        except HistoryError as exc:
+            self.banner.show_error({"message": f"{path.name} could not be imported: {exc.message}",
+                                    "advice": exc.advice})
+            return []
+        self.sidebar.refresh()
+        self._status(f"Imported {len(created)} chat{'s' if len(created) != 1 else ''}")
+        return created
+
+    def export_dialog(self, fmt: str, current: bool) -> None:
+        """Chats → Export …: ask where, then ``export_chats``."""
+        if current and self.conversation_id is None:
+            self._status("Nothing to export: this chat has no messages yet")
+            return
+        suffix = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
+        name, _ = QFileDialog.getSaveFileName(self, "Export chats", f"chats.{fmt}", suffix)
+        if name:
+            self.export_chats(Path(name), fmt, current)
+
+    def import_dialog(self) -> None:
+        """Chats → Import chats from JSON…: ask which file, then ``import_chats``."""
+        name, _ = QFileDialog.getOpenFileName(self, "Import chats", "", "JSON (*.json)")
+        if name:
+            self.import_chats(Path(name))
