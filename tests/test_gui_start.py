@@ -17,7 +17,7 @@ from app import cli
 from app.gui import main as gui_main
 
 ROOT = Path(__file__).resolve().parents[1]
-STUBBED_APP = ("import sys, app.cli_models as m\n"
+STUBBED_APP = ("import sys, app.cli.models as m\n"
                "m.cmd_quickstart = lambda args: (print('QUICKSTART RAN', flush=True), 7)[1]\n"
                "from app.cli import main\nsys.exit(main(sys.argv[1:]))\n")
 
@@ -74,14 +74,14 @@ def test_the_platform_qt_will_use(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_libraries_are_named_and_the_quickstart_runs_instead(monkeypatch: pytest.MonkeyPatch,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    import app.cli_models
+    import app.cli.models
 
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
     monkeypatch.setenv("DISPLAY", ":0")
     monkeypatch.setattr(gui_main, "platform_missing_libraries",
                         lambda name: ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"] if name == "xcb" else [])
     monkeypatch.setattr(gui_main, "run", lambda: pytest.fail("the window must not start"))
-    monkeypatch.setattr(app.cli_models, "cmd_quickstart", lambda args: 7)
+    monkeypatch.setattr(app.cli.models, "cmd_quickstart", lambda args: 7)
     assert cli.main([]) == 7
     err = capsys.readouterr().err
     assert "libxcb-icccm.so.4, libxcb-keysyms.so.1" in err

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.cli import print_json
+from app.cli.common import Subparsers, command, emit, group, trust_prompt
 from app.errors import FastMTPError
 
 EXIT_CODES = {"up_to_date": 0, "available": 0, "unreachable": 3, "unverified": 4}
@@ -21,20 +21,22 @@ EXIT_CODES = {"up_to_date": 0, "available": 0, "unreachable": 3, "unverified": 4
 
 def cmd_update_check(args: argparse.Namespace) -> int:
     from app import __version__
-    from app.release import trust
     from app.release.updates import check_for_update, default_source
 
     result = check_for_update(__version__, source=default_source(args.url),
                               include_prereleases=args.pre, trust_fingerprint=args.trust_fingerprint,
-                              confirm=None if args.json else trust.default_confirm(), timeout=args.timeout)
-    if args.json:
-        print_json(result.to_dict())
-        return EXIT_CODES[result.status]
+                              confirm=trust_prompt(args), timeout=args.timeout)
+    emit(args, result.to_dict(), lambda: _describe(result))
+    return EXIT_CODES[result.status]
+
+
+def _describe(result: Any) -> None:
+    """The answer for people; a failed check goes to stderr as "error:" and "what to do:"."""
     if result.status in ("unverified", "unreachable"):
         print(f"error: {result.summary()}", file=sys.stderr)
         if result.advice:
             print(f"what to do: {result.advice}", file=sys.stderr)
-        return EXIT_CODES[result.status]
+        return
     print(result.summary())
     if result.status == "available":
         if result.download is not None:
@@ -45,7 +47,6 @@ def cmd_update_check(args: argparse.Namespace) -> int:
             print("  " + result.notes.strip().replace("\n", "\n  "))
         print("The app does not update itself: download the new version and install it over this one.")
     print(f"Signed by {result.fingerprint}.")
-    return 0
 
 
 def _seconds(text: str) -> float:
@@ -80,19 +81,15 @@ def cmd_update_sign(args: argparse.Namespace) -> int:
     source = default_source()
     signed = sign_feed(args.out, args.key, version=args.version, notes=notes, files=files,
                        repo=args.repo or source.repo, page=args.page, public_key_name=source.public_key)
-    if args.json:
-        print_json(signed.to_dict())
-    else:
-        print(f"Signed the feed of {signed.feed.repo} in {signed.folder} with {signed.fingerprint}: "
-              f"{', '.join(r.version.text for r in signed.feed.releases)}.\n"
-              "Publish it with its .sig and key next to the download files it names.")
+    emit(args, signed.to_dict(), f"Signed the feed of {signed.feed.repo} in {signed.folder} with {signed.fingerprint}: "
+                                 f"{', '.join(r.version.text for r in signed.feed.releases)}.\n"
+                                 "Publish it with its .sig and key next to the download files it names.")
     return 0
 
 
-def add_commands(sub: Any, command: Any) -> None:
-    """Register ``update check`` and ``update sign`` on the top-level subparsers."""
-    update = sub.add_parser("update", help="is a newer FastMTP Chat out? (it never replaces itself)")
-    usub = update.add_subparsers(dest="update_command", required=True)
+def add_commands(sub: Subparsers) -> None:
+    """``update check`` and ``update sign``."""
+    usub = group(sub, "update", "is a newer FastMTP Chat out? (it never replaces itself)")
     c = command(usub, "check", cmd_update_check,
                 "check the signed release feed for a newer FastMTP Chat (exit 0 answered, 3 unreachable, "
                 "4 not verified)")

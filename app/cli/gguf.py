@@ -1,4 +1,4 @@
-"""CLI commands for model files: ``gguf inspect``, ``sidecar build|check``, ``demo-model``, ``quickstart``."""
+"""Commands on GGUF files: ``gguf inspect`` and ``sidecar build|check|make`` (the FastMTP draft sidecars)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,20 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from app import cli_local
-from app.cli import print_json as _print_json
+from app.cli.common import Subparsers, command, emit, emit_line, group, stop_on_signals
 from app.errors import FastMTPError
+from app.sidecar_job import Control
 
 
 def cmd_gguf_inspect(args: argparse.Namespace) -> int:
     from app.gguftools.inspect import inspect_gguf
 
     report = inspect_gguf(args.file)
-    if args.json:
-        _print_json(report.to_dict())
-        return 0
+    emit(args, report.to_dict(), lambda: _describe(report))
+    return 0
+
+
+def _describe(report: Any) -> str:
     rows = [
         ("file", f"{report.path} ({report.file_size / 2**20:.1f} MiB, {report.n_tensors} tensors)"),
         ("architecture", report.architecture),
@@ -31,9 +33,7 @@ def cmd_gguf_inspect(args: argparse.Namespace) -> int:
     if report.d2t_length is not None:
         rows.append(("d2t", f"{report.d2t_length} ids in [{report.d2t_min}, {report.d2t_max}], "
                             f"{'unique' if report.d2t_unique else 'NOT unique'}"))
-    for name, value in rows:
-        print(f"{name:14} {value}")
-    return 0
+    return "\n".join(f"{name:14} {value}" for name, value in rows)
 
 
 def _tokenizer_of(target: Path) -> Any:
@@ -60,11 +60,8 @@ def cmd_sidecar_build(args: argparse.Namespace) -> int:
     if args.save_counts and counts is not None:
         counts.save(args.save_counts)
     report = build_sidecar(args.target, args.out, vocab_size=args.vocab, counts=counts, full=args.full)
-    if args.json:
-        _print_json(report.to_dict())
-    else:
-        print(f"wrote {report.path}: {report.kind}, {report.n_draft} of {report.n_vocab} tokens, "
-              f"head {report.head_type}, {report.file_size / 2**20:.1f} MiB")
+    emit(args, report.to_dict(), f"wrote {report.path}: {report.kind}, {report.n_draft} of {report.n_vocab} tokens, "
+                                 f"head {report.head_type}, {report.file_size / 2**20:.1f} MiB")
     return 0
 
 
@@ -83,11 +80,8 @@ def cmd_sidecar_check(args: argparse.Namespace) -> int:
         probe = draft_probe.probe(target, tokens, args.draft)
     result = {"target": target_report.to_dict(), "sidecar": sidecar_report.to_dict(), "loaded": True,
               "positions": len(tokens), "acceptance_depth1": probe.acceptance(1)}
-    if args.json:
-        _print_json(result)
-    else:
-        print(f"{Path(args.draft).name} loads with {Path(args.target).name}: {sidecar_report.kind}, "
-              f"one-token draft acceptance {result['acceptance_depth1']:.1%} over {len(tokens)} positions")
+    emit(args, result, f"{Path(args.draft).name} loads with {Path(args.target).name}: {sidecar_report.kind}, "
+                       f"one-token draft acceptance {result['acceptance_depth1']:.1%} over {len(tokens)} positions")
     return 0
 
 
@@ -102,58 +96,41 @@ def _demo_sequence(args: argparse.Namespace, target: Any) -> list[int]:
     return prompt + greedy(target, prompt, args.tokens)
 
 
-def cmd_demo_model(args: argparse.Namespace) -> int:
-    from app.gguftools.demo_model import write_demo_model
-    from app.gguftools.vocab import qwen35_vocab_path
+def cmd_sidecar_make(args: argparse.Namespace) -> int:
+    """The window's "Make FastMTP sidecar": with ``--json`` one event per line, then ``{"kind": "result", ...}``."""
+    from app import local_models
+    from app.sidecar_job import Corpus, default_out, make_sidecar
 
-    demo = write_demo_model(args.out, qwen35_vocab_path(), size=args.size, acceptance=args.acceptance,
-                            seed=args.seed, language=args.language)
-    data = {"target": str(demo.target), "sidecar_full": str(demo.sidecar_full),
-            "sidecar_d2t": str(demo.sidecar_d2t), "size": demo.size, "language": args.language,
-            "table_words": len(demo.table.cycle) if demo.table else 0,
-            "acceptance_requested": args.acceptance,
-            "acceptance_table": demo.table.acceptance if demo.table else None}
-    if args.json:
-        _print_json(data)
-    else:
-        for key, value in data.items():
-            print(f"{key:20} {value}")
+    control = stop_on_signals(Control())
+    out = args.out or default_out(args.target.absolute(), args.vocab)
+    corpus = Corpus(prompt_sets=tuple(args.prompts or ()), history=args.history, files=tuple(args.corpus or ()))
+    made = make_sidecar(args.target, out, args.vocab, corpus, check=not args.no_check, control=control,
+                        history_path=args.history_file,
+                        on_progress=lambda p: emit_line(args, p.to_dict(), f"[{p.fraction:5.1%}] {p.message}"))
+    attached = False
+    if local_models.find(args.target.absolute()) is not None:
+        local_models.attach_sidecar(args.target.absolute(), Path(made.path))
+        attached = True
+
+    def text() -> None:
+        print(f"wrote {made.path}: {made.vocab_size} draft tokens from {made.corpus}")
+        if made.check is not None:
+            print(f"one-token acceptance along {made.check.positions} tokens of the model's own text: this sidecar "
+                  f"{made.check.sidecar_acceptance:.1%}, the embedded head {made.check.embedded_acceptance:.1%}")
+        for warning in made.warnings:
+            print("note: " + warning)
+
+    emit(args, dict(made.to_dict(), kind="result", attached=attached), text, compact=True)
     return 0
 
 
-def cmd_quickstart(args: argparse.Namespace) -> int:
-    from app import quickstart
-
-    def on_event(event: Any) -> None:
-        if event.kind == "step":
-            print(f"==> [{event.percent:5.1f}%] {event.message}", flush=True)
-
-    result = quickstart.run(args.message, args.max_tokens, on_event if not args.json else None,
-                            say=print if not args.json else (lambda _text: None))
-    if args.json:
-        _print_json(result.to_dict())
-        return 0
-    print(f"backend: {result.backend_id}\nmodel:   {result.model} (built-in demo)\n")
-    print(f"you:       {args.message}\nassistant: {result.reply}\n")
-    ended = "ended on its own" if result.stop_reason == "eos" else f"stopped: {result.stop_reason}"
-    print(f"{result.reply_tokens} tokens ({ended}) with FastMTP d2t drafting: {result.draft_tps:.0f} tok/s, "
-          f"{result.draft_acceptance:.0%} of drafted tokens accepted, {result.tokens_per_pass:.2f} tokens per "
-          f"target pass")
-    same = "the same text" if result.same_as_plain else "a DIFFERENT text (please report this)"
-    print(f"the same reply without drafting: {result.plain_tps:.0f} tok/s, {same}")
-    print(result.note)
-    return 0
-
-
-def add_commands(sub: Any, command: Any) -> None:
-    """Register the model-file commands on the top-level subparsers."""
-    gguf = sub.add_parser("gguf", help="look inside GGUF files")
-    gsub = gguf.add_subparsers(dest="gguf_command", required=True)
+def add_commands(sub: Subparsers) -> None:
+    """``gguf inspect`` and ``sidecar build|check|make``."""
+    gsub = group(sub, "gguf", "look inside GGUF files")
     inspect = command(gsub, "inspect", cmd_gguf_inspect, "describe a GGUF: target, full or d2t sidecar")
     inspect.add_argument("file", type=Path)
 
-    sidecar = sub.add_parser("sidecar", help="build and check FastMTP draft sidecars")
-    ssub = sidecar.add_subparsers(dest="sidecar_command", required=True)
+    ssub = group(sub, "sidecar", "build and check FastMTP draft sidecars")
     build = command(ssub, "build", cmd_sidecar_build, "write a FastMTP sidecar from a qwen35 target's MTP head")
     build.add_argument("--target", type=Path, required=True)
     build.add_argument("--out", type=Path, required=True)
@@ -168,16 +145,14 @@ def add_commands(sub: Any, command: Any) -> None:
     check.add_argument("--text", help="text to probe along (default: a stock sentence)")
     check.add_argument("--tokens", type=int, default=64)
     check.add_argument("--demo-table", action="store_true", help="probe along the demo model's own table")
-    cli_local.add_sidecar_commands(ssub, command)
+    mk = command(ssub, "make", cmd_sidecar_make, "make a FastMTP d2t sidecar with progress, then measure its "
+                 "acceptance against the embedded head (the window's job)")
+    mk.add_argument("--target", type=Path, required=True)
+    mk.add_argument("--out", type=Path, help="default: <target>-FastMTP-<N>K.gguf beside the target")
+    mk.add_argument("--vocab", type=int, choices=[16384, 32768, 65536], default=32768, help="draft vocabulary size")
+    mk.add_argument("--prompts", nargs="+", metavar="SET", help="built-in prompt sets (document, reasoning)")
+    mk.add_argument("--history", action="store_true", help="your own chats (user and assistant messages)")
+    mk.add_argument("--history-file", type=Path, help="the chat history to read (default: the app's)")
+    mk.add_argument("--corpus", type=Path, nargs="+", help="text files")
+    mk.add_argument("--no-check", action="store_true", help="skip the acceptance check")
 
-    quick = command(sub, "quickstart", cmd_quickstart, "build the backend if needed and chat once with the demo model")
-    quick.add_argument("--message", default="Hello! Tell me something about FastMTP.")
-    quick.add_argument("--max-tokens", type=int, default=256, help="cap on the reply (the demo's ends on its own)")
-
-    demo = command(sub, "demo-model", cmd_demo_model, "write the synthetic demo target and its sidecars")
-    demo.add_argument("--out", type=Path, required=True)
-    demo.add_argument("--size", choices=["tiny", "small", "27b"], default="tiny")
-    demo.add_argument("--acceptance", type=float, default=0.9)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--language", choices=["words", "english"], default="words",
-                      help="words: a table that never stops (benchmarks); english: the chat demo's passage, then stop")

@@ -1,4 +1,4 @@
-"""CLI for benchmarks: ``python -m app bench draft-head | fetch | spec | ops | gui``."""
+"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | spec``: the benchmarks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app import paths
+from app.cli.common import Subparsers, command, emit, emit_line, group, log_stderr, stop_on_signals
+from app.engine.config import DRAFT_DEPTH_MAX
 from app.gguftools.d2t import check_sidecars_for
+from app.sidecar_job import Control
 
 if TYPE_CHECKING:
     from app.gguftools.demo_model import DemoModel, Size
@@ -48,10 +51,7 @@ def cmd_bench_draft_head(args: argparse.Namespace) -> int:
     target, full, d2t, _name = bench_files(args)
     result = draft_head.run(target, {"full": full, "d2t": d2t}, runs=args.runs,
                             n_threads=args.threads, n_gpu_layers=args.gpu_layers)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(result.markdown())
+    emit(args, result.to_dict(), result.markdown)
     if args.record:
         record(args.record, f"Draft head: full vs d2t ({args.size if not args.target else target.name})",
                this_command(), result.markdown(),
@@ -65,7 +65,7 @@ def cmd_bench_fetch(args: argparse.Namespace) -> int:
     from app.bench.report import record, this_command
 
     result = fetch.run(args.size_mb * 1024 * 1024, args.runs, paths.cache_dir() / "bench-fetch")
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
+    emit(args, result.to_dict(), result.markdown)
     if args.record:
         record(args.record, f"Fetcher vs curl ({args.size_mb} MiB from 127.0.0.1)", this_command(),
                result.markdown(),
@@ -98,14 +98,14 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
     result = spec.run(target, {"full": full, "d2t": d2t}, variants=variants, n_tokens=args.tokens, runs=args.runs,
                       n_threads=args.threads, n_gpu_layers=args.gpu_layers, server_binary=server,
                       time_limit_s=args.time_limit, remote=remote, interleave=args.interleave, decisions=decisions,
-                      log=lambda line: print(line, file=sys.stderr, flush=True))
+                      log=log_stderr)
     result.model = name
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     (out / "spec.md").write_text(result.markdown())
     chart = result.chart(args.chart or out / "spec.png")
     drawn = spec.decision_charts(decisions, out) if decisions is not None else []
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
+    emit(args, result.to_dict(), result.markdown)
     print(f"wrote {out / 'spec.json'}, {out / 'spec.md'} and {chart}"
           + (f"; adaptive depth's decisions in {decisions} and {', '.join(p.name for p in drawn)}" if drawn else ""),
           file=sys.stderr)
@@ -155,13 +155,13 @@ def cmd_bench_ops(args: argparse.Namespace) -> int:
         raise SystemExit("--tokens-per-pass takes passes of 1 to 9 tokens (k+1 for draft depths up to 8)")
     result = ops.run(target, draft, tokens_per_pass=sizes, prompt_tokens=args.prompt_tokens, runs=args.runs,
                      profile_runs=args.profile_runs, n_threads=args.threads, n_gpu_layers=args.gpu_layers,
-                     bandwidth_gbs=args.bandwidth_gbs, log=lambda line: print(line, file=sys.stderr, flush=True))
+                     bandwidth_gbs=args.bandwidth_gbs, log=log_stderr)
     result.model = name
     data = result.to_dict()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(data, indent=2) if args.json else result.markdown())
+    emit(args, data, result.markdown)
     if args.record:
         record(args.record, f"Per-op profile of a target pass ({name})", this_command(), result.markdown(),
                f"Plain passes: medians of {result.runs} synchronized passes in a context without callbacks, rolled "
@@ -175,7 +175,7 @@ def cmd_bench_gui(args: argparse.Namespace) -> int:
     from app.bench.report import record, this_command
 
     result = gui.run(tokens=args.tokens, rate=args.rate)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.markdown())
+    emit(args, result.to_dict(), result.markdown)
     if args.out:
         args.out.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
     if args.record:
@@ -187,9 +187,50 @@ def cmd_bench_gui(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any, command: Any) -> None:
-    bench = sub.add_parser("bench", help="benchmarks (results as JSON and markdown)")
-    bsub = bench.add_subparsers(dest="bench_command", required=True)
+def cmd_bench_lossless(args: argparse.Namespace) -> int:
+    from app.bench import lossless
+    from app.bench.spec import load_prompts, tokenize_prompts
+    from app.gguftools.inspect import inspect_gguf
+
+    if not args.target:  # a real target alone is fine here: its embedded head is checked
+        demo = bench_demo(args.size, args.acceptance)
+        args.target, args.full, args.d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
+    check_sidecars_for(args.target, args.full, args.d2t)
+    prompts = tokenize_prompts(args.target, {name: load_prompts(name)[:args.prompts]
+                                             for name in ("document", "reasoning")})
+    info = inspect_gguf(args.target)
+    variants = lossless.default_variants(bool(info.nextn_layers), args.d2t, args.full)
+    result = lossless.run(args.target, [p for group in prompts.values() for p in group], variants,
+                          n_tokens=args.tokens, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+    emit(args, result.to_dict(), result.markdown)
+    return 0 if result.ok else 1
+
+
+def cmd_bench_matrix(args: argparse.Namespace) -> int:
+    """The Benchmark page's job: with ``--json`` one event per line, then ``{"kind": "result", ...}``."""
+    from app.bench.matrix import MatrixRequest, run_matrix, write_outputs
+
+    control = stop_on_signals(Control())
+    sidecars = {kind: path for kind, path in (("d2t", args.d2t), ("full", args.full)) if path is not None}
+    request = MatrixRequest(target=args.target, sidecars=sidecars, modes=tuple(args.modes.split(",")),
+                            depths=tuple(int(d) for d in args.depths.split(",") if d), n_tokens=args.tokens,
+                            runs=args.runs, prompt_sets=tuple(args.prompt_sets.split(",")), n_threads=args.threads,
+                            n_gpu_layers=args.gpu_layers, name=args.name or args.target.name)
+    result = run_matrix(request, lambda p: emit_line(args, p.to_dict(), f"[{p.done}/{p.total}] {p.message}"),
+                        control)
+    files = write_outputs(result, request, args.out or paths.cache_dir() / "bench-matrix")
+
+    def text() -> None:
+        print(result.markdown())
+        print(f"wrote {files['json']}, {files['markdown']} and {files['png']}", file=sys.stderr)
+
+    emit(args, dict(result.to_dict(), kind="result", files=files), text, compact=True)
+    return 0
+
+
+def add_commands(sub: Subparsers) -> None:
+    """``bench draft-head|ops|gui|fetch|lossless|matrix|spec``."""
+    bsub = group(sub, "bench", "benchmarks (results as JSON and markdown)")
     dh = command(bsub, "draft-head", cmd_bench_draft_head, "time the MTP draft step: full head vs d2t head")
     dh.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to time on")
     dh.add_argument("--target", type=Path, help="time real files instead: the target ...")
@@ -224,12 +265,31 @@ def add_commands(sub: Any, command: Any) -> None:
     fe.add_argument("--size-mb", type=int, default=2048, help="size of the generated file in MiB")
     fe.add_argument("--runs", type=int, default=3, help="runs per client, alternating")
     fe.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
-    from app import cli_gpu
-
-    cli_gpu.add_bench_commands(bsub, command)
-    from app import cli_local
-
-    cli_local.add_bench_commands(bsub, command)
+    ll = command(bsub, "lossless", cmd_bench_lossless,
+                 "every drafting variant vs plain decoding, token for token, at temperature 0 and 0.8")
+    ll.add_argument("--size", choices=["tiny", "small", "27b"], default="tiny", help="demo model to use")
+    ll.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
+    ll.add_argument("--target", type=Path, help="real files instead: the target ...")
+    ll.add_argument("--full", type=Path, help="... its full sidecar ...")
+    ll.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    ll.add_argument("--prompts", type=int, default=2, help="prompts per prompt set")
+    ll.add_argument("--tokens", type=int, default=64)
+    ll.add_argument("--threads", type=int)
+    ll.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
+    mx = command(bsub, "matrix", cmd_bench_matrix, "the bench spec matrix for your model on this machine, variant "
+                 "by variant with progress (the Benchmark page's job): JSON, markdown, PNG")
+    mx.add_argument("--target", type=Path, required=True)
+    mx.add_argument("--d2t", type=Path, help="its FastMTP d2t sidecar")
+    mx.add_argument("--full", type=Path, help="its full sidecar")
+    mx.add_argument("--modes", default="off,embedded,d2t", help="comma-separated: off, embedded, full, d2t")
+    mx.add_argument("--depths", default="1,2,3,4", help="draft depths")
+    mx.add_argument("--tokens", type=int, default=64, help="tokens generated per prompt")
+    mx.add_argument("--runs", type=int, default=1, help="runs; figures are medians")
+    mx.add_argument("--prompt-sets", default="document", help="comma-separated: document, reasoning")
+    mx.add_argument("--threads", type=int)
+    mx.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
+    mx.add_argument("--name", help="the model's name in the report")
+    mx.add_argument("--out", type=Path, help="folder for matrix.json, matrix.md, matrix.png")
     sp = command(bsub, "spec", cmd_bench_spec,
                  "modes x draft depths x prompt sets, ours and llama-server side by side")
     sp.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
@@ -240,7 +300,7 @@ def add_commands(sub: Any, command: Any) -> None:
     sp.add_argument("--tokens", type=int, default=128, help="tokens generated per prompt")
     sp.add_argument("--runs", type=int, default=3, help="interleaved runs; figures are medians")
     sp.add_argument("--depths", default="1,2,3,4", help="fixed draft depths")
-    sp.add_argument("--adaptive-max", type=int, default=8,
+    sp.add_argument("--adaptive-max", type=int, default=DRAFT_DEPTH_MAX,
                     help="deepest depth adaptive may choose (0: no adaptive rows)")
     sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
     sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")

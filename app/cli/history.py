@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from app.cli import print_json
+from app.cli.common import Subparsers, command, emit, group
 
 
 def _store() -> Any:
@@ -37,21 +37,16 @@ def _when(timestamp: float) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     store = _store()
     convs = store.conversations(args.search or "")
-    if args.json:
-        print_json([c.__dict__ for c in convs])
-    for c in [] if args.json else convs:
-        pin = "[pinned] " if c.pinned else ""
-        print(f"{c.id:5}  {_when(c.updated)}  {pin}{' '.join(c.title.split())}")
+    emit(args, [c.__dict__ for c in convs],
+         lambda: "\n".join(f"{c.id:5}  {_when(c.updated)}  {'[pinned] ' if c.pinned else ''}"
+                           f"{' '.join(c.title.split())}" for c in convs) if convs else None)
     _warn(store)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     store = _store()
-    if args.json:
-        print_json(store.export_json([args.id]))
-    else:
-        print(store.export_markdown(args.id))
+    emit(args, store.export_json([args.id]), lambda: store.export_markdown(args.id))
     _warn(store)
     return 0
 
@@ -83,10 +78,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     data = read_export(Path(args.file))
     ids = _store().import_json(data)
-    if args.json:
-        print_json({"imported": ids})
-    else:
-        print(f"imported {len(ids)} conversation(s)")
+    emit(args, {"imported": ids}, f"imported {len(ids)} conversation(s)")
     return 0
 
 
@@ -99,10 +91,7 @@ def cmd_rename(args: argparse.Namespace) -> int:
                            "`python -m app history rename ID \"New title\"`.")
     store = _store()
     store.rename(args.id, title)
-    if args.json:
-        print_json({"renamed": args.id, "title": title})
-    else:
-        print(f"renamed conversation {args.id} to {title!r}")
+    emit(args, {"renamed": args.id, "title": title}, f"renamed conversation {args.id} to {title!r}")
     return 0
 
 
@@ -110,10 +99,7 @@ def _pin(args: argparse.Namespace, pinned: bool) -> int:
     store = _store()
     store.set_pinned(args.id, pinned)
     word = "pinned" if pinned else "unpinned"
-    if args.json:
-        print_json({word: args.id})
-    else:
-        print(f"{word} conversation {args.id}")
+    emit(args, {word: args.id}, f"{word} conversation {args.id}")
     return 0
 
 
@@ -129,16 +115,13 @@ def cmd_delete(args: argparse.Namespace) -> int:
     store = _store()
     store.get(args.id)
     store.delete(args.id)
-    if args.json:
-        print_json({"deleted": args.id})
-    else:
-        print(f"deleted conversation {args.id}")
+    emit(args, {"deleted": args.id}, f"deleted conversation {args.id}")
     return 0
 
 
-def add_commands(sub: Any, command: Any) -> None:
-    history = sub.add_parser("history", help="the saved chats")
-    hsub = history.add_subparsers(dest="history_command", required=True)
+def add_commands(sub: Subparsers) -> None:
+    """``history list|show|export|import|rename|pin|unpin|delete``."""
+    hsub = group(sub, "history", "the saved chats")
     ls = command(hsub, "list", cmd_list, "list conversations, newest first")
     ls.add_argument("--search", help="only those whose title or messages contain this")
     sh = command(hsub, "show", cmd_show, "print one conversation")

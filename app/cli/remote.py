@@ -11,7 +11,19 @@ import sys
 import threading
 from typing import Any
 
-from app.cli import print_json
+from app.cli.common import (
+    Subparsers,
+    chat_options,
+    command,
+    draft_depth,
+    emit,
+    emit_line,
+    group,
+    prompt_messages,
+    reply_options,
+    stream,
+)
+from app.engine.config import DEFAULT_DRAFT_DEPTH
 from app.errors import FastMTPError
 
 # ----------------------------------------------------------------------------- remote servers
@@ -31,14 +43,14 @@ def cmd_remote_add(args: argparse.Namespace) -> int:
 
     server, warning = add_server(args.name, args.url, _read_key(args), model=args.model or "",
                                  verify_tls=not args.no_verify_tls)
-    if args.json:
-        print_json(server.to_dict())
-    else:
+    def text() -> None:
         key = "an API key in the keyring" if server.api_key() else "no API key"
         print(f"Added {server.name}: {server.url} ({key}"
               + (f", model {server.model}" if server.model else "") + ")")
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
+
+    emit(args, server.to_dict(), text)
     return 0
 
 
@@ -46,9 +58,11 @@ def cmd_remote_list(args: argparse.Namespace) -> int:
     from app.remote_servers import load_servers
 
     servers = load_servers()
-    if args.json:
-        print_json([s.to_dict() for s in servers])
-        return 0
+    emit(args, [s.to_dict() for s in servers], lambda: _print_servers(servers))
+    return 0
+
+
+def _print_servers(servers: list[Any]) -> None:
     if not servers:
         print("No remote servers. Add one with: python -m app remote add NAME URL [--api-key-stdin]")
     for server in servers:
@@ -60,7 +74,6 @@ def cmd_remote_list(args: argparse.Namespace) -> int:
               + f"({', '.join(flags)})")
         if data["warning"]:
             print(f"{'':20} ! {data['warning']}")
-    return 0
 
 
 def cmd_remote_remove(args: argparse.Namespace) -> int:
@@ -68,10 +81,7 @@ def cmd_remote_remove(args: argparse.Namespace) -> int:
 
     if not remove_server(args.name):
         raise RemoteError(f"There is no remote server named {args.name!r}.", "`python -m app remote list` shows them.")
-    if args.json:
-        print_json({"removed": args.name})
-    else:
-        print(f"Removed {args.name} and its API key.")
+    emit(args, {"removed": args.name}, f"Removed {args.name} and its API key.")
     return 0
 
 
@@ -93,14 +103,13 @@ def cmd_remote_test(args: argparse.Namespace) -> int:
     stats = final["stats"]
     result = {**{k: loaded.get(k) for k in ("server", "server_kind", "model", "warning", "drafting")},
               "reply": final["text"], "stats": stats}
-    if args.json:
-        print_json(result)
-        return 0
-    print(f"{loaded['server']}: {loaded['server_kind']}, model {loaded['model']}")
-    print(f"reply: {final['text'].strip()[:200]!r}")
-    print(_status_of(stats))
-    if loaded.get("warning"):
-        print(f"warning: {loaded['warning']}", file=sys.stderr)
+    def text() -> str:
+        if loaded.get("warning"):
+            print(f"warning: {loaded['warning']}", file=sys.stderr)
+        return (f"{loaded['server']}: {loaded['server_kind']}, model {loaded['model']}\n"
+                f"reply: {final['text'].strip()[:200]!r}\n{_status_of(stats)}")
+
+    emit(args, result, text)
     return 0
 
 
@@ -124,7 +133,6 @@ def _status_of(stats: dict[str, Any]) -> str:
 
 def remote_generate(args: argparse.Namespace) -> int:
     """``generate --remote NAME``: one reply streamed from the server."""
-    from app.cli_engine import _messages, _options
     from app.engine.remote import RemoteClient
     from app.remote_servers import get_server
 
@@ -133,33 +141,28 @@ def remote_generate(args: argparse.Namespace) -> int:
         if loaded["kind"] == "error":
             raise _error_of(loaded)
         final: dict[str, Any] = {}
-        for event in client.generate(_messages(args), _options(args)):
-            if event["kind"] == "token" and not args.json:
-                sys.stdout.write(event["piece"])
-                sys.stdout.flush()
+        for event in client.generate(prompt_messages(args), chat_options(args)):
+            if event["kind"] == "token":
+                stream(args, event["piece"])
             final = event
     if final.get("kind") == "error":
-        if args.json:
-            print_json({**final, "kept_text": final.get("text", "")})
+        emit(args, {**final, "kept_text": final.get("text", "")}, None)
         raise _error_of(final)
-    if args.json:
-        print_json({"text": final["text"], "tokens": final["tokens"], "stop_reason": final["stop_reason"],
-                    "stats": final["stats"], "server": loaded["server"], "server_kind": loaded["server_kind"],
-                    "model": loaded["model"], "warning": loaded.get("warning")})
-    else:
-        print(f"\n[{final['stop_reason']}] {_status_of(final['stats'])}", file=sys.stderr)
+    emit(args, {"text": final["text"], "tokens": final["tokens"], "stop_reason": final["stop_reason"],
+                "stats": final["stats"], "server": loaded["server"], "server_kind": loaded["server_kind"],
+                "model": loaded["model"], "warning": loaded.get("warning")},
+         lambda: print(f"\n[{final['stop_reason']}] {_status_of(final['stats'])}", file=sys.stderr))
     return 0
 
 
 def remote_chat(args: argparse.Namespace) -> int:
     """``chat --remote NAME``: the terminal chat over a remote server; ``/retry`` asks again after a drop."""
-    from app.cli_engine import _options
     from app.engine.chat_template import Message
     from app.engine.remote import NO_TINT_REASON, RemoteClient
     from app.remote_servers import get_server
 
     history: list[Message] = [Message("system", args.system)] if args.system else []
-    options = _options(args)
+    options = chat_options(args)
     with RemoteClient(get_server(args.remote)) as client:
         loaded = client.load()
         if loaded["kind"] == "error":
@@ -191,7 +194,7 @@ def remote_chat(args: argparse.Namespace) -> int:
             sys.stdout.write("assistant> ")
             final: dict[str, Any] = {}
             try:
-                for event in client.generate(turn, options):
+                for event in client.generate(turn, reply_options(args, options)):
                     if event["kind"] == "token":
                         sys.stdout.write(event["piece"])
                         sys.stdout.flush()
@@ -232,17 +235,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.stop:
         state = serve.stop_detached()
-        if args.json:
-            print_json({"stopped": state is not None, "server": state})
-        else:
-            print(f"Stopped the server at {state['url']}." if state else "No detached server is running.")
+        emit(args, {"stopped": state is not None, "server": state},
+             f"Stopped the server at {state['url']}." if state else "No detached server is running.")
         return 0
     if args.status:
         state = serve.running()
-        if args.json:
-            print_json({"running": state is not None, "server": state})
-        else:
-            print(f"Serving at {state['url']} (pid {state['pid']})." if state else "No detached server is running.")
+        emit(args, {"running": state is not None, "server": state},
+             f"Serving at {state['url']} (pid {state['pid']})." if state else "No detached server is running.")
         return 0
     if serve.running() is not None:
         raise serve.ServeError("A detached server is already running.", "Stop it first: `python -m app serve --stop`.")
@@ -274,18 +273,17 @@ def _url_host(host: str) -> str:
 
 def _progress(args: argparse.Namespace) -> Any:
     def on_event(event: Any) -> None:
-        if event.kind == "step" and not args.json:
-            print(f"==> {event.message}", file=sys.stderr, flush=True)
+        if event.kind == "step":
+            emit_line(args, None, f"==> {event.message}")
 
     return on_event
 
 
 def _announce(args: argparse.Namespace, info: dict[str, Any]) -> None:
-    if args.json:
-        import json
+    emit(args, info, lambda: _print_announcement(info), compact=True)
 
-        print(json.dumps(info), flush=True)
-        return
+
+def _print_announcement(info: dict[str, Any]) -> None:
     print(f"Serving {info['model']}" + (f" with the sidecar {info['draft']}" if info["draft"] else "")
           + f" at {info['url']} ({info['parallel']} slot{'s' if info['parallel'] != 1 else ''}).", flush=True)
     if info["api_key"]:
@@ -322,10 +320,7 @@ def _serve_until_stopped(server: Any, args: argparse.Namespace) -> int:
     if code is not None:
         raise FastMTPError(f"llama-server ended by itself (exit code {code}). Last lines:\n" + server.log_tail(),
                            "See the log named above.")
-    if args.json:
-        print('{"kind": "stopped"}', flush=True)
-    else:
-        print("Stopped.", file=sys.stderr)
+    emit_line(args, {"kind": "stopped"}, "Stopped.")
     return 0
 
 
@@ -342,15 +337,13 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
     worker.start()
     info = {"kind": "rpc-worker", "endpoint": worker.endpoint, "pid": worker.proc.pid if worker.proc else None,
             "warning": warning, "log": str(worker.log_path)}
-    if args.json:
-        import json
-
-        print(json.dumps(info), flush=True)
-    else:
+    def text() -> None:
         print(f"RPC worker listening on {worker.endpoint}. On the machine with the model: "
               f"--rpc {worker.endpoint} (or Settings → RPC workers). Ctrl-C stops it.", flush=True)
         if warning:
             print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+    emit(args, info, text, compact=True)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     threading.Thread(target=_set_when_done, args=(worker.wait, stop), daemon=True).start()
@@ -370,9 +363,9 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- parser
 
 
-def add_commands(sub: Any, command: Any) -> None:
-    remote = sub.add_parser("remote", help="remote servers the chat can use (llama-server, vLLM, OpenAI-compatible)")
-    rsub = remote.add_subparsers(dest="remote_command", required=True)
+def add_commands(sub: Subparsers) -> None:
+    """``remote add|list|remove|test``, ``serve`` and ``rpc-worker``."""
+    rsub = group(sub, "remote", "remote servers the chat can use (llama-server, vLLM, OpenAI-compatible)")
     add = command(rsub, "add", cmd_remote_add, "add or replace a remote server (its API key goes to the keyring)")
     add.add_argument("name", help="a short name, such as gpu-box")
     add.add_argument("url", help="base URL, such as https://gpu-box.example:8080 or http://192.168.1.20:8080")
@@ -398,7 +391,7 @@ def add_commands(sub: Any, command: Any) -> None:
     sv.add_argument("--parallel", type=int, default=1, help="slots: replies served at once")
     sv.add_argument("--ctx", type=int, default=4096, help="context size per slot")
     sv.add_argument("--gpu-layers", type=int, default=0)
-    sv.add_argument("--n-max", type=int, default=3, help="draft depth")
+    sv.add_argument("--n-max", type=draft_depth, default=DEFAULT_DRAFT_DEPTH, help="draft depth")
     sv.add_argument("--threads", type=int)
     sv.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT]", help="RPC workers to spread the layers over")
     sv.add_argument("--new-key", action="store_true", help="make a new API key (the old one stops working)")
@@ -423,9 +416,3 @@ def _path(text: str) -> Any:
 
     return Path(text)
 
-
-def add_engine_options(p: argparse.ArgumentParser) -> None:
-    """``--remote`` and ``--rpc`` for ``generate`` and ``chat``."""
-    p.add_argument("--remote", metavar="NAME", help="a remote server (`remote add`) instead of the local engine")
-    p.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT]",
-                   help="RPC workers (`rpc-worker`) that take the offloaded layers (--gpu-layers)")

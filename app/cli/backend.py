@@ -1,0 +1,403 @@
+"""``backend ...``: build, install and manage the patched llama.cpp backend, carry it to another machine
+(``pack|unpack``, signed ``install``), and the app's own CUDA toolkit (``cuda-toolkit``).
+
+``backend cuda-toolkit`` is for the many GPU owners who have the NVIDIA driver but no CUDA Toolkit: the wheels
+matching the driver's CUDA version go into the app's cache, and ``backend build --cuda`` finds them there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.backend.events import BuildEvent, CancelToken
+from app.cli.common import Subparsers, cancel_on_signals, command, cuda_archs, emit, emit_line, group, trust_prompt
+from app.errors import FastMTPError, ToolchainError
+
+# ----------------------------------------------------------------------------- build, server
+
+
+def _build_event_printer(args: argparse.Namespace) -> Callable[[BuildEvent], None]:
+    """Build events as JSON lines (``--json``) or as steps and 5% progress ticks."""
+    last_percent = [-1.0]
+
+    def human(event: BuildEvent) -> str | None:
+        if event.kind == "step":
+            return f"==> [{event.percent:5.1f}%] {event.message}"
+        if event.kind == "progress" and event.percent is not None and event.percent - last_percent[0] >= 5:
+            last_percent[0] = event.percent
+            return f"    {event.percent:5.1f}%"
+        if event.kind == "log" and args.verbose:
+            return "    " + event.message
+        if event.kind == "done":
+            return event.message
+        return None
+
+    return lambda event: emit_line(args, event.to_json(), human(event), file=sys.stdout)
+
+
+def cmd_backend_build(args: argparse.Namespace) -> int:
+    from app.backend.builder import BuildOptions, Flavor, build_backend
+
+    cancel = cancel_on_signals()
+    on_event = _build_event_printer(args)
+    flavor: Flavor = "cpu" if args.cpu or args.cpu_variants else "cuda" if args.cuda else "auto"
+    patch_file = None
+    if args.release_patch:  # the publisher's patch, only once its signature chain and hash checked out
+        from app.release.verify import verified_release_patch
+
+        patch_file = verified_release_patch(args.release_patch, trust_fingerprint=args.trust_fingerprint)
+    options = BuildOptions(flavor=flavor, cuda_archs=args.cuda_arch or [], version=args.version,
+                           patched=not args.unpatched, patch_file=patch_file, sdist=args.sdist,
+                           wheelhouse=args.wheelhouse, jobs=args.jobs, activate=not args.no_activate,
+                           portable=args.portable or args.cpu_variants, cpu_variants=args.cpu_variants)
+    if args.fetch_cuda_toolkit:
+        fetch_toolkit_for_build(None if args.fetch_cuda_toolkit == "driver" else args.fetch_cuda_toolkit,
+                                on_event, cancel)
+    manifest = build_backend(options, on_event, cancel)
+    emit_line(args, {"kind": "result", "manifest": manifest.to_dict()})  # people saw the "done" event
+    return 0
+
+
+def cmd_backend_server(args: argparse.Namespace) -> int:
+    """Build llama.cpp's own llama-server from the same patched tree (the side-by-side peer of bench spec)."""
+    from app.backend.builder import BuildOptions
+    from app.backend.upstream_server import build_server
+
+    options = BuildOptions(flavor="cuda" if args.cuda else "cpu", version=args.version, jobs=args.jobs,
+                           cuda_archs=args.cuda_arch or [], portable=args.portable)
+    binary = build_server(options, _build_event_printer(args), cancel_on_signals())
+    emit(args, {"kind": "result", "llama_server": str(binary)}, str(binary), compact=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------- status, doctor, list, use, remove
+
+
+def cmd_backend_status(args: argparse.Namespace) -> int:
+    from app.backend import registry, toolchain
+
+    active = registry.active()
+    tools = toolchain.detect()
+    data = {"active": active.to_dict() if active else None, "toolchain": tools.to_dict(),
+            "advice": tools.problems(cuda=bool(tools.gpus))}
+
+    def text() -> None:
+        if active is None:
+            print("No active backend. Build one with: python -m app backend build")
+        else:
+            patched = f"d2t patch {active.patch_sha256[:12]}" if active.patch_sha256 else "UNPATCHED"
+            print(f"Active backend: {active.id}  ({active.flavor}, llama-cpp-python "
+                  f"{active.llama_cpp_python_version}, llama.cpp {active.llama_cpp_commit}, {patched}, self-test "
+                  f"{'ok' if active.selftest_ok else 'FAILED'})")
+        _print_toolchain(tools)
+
+    emit(args, data, text)
+    return 0
+
+
+def _print_toolchain(tools: Any) -> None:
+    for name in ("cmake", "ninja", "c_compiler", "cxx_compiler", "nvcc", "ccache"):
+        tool = getattr(tools, name)
+        print(f"  {name:13} {tool.version + '  ' + tool.path if tool else 'not found'}")
+    if tools.gpus:
+        for gpu in tools.gpus:
+            print(f"  GPU           {gpu.name}, compute capability {gpu.compute_capability}, {gpu.memory_mib} MiB")
+    else:
+        print("  GPU           no NVIDIA GPU found (nvidia-smi)")
+    toolkit = tools.cuda_toolkit
+    print(f"  cuda toolkit  {toolkit.source + ' ' + toolkit.version + '  ' + toolkit.root if toolkit else 'none'}"
+          + ("  (the app's own, from pip wheels)" if toolkit and toolkit.source == "app" else ""))
+    for line in tools.problems(cuda=bool(tools.gpus)):
+        print("  ! " + line)
+
+
+def cmd_backend_doctor(args: argparse.Namespace) -> int:
+    from app.backend import toolchain
+
+    tools = toolchain.detect()
+    note = toolchain.platform_note()  # macOS: no CUDA, the backend is CPU + Metal
+
+    def text() -> None:
+        _print_toolchain(tools)
+        if note:
+            print(f"  {'note':13} {note}")
+
+    emit(args, {"toolchain": tools.to_dict(), "can_build_cpu": tools.can_build_cpu,
+                "can_build_cuda": tools.can_build_cuda, "advice": tools.problems(cuda=bool(tools.gpus)),
+                "platform_note": note}, text)
+    return 0 if tools.can_build_cpu else 1
+
+
+def cmd_backend_list(args: argparse.Namespace) -> int:
+    from app.backend import registry
+
+    registry.cleanup_stale_staging()
+    active = registry.active_id()
+    backends = registry.list_backends()
+
+    emit(args, [dict(m.to_dict(), active=m.id == active) for m in backends],
+         "\n".join(_backend_row(m, m.id == active) for m in backends) or "No backends installed.")
+    return 0
+
+
+def _backend_row(m: Any, active: bool) -> str:
+    mark = "*" if active else " "
+    patch = "d2t" if m.patched else "unpatched"
+    return (f"{mark} {m.id:40} {m.flavor:5} {patch:9} built {m.built_at} in {m.build_seconds:.0f} s, "
+            f"self-test {'ok' if m.selftest_ok else 'FAILED'}")
+
+
+def cmd_backend_use(args: argparse.Namespace) -> int:
+    from app.backend import registry
+
+    manifest = registry.set_active(args.id, allow_unpatched=args.allow_unpatched)
+    emit(args, {"active": manifest.id}, f"Active backend: {manifest.id}")
+    return 0
+
+
+def cmd_backend_remove(args: argparse.Namespace) -> int:
+    from app.backend import registry
+
+    registry.remove(args.id)
+    emit(args, {"removed": args.id}, f"Removed backend {args.id}")
+    return 0
+
+
+def cmd_backend_selftest(args: argparse.Namespace) -> int:
+    from app.backend import registry
+    from app.backend.builder import run_selftest_subprocess
+
+    backend_id = args.id or registry.active_id()
+    if backend_id is None:
+        raise FastMTPError("No backend to test.", "Build one with `python -m app backend build`.")
+    result = run_selftest_subprocess(registry.backend_dir(registry.get(backend_id).id))
+    emit(args, result,
+         f"self-test of {backend_id}: {'ok' if result.get('ok') else 'FAILED: ' + str(result.get('error'))}")
+    return 0 if result.get("ok") else 1
+
+
+# ----------------------------------------------------------------------------- source: fetch, patch-check
+
+
+def cmd_backend_fetch(args: argparse.Namespace) -> int:
+    from app.backend import source
+
+    got = []
+    for version in args.version or [source.DEFAULT_VERSION]:
+        pin = source.pinned(version)
+        path = source.fetch_sdist(pin, wheelhouse=args.wheelhouse, log=lambda line: print(line, file=sys.stderr))
+        got.append({"version": version, "path": str(path), "sha256": pin.sha256})
+    emit(args, got, "\n".join(f"llama-cpp-python {item['version']}: {item['path']} (sha256 verified)"
+                              for item in got))
+    return 0
+
+
+def cmd_backend_patch_check(args: argparse.Namespace) -> int:
+    from app.backend import patching, source
+
+    pin = source.pinned(args.version)
+    tree = source.pristine_tree(pin) / "vendor" / "llama.cpp"
+    patch = patching.default_patch()
+    patching.check(tree, patch)
+    data = {"version": pin.version, "llama_cpp_commit": pin.llama_cpp_commit, "patch": patch.name,
+            "patch_sha256": patch.sha256, "applies": True}
+    emit(args, data,
+         f"{patch.name} applies cleanly to llama-cpp-python {pin.version} (llama.cpp {pin.llama_cpp_commit})")
+    return 0
+
+
+# ----------------------------------------------------------------------------- carry: pack, unpack, install
+
+
+def cmd_backend_pack(args: argparse.Namespace) -> int:
+    from app.backend import archive, registry
+
+    backend_id = args.id or registry.active_id()
+    if backend_id is None:
+        raise FastMTPError("No backend to pack.", "Build one with `python -m app backend build`.")
+    server = None
+    if args.server:
+        from app.backend.builder import BuildOptions
+        from app.backend.upstream_server import build_server
+
+        manifest = registry.get(backend_id)
+        server = build_server(BuildOptions(flavor="cuda" if manifest.flavor == "cuda" else "cpu",
+                                           cuda_archs=manifest.cuda_archs, version=manifest.llama_cpp_python_version,
+                                           portable=manifest.portable))
+    out = archive.pack(backend_id, args.out, server)
+    data = {"archive": str(out), "bytes": out.stat().st_size, "backend": backend_id,
+            "server": server is not None}
+    emit(args, data, lambda: f"packed {backend_id}{' with llama-server' if server else ''} into {out} "
+                             f"({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def cmd_backend_unpack(args: argparse.Namespace) -> int:
+    from app.backend import archive
+
+    got = archive.unpack(args.archive, activate=not args.no_activate)
+    data = {"backend": got.manifest.id, "folder": str(got.folder), "flavor": got.manifest.flavor,
+            "cuda_archs": got.manifest.cuda_archs, "server": str(got.server) if got.server else None,
+            "active": not args.no_activate}
+    emit(args, data,
+         f"installed {got.manifest.id} in {got.folder}" + (f"; llama-server {got.server}" if got.server else ""))
+    return 0
+
+
+def cmd_backend_install(args: argparse.Namespace) -> int:
+    """A signed prebuilt backend: signature, sha256 and self-test, then activate."""
+    from app.backend.prebuilt import install_prebuilt
+
+    def on_event(event: BuildEvent) -> None:
+        emit_line(args, event.to_json(), f"==> {event.message}" if event.kind in ("step", "done") else None)
+
+    got = install_prebuilt(args.source, repo=args.repo, trust_fingerprint=args.trust_fingerprint,
+                           confirm=trust_prompt(args), activate=not args.no_activate,
+                           on_event=on_event, cancel=cancel_on_signals())
+    state = "active now" if got.active else "installed, not active (`backend use` makes it active)"
+    emit(args, dict(got.to_dict(), kind="result"),
+         f"{got.manifest.id}: {state}; {got.origin.describe()}; self-test passed here.", compact=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------- cuda-toolkit
+
+
+def _stderr(line: str) -> None:
+    print("    " + line, file=sys.stderr, flush=True)
+
+
+def cmd_cuda_toolkit(args: argparse.Namespace) -> int:
+    from app.backend import cuda_wheels
+
+    if args.action == "status":
+        data = cuda_wheels.status(args.cuda)
+        emit(args, data, lambda: _toolkit_status(data))
+        return 0
+    cancel = cancel_on_signals()
+    cuda = cuda_wheels.resolve_cuda(args.cuda)
+    if args.action == "fetch":
+        house = cuda_wheels.fetch(cuda, args.wheelhouse, args.index_url, _stderr, cancel)
+        wheels = sorted(p.name for p in house.glob("*.whl"))
+        emit(args, {"cuda": cuda, "wheelhouse": str(house), "wheels": wheels},
+             f"CUDA {cuda} wheels in {house}: {len(wheels)} files")
+        return 0
+    cuda_wheels.fetch(cuda, args.wheelhouse, args.index_url, _stderr, cancel)
+    toolkit = cuda_wheels.install(cuda, args.wheelhouse, _stderr, cancel)
+    emit(args, toolkit.to_dict(), f"CUDA toolkit {toolkit.nvcc_version} installed in {toolkit.root}; "
+                                  "`python -m app backend build --cuda` uses it")
+    return 0
+
+
+def _toolkit_status(data: dict[str, Any]) -> None:
+    print(f"driver's CUDA version: {data['driver_cuda'] or 'unknown (no nvidia-smi)'}")
+    for tk in data["installed"]:
+        print(f"installed: CUDA {tk['cuda']} toolkit (nvcc {tk['nvcc_version']}) in {tk['root']}")
+    if not data["installed"]:
+        print("no CUDA toolkit installed by the app")
+    if data.get("requirements"):
+        missing = data["wheelhouse_missing"]
+        print(f"wheels for CUDA {data['cuda']}: {', '.join(data['requirements'])}")
+        print(f"wheelhouse {data['wheelhouse']}: " + (f"missing {', '.join(missing)}" if missing else "complete"))
+
+
+def fetch_toolkit_for_build(cuda: str | None, on_event: Callable[[BuildEvent], None], cancel: CancelToken) -> None:
+    """``backend build --fetch-cuda-toolkit``: get the app's toolkit when the machine cannot build CUDA yet."""
+    from app.backend import cuda_wheels, toolchain
+
+    tools = toolchain.detect()
+    if tools.can_build_cuda:
+        source = tools.cuda_toolkit.source if tools.cuda_toolkit else "system"
+        on_event(BuildEvent("log", f"the {source} CUDA toolkit is complete; nothing to fetch", None, "toolchain"))
+        return
+    if toolchain.toolkit_mode() == "system":
+        raise ToolchainError(f"{cuda_wheels.TOOLKIT_ENV}=system: the app's own CUDA toolkit would not be used.",
+                             f"Unset {cuda_wheels.TOOLKIT_ENV} (or set it to auto or app) to build with it.")
+    version = cuda_wheels.resolve_cuda(cuda)
+    on_event(BuildEvent("step", f"getting the CUDA {version} toolkit as pip wheels", 0.0, "toolchain"))
+    cuda_wheels.ensure(version, log=lambda line: on_event(BuildEvent("log", line, None, "toolchain")), cancel=cancel)
+
+
+# ----------------------------------------------------------------------------- registration
+
+
+def add_commands(sub: Subparsers) -> None:
+    """Every ``backend`` subcommand."""
+    bsub = group(sub, "backend", "build and manage the patched llama.cpp backend")
+    b = command(bsub, "build", cmd_backend_build, "build the d2t-patched llama-cpp-python backend")
+    kind = b.add_mutually_exclusive_group()
+    kind.add_argument("--auto", action="store_true", help="CUDA when nvcc and a GPU are present (default)")
+    kind.add_argument("--cpu", action="store_true", help="CPU-only build")
+    kind.add_argument("--cuda", action="store_true", help="CUDA build")
+    b.add_argument("--cuda-arch", type=cuda_archs, help="CUDA architectures, e.g. 89,90 (default: detected GPUs)")
+    b.add_argument("--version", default="0.3.35", help="llama-cpp-python version (pinned ones only)")
+    b.add_argument("--unpatched", action="store_true", help="build without the d2t patch (for diagnosis)")
+    b.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
+    b.add_argument("--release-patch", type=Path, metavar="DIR",
+                   help="build with the release's own patch from this verified release folder (ours is the default)")
+    b.add_argument("--trust-fingerprint", help="publisher key fingerprint for --release-patch")
+    b.add_argument("--sdist", type=Path, help="use this llama-cpp-python sdist file (offline machines)")
+    b.add_argument("--wheelhouse", type=Path, help="folder holding the sdist (offline machines)")
+    b.add_argument("--jobs", type=int, help="parallel compile jobs")
+    b.add_argument("--fetch-cuda-toolkit", nargs="?", const="driver", metavar="CUDA",
+                   help="without nvcc/cuBLAS: get the CUDA toolkit as pip wheels first (for the driver's CUDA "
+                        "version, or this one, e.g. 13.0)")
+    b.add_argument("--portable", action="store_true",
+                   help="no -march=native: the build runs on other machines' CPUs too (to pack and carry)")
+    b.add_argument("--cpu-variants", action="store_true",
+                   help="CPU build for any x86-64 PC: an x86-64-v2 base and an AVX2 module, the best chosen at start "
+                        "(the packaged app's backend)")
+    b.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
+    sv = command(bsub, "server", cmd_backend_server,
+                 "build llama.cpp's own llama-server from the same patched tree (for bench spec)")
+    sv.add_argument("--cuda", action="store_true", help="CUDA build (default: CPU)")
+    sv.add_argument("--version", default="0.3.35", help="llama-cpp-python version (pinned ones only)")
+    sv.add_argument("--cuda-arch", type=cuda_archs, help="CUDA architectures of the backend's build")
+    sv.add_argument("--portable", action="store_true", help="the tree of a --portable backend build")
+    sv.add_argument("--jobs", type=int, help="parallel compile jobs")
+    sv.add_argument("-v", "--verbose", action="store_true", help="print every build log line")
+    command(bsub, "status", cmd_backend_status, "show the active backend and the build tools")
+    command(bsub, "doctor", cmd_backend_doctor, "check the build tools and say what is missing")
+    command(bsub, "list", cmd_backend_list, "list installed backends")
+    u = command(bsub, "use", cmd_backend_use, "make an installed backend the active one")
+    u.add_argument("id")
+    u.add_argument("--allow-unpatched", action="store_true")
+    r = command(bsub, "remove", cmd_backend_remove, "delete an installed backend")
+    r.add_argument("id")
+    s = command(bsub, "selftest", cmd_backend_selftest, "run the self-test of a backend again")
+    s.add_argument("id", nargs="?")
+    f = command(bsub, "fetch", cmd_backend_fetch, "download and verify the pinned backend source")
+    f.add_argument("--version", action="append", help="version(s) to fetch (default 0.3.35)")
+    f.add_argument("--wheelhouse", type=Path)
+    pc = command(bsub, "patch-check", cmd_backend_patch_check, "check that the d2t patch applies to a version")
+    pc.add_argument("--version", default="0.3.35")
+
+    pk = command(bsub, "pack", cmd_backend_pack, "pack an installed backend (and llama-server) to carry elsewhere")
+    pk.add_argument("id", nargs="?", help="backend id (default: the active one)")
+    pk.add_argument("--out", type=Path, required=True, help="the .tar.xz to write")
+    pk.add_argument("--server", action="store_true", help="build llama-server in its tree and include it")
+    up = command(bsub, "unpack", cmd_backend_unpack, "install a backend archive made by `backend pack`")
+    up.add_argument("archive", type=Path)
+    up.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
+    ins = command(bsub, "install", cmd_backend_install,
+                  "install a signed prebuilt backend (file or URL): signature, sha256, self-test, then activate")
+    ins.add_argument("source", metavar="ARCHIVE|URL",
+                     help="a .tar.xz from `backend pack` with its signed manifest beside it, or its http(s) URL")
+    ins.add_argument("--repo", help="repository whose trusted key must have signed it (default: the catalog's)")
+    ins.add_argument("--trust-fingerprint", help="trust the signing key with this fingerprint (no prompt)")
+    ins.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
+
+    ct = command(bsub, "cuda-toolkit", cmd_cuda_toolkit,
+                 "the CUDA toolkit (nvcc, cuBLAS) as NVIDIA's pip wheels in the app's cache, for machines "
+                 "with the driver only")
+    ct.add_argument("action", nargs="?", choices=["fetch", "install", "status"], default="status",
+                    help="fetch: download the wheels; install: fetch what is missing, then install; "
+                         "status (default): what is there")
+    ct.add_argument("--cuda", help="CUDA version, e.g. 13.0 (default: the driver's, from nvidia-smi)")
+    ct.add_argument("--wheelhouse", type=Path,
+                    help="folder of the wheels (default: the app's cache); offline machines: fetch elsewhere")
+    ct.add_argument("--index-url", help="package index to download from (default: pip's, PyPI)")

@@ -1,0 +1,238 @@
+"""What every command group shares: registering a command, the one place that reads ``--json``, the signal
+handling of long jobs, and the engine options of ``generate`` and ``chat``.
+
+The group modules import from here only (never from ``app.cli`` itself), so the entry point can import them
+all without a cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeAlias, TypeVar
+
+from app.backend.events import CancelToken
+from app.engine.config import DEFAULT_DRAFT_DEPTH, DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, MODES, SamplingParams
+from app.errors import FastMTPError
+
+if TYPE_CHECKING:
+    from app.engine.chat_template import Message
+    from app.engine.config import ChatOptions, EngineConfig
+    from app.release.trust import Confirm
+
+Handler = Callable[[argparse.Namespace], int]
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Text = str | Callable[[], str | None] | None  # None: nothing for people
+T = TypeVar("T")
+
+# ----------------------------------------------------------------------------- registration
+
+
+def command(parent: Subparsers, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    """A subcommand with ``--json`` that runs ``handler``."""
+    p = parent.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=handler)
+    return p
+
+
+def group(sub: Subparsers, name: str, help_text: str) -> Subparsers:
+    """A command group such as ``backend``: a subcommand is required (kept in ``<name>_command``)."""
+    return sub.add_parser(name, help=help_text).add_subparsers(dest=f"{name.replace('-', '_')}_command",
+                                                               required=True)
+
+
+# ----------------------------------------------------------------------------- output: the only reader of --json
+
+
+def emit(args: argparse.Namespace, data: Any, text: Text, *, compact: bool = False) -> None:
+    """A command's result: ``data`` as JSON with ``--json`` (indented, or one line when ``compact``), else
+    ``text`` for people (if any); a callable ``text`` is only run then, and may print itself and return None."""
+    if args.json:
+        print(json.dumps(data, indent=None if compact else 2, default=str), flush=True)
+        return
+    human = text() if callable(text) else text
+    if human is not None:
+        print(human)
+
+
+def emit_line(args: argparse.Namespace, data: Mapping[str, Any] | str | None, text: str | None = None,
+              file: TextIO | None = None) -> None:
+    """One progress event: with ``--json`` a JSON line on stdout (``data``, or a line already encoded; None
+    prints nothing), else ``text`` (when any) on ``file``, stderr by default."""
+    if args.json:
+        if data is not None:
+            print(data if isinstance(data, str) else json.dumps(data, default=str), flush=True)
+    elif text:
+        print(text, file=sys.stderr if file is None else file, flush=True)
+
+
+def stream(args: argparse.Namespace, piece: str) -> None:
+    """A piece of a reply as it comes, for people only (with ``--json`` the whole reply comes at the end)."""
+    if not args.json:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
+def for_people(args: argparse.Namespace, value: T) -> T | None:
+    """``value`` (a progress callback, a prompt, a token printer) when a person reads the output, None with
+    ``--json``: scripts get no questions and no interleaved text."""
+    return None if args.json else value
+
+
+def trust_prompt(args: argparse.Namespace) -> Confirm | None:
+    """The terminal question "trust this publisher key?", never asked with ``--json``."""
+    from app.release import trust
+
+    return for_people(args, trust.default_confirm())
+
+
+def report_error(args: argparse.Namespace, exc: FastMTPError) -> int:
+    """A failed command: its error as JSON (``--json``) or as "error:" and "what to do:" on stderr."""
+    if getattr(args, "json", False):
+        print(json.dumps(exc.to_dict()), flush=True)
+    else:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.advice:
+            print(f"what to do: {exc.advice}", file=sys.stderr)
+    return exc.exit_code
+
+
+# ----------------------------------------------------------------------------- long jobs
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+C = TypeVar("C", bound=Cancellable)
+
+
+def stop_on_signals(job: C) -> C:
+    """Ctrl-C and SIGTERM (the window's cancel) stop ``job`` at its next check instead of killing it half-way."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: job.cancel())
+    return job
+
+
+def cancel_on_signals() -> CancelToken:
+    """A backend job's cancel token, set by Ctrl-C and SIGTERM."""
+    return stop_on_signals(CancelToken())
+
+
+def log_stderr(line: str) -> None:
+    """A job's log line for people, on stderr so stdout stays the result."""
+    print(line, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- argument types
+
+
+def cuda_archs(text: str) -> list[str]:
+    archs = [part.strip() for part in text.split(",") if part.strip()]
+    if not archs or not all(a.isdigit() for a in archs):
+        raise argparse.ArgumentTypeError("CUDA architectures are numbers like 89,90")
+    return archs
+
+
+def draft_depth(text: str) -> int:
+    """``--n-max``: a whole number in the one draft-depth range (app/engine/config.py)."""
+    try:
+        depth = int(text)
+    except ValueError:
+        depth = 0
+    if not DRAFT_DEPTH_MIN <= depth <= DRAFT_DEPTH_MAX:
+        raise argparse.ArgumentTypeError(f"the draft depth is a whole number from {DRAFT_DEPTH_MIN} to "
+                                         f"{DRAFT_DEPTH_MAX}, not {text!r}")
+    return depth
+
+
+# ----------------------------------------------------------------------------- generate and chat
+
+
+def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max_tokens: int,
+                       seed: int | None, temp_help: str, seed_help: str) -> None:
+    """The model, drafting and sampling options of ``generate`` and ``chat``; the sampling defaults are the
+    command's own (greedy for ``generate``, the chat's for ``chat``), all from app/engine/config.py."""
+    p.add_argument("--model", type=Path, help="target GGUF (needed unless --remote)")
+    p.add_argument("--remote", metavar="NAME", help="a remote server (`remote add`) instead of the local engine")
+    p.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT]",
+                   help="RPC workers (`rpc-worker`) that take the offloaded layers (--gpu-layers)")
+    p.add_argument("--draft", type=Path, help="FastMTP sidecar GGUF (full or d2t)")
+    p.add_argument("--mtp", choices=MODES, default=MODES[0])
+    p.add_argument("--n-max", type=draft_depth, default=DEFAULT_DRAFT_DEPTH,
+                   help=f"draft depth {DRAFT_DEPTH_MIN}..{DRAFT_DEPTH_MAX} (with --adaptive: the deepest it may go)")
+    p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft confidence")
+    p.add_argument("--adaptive", action="store_true",
+                   help="choose the depth round by round from the measured acceptance and costs")
+    p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--gpu-layers", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto", help="flash attention")
+    p.add_argument("--max-tokens", type=int, default=max_tokens)
+    p.add_argument("--temp", type=float, default=sampling.temperature, help=temp_help)
+    p.add_argument("--top-k", type=int, default=sampling.top_k)
+    p.add_argument("--top-p", type=float, default=sampling.top_p)
+    p.add_argument("--min-p", type=float, default=sampling.min_p)
+    p.add_argument("--repeat-penalty", type=float, default=sampling.repeat_penalty)
+    p.add_argument("--seed", type=int, default=seed, help=seed_help)
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--no-think", action="store_true", help="thinking off (Qwen enable_thinking=false)")
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """What the local engine loads, from the engine options."""
+    from app.backend.rpc import parse_endpoints
+    from app.engine.config import EngineConfig
+
+    if args.model is None:
+        raise FastMTPError("No model was given.", "Pass --model TARGET.gguf, or --remote NAME for a remote server.")
+    return EngineConfig(target=args.model, mode=args.mtp, draft=args.draft, n_max=args.n_max, p_min=args.p_min,
+                        adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch, n_gpu_layers=args.gpu_layers,
+                        n_threads=args.threads, flash_attn={"on": True, "off": False}.get(args.flash_attn),
+                        rpc=tuple(parse_endpoints(args.rpc)) if args.rpc else ())
+
+
+def chat_options(args: argparse.Namespace) -> ChatOptions:
+    """How to sample a reply, from the engine options (``--seed`` unset: SamplingParams' seed)."""
+    from app.engine.config import ChatOptions
+
+    seed = SamplingParams().seed if args.seed is None else args.seed
+    sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                              repeat_penalty=args.repeat_penalty, seed=seed)
+    return ChatOptions(max_tokens=args.max_tokens, sampling=sampling, stop=tuple(args.stop or ()),
+                       thinking=not args.no_think)
+
+
+def reply_options(args: argparse.Namespace, options: ChatOptions) -> ChatOptions:
+    """One chat reply's options, seeded as the window seeds it: ``--seed`` fixes the seed, else each reply at a
+    temperature above 0 draws a fresh one (the chat settings' rule, reused)."""
+    from dataclasses import replace
+
+    from app.chat_settings import ChatSettings
+
+    settings = ChatSettings(temperature=options.sampling.temperature, seed=options.sampling.seed,
+                            seed_mode="random" if args.seed is None else "fixed")
+    return replace(options, sampling=replace(options.sampling, seed=settings.reply_seed()))
+
+
+def prompt_messages(args: argparse.Namespace) -> list[Message]:
+    """``generate``'s conversation: ``--messages FILE``, else ``--system`` and ``--prompt``."""
+    from app.engine.chat_template import Message
+
+    if args.messages:
+        try:
+            data = json.loads(Path(args.messages).read_text(encoding="utf-8"))
+            return [Message(str(m["role"]), str(m["content"])) for m in data]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FastMTPError(f"{args.messages} is not a JSON list of {{role, content}} messages ({exc}).",
+                               'Write it like [{"role": "user", "content": "Hi"}].') from exc
+    messages = [Message("system", args.system)] if args.system else []
+    return [*messages, Message("user", args.prompt)]
+
