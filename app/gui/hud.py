@@ -42,7 +42,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.breakeven import NO_GAIN_AFTER, describe_mode, no_gain_note
-from app.engine.breakeven import drafting_warning as drafting_warning  # still imported from here by the window
 from app.engine.config import EngineConfig
 
 _STYLE = """
