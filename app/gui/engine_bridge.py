@@ -12,7 +12,8 @@ from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig
 from app.engine.remote import RemoteClient
 from app.errors import FastMTPError
-from app.gui.ops import Report, run_in_background
+from app.gui.ops import Report
+from app.gui.page_ops import OwnedOps
 from app.remote_servers import RemoteServer
 
 
@@ -43,6 +44,7 @@ class EngineBridge(QObject):
         self.config: EngineConfig | None = None
         self.remote: RemoteServer | None = None  # the remote server in use, or None for the local engine
         self.busy = False
+        self.ops = OwnedOps(self)
 
     def load(self, config: EngineConfig) -> None:
         """Load (or switch) the model pair in the engine process."""
@@ -50,7 +52,7 @@ class EngineBridge(QObject):
         self._use_local()
         self.config = config
         client = self._local
-        run_in_background(lambda _report: client.load(config), self._finished, self._failed)
+        self.ops.start(lambda _report: client.load(config), self._finished, self._failed)
 
     def load_remote(self, server: RemoteServer) -> None:
         """Chat through a remote server instead: the local engine process is stopped (its memory freed) and the
@@ -61,7 +63,7 @@ class EngineBridge(QObject):
         self._local.close()
         client = RemoteClient(server)
         self._client, self.remote, self.config = client, server, None
-        run_in_background(lambda _report: client.load(), self._finished, self._failed)
+        self.ops.start(lambda _report: client.load(), self._finished, self._failed)
 
     def _use_local(self) -> None:
         if isinstance(self._client, RemoteClient):
@@ -80,7 +82,7 @@ class EngineBridge(QObject):
                 last = event
             return last
 
-        run_in_background(work, self._finished, self._failed, self.token.emit)
+        self.ops.start(work, self._finished, self._failed, self.token.emit)
 
     def cancel(self) -> None:
         """Stop the reply under way; the engine ends it with a ``done`` event (stop reason ``cancelled``)."""
@@ -94,8 +96,8 @@ class EngineBridge(QObject):
         """A fresh engine process, reloading the last configuration (without the sidecar after a crash while
         loading it or in its first drafting pass: the ``loaded`` event's ``notice`` says so, ``config`` follows)."""
         self._set_busy(True)
-        run_in_background(lambda _report: self._client.restart() or {"kind": "reset_done"},
-                          self._finished, self._failed)
+        self.ops.start(lambda _report: self._client.restart() or {"kind": "reset_done"},
+                       self._finished, self._failed)
 
     def close(self) -> None:
         """Stop the engine process (called when the window closes)."""

@@ -21,7 +21,7 @@ from app.gui.ops import BackgroundOp, Report, run_in_background
 T = TypeVar("T")
 
 
-def while_alive(widget: QWidget, callback: Callable[[T], None]) -> Callable[[T], None]:
+def while_alive(widget: QObject, callback: Callable[[T], None]) -> Callable[[T], None]:
     """``callback``, skipped once Qt has deleted ``widget`` (its result has nowhere to be shown then)."""
 
     def call(value: T) -> None:
@@ -54,9 +54,10 @@ class ShutdownWithWindow(QObject):
 
 
 class OwnedOps:
-    """Start background ops on behalf of ``owner``; remember them until they finish."""
+    """Start background ops on behalf of ``owner`` (a page, a dialog, the engine bridge); remember them until
+    they finish."""
 
-    def __init__(self, owner: QWidget) -> None:
+    def __init__(self, owner: QObject) -> None:
         self._owner = owner
         self._ops: list[BackgroundOp[Any]] = []
 
