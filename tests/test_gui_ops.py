@@ -95,3 +95,12 @@ def test_a_page_is_shut_down_when_the_window_holding_it_closes(qtbot: QtBot) -> 
     stack.setCurrentWidget(page)  # shown twice: still watched once
     window.close()
     assert calls == ["shutdown"]
+
+
+def test_every_gui_job_goes_through_the_owned_operation_helper() -> None:
+    from pathlib import Path
+
+    gui = Path(__file__).resolve().parents[1] / "app" / "gui"
+    direct = sorted(path.name for path in gui.glob("*.py")
+                    if path.name not in {"ops.py", "page_ops.py"} and "run_in_background(" in path.read_text("utf-8"))
+    assert direct == []  # each goes through OwnedOps, whose callbacks are skipped once their owner is gone
