@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # every Qt test, also one run alone: no display needed
+
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.registry import BackendManifest, backend_dir
 
