@@ -42,8 +42,7 @@ def command(parent: Subparsers, name: str, handler: Handler, help_text: str) -> 
 
 def group(sub: Subparsers, name: str, help_text: str) -> Subparsers:
     """A command group such as ``backend``: a subcommand is required (kept in ``<name>_command``)."""
-    return sub.add_parser(name, help=help_text).add_subparsers(dest=f"{name.replace('-', '_')}_command",
-                                                               required=True)
+    return sub.add_parser(name, help=help_text).add_subparsers(dest=f"{name}_command", required=True)
 
 
 # ----------------------------------------------------------------------------- output: the only reader of --json
@@ -86,9 +85,11 @@ def for_people(args: argparse.Namespace, value: T) -> T | None:
 
 def trust_prompt(args: argparse.Namespace) -> Confirm | None:
     """The terminal question "trust this publisher key?", never asked with ``--json``."""
+    if args.json:
+        return None
     from app.release import trust
 
-    return for_people(args, trust.default_confirm())
+    return trust.default_confirm()
 
 
 def report_error(args: argparse.Namespace, exc: FastMTPError) -> int:
