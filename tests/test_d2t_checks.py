@@ -373,3 +373,19 @@ def test_a_sidecar_from_another_model_is_called_out_loudly(demo: DemoModel, othe
                             "--mtp", "sidecar", "--prompt", "Hello there", "--max-tokens", "48").stdout)
     assert right["warning"] is None and right["stats"]["acceptance"] > 0.5
     assert drafting_warning(config, right["stats"]) is None
+
+
+def test_the_terminal_chat_says_what_the_windows_banner_says(demo: DemoModel, other: DemoModel) -> None:
+    from app.engine.breakeven import reply_warning
+
+    proc = _app("chat", "--model", str(demo.target), "--draft", str(other.sidecar_d2t), "--mtp", "sidecar",
+                "--no-status", "--temp", "0", "--max-tokens", "48", stdin="Hello there\nAnd again\n/quit\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1  # said once per chat, not after every reply
+    assert "another model" in warnings[0] and other.sidecar_d2t.name in warnings[0]
+    config = _sidecar(demo, other.sidecar_d2t)
+    generated = json.loads(_app("generate", "--json", "--model", str(demo.target), "--draft",
+                                str(other.sidecar_d2t), "--mtp", "sidecar", "--prompt", "Hello there",
+                                "--max-tokens", "48").stdout)
+    assert warnings[0] == f"warning: {reply_warning(config, generated['stats'])}"

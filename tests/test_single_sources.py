@@ -112,8 +112,8 @@ def test_a_cli_holding_reply_stats_gets_the_windows_warning() -> None:
     stats = ReplyStats(generated=40, decode_seconds=1.0)
     expected = breakeven.drafting_warning(config, stats.to_dict())
     assert expected is not None and "no tokens were drafted" in expected
-    assert breakeven.reply_warning(config, stats) == expected
-    assert breakeven.reply_warning(EngineConfig(Path("target.gguf")), stats) is None  # drafting off
+    assert breakeven.reply_warning(config, stats.to_dict()) == expected
+    assert breakeven.reply_warning(EngineConfig(Path("target.gguf")), stats.to_dict()) is None  # drafting off
 
 
 # ------------------------------------------------------------------------------------------ the settings-file loader

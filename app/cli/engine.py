@@ -19,6 +19,7 @@ from app.cli.common import (
     prompt_messages,
     reply_options,
 )
+from app.engine.breakeven import drafting_warning, no_gain_note, reply_warning
 from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, SamplingParams
 from app.errors import EngineError, FastMTPError
 
@@ -43,24 +44,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
         reply, text = session.reply(prompt_messages(args), chat_options(args), for_people(args, on_token))
         stats = reply.stats.to_dict()
-        warning = _pair_warning(args, stats)
+        config = session.decoder.config
+        # the window's two judgements of the drafting: its banner (warning) and the HUD's note
+        warning, note = drafting_warning(config, stats), no_gain_note(config, stats)
         emit(args, {"text": text, "tokens": reply.tokens, "provenance": reply.provenance,
-                    "stop_reason": reply.stop_reason, "stats": stats, "warning": warning},
+                    "stop_reason": reply.stop_reason, "stats": stats, "warning": warning, "note": note},
              lambda: print(f"\n[{reply.stop_reason}] {_status_of(stats)}", file=sys.stderr))
         if warning is not None:
             print(f"warning: {warning}", file=sys.stderr)
+        elif note is not None:
+            print(f"note: {note}", file=sys.stderr)
     finally:
         session.close()
     return 0
-
-
-def _pair_warning(args: argparse.Namespace, stats: dict[str, Any]) -> str | None:
-    """The wrong-pair warning (a sidecar's drafts almost never accepted), for sidecar mode."""
-    from app.engine.stats import wrong_pair_warning
-
-    if args.mtp != "sidecar":
-        return None
-    return wrong_pair_warning(stats, args.draft.name if args.draft is not None else None)
 
 
 def _restarted(client: Any) -> None:
@@ -128,7 +124,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             history.append(Message("assistant", final.get("text", "")))
             print(f"[{_status_of(final['stats'])}]", file=sys.stderr)
-            warning = _pair_warning(args, final["stats"]) if client.config and client.config.mode == "sidecar" else None
+            warning = reply_warning(client.config, final["stats"])  # what the window's banner or HUD would say
             if warning is not None and not warned:
                 print(f"warning: {warning}", file=sys.stderr)
                 warned = True

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine.config import EngineConfig
-from app.engine.stats import ReplyStats, wrong_pair_warning
+from app.engine.stats import wrong_pair_warning
 from app.release.installed import sidecar_kind
 
 
@@ -155,9 +155,8 @@ def no_gain_note(config: EngineConfig | None, stats: dict[str, Any], plain_tps: 
     return None
 
 
-def reply_warning(config: EngineConfig | None, stats: ReplyStats, plain_tps: float | None = None) -> str | None:
+def reply_warning(config: EngineConfig | None, stats: dict[str, Any], plain_tps: float | None = None) -> str | None:
     """What the window would say about a reply's drafting: the banner's ``drafting_warning`` or, when there
-    is none, the HUD's ``no_gain_note``; None when drafting pays (or is off). For callers holding the reply's
-    ``ReplyStats`` (the terminal ``chat``), through the same ``to_dict`` the engine sends the window."""
-    data = stats.to_dict()
-    return drafting_warning(config, data) or no_gain_note(config, data, plain_tps)
+    is none, the HUD's ``no_gain_note``; None when drafting pays (or is off). ``stats`` is the reply's
+    ``ReplyStats.to_dict()``, the dict the engine sends the window (and the terminal ``chat`` receives)."""
+    return drafting_warning(config, stats) or no_gain_note(config, stats, plain_tps)
