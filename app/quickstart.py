@@ -58,7 +58,7 @@ def run(message: str, max_tokens: int = 256, on_build_event: Callable[[BuildEven
     messages = [Message("user", message)]
     options = ChatOptions(max_tokens=max_tokens)  # greedy: both runs decode the same tokens
 
-    drafted, text = _reply(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=DRAFT_DEPTH,
+    drafted, text = _reply(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=DRAFT_DEPTH,
                                         n_gpu_layers=n_gpu_layers), messages, options)
     plain, plain_text = _reply(EngineConfig(demo.target, mode="off", n_gpu_layers=n_gpu_layers), messages, options)
 

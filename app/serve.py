@@ -51,7 +51,7 @@ class ServePlan:
     parallel: int = 1
     ctx_size: int = 4096
     n_gpu_layers: int = 0
-    n_max: int = DEFAULT_DRAFT_DEPTH
+    draft_depth: int = DEFAULT_DRAFT_DEPTH
     threads: int | None = None
     rpc: list[str] = field(default_factory=list)
     alias: str = "fastmtp"
@@ -120,7 +120,7 @@ def chat_model_files(chat_model: str, draft: bool = True) -> tuple[Path, Path | 
 
 
 def make_server(plan: ServePlan, binary: Path, api_key: str) -> UpstreamServer:
-    return UpstreamServer(binary, plan.target, draft=plan.draft, n_max=plan.n_max, threads=plan.threads,
+    return UpstreamServer(binary, plan.target, draft=plan.draft, draft_depth=plan.draft_depth, threads=plan.threads,
                           ctx_size=plan.ctx_size, n_gpu_layers=plan.n_gpu_layers, host=plan.host, port=plan.port,
                           parallel=plan.parallel, api_key=api_key, rpc=plan.rpc or None, alias=plan.alias)
 

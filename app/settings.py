@@ -100,7 +100,7 @@ def save(settings: Settings, path: Path | None = None) -> None:
 def engine_fields(settings: Settings) -> dict[str, Any]:
     """The ``EngineConfig`` fields these settings decide (``rpc`` only when RPC workers are set)."""
     fields: dict[str, Any] = {"n_ctx": settings.context_size, "n_gpu_layers": settings.gpu_layers,
-                              "n_threads": settings.threads or None, "n_max": settings.draft_depth,
+                              "n_threads": settings.threads or None, "draft_depth": settings.draft_depth,
                               "adaptive": settings.adaptive_depth, "p_min": settings.p_min}
     if settings.rpc_workers:
         fields["rpc"] = tuple(part for part in settings.rpc_workers.split(",") if part)

@@ -102,9 +102,9 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
     return totals
 
 
-def run_adaptive(machine: Machine, accept: Accept, tokens: int, seed: int, n_max: int = 8,
+def run_adaptive(machine: Machine, accept: Accept, tokens: int, seed: int, draft_depth: int = 8,
                  adaptive: AdaptiveDepth | None = None) -> tuple[Totals, AdaptiveDepth]:
-    adaptive = adaptive or AdaptiveDepth(n_max)
+    adaptive = adaptive or AdaptiveDepth(draft_depth)
     return simulate(machine, accept, tokens, seed, adaptive.depth, adaptive.observe), adaptive
 
 
@@ -112,10 +112,10 @@ def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: i
     return simulate(machine, accept, tokens, seed, lambda: depth)
 
 
-def best_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, n_max: int = 8,
+def best_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, draft_depth: int = 8,
                lowest: int = 0) -> tuple[int, float]:
-    """The fastest fixed depth in ``lowest..n_max`` under the same draws, and its tokens per second."""
-    speeds = {k: run_fixed(machine, accept, tokens, seed, k).tps for k in range(lowest, n_max + 1)}
+    """The fastest fixed depth in ``lowest..draft_depth`` under the same draws, and its tokens per second."""
+    speeds = {k: run_fixed(machine, accept, tokens, seed, k).tps for k in range(lowest, draft_depth + 1)}
     best = max(speeds, key=lambda k: speeds[k])
     return best, speeds[best]
 

@@ -3,7 +3,7 @@
 The machine cases run sessions of two ``bench spec`` runs' worth of text (16 prompts of 128 tokens) with
 seeded draws, adaptive depth and every fixed depth meeting the same load, stalls and jitter at the same
 point of the text, and ask adaptive depth to keep within 3% of the fastest fixed depth 1..8 (the depths
-``bench spec`` and the engine's ``n_max`` offer), and not to fall far behind drafting nothing (depth 0)
+``bench spec`` and the engine's ``draft_depth`` offer), and not to fall far behind drafting nothing (depth 0)
 where that is fastest. The engine-level checks of adaptive mode are in test_engine.py (lossless) and
 ``bench spec`` (speed on this machine).
 """
@@ -80,7 +80,7 @@ def test_settles_on_the_best_depth(name: str, acceptance: float, base: float, pe
 
 def test_stops_drafting_when_drafts_are_rejected() -> None:
     """Acceptance 0.05 with drafts that cost something: depth 0 most of the time, with rare probes."""
-    totals, adaptive = run_adaptive(_linear(0.030, 0.005), lambda _p: 0.05, 600, seed=3, n_max=4)
+    totals, adaptive = run_adaptive(_linear(0.030, 0.005), lambda _p: 0.05, 600, seed=3, draft_depth=4)
     assert Counter(totals.depths)[0] > 0.8 * len(totals.depths), Counter(totals.depths)
     assert adaptive.best() == 0
 
@@ -89,7 +89,7 @@ def test_follows_acceptance_that_falls_with_depth() -> None:
     """Real drafts get worse with depth: the per-position model stops where the next draft stops paying."""
     accept: Accept = lambda p: [0.95, 0.85, 0.5, 0.2, 0.1, 0.1][p]  # noqa: E731
     machine = _linear(0.030, 0.004)
-    totals, adaptive = run_adaptive(machine, accept, 1200, seed=11, n_max=6)
+    totals, adaptive = run_adaptive(machine, accept, 1200, seed=11, draft_depth=6)
     best = max(range(7), key=lambda k: _rate(accept, machine, k))
     assert best == 3  # 1 + .95 + .81 + .40 tokens for 42 ms beats 2 for 38 ms and 4 for 46 ms
     assert Counter(totals.depths).most_common(1)[0][0] == best, Counter(totals.depths)
@@ -99,7 +99,7 @@ def test_follows_acceptance_that_falls_with_depth() -> None:
 def test_recovers_when_the_text_becomes_predictable() -> None:
     """After a stretch where drafting did not pay, the visits to other depths find the new best depth."""
     machine = _linear(0.030, 0.005)
-    _, adaptive = run_adaptive(machine, lambda _p: 0.05, 250, seed=5, n_max=4)
+    _, adaptive = run_adaptive(machine, lambda _p: 0.05, 250, seed=5, draft_depth=4)
     assert adaptive.best() == 0
     totals, _ = run_adaptive(machine, lambda _p: 0.9, 1200, seed=6, adaptive=adaptive)
     assert adaptive.best() == max(range(5), key=lambda k: _rate(lambda _p: 0.9, machine, k)) == 4
@@ -107,8 +107,8 @@ def test_recovers_when_the_text_becomes_predictable() -> None:
 
 
 def test_starts_at_the_usual_depth() -> None:
-    assert AdaptiveDepth(n_max=5).depth() == START_DEPTH == 3
-    assert AdaptiveDepth(n_max=2).depth() == 2
+    assert AdaptiveDepth(draft_depth=5).depth() == START_DEPTH == 3
+    assert AdaptiveDepth(draft_depth=2).depth() == 2
 
 
 def _timing(seconds: float, depth: int, step: float = 0.004, first: float = 0.005) -> RoundTiming:
@@ -125,7 +125,7 @@ def _play(adaptive: AdaptiveDepth, depth: int, rounds: int, rest: float, scale: 
 
 
 def test_a_stalled_round_does_not_move_the_estimates() -> None:
-    adaptive = AdaptiveDepth(n_max=4)
+    adaptive = AdaptiveDepth(draft_depth=4)
     _play(adaptive, 3, 12, 0.040)
     before = adaptive.predicted_seconds(3)
     _play(adaptive, 3, 1, 0.040, scale=3.0)  # another job took the core for a while
@@ -133,7 +133,7 @@ def test_a_stalled_round_does_not_move_the_estimates() -> None:
 
 
 def test_a_busier_machine_is_seen_as_load_not_as_dearer_depths() -> None:
-    adaptive = AdaptiveDepth(n_max=4)
+    adaptive = AdaptiveDepth(draft_depth=4)
     _play(adaptive, 3, 12, 0.040)
     _play(adaptive, 3, 12, 0.040, scale=2.0)
     assert adaptive.load == pytest.approx(2.0, rel=0.05)
@@ -142,7 +142,7 @@ def test_a_busier_machine_is_seen_as_load_not_as_dearer_depths() -> None:
 
 def test_the_first_round_at_a_new_batch_size_does_not_count() -> None:
     """Changing the depth makes llama.cpp rebuild its graph: that round says nothing about the depth."""
-    adaptive = AdaptiveDepth(n_max=4)
+    adaptive = AdaptiveDepth(draft_depth=4)
     _play(adaptive, 3, 1, 0.500)  # the very first round of a session (and a new batch size)
     _play(adaptive, 3, 10, 0.040)
     assert adaptive.predicted_seconds(3) == pytest.approx(0.040 + 0.005 + 0.008, rel=0.02)
@@ -153,7 +153,7 @@ def test_a_depth_tried_while_the_load_changes_is_compared_at_equal_load() -> Non
     so it is not mistaken for a dearer (or cheaper) depth."""
     machine = Machine("rising", rest=[0.020, 0.040, 0.041, 0.042, 0.043, 0.044, 0.045, 0.046, 0.047],
                       first_pass=0.005, step=0.004, jitter=0.0)
-    adaptive = AdaptiveDepth(n_max=8)
+    adaptive = AdaptiveDepth(draft_depth=8)
     run_adaptive(machine, lambda _p: 0.85, 400, seed=2, adaptive=adaptive)
     steady = {b: adaptive.rest_estimate(b) for b in (4, 5)}
     climbing = Machine("rising", rest=machine.rest, first_pass=0.005, step=0.004, jitter=0.0,
@@ -164,7 +164,7 @@ def test_a_depth_tried_while_the_load_changes_is_compared_at_equal_load() -> Non
 
 
 def test_the_log_keeps_every_decision_with_predicted_and_measured_time() -> None:
-    adaptive = AdaptiveDepth(n_max=8)
+    adaptive = AdaptiveDepth(draft_depth=8)
     adaptive.log = []
     totals, _ = run_adaptive(FAST_CPU, HIGH, 600, seed=1, adaptive=adaptive)
     assert len(adaptive.log) == len(totals.depths)
@@ -179,7 +179,7 @@ def test_the_log_keeps_every_decision_with_predicted_and_measured_time() -> None
 
 
 def test_without_a_log_nothing_is_kept() -> None:
-    adaptive = AdaptiveDepth(n_max=4)
+    adaptive = AdaptiveDepth(draft_depth=4)
     run_adaptive(GPU_LIKE, HIGH, 200, seed=1, adaptive=adaptive)
     assert adaptive.log is None and sum(adaptive.chosen.values()) > 0
 
@@ -188,7 +188,7 @@ def test_random_acceptance_streams_do_not_break_it() -> None:
     """Acceptance that jumps between stretches of easy and hard text: it keeps drafting where it pays."""
     rng = random.Random(4)
     levels = [rng.choice([0.3, 0.6, 0.95]) for _ in range(20)]
-    adaptive = AdaptiveDepth(n_max=8)
+    adaptive = AdaptiveDepth(draft_depth=8)
     for index, level in enumerate(levels):
         run_adaptive(FAST_CPU, lambda p, a=level: a, 150, seed=100 + index, adaptive=adaptive)
     assert 0 <= adaptive.best() <= 8 and adaptive.load > 0

@@ -49,7 +49,7 @@ def test_an_adaptive_row_is_set_against_the_fastest_fixed_depth_of_its_mode() ->
     assert row["vs_fastest_fixed_cpu"] == pytest.approx(1.0, abs=1e-3)
     assert row["depths"] == {"3": pytest.approx(10 / 290, abs=1e-3), "4": pytest.approx(270 / 290, abs=1e-3),
                              "5": pytest.approx(10 / 290, abs=1e-3)}
-    fixed = result.summary(next(r for r in result.rows if r.variant.n_max == 3 and r.variant.draft == "d2t"))
+    fixed = result.summary(next(r for r in result.rows if r.variant.draft_depth == 3 and r.variant.draft == "d2t"))
     assert "fastest_fixed" not in fixed and "depths" not in fixed
 
 

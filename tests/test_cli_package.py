@@ -72,13 +72,13 @@ def test_generate_is_greedy_and_chat_starts_like_the_window() -> None:
     chat = parser.parse_args(["chat"])
     greedy = SamplingParams()
     for args, sampling in ((generate, greedy), (chat, CHAT_SAMPLING)):
-        assert args.n_max == DEFAULT_DRAFT_DEPTH and args.mtp == MODES[0]
+        assert args.draft_depth == DEFAULT_DRAFT_DEPTH and args.mtp == MODES[0]
         assert (args.temp, args.top_k, args.top_p, args.min_p, args.repeat_penalty) == (
             sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p, sampling.repeat_penalty)
     assert generate.temp == 0 and generate.seed == greedy.seed and generate.max_tokens == 256
     assert chat.temp == CHAT_SAMPLING.temperature > 0 and chat.max_tokens == CHAT_MAX_TOKENS and chat.seed is None
     serve = parser.parse_args(["serve"])
-    assert serve.n_max == DEFAULT_DRAFT_DEPTH
+    assert serve.draft_depth == DEFAULT_DRAFT_DEPTH
 
 
 @pytest.mark.parametrize("depth", [str(DRAFT_DEPTH_MAX + 1), str(DRAFT_DEPTH_MIN - 1), "three"])

@@ -119,7 +119,7 @@ def crashy(demo: DemoModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _sidecar(demo: DemoModel, draft: Path) -> EngineConfig:
-    return EngineConfig(demo.target, mode="sidecar", draft=draft, n_max=3, n_ctx=1024)
+    return EngineConfig(demo.target, mode="sidecar", draft=draft, draft_depth=3, n_ctx=1024)
 
 
 def _app(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

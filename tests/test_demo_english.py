@@ -90,7 +90,7 @@ def test_builtin_demo_stores_the_english_table(demo: DemoModel, tokenizer: Token
 
 def reply_of(demo: DemoModel, mode: Mode, draft: Path | None, messages: list[Message],
              options: ChatOptions = GREEDY, thinking: bool = True) -> tuple[list[int], str, str, float | None]:
-    session = ChatSession(EngineConfig(demo.target, mode=mode, draft=draft, n_max=3, n_ctx=1024))
+    session = ChatSession(EngineConfig(demo.target, mode=mode, draft=draft, draft_depth=3, n_ctx=1024))
     try:
         reply, text = session.reply(messages, ChatOptions(options.max_tokens, options.sampling, thinking=thinking))
     finally:

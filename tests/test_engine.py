@@ -26,11 +26,11 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
                              language="words")  # long replies and prompts from anywhere in the table
 
 
-def _decoder(demo: DemoModel, mode: Mode, draft: str | None = None, n_max: int = 3, adaptive: bool = False,
+def _decoder(demo: DemoModel, mode: Mode, draft: str | None = None, draft_depth: int = 3, adaptive: bool = False,
              n_ctx: int = 2048) -> SpeculativeDecoder:
     path = {"full": demo.sidecar_full, "d2t": demo.sidecar_d2t}.get(draft or "")
-    return SpeculativeDecoder(EngineConfig(demo.target, mode=mode, draft=path, n_max=n_max, adaptive=adaptive,
-                                           n_ctx=n_ctx))
+    return SpeculativeDecoder(EngineConfig(demo.target, mode=mode, draft=path, draft_depth=draft_depth,
+                                           adaptive=adaptive, n_ctx=n_ctx))
 
 
 def _run(decoder: SpeculativeDecoder, prompt: list[int], n: int, params: SamplingParams) -> list[int]:
@@ -48,11 +48,11 @@ def test_every_mode_and_depth_emits_exactly_the_plain_decoding(demo: DemoModel, 
     reference = {name: _run(with_off, prompt, 48, params) for name, params in temperatures.items()}
     with_off.close()
     assert len(set(reference["temp8"])) > 20  # the hot sampler really does leave the table
-    for n_max, adaptive in [(1, False), (2, False), (3, False), (4, False), (4, True)]:
-        decoder = _decoder(demo, mode, draft, n_max, adaptive)
+    for draft_depth, adaptive in [(1, False), (2, False), (3, False), (4, False), (4, True)]:
+        decoder = _decoder(demo, mode, draft, draft_depth, adaptive)
         try:
             for name, params in temperatures.items():  # back to back in one decoder, too
-                assert _run(decoder, prompt, 48, params) == reference[name], (name, n_max, adaptive)
+                assert _run(decoder, prompt, 48, params) == reference[name], (name, draft_depth, adaptive)
         finally:
             decoder.close()
 
@@ -115,14 +115,14 @@ def test_cancel_keeps_the_partial_reply_and_resuming_continues_it(demo: DemoMode
 
 def test_acceptance_and_tokens_per_pass_follow_the_theory(demo: DemoModel) -> None:
     prompt = table_prompt(demo)
-    depth1 = _decoder(demo, "sidecar", "d2t", n_max=1)
+    depth1 = _decoder(demo, "sidecar", "d2t", draft_depth=1)
     try:
         stats = depth1.generate(prompt, 400, Sampler(GREEDY)).stats
     finally:
         depth1.close()
     assert stats.acceptance is not None and abs(stats.acceptance - 0.9) <= 0.05
     for k in (2, 3, 4):
-        decoder = _decoder(demo, "sidecar", "d2t", n_max=k)
+        decoder = _decoder(demo, "sidecar", "d2t", draft_depth=k)
         try:
             s = decoder.generate(prompt, 400, Sampler(GREEDY)).stats
         finally:
@@ -180,7 +180,7 @@ def test_p_min_cutoff_drafts_less_and_stays_lossless(demo: DemoModel) -> None:
     reference.close()
     drafted = []
     for p_min in (0.0, 0.5, 1.0):
-        decoder = SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=4,
+        decoder = SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=4,
                                                   p_min=p_min, n_ctx=1024))
         try:
             reply = decoder.generate(prompt, 40, Sampler(WARM))
@@ -201,8 +201,8 @@ def test_adaptive_depth_stops_drafting_where_drafts_fail_and_stays_lossless(tmp_
     plain = _decoder(bad, "off")
     reference = _run(plain, prompt, 160, GREEDY)
     plain.close()
-    fixed = _decoder(bad, "sidecar", "full", n_max=4)
-    adaptive = _decoder(bad, "sidecar", "full", n_max=4, adaptive=True)
+    fixed = _decoder(bad, "sidecar", "full", draft_depth=4)
+    adaptive = _decoder(bad, "sidecar", "full", draft_depth=4, adaptive=True)
     try:
         fixed_reply = fixed.generate(prompt, 160, Sampler(GREEDY))
         reply = adaptive.generate(prompt, 160, Sampler(GREEDY))

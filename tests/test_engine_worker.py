@@ -27,7 +27,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
 
 
 def _config(demo: DemoModel, draft: Path | None = None) -> EngineConfig:
-    return EngineConfig(demo.target, mode="sidecar" if draft else "off", draft=draft, n_max=3, n_ctx=1024)
+    return EngineConfig(demo.target, mode="sidecar" if draft else "off", draft=draft, draft_depth=3, n_ctx=1024)
 
 
 def test_worker_streams_the_same_reply_as_the_engine_in_process(demo: DemoModel) -> None:

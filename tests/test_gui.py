@@ -363,7 +363,7 @@ def test_an_engine_killed_mid_reply_keeps_the_streamed_text_and_restarts(
 def test_drafting_banner_explains_missing_drafts_and_break_even(demo: DemoModel) -> None:
     from app.engine.breakeven import break_even_acceptance, drafting_warning
 
-    sidecar = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=3)
+    sidecar = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=3)
     assert drafting_warning(sidecar, {"generated": 40, "drafted": 0}) is not None
     assert "no tokens were drafted" in str(drafting_warning(sidecar, {"generated": 40, "drafted": 0}))
     assert drafting_warning(EngineConfig(demo.target, mode="off"), {"generated": 40, "drafted": 0}) is None
@@ -425,12 +425,12 @@ def test_hud_shows_the_depth_adaptive_chose_for_the_latest_round(qtbot: QtBot, d
 
     hud = Hud()
     qtbot.addWidget(hud)
-    hud.set_config(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=8, adaptive=True))
+    hud.set_config(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=8, adaptive=True))
     assert hud.mode.text() == "FastMTP d2t · depth ≤8 adaptive"
     stats = ReplyStats()
     stats.depth = 5
     hud.show_stats(stats.to_dict())
     assert hud.mode.text() == "FastMTP d2t · depth 5 of ≤8 adaptive"
-    hud.set_config(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_max=3))
+    hud.set_config(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=3))
     hud.show_stats(stats.to_dict())  # a fixed depth is the depth: the round's figure changes nothing
     assert hud.mode.text() == "FastMTP d2t · depth 3"

@@ -148,7 +148,7 @@ def test_a_wide_window_holds_the_text_to_a_readable_centred_column(qtbot: QtBot,
 
 def _config(mode: Mode = "sidecar") -> EngineConfig:
     return EngineConfig(Path("/models/target.gguf"), mode=mode,
-                        draft=Path("/models/target-d2t.gguf") if mode == "sidecar" else None, n_max=3)
+                        draft=Path("/models/target-d2t.gguf") if mode == "sidecar" else None, draft_depth=3)
 
 
 # a reply on the tiny demo model on a CPU, as the engine reports it: quick passes, much host time per token

@@ -102,7 +102,7 @@ def test_an_installed_model_chats_with_fastmtp_drafting(qtbot: QtBot, window: Ma
     config = window.bridge.config
     assert config is not None and config.target == good.target and config.draft == good.sidecar_d2t
     assert config.mode == "sidecar" and config.n_ctx == window.settings.context_size
-    assert config.n_max == window.settings.draft_depth
+    assert config.draft_depth == window.settings.draft_depth
     assert all(window.model_selector.mode_enabled(key) for key in ("sidecar-d2t", "sidecar-full", "embedded", "off"))
     assert app_settings.load().chat_model == good.key  # remembered for the next start
 

@@ -70,7 +70,7 @@ def test_a_reply_through_our_llama_server_equals_the_local_engines_and_reads_its
         local, local_text = session.reply(MESSAGES, OPTIONS)
     finally:
         session.close()
-    with UpstreamServer(server_binary, demo.target, draft=demo.sidecar_d2t, n_max=3, ctx_size=1024, threads=2,
+    with UpstreamServer(server_binary, demo.target, draft=demo.sidecar_d2t, draft_depth=3, ctx_size=1024, threads=2,
                         api_key="the-key") as server, \
             RemoteClient(RemoteServer("peer", server.url), api_key="the-key") as client:
         loaded = client.load()

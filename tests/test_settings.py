@@ -19,7 +19,7 @@ def test_settings_round_trip_in_the_config_folder(tmp_path: Path, monkeypatch: o
     app_settings.save(wanted, path)
     assert app_settings.load(path) == wanted
     assert app_settings.load(path).models_path() == tmp_path / "models"
-    assert app_settings.engine_fields(wanted) == {"n_ctx": 8192, "n_gpu_layers": 20, "n_threads": 6, "n_max": 4,
+    assert app_settings.engine_fields(wanted) == {"n_ctx": 8192, "n_gpu_layers": 20, "n_threads": 6, "draft_depth": 4,
                                                   "adaptive": False, "p_min": 0.3}
 
 

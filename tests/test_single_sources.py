@@ -58,7 +58,7 @@ def test_the_decoder_refuses_a_depth_outside_the_range_before_loading_anything(d
     from app.engine.speculative import SpeculativeDecoder
 
     with pytest.raises(EngineError, match=f"from {DRAFT_DEPTH_MIN} to {DRAFT_DEPTH_MAX}"):
-        SpeculativeDecoder(EngineConfig(Path("x"), n_max=depth))  # "x" does not exist: nothing was loaded
+        SpeculativeDecoder(EngineConfig(Path("x"), draft_depth=depth))  # "x" does not exist: nothing was loaded
 
 
 # ------------------------------------------------------------------------------------------ the sampling defaults
@@ -108,7 +108,7 @@ def test_the_hud_and_bench_spec_use_the_one_formula() -> None:
 def test_a_cli_holding_reply_stats_gets_the_windows_warning() -> None:
     from app.engine.stats import ReplyStats
 
-    config = EngineConfig(Path("target.gguf"), mode="embedded", n_max=3)
+    config = EngineConfig(Path("target.gguf"), mode="embedded", draft_depth=3)
     stats = ReplyStats(generated=40, decode_seconds=1.0)
     expected = breakeven.drafting_warning(config, stats.to_dict())
     assert expected is not None and "no tokens were drafted" in expected

@@ -66,7 +66,7 @@ def _split_ms(stats: ReplyStats) -> tuple[float, float, float]:
 def test_the_round_splits_into_verify_draft_and_host_that_add_up_to_the_decode_time(demo: DemoModel,
                                                                                      mode: str) -> None:
     config = EngineConfig(demo.target, mode="sidecar" if mode == "sidecar" else "off",
-                          draft=demo.sidecar_d2t if mode == "sidecar" else None, n_max=3, n_ctx=1024)
+                          draft=demo.sidecar_d2t if mode == "sidecar" else None, draft_depth=3, n_ctx=1024)
     decoder = SpeculativeDecoder(config)
     live: list[dict[str, object]] = []
     try:

@@ -36,9 +36,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
     return ensure_demo_model(tmp_path_factory.mktemp("upstream-demo"), size="tiny", acceptance=0.8, seed=9)
 
 
-def _ours(demo: DemoModel, prompt: list[int], mode: Mode, draft: Path | None, n_max: int = 3) -> tuple[list[int],
+def _ours(demo: DemoModel, prompt: list[int], mode: Mode, draft: Path | None, draft_depth: int = 3) -> tuple[list[int],
                                                                                                        int, int]:
-    decoder = SpeculativeDecoder(EngineConfig(demo.target, mode=mode, draft=draft, n_max=n_max, n_ctx=1024))
+    decoder = SpeculativeDecoder(EngineConfig(demo.target, mode=mode, draft=draft, draft_depth=draft_depth, n_ctx=1024))
     try:
         reply = decoder.generate(prompt, N_TOKENS)
     finally:
@@ -53,7 +53,7 @@ def test_llama_server_with_the_d2t_sidecar_matches_our_engine(server_binary: Pat
     ours, proposed, accepted = _ours(demo, prompt, "sidecar", demo.sidecar_d2t)
     assert ours == plain  # lossless in our loop
 
-    with UpstreamServer(server_binary, demo.target, draft=demo.sidecar_d2t, n_max=3, ctx_size=1024,
+    with UpstreamServer(server_binary, demo.target, draft=demo.sidecar_d2t, draft_depth=3, ctx_size=1024,
                         threads=2) as server:
         upstream = server.complete(prompt, N_TOKENS)
         again = server.complete(prompt, N_TOKENS)

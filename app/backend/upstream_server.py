@@ -80,7 +80,7 @@ class UpstreamServer:
     of the machine could read it) and RPC workers (``--rpc``: every backend build has llama.cpp's RPC backend).
     """
 
-    def __init__(self, binary: Path, model: Path, draft: Path | None = None, n_max: int = 3,
+    def __init__(self, binary: Path, model: Path, draft: Path | None = None, draft_depth: int = 3,
                  threads: int | None = None, ctx_size: int = 4096, p_min: float = 0.0,
                  n_gpu_layers: int = 0, extra_args: list[str] | None = None, *, host: str = "127.0.0.1",
                  port: int | None = None, parallel: int = 1, api_key: str | None = None,
@@ -95,7 +95,7 @@ class UpstreamServer:
             cmd += ["-t", str(threads), "-tb", str(threads)]
         if draft is not None:
             cmd += ["--spec-type", "draft-mtp", "--spec-draft-model", str(draft),
-                    "--spec-draft-n-max", str(n_max), "--spec-draft-n-min", "0",
+                    "--spec-draft-n-max", str(draft_depth), "--spec-draft-n-min", "0",
                     "--spec-draft-p-min", str(p_min), "--spec-draft-ngl", str(n_gpu_layers)]
         if rpc:
             cmd += ["--rpc", ",".join(rpc)]

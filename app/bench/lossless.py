@@ -28,7 +28,7 @@ class LosslessVariant:
     label: str
     mode: Mode
     draft: Path | None = None
-    n_max: int = 3
+    draft_depth: int = 3
     adaptive: bool = False
 
 
@@ -80,7 +80,7 @@ def default_variants(target_has_mtp: bool, d2t: Path | None, full: Path | None) 
     if d2t is not None:
         variants += [LosslessVariant("d2t sidecar k=3", "sidecar", d2t),
                      LosslessVariant(f"d2t sidecar adaptive k<={DRAFT_DEPTH_MAX}", "sidecar", d2t,
-                                     n_max=DRAFT_DEPTH_MAX, adaptive=True)]
+                                     draft_depth=DRAFT_DEPTH_MAX, adaptive=True)]
     return variants
 
 
@@ -95,7 +95,7 @@ def run(target: Path, prompts: list[list[int]], variants: list[LosslessVariant],
         n_gpu_layers: int = 0, n_threads: int | None = None) -> LosslessResult:
     """Generate with ``off`` and each variant under every sampling setting and compare token for token."""
     def generate(variant: LosslessVariant) -> dict[str, list[tuple[list[int], int, int]]]:
-        config = EngineConfig(target, mode=variant.mode, draft=variant.draft, n_max=variant.n_max,
+        config = EngineConfig(target, mode=variant.mode, draft=variant.draft, draft_depth=variant.draft_depth,
                               adaptive=variant.adaptive, n_gpu_layers=n_gpu_layers, n_threads=n_threads)
         decoder = SpeculativeDecoder(config)
         try:

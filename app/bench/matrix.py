@@ -123,7 +123,7 @@ def depth_series(summaries: list[dict[str, Any]], prompt_set: str) -> dict[str, 
         if row["prompt_set"] != prompt_set or row.get("adaptive") or row.get("engine", "ours") != "ours":
             continue
         mode = "off" if row["mode"] == "off" else (row["draft"] or "embedded")
-        depth = 0 if mode == "off" else int(row["n_max"])
+        depth = 0 if mode == "off" else int(row["draft_depth"])
         series.setdefault(mode, []).append((depth, float(row["decode_tps_median"])))
     return {mode: sorted(points) for mode, points in series.items()}
 

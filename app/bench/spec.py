@@ -48,7 +48,7 @@ class Variant:
     engine: Literal["ours", "upstream", "remote"]
     mode: Mode
     draft: DraftKind | None = None
-    n_max: int = 3
+    draft_depth: int = 3
     adaptive: bool = False
     remote: str = ""  # engine "remote": the server's name (it drafts, or not, its own way)
 
@@ -60,13 +60,13 @@ class Variant:
             what = "off"
         else:
             what = ("d2t sidecar" if self.draft == "d2t" else "full sidecar") if self.mode == "sidecar" else "embedded"
-            what += f" adaptive k<={self.n_max}" if self.adaptive else f" k={self.n_max}"
+            what += f" adaptive k<={self.draft_depth}" if self.adaptive else f" k={self.draft_depth}"
         return what if self.engine == "ours" else f"llama-server {what}"
 
     @property
     def fixed_key(self) -> tuple[Mode, DraftKind | None, int]:
         """What an upstream variant is compared with: same mode, draft and fixed depth."""
-        return self.mode, self.draft, 0 if self.mode == "off" else self.n_max
+        return self.mode, self.draft, 0 if self.mode == "off" else self.draft_depth
 
 
 def load_prompts(name: str) -> list[str]:
@@ -248,7 +248,7 @@ class SpecResult:
         plain_ms = off.verify_ms
         if not plain_ms or verify_ms <= 0:
             return None
-        depths = range(1, row.variant.n_max + 1) if row.variant.adaptive else [row.variant.n_max]
+        depths = range(1, row.variant.draft_depth + 1) if row.variant.adaptive else [row.variant.draft_depth]
         return max(expected_tokens_per_pass(a, k) * plain_ms / (k * draft_ms + verify_ms) for k in depths)
 
     def summary(self, row: Row) -> dict[str, Any]:
@@ -258,7 +258,7 @@ class SpecResult:
         vs_off = row.tps / off.tps if off is not None and off.tps > 0 else None
         return {
             "variant": row.variant.label, "engine": row.variant.engine, "mode": row.variant.mode,
-            "draft": row.variant.draft, "n_max": row.variant.n_max, "adaptive": row.variant.adaptive,
+            "draft": row.variant.draft, "draft_depth": row.variant.draft_depth, "adaptive": row.variant.adaptive,
             "prompt_set": row.prompt_set, "decode_tps_median": round(row.tps, 2),
             "decode_tps_cpu_median": _round(row.cpu_tps, 2),
             "decode_tps_runs": [round(s.tps, 2) for s in row.samples],
@@ -539,15 +539,15 @@ def _priority(variant: Variant) -> tuple[int, int, int]:
     if variant.mode == "off":
         return 0, 0, engine
     mode = {"d2t": 0, None: 1, "full": 2}[variant.draft]
-    depth = 1 if variant.adaptive else (0 if variant.n_max == 3 else 1 + abs(variant.n_max - 3))
+    depth = 1 if variant.adaptive else (0 if variant.draft_depth == 3 else 1 + abs(variant.draft_depth - 3))
     return 1 + depth, mode, engine
 
 
 def _config(variant: Variant, target: Path, sidecars: dict[str, Path], n_threads: int | None,
             n_gpu_layers: int) -> EngineConfig:
     draft = sidecars[variant.draft] if variant.draft else None
-    return EngineConfig(target, mode=variant.mode, draft=draft, n_max=variant.n_max, adaptive=variant.adaptive,
-                        n_ctx=2048, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+    return EngineConfig(target, mode=variant.mode, draft=draft, draft_depth=variant.draft_depth,
+                        adaptive=variant.adaptive, n_ctx=2048, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
 
 
 def tokenize_prompts(target: Path, prompts: dict[str, list[str]]) -> dict[str, list[list[int]]]:
@@ -711,7 +711,7 @@ def _run_upstream(variant: Variant, binary: Path, target: Path, sidecars: dict[s
     from app.backend.upstream_server import UpstreamServer
 
     draft = sidecars[variant.draft] if variant.draft else None
-    with UpstreamServer(binary, target, draft=draft, n_max=variant.n_max, threads=n_threads, ctx_size=2048,
+    with UpstreamServer(binary, target, draft=draft, draft_depth=variant.draft_depth, threads=n_threads, ctx_size=2048,
                         n_gpu_layers=n_gpu_layers) as server:
         server.complete(prompts[next(iter(prompts))][0], 8)  # warm-up
         samples: dict[str, Sample] = {}

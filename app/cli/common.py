@@ -140,8 +140,8 @@ def cuda_archs(text: str) -> list[str]:
     return archs
 
 
-def draft_depth(text: str) -> int:
-    """``--n-max``: a whole number in the one draft-depth range (app/engine/config.py)."""
+def depth_argument(text: str) -> int:
+    """``--depth``: a whole number in the one draft-depth range (app/engine/config.py)."""
     try:
         depth = int(text)
     except ValueError:
@@ -165,7 +165,7 @@ def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max
                    help="RPC workers (`rpc-worker`) that take the offloaded layers (--gpu-layers)")
     p.add_argument("--draft", type=Path, help="FastMTP sidecar GGUF (full or d2t)")
     p.add_argument("--mtp", choices=MODES, default=MODES[0])
-    p.add_argument("--n-max", type=draft_depth, default=DEFAULT_DRAFT_DEPTH,
+    p.add_argument("--depth", "--n-max", dest="draft_depth", type=depth_argument, default=DEFAULT_DRAFT_DEPTH,
                    help=f"draft depth {DRAFT_DEPTH_MIN}..{DRAFT_DEPTH_MAX} (with --adaptive: the deepest it may go)")
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft confidence")
     p.add_argument("--adaptive", action="store_true",
@@ -194,8 +194,9 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
     if args.model is None:
         raise FastMTPError("No model was given.", "Pass --model TARGET.gguf, or --remote NAME for a remote server.")
-    return EngineConfig(target=args.model, mode=args.mtp, draft=args.draft, n_max=args.n_max, p_min=args.p_min,
-                        adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch, n_gpu_layers=args.gpu_layers,
+    return EngineConfig(target=args.model, mode=args.mtp, draft=args.draft, draft_depth=args.draft_depth,
+                        p_min=args.p_min, adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch,
+                        n_gpu_layers=args.gpu_layers,
                         n_threads=args.threads, flash_attn={"on": True, "off": False}.get(args.flash_attn),
                         rpc=tuple(parse_endpoints(args.rpc)) if args.rpc else ())
 
@@ -237,3 +238,22 @@ def prompt_messages(args: argparse.Namespace) -> list[Message]:
     messages = [Message("system", args.system)] if args.system else []
     return [*messages, Message("user", args.prompt)]
 
+
+def stream_reply(client: Any, messages: list[Any], options: Any,
+                 live_status: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
+    """One reply of a terminal chat, printed as it streams after ``assistant> `` (Ctrl-C cancels it, keeping
+    what came); the last event (``done`` or ``error``). ``live_status``: a status line redrawn on a terminal."""
+    sys.stdout.write("assistant> ")
+    final: dict[str, Any] = {}
+    try:
+        for event in client.generate(messages, options):
+            if event["kind"] == "token":
+                sys.stdout.write(event["piece"])
+                sys.stdout.flush()
+                if live_status is not None and sys.stderr.isatty():
+                    sys.stderr.write("\0337\r\033[2K" + live_status(event["stats"]) + "\0338")
+            final = event
+    except KeyboardInterrupt:
+        client.cancel()
+    print()
+    return final

@@ -18,6 +18,7 @@ from app.cli.common import (
     for_people,
     prompt_messages,
     reply_options,
+    stream_reply,
 )
 from app.engine.breakeven import drafting_warning, no_gain_note, reply_warning
 from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, SamplingParams
@@ -103,19 +104,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 history = history[:1] if args.system else []
                 continue
             history.append(Message("user", line))
-            sys.stdout.write("assistant> ")
-            final: dict[str, Any] = {}
-            try:
-                for event in client.generate(history, reply_options(args, options)):
-                    if event["kind"] == "token":
-                        sys.stdout.write(event["piece"])
-                        sys.stdout.flush()
-                        if args.status and sys.stderr.isatty():
-                            sys.stderr.write("\0337\r\033[2K" + _status_of(event["stats"]) + "\0338")
-                    final = event
-            except KeyboardInterrupt:
-                client.cancel()
-            print()
+            final = stream_reply(client, history, reply_options(args, options),
+                                 _status_of if args.status else None)
             if final.get("kind") == "error":
                 print(f"error: {final['message']}\nwhat to do: {final.get('advice', '')}", file=sys.stderr)
                 if final.get("error") == "WorkerCrashed":

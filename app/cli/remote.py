@@ -15,13 +15,14 @@ from app.cli.common import (
     Subparsers,
     chat_options,
     command,
-    draft_depth,
+    depth_argument,
     emit,
     emit_line,
     group,
     prompt_messages,
     reply_options,
     stream,
+    stream_reply,
 )
 from app.engine.config import DEFAULT_DRAFT_DEPTH
 from app.errors import FastMTPError
@@ -191,17 +192,7 @@ def remote_chat(args: argparse.Namespace) -> int:
                 turn = pending
             else:
                 turn = [*history, Message("user", line)]
-            sys.stdout.write("assistant> ")
-            final: dict[str, Any] = {}
-            try:
-                for event in client.generate(turn, reply_options(args, options)):
-                    if event["kind"] == "token":
-                        sys.stdout.write(event["piece"])
-                        sys.stdout.flush()
-                    final = event
-            except KeyboardInterrupt:
-                client.cancel()
-            print()
+            final = stream_reply(client, turn, reply_options(args, options))
             if final.get("kind") == "error":
                 print(f"error: {final['message']}\nwhat to do: {final.get('advice', '')}", file=sys.stderr)
                 if final.get("retryable"):
@@ -249,8 +240,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     rpc = parse_endpoints(args.rpc) if args.rpc else []
     target, draft = _default_model(args)
     plan = serve.ServePlan(target=target, draft=draft, host=args.host, port=args.port, parallel=args.parallel,
-                           ctx_size=args.ctx, n_gpu_layers=args.gpu_layers, n_max=args.n_max, threads=args.threads,
-                           rpc=rpc)
+                           ctx_size=args.ctx, n_gpu_layers=args.gpu_layers, draft_depth=args.draft_depth,
+                           threads=args.threads, rpc=rpc)
     key, created = serve.ensure_key(new=args.new_key)
     binary = serve.server_binary(bool(rpc), _progress(args))
     server = serve.make_server(plan, binary, key)
@@ -391,7 +382,8 @@ def add_commands(sub: Subparsers) -> None:
     sv.add_argument("--parallel", type=int, default=1, help="slots: replies served at once")
     sv.add_argument("--ctx", type=int, default=4096, help="context size per slot")
     sv.add_argument("--gpu-layers", type=int, default=0)
-    sv.add_argument("--n-max", type=draft_depth, default=DEFAULT_DRAFT_DEPTH, help="draft depth")
+    sv.add_argument("--depth", "--n-max", dest="draft_depth", type=depth_argument, default=DEFAULT_DRAFT_DEPTH,
+                    help="draft depth")
     sv.add_argument("--threads", type=int)
     sv.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT]", help="RPC workers to spread the layers over")
     sv.add_argument("--new-key", action="store_true", help="make a new API key (the old one stops working)")

@@ -79,7 +79,7 @@ class Decision:
     round: int
     depth: int  # the depth asked for
     reason: str  # "start", "best", "explore" (a depth not measured yet), "probe" (a neighbour revisited)
-    rates: list[float]  # predicted tokens per second at each depth 0..n_max when the choice was made
+    rates: list[float]  # predicted tokens per second at each depth 0..draft_depth when the choice was made
     acceptance: list[float]  # the acceptance estimate at each draft position then
     batch: int = 0  # tokens the target verified (drafts made + 1)
     tested: int = 0
@@ -120,7 +120,7 @@ class _Samples:
 
 @dataclass
 class AdaptiveDepth:
-    n_max: int
+    draft_depth: int
     # per draft position: decayed counts of rounds that tested it, and of those that accepted it
     tested: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)
@@ -152,8 +152,8 @@ class AdaptiveDepth:
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
 
     def __post_init__(self) -> None:
-        self.tested = [0.0] * self.n_max
-        self.accepted = [0.0] * self.n_max
+        self.tested = [0.0] * self.draft_depth
+        self.accepted = [0.0] * self.draft_depth
 
     # ------------------------------------------------------------------ choosing
 
@@ -165,8 +165,8 @@ class AdaptiveDepth:
             if self._block_left == 0:
                 self._returning = 1 + BRACKET
             depth, reason = self._block_depth, self._block_reason
-        elif not any(self._known(k) for k in range(self.n_max + 1)):
-            depth, reason = min(START_DEPTH, self.n_max), "start"
+        elif not any(self._known(k) for k in range(self.draft_depth + 1)):
+            depth, reason = min(START_DEPTH, self.draft_depth), "start"
             self.current = depth
         elif (self._returning or any(not own for _, _, own in self._waiting)) and self._known(self.current):
             # back at the current depth (a switch, then counted rounds): they tell the load after the visit
@@ -204,9 +204,9 @@ class AdaptiveDepth:
     def _choose(self) -> tuple[int, int]:
         """The measured depth to settle on (the current one unless another beats it by ``SWITCH_MARGIN``)
         and the depth that promises most, measured or not."""
-        known = [k for k in range(self.n_max + 1) if self._known(k)]
+        known = [k for k in range(self.draft_depth + 1) if self._known(k)]
         if not known:
-            start = min(START_DEPTH, self.n_max)
+            start = min(START_DEPTH, self.draft_depth)
             return start, start
         rates = self.rates()
         settled = max(known, key=lambda k: rates[k])
@@ -216,13 +216,13 @@ class AdaptiveDepth:
         # acceptance one standard error up; deeper than any measured depth only one at a time until two batch
         # sizes with drafts are measured (before that, a verify pass's cost past the biggest is a guess)
         optimistic = self.rates(optimistic=True)
-        reach = self.n_max if sum(1 for b in self.rest if b >= 2 and self._batch_known(b)) >= 2 else known[-1] + 1
-        unknown = [k for k in range(min(reach, self.n_max) + 1) if k not in known]
+        reach = self.draft_depth if sum(1 for b in self.rest if b >= 2 and self._batch_known(b)) >= 2 else known[-1] + 1
+        unknown = [k for k in range(min(reach, self.draft_depth) + 1) if k not in known]
         top = max(unknown, key=lambda k: optimistic[k], default=settled)
         return settled, top if optimistic[top] >= rates[settled] * (1.0 + EXPLORE_MARGIN) else settled
 
     def rates(self, optimistic: bool = False) -> list[float]:
-        """Predicted tokens per second at each depth 0..n_max; ``optimistic``: with each position's acceptance
+        """Predicted tokens per second at each depth 0..draft_depth; ``optimistic``: with each position's acceptance
         one standard error higher (a position rarely tested could well be better than measured)."""
         cached = self._rates.get(optimistic)
         if cached is not None and cached[0] == self._observed:  # nothing measured since: the same answer
@@ -230,7 +230,7 @@ class AdaptiveDepth:
         costs, accept = self._costs(), self._acceptances(optimistic)
         rates = []
         expected, reach = 1.0, 1.0
-        for k in range(self.n_max + 1):
+        for k in range(self.draft_depth + 1):
             if k:
                 reach *= accept[k - 1]
                 expected += reach
@@ -259,11 +259,11 @@ class AdaptiveDepth:
         return values
 
     def _costs(self) -> list[float]:
-        """Predicted round time at each depth 0..n_max, load-normalized."""
+        """Predicted round time at each depth 0..draft_depth, load-normalized."""
         first = _estimate(self.first_pass) if self.first_pass else 0.0
         step = _estimate(self.step) if self.step else 0.0
         rest = self._rest_table()
-        return [rest[k] + ((first + step * (k - 1)) if k else 0.0) for k in range(self.n_max + 1)]
+        return [rest[k] + ((first + step * (k - 1)) if k else 0.0) for k in range(self.draft_depth + 1)]
 
     def predicted_seconds(self, depth: int, drafts: int | None = None) -> float:
         """Predicted time of a round at ``depth`` (``drafts`` made, the depth unless fewer) at the current load."""
@@ -313,7 +313,7 @@ class AdaptiveDepth:
         top, round_seconds = rates[self.current], self.predicted_seconds(self.current)
         if top <= 0.0 or round_seconds <= 0.0:
             return None
-        known = [k for k in range(self.n_max + 1) if k != self.current and self._known(k)]
+        known = [k for k in range(self.draft_depth + 1) if k != self.current and self._known(k)]
         far = [k for k in known if abs(k - self.current) > 1]
         rivals = [k for k in known if abs(k - self.current) == 1]
         if far:
@@ -334,7 +334,7 @@ class AdaptiveDepth:
 
     def observe(self, depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
         """One finished round: asked for ``depth``, ``tested`` drafts checked, ``accepted`` kept, costing ``timing``."""
-        for i in range(self.n_max):
+        for i in range(self.draft_depth):
             if i < tested:
                 self.tested[i] = self.tested[i] * DECAY + 1.0
                 self.accepted[i] = self.accepted[i] * DECAY + (1.0 if i < accepted else 0.0)
@@ -356,7 +356,7 @@ class AdaptiveDepth:
             if self._drafting_rounds > 1:  # the first drafting round warms the draft context up
                 samples.first_pass = timing.draft - timing.draft_steps
                 samples.step = timing.draft_steps / (made - 1) if made >= 2 else None
-        if not self.load_samples and not self._waiting and not any(self._known(k) for k in range(self.n_max + 1)):
+        if not self.load_samples and not self._waiting and not any(self._known(k) for k in range(self.draft_depth + 1)):
             self._add(samples, 1.0)  # nothing measured to compare with yet: the first rounds set the scale
         else:
             own = self._reference and counted and predicted is not None
@@ -421,7 +421,7 @@ class AdaptiveDepth:
 
     def _known(self, depth: int) -> bool:
         """Measured: the batch size has its own estimate, and the draft parts the depth uses have been timed."""
-        if not 0 <= depth <= self.n_max or not self._batch_known(depth + 1):
+        if not 0 <= depth <= self.draft_depth or not self._batch_known(depth + 1):
             return False
         return (depth < 1 or bool(self.first_pass)) and (depth < 2 or bool(self.step))
 
@@ -431,8 +431,8 @@ class AdaptiveDepth:
         return self._rest_table(batch)[batch - 1]
 
     def _rest_table(self, largest: int | None = None) -> list[float]:
-        """``rest_estimate`` of every batch size 1..largest (n_max + 1 unless given), in one go."""
-        sizes = range(1, (largest or self.n_max + 1) + 1)
+        """``rest_estimate`` of every batch size 1..largest (draft_depth + 1 unless given), in one go."""
+        sizes = range(1, (largest or self.draft_depth + 1) + 1)
         measured = {b: _estimate(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)}
         if not measured:
             return [1.0 for _ in sizes]

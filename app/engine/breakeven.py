@@ -41,11 +41,11 @@ def describe_mode(config: EngineConfig | None, depth_now: int | None = None) -> 
     else:
         d2t = config.draft is not None and sidecar_kind(config.draft.name) == "d2t"
         kind = "FastMTP d2t" if d2t else "full sidecar"
-    depth = f"depth {config.n_max}"
+    depth = f"depth {config.draft_depth}"
     if config.adaptive:
-        depth = f"depth ≤{config.n_max} adaptive"
+        depth = f"depth ≤{config.draft_depth} adaptive"
         if depth_now is not None:
-            depth = f"depth {depth_now} of ≤{config.n_max} adaptive"
+            depth = f"depth {depth_now} of ≤{config.draft_depth} adaptive"
     return f"{kind} · {depth}"
 
 
@@ -91,7 +91,7 @@ def drafting_warning(config: EngineConfig | None, stats: dict[str, Any]) -> str 
     share = stats.get("draft_time_share")
     if generated < BREAK_EVEN_AFTER or not isinstance(acceptance, int | float) or not isinstance(share, int | float):
         return None
-    depth = max(config.n_max, 1)
+    depth = max(config.draft_depth, 1)
     even = break_even_acceptance(float(share), depth)
     if even is not None and acceptance >= even:
         return None
@@ -148,7 +148,7 @@ def no_gain_note(config: EngineConfig | None, stats: dict[str, Any], plain_tps: 
                 f"drafting Off{why}.")
     acceptance, share = stats.get("acceptance"), stats.get("draft_time_share")
     if isinstance(acceptance, int | float) and isinstance(share, int | float):
-        even = break_even_acceptance(float(share), max(config.n_max, 1))
+        even = break_even_acceptance(float(share), max(config.draft_depth, 1))
         if even is None or acceptance < even:
             return (f"Drafting does not pay on this machine: it takes {share:.0%} of the time, more than "
                     f"{acceptance:.0%} acceptance wins back.")

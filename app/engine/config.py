@@ -51,7 +51,7 @@ class EngineConfig:
     target: Path
     mode: Mode = "off"
     draft: Path | None = None
-    n_max: int = DEFAULT_DRAFT_DEPTH  # the draft depth
+    draft_depth: int = DEFAULT_DRAFT_DEPTH  # the draft depth
     p_min: float = 0.0
     adaptive: bool = False
     n_ctx: int = 4096

@@ -49,8 +49,8 @@ class SpeculativeDecoder:
     def __init__(self, config: EngineConfig) -> None:
         if config.mode == "sidecar" and config.draft is None:
             raise EngineError("Sidecar mode needs a draft sidecar file.", "Pass --draft SIDECAR.gguf.")
-        if not DRAFT_DEPTH_MIN <= config.n_max <= DRAFT_DEPTH_MAX:
-            raise EngineError(f"Draft depth {config.n_max} is out of range.",
+        if not DRAFT_DEPTH_MIN <= config.draft_depth <= DRAFT_DEPTH_MAX:
+            raise EngineError(f"Draft depth {config.draft_depth} is out of range.",
                               f"Choose a depth from {DRAFT_DEPTH_MIN} to {DRAFT_DEPTH_MAX}.")
         if config.mode == "sidecar" and config.draft is not None:
             _check_pair(config.target, config.draft)
@@ -64,7 +64,7 @@ class SpeculativeDecoder:
         self._owned: list[Model | Context] = [self.target]
         try:
             self.tctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch, n_threads=config.n_threads,
-                                n_rs_seq=config.n_max if drafting else 0, nextn_outputs=drafting,
+                                n_rs_seq=config.draft_depth if drafting else 0, nextn_outputs=drafting,
                                 flash_attn=config.flash_attn)
             self._owned.append(self.tctx)
             self.dctx: Context | None = None
@@ -85,7 +85,7 @@ class SpeculativeDecoder:
         self.pending_h: FloatArray | None = None
         # target-evaluated tokens the draft context has not seen yet, each with the hidden row before it
         self._held: list[tuple[int, FloatArray]] = []
-        self.adaptive = AdaptiveDepth(config.n_max) if config.adaptive else None
+        self.adaptive = AdaptiveDepth(config.draft_depth) if config.adaptive else None
         self._native_marks = (0.0, 0.0)
         # adaptive depth times its rounds in this thread's CPU time when the model runs on the CPU: on a machine
         # shared with other jobs, wall time there mostly measures the waits for a core (round times wander by
@@ -252,7 +252,7 @@ class SpeculativeDecoder:
     def _depth(self) -> int:
         if self.dctx is None:
             return 0
-        return self.adaptive.depth() if self.adaptive is not None else self.config.n_max
+        return self.adaptive.depth() if self.adaptive is not None else self.config.draft_depth
 
     def _draft(self, pending: int, depth: int) -> list[int]:
         """Up to ``depth`` draft tokens after ``pending``; the first step also catches the draft up."""

@@ -43,7 +43,6 @@ from app import paths
 from app.bench.matrix import MODE_LABELS, depth_series
 from app.child_job import ChildJob
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
-from app.gui.ops import Report
 from app.gui.page_ops import OwnedOps, error_text
 from app.sidecar_job import JobCancelled
 
@@ -323,11 +322,7 @@ class BenchmarkPage(QWidget):
         self.bar.setValue(0)
         self.status.setText("Starting…")
         self._set_running(True)
-
-        def work(report: Report) -> dict[str, Any]:
-            return job.run(report)
-
-        self.ops.start(work, self._done, self._failed, self._progress)
+        self.ops.start(job.run, self._done, self._failed, self._progress)
 
     def cancel(self) -> None:
         if self.job is not None and self.running:

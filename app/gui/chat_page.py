@@ -215,27 +215,29 @@ class ChatPage(QWidget):
         self._status(status)
         self._loading = True
 
-    def load(self, config: EngineConfig) -> None:
-        """Load a model pair; refused while a reply or another load is under way (one engine request at a time)."""
+    def _begin_load(self, status: str) -> bool:
+        """Start a load (the chat is not ready until it ends); False, said in the status, while the engine is
+        busy with a reply or another load (one engine request at a time)."""
         if self.bridge.busy:
             self._status(BUSY_STATUS)
-            return
+            return False
         self.ready = False
         self._loading = True
         self.banner.hide()
-        self._status(WAITING_STATUS if self._waiting is not None else "Loading the model…")
+        self._status(status)
+        return True
+
+    def load(self, config: EngineConfig) -> None:
+        """Load a model pair; refused while a reply or another load is under way (one engine request at a time)."""
+        if not self._begin_load(WAITING_STATUS if self._waiting is not None else "Loading the model…"):
+            return
         self.chat.hud.set_config(config)
         self.bridge.load(config)
 
     def load_remote(self, server: RemoteServer) -> None:
         """Chat through a remote server: drafting is the server's own, tokens are not tinted (the reason is shown)."""
-        if self.bridge.busy:
-            self._status(BUSY_STATUS)
+        if not self._begin_load(f"Connecting to {server.name}…"):
             return
-        self.ready = False
-        self._loading = True
-        self.banner.hide()
-        self._status(f"Connecting to {server.name}…")
         self.chat.hud.set_config(None)
         self.chat.hud.mode.setText(f"remote · {server.name}")
         self.bridge.load_remote(server)

@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.child_job import ChildJob
-from app.gui.ops import Report
 from app.gui.page_ops import OwnedOps, error_text
 from app.sidecar_job import VOCAB_SIZES, JobCancelled, default_out, prompt_sets
 
@@ -166,11 +165,7 @@ class MakeSidecarDialog(QDialog):
         self.result_label.setText("")
         self.step_label.setText("Starting…")
         self._set_running(True)
-
-        def work(report: Report) -> dict[str, Any]:
-            return job.run(report)
-
-        self.ops.start(work, self._done, self._failed, self._progress)
+        self.ops.start(job.run, self._done, self._failed, self._progress)
 
     def cancel(self) -> None:
         if self.job is not None and self.running:
