@@ -15,8 +15,8 @@ from typing import Any
 import keyring
 import pytest
 from keyrings.alt.file import PlaintextKeyring
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialog
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QApplication, QDialog, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app import settings as app_settings
@@ -124,7 +124,7 @@ def test_a_dropped_connection_keeps_the_reply_and_retry_asks_again(qtbot: QtBot,
     with ChatServer("openai") as server:
         _dialog_answers(monkeypatch, "flaky", server.url)
         window.settings_page.machines.add_remote()  # the Settings page's "Remote server…" button
-        assert "flaky" in window.settings_page.machines.remotes.text()
+        assert window.settings_page.machines.remote_names() == ["flaky"]
         window.model_selector.model_box.setCurrentIndex(window.model_selector.model_box.findData("remote:flaky"))
         qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
 
@@ -194,3 +194,63 @@ def test_serve_this_machine_from_settings_stops_with_the_window_unless_kept(qtbo
     state = serve.running()
     assert state is not None  # kept: `serve --stop` ends it
     assert serve.stop_detached() is not None and serve.running() is None
+
+
+def _click_in_next_dialog(button: str, texts: list[str]) -> QTimer:
+    """Press ``button`` in the next modal message box once it is up (its own loop runs meanwhile)."""
+    timer = QTimer()
+    timer.setInterval(10)
+
+    def poll() -> None:
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox) and box.isVisible():
+            timer.stop()
+            texts.append(box.text())
+            next(b for b in box.buttons() if b.text() == button).click()
+
+    timer.timeout.connect(poll)
+    timer.start()
+    return timer
+
+
+def test_a_remote_server_is_edited_and_removed_in_the_settings(qtbot: QtBot, window: MainWindow,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    machines = window.settings_page.machines
+    _dialog_answers(monkeypatch, "box", "http://127.0.0.1:18080", key="first-key")
+    machines.add_remote()
+    assert machines.remote_names() == ["box"] and window.model_selector.has("remote:box")
+    assert get_server("box").api_key() == "first-key"
+    assert not machines.edit_remote_button.isEnabled()  # nothing selected yet
+    machines.remotes.setCurrentRow(0)
+    assert machines.edit_remote_button.isEnabled() and machines.remove_remote_button.isEnabled()
+
+    seen: dict[str, Any] = {}
+
+    def edit(dialog: RemoteServerDialog) -> int:  # as a user changes the address and presses OK
+        seen.update(name=dialog.name.text(), fixed=dialog.name.isReadOnly(), url=dialog.url.text(),
+                    title=dialog.windowTitle())
+        dialog.url.setText("http://127.0.0.1:18081")
+        dialog.accept()
+        return int(dialog.result())
+
+    monkeypatch.setattr(RemoteServerDialog, "exec", edit)
+    assert machines.edit_remote() is not None
+    assert seen == {"name": "box", "fixed": True, "url": "http://127.0.0.1:18080",
+                    "title": "Edit remote server box"}
+    edited = get_server("box")
+    assert edited.url == "http://127.0.0.1:18081" and machines.remote_names() == ["box"]
+    assert edited.api_key() is None  # the key belonged to the old address: it does not follow the name
+
+    asked: list[str] = []
+    timer = _click_in_next_dialog("Cancel", asked)
+    assert not machines.remove_remote()  # Cancel keeps it
+    timer.stop()
+    assert asked == ["Remove the remote server \u201cbox\u201d (http://127.0.0.1:18081)?"]
+    assert machines.remote_names() == ["box"]
+
+    timer = _click_in_next_dialog("Remove", asked)
+    assert machines.remove_remote()
+    timer.stop()
+    assert machines.remote_names() == [] and not window.model_selector.has("remote:box")
+    assert not machines.edit_remote_button.isEnabled()
+    assert "box" not in (Path(os.environ["FASTMTP_CONFIG_DIR"]) / "remote-servers.json").read_text()

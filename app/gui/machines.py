@@ -21,6 +21,9 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -32,7 +35,7 @@ from app.backend.rpc import NO_AUTH_WARNING, parse_endpoints
 from app.backend.upstream_server import UpstreamServer
 from app.errors import FastMTPError
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
-from app.remote_servers import RemoteServer, add_server, check_url, load_servers
+from app.remote_servers import RemoteServer, add_server, check_url, load_servers, remove_server
 from app.settings import Settings
 
 RPC_NOTE = (f"{NO_AUTH_WARNING} Use workers only on a network you trust. The GPU layers setting decides how many "
@@ -40,16 +43,18 @@ RPC_NOTE = (f"{NO_AUTH_WARNING} Use workers only on a network you trust. The GPU
 
 
 class RemoteServerDialog(QDialog):
-    """Add (or replace) a remote server: name, address, API key (kept in the keyring), model, certificate check.
+    """Add a remote server, or edit one (``server``): name, address, API key (kept in the keyring), model,
+    certificate check. An edited server keeps its name (its chats and settings refer to it by name).
 
     The plain-HTTP rule is checked as the address is typed; ``server`` is the saved server after OK."""
 
     def __init__(self, parent: QWidget | None = None, server: RemoteServer | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("Remote server")
+        self.setWindowTitle(f"Edit remote server {server.name}" if server else "Remote server")
         self.server: RemoteServer | None = None
         self.name = QLineEdit(server.name if server else "")
         self.name.setPlaceholderText("gpu-box")
+        self.name.setReadOnly(server is not None)
         self.url = QLineEdit(server.url if server else "")
         self.url.setPlaceholderText("https://gpu-box.example:8080 or http://192.168.1.20:8080")
         self.api_key = QLineEdit()
@@ -123,10 +128,17 @@ class MachinesGroup(QGroupBox):
         self.ops = OwnedOps(self)
         self.server: UpstreamServer | None = None
         self._chat_model = settings.chat_model
-        self.remotes = QLabel()
-        self.remotes.setWordWrap(True)
-        self.add_remote_button = QPushButton("Remote server…")
+        self.remotes = QListWidget()  # one row a saved server: "name  url"
+        self.remotes.setMaximumHeight(96)
+        self.remotes.currentRowChanged.connect(lambda _row: self._remote_selected())
+        self.remotes.itemDoubleClicked.connect(lambda _item: self.edit_remote())
+        self.add_remote_button = QPushButton("Add…")
+        self.add_remote_button.setToolTip("Add a llama-server, vLLM or any OpenAI-compatible server")
         self.add_remote_button.clicked.connect(self.add_remote)
+        self.edit_remote_button = QPushButton("Edit…")
+        self.edit_remote_button.clicked.connect(self.edit_remote)
+        self.remove_remote_button = QPushButton("Remove")
+        self.remove_remote_button.clicked.connect(self.remove_remote)
         self.rpc_workers = QLineEdit()
         self.rpc_workers.setPlaceholderText("host:port, host:port (python -m app rpc-worker on each)")
         self.rpc_note = QLabel(RPC_NOTE)
@@ -144,9 +156,10 @@ class MachinesGroup(QGroupBox):
         self.serve_note.setWordWrap(True)
         self.serve_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # the key, to copy
 
-        remote_row = QHBoxLayout()
+        remote_row = QHBoxLayout()  # the buttons side by side: the page has no room for a column of them
         remote_row.addWidget(self.remotes, 1)
-        remote_row.addWidget(self.add_remote_button)
+        for button in (self.add_remote_button, self.edit_remote_button, self.remove_remote_button):
+            remote_row.addWidget(button, 0, Qt.AlignmentFlag.AlignTop)
         serve_row = QHBoxLayout()
         serve_row.addWidget(QLabel("address"))
         serve_row.addWidget(self.serve_host)
@@ -192,17 +205,77 @@ class MachinesGroup(QGroupBox):
     # ------------------------------------------------------------------ remote servers
 
     def refresh_remotes(self) -> None:
+        chosen = self.selected_remote()
+        self.remotes.clear()
         servers = load_servers()
-        self.remotes.setText(", ".join(f"{s.name} ({s.url})" for s in servers) if servers else
-                             "none yet: a llama-server, vLLM or any OpenAI-compatible server")
+        for server in servers:
+            item = QListWidgetItem(f"{server.name}  {server.url}")
+            item.setData(Qt.ItemDataRole.UserRole, server.name)
+            self.remotes.addItem(item)
+            if chosen is not None and server.name == chosen.name:
+                self.remotes.setCurrentItem(item)
+        if not servers:
+            item = QListWidgetItem("none yet: a llama-server, vLLM or any OpenAI-compatible server")
+            item.setFlags(Qt.ItemFlag.NoItemFlags)
+            self.remotes.addItem(item)
+        self._remote_selected()
+
+    def remote_names(self) -> list[str]:
+        """The saved servers' names, as listed."""
+        items = (self.remotes.item(row) for row in range(self.remotes.count()))
+        return [str(name) for item in items if (name := item.data(Qt.ItemDataRole.UserRole)) is not None]
+
+    def selected_remote(self) -> RemoteServer | None:
+        item = self.remotes.currentItem()
+        name = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        return next((server for server in load_servers() if server.name == name), None)
+
+    def _remote_selected(self) -> None:
+        chosen = self.remotes.currentItem() is not None and self.selected_remote() is not None
+        self.edit_remote_button.setEnabled(chosen)
+        self.remove_remote_button.setEnabled(chosen)
 
     def add_remote(self) -> RemoteServer | None:
-        dialog = RemoteServerDialog(self)
+        return self._open_dialog(None)
+
+    def edit_remote(self) -> RemoteServer | None:
+        """Change the selected server's address, key, model or certificate check (an empty key keeps the
+        stored one)."""
+        server = self.selected_remote()
+        return self._open_dialog(server) if server is not None else None
+
+    def _open_dialog(self, server: RemoteServer | None) -> RemoteServer | None:
+        dialog = RemoteServerDialog(self, server)
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return None
         self.refresh_remotes()
         self.remote_servers_changed.emit()
         return dialog.server
+
+    def remove_remote(self) -> bool:
+        """Forget the selected server and its key in the keyring, after asking (Cancel is the default)."""
+        server = self.selected_remote()
+        if server is None or not self.confirm_remove(server):
+            return False
+        try:
+            remove_server(server.name)
+        except FastMTPError as exc:
+            self._note(error_text(exc), bad=True)
+            return False
+        self.refresh_remotes()
+        self.remote_servers_changed.emit()
+        return True
+
+    def confirm_remove(self, server: RemoteServer) -> bool:
+        box = QMessageBox(QMessageBox.Icon.Question, "Remove remote server",
+                          f"Remove the remote server \u201c{server.name}\u201d ({server.url})?", parent=self)
+        box.setInformativeText("Its API key is deleted from the keyring. Chats with it stay in the history.")
+        remove = box.addButton("Remove", QMessageBox.ButtonRole.DestructiveRole)
+        cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(cancel)
+        box.setEscapeButton(cancel)
+        box.exec()
+        return box.clickedButton() is remove
 
     # ------------------------------------------------------------------ serving
 
