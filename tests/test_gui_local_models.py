@@ -156,6 +156,38 @@ def test_a_gguf_dropped_on_the_window_is_added(qtbot: QtBot, window: MainWindow,
     assert not ignored.isAccepted()
 
 
+def test_a_gguf_dropped_on_the_message_box_is_added_not_pasted(qtbot: QtBot, window: MainWindow, demo: DemoModel,
+                                                              places: Path) -> None:
+    dropped = _link(demo.target, places / "home" / "dropped" / "Onto-The-Composer-Q4_K_M.gguf")
+    window.show_page("Chat")
+    composer = window.chat_page.chat.input
+    composer.setPlainText("a draft message")
+    target = composer.viewport()  # where Qt delivers drops on a text box
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(dropped))])
+    enter = QDragEnterEvent(QPoint(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(target, enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(target, drop)
+    assert drop.isAccepted() and window.current_page() == "Models"
+    assert composer.toPlainText() == "a draft message"  # not the file's address pasted in
+    _wait_idle(qtbot, window)
+    assert window.models_page.local.model(dropped) is not None
+
+    window.show_page("Chat")
+    text = QMimeData()
+    text.setText(" and more")
+    QApplication.sendEvent(target, QDragEnterEvent(QPoint(10, 10), Qt.DropAction.CopyAction, text,
+                                                   Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier))
+    text_drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, text, Qt.MouseButton.LeftButton,
+                           Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(target, text_drop)
+    assert " and more" in composer.toPlainText() and window.current_page() == "Chat"  # text drops still paste
+
+
 def test_the_scan_finds_a_file_planted_in_lm_studio_and_adds_it(qtbot: QtBot, window: MainWindow, demo: DemoModel,
                                                                places: Path) -> None:
     planted = _link(demo.target, places / "home" / ".lmstudio" / "models" / "pub" / "Qwen3.8-GGUF" /

@@ -19,6 +19,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QAbstractScrollArea,
     QCheckBox,
     QFileDialog,
     QGroupBox,
@@ -77,6 +78,12 @@ class GgufDrop(QObject):
         self._on_file = on_file
         window.setAcceptDrops(True)
         window.installEventFilter(self)
+
+    def watch(self, widget: QWidget) -> None:
+        """Also take ``.gguf`` files dropped on ``widget``, which accepts drops of its own (the message box would
+        paste the file's address as text); other drops stay the widget's."""
+        target = widget.viewport() if isinstance(widget, QAbstractScrollArea) else widget  # where drops land
+        target.installEventFilter(self)
 
     @staticmethod
     def gguf_paths(event: QDropEvent | QDragEnterEvent) -> list[Path]:

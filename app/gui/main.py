@@ -171,6 +171,7 @@ class MainWindow(QMainWindow):
         self.bench_page = BenchmarkPage(self.model_selector.bench_model)
         self.add_page("Benchmark", self.bench_page)
         self.gguf_drop = GgufDrop(self, self.add_model_file)  # a .gguf dropped on the window joins your models
+        self.gguf_drop.watch(self.chat_page.chat.input)  # also one dropped on the message box
 
     # ------------------------------------------------------------------ your own models (issue 14)
 
