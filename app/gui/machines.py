@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
-    QMessageBox,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -34,7 +33,7 @@ from app import serve
 from app.backend.rpc import NO_AUTH_WARNING, parse_endpoints
 from app.backend.upstream_server import UpstreamServer
 from app.errors import FastMTPError
-from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.gui.page_ops import OwnedOps, bad_colour, confirm_destructive, error_text, good_colour
 from app.remote_servers import RemoteServer, add_server, check_url, load_servers, remove_server
 from app.settings import Settings
 
@@ -267,15 +266,10 @@ class MachinesGroup(QGroupBox):
         return True
 
     def confirm_remove(self, server: RemoteServer) -> bool:
-        box = QMessageBox(QMessageBox.Icon.Question, "Remove remote server",
-                          f"Remove the remote server \u201c{server.name}\u201d ({server.url})?", parent=self)
-        box.setInformativeText("Its API key is deleted from the keyring. Chats with it stay in the history.")
-        remove = box.addButton("Remove", QMessageBox.ButtonRole.DestructiveRole)
-        cancel = box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(cancel)
-        box.setEscapeButton(cancel)
-        box.exec()
-        return box.clickedButton() is remove
+        return confirm_destructive(self, "Remove remote server",
+                                   f"Remove the remote server \u201c{server.name}\u201d ({server.url})?",
+                                   "Its API key is deleted from the keyring. Chats with it stay in the history.",
+                                   "Remove")
 
     # ------------------------------------------------------------------ serving
 

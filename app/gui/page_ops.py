@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import shiboken6
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app.errors import FastMTPError
 from app.gui.ops import BackgroundOp, Report, run_in_background
@@ -94,3 +94,15 @@ def good_colour(widget: QWidget) -> QColor:
 
 def bad_colour(widget: QWidget) -> QColor:
     return status_colours(widget)[1]
+
+
+def confirm_destructive(parent: QWidget, title: str, question: str, detail: str, action: str) -> bool:
+    """Ask before something is deleted for good; Cancel is the default button (Enter or Esc keeps it)."""
+    box = QMessageBox(QMessageBox.Icon.Question, title, question, parent=parent)
+    box.setInformativeText(detail)
+    confirm = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
+    cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+    box.setDefaultButton(cancel)
+    box.setEscapeButton(cancel)
+    box.exec()
+    return box.clickedButton() is confirm

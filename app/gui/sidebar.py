@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMenu,
-    QMessageBox,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -28,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.gui import icons
 from app.gui.markdown import LIGHT, Palette
+from app.gui.page_ops import confirm_destructive
 from app.history import HistoryError, HistoryStore
 
 RENAME_KEY = "F2"
@@ -189,15 +189,8 @@ class Sidebar(QWidget):
 
     def confirm_delete(self, title: str) -> bool:
         """Ask before a chat is deleted (Cancel is the default button: Enter or Esc keeps it)."""
-        box = QMessageBox(QMessageBox.Icon.Question, "Delete chat",
-                          f"Delete the chat \u201c{title}\u201d?", parent=self)
-        box.setInformativeText("Its messages are removed from the history; this cannot be undone.")
-        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
-        cancel = box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(cancel)
-        box.setEscapeButton(cancel)
-        box.exec()
-        return box.clickedButton() is delete
+        return confirm_destructive(self, "Delete chat", f"Delete the chat \u201c{title}\u201d?",
+                                   "Its messages are removed from the history; this cannot be undone.", "Delete")
 
     def context_menu(self, conversation_id: int) -> QMenu:
         """Rename, Pin or Unpin, Delete: for the chat under the mouse, whichever chat is open."""
