@@ -204,14 +204,14 @@ class MachinesGroup(QGroupBox):
     # ------------------------------------------------------------------ remote servers
 
     def refresh_remotes(self) -> None:
-        chosen = self.selected_remote()
+        chosen = self._selected_name()
         self.remotes.clear()
         servers = load_servers()
         for server in servers:
             item = QListWidgetItem(f"{server.name}  {server.url}")
             item.setData(Qt.ItemDataRole.UserRole, server.name)
             self.remotes.addItem(item)
-            if chosen is not None and server.name == chosen.name:
+            if server.name == chosen:
                 self.remotes.setCurrentItem(item)
         if not servers:
             item = QListWidgetItem("none yet: a llama-server, vLLM or any OpenAI-compatible server")
@@ -224,13 +224,17 @@ class MachinesGroup(QGroupBox):
         items = (self.remotes.item(row) for row in range(self.remotes.count()))
         return [str(name) for item in items if (name := item.data(Qt.ItemDataRole.UserRole)) is not None]
 
-    def selected_remote(self) -> RemoteServer | None:
+    def _selected_name(self) -> str | None:
         item = self.remotes.currentItem()
         name = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
-        return next((server for server in load_servers() if server.name == name), None)
+        return str(name) if name is not None else None
+
+    def selected_remote(self) -> RemoteServer | None:
+        name = self._selected_name()
+        return next((server for server in load_servers() if server.name == name), None) if name else None
 
     def _remote_selected(self) -> None:
-        chosen = self.remotes.currentItem() is not None and self.selected_remote() is not None
+        chosen = self._selected_name() is not None  # from the list itself: no file read on every row change
         self.edit_remote_button.setEnabled(chosen)
         self.remove_remote_button.setEnabled(chosen)
 
