@@ -16,6 +16,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # every Qt test, also one
 
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.registry import BackendManifest, backend_dir
+from tests.module_folders import ModuleFolders
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -30,6 +31,14 @@ def isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleFolders]:
+    """Where a module's fixtures write (demo models, packed backends): removed once the module is done."""
+    folders = ModuleFolders(tmp_path_factory)
+    yield folders
+    folders.remove_all()
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from app.backend.registry import BackendManifest
 from app.release import signing
 from app.release.backend_signing import manifest_name, signature_name
 from app.release.catalog import load_catalog
+from tests.module_folders import ModuleFolders
 from tests.release_server import Fault, ReleaseServer
 from tests.signed_backend import PREVIOUS, Signed, last_json, other_machine, run_app, sign_packed
 from tests.signed_backend import installed as installed_in
@@ -33,8 +34,8 @@ REPO = load_catalog().repo
 
 
 @pytest.fixture(scope="module")
-def signed(patched_backend: BackendManifest, tmp_path_factory: pytest.TempPathFactory) -> Signed:
-    return sign_packed(patched_backend, tmp_path_factory.mktemp("publisher"))
+def signed(patched_backend: BackendManifest, module_tmp: ModuleFolders) -> Signed:
+    return sign_packed(patched_backend, module_tmp.mktemp("publisher"))
 
 
 @pytest.fixture
@@ -104,6 +105,15 @@ def test_install_from_a_file_checks_self_tests_and_activates_it(signed: Signed, 
     assert installed(machine) == (sorted([PREVIOUS, signed.backend.id]), signed.backend.id)
     folder = Path(got["folder"])
     assert archive.read_origin(folder) is not None and (folder / "llama_cpp").is_dir()
+    # `backend list` says where each came from, as the Backend page's origin column does
+    listed = {b["id"]: b for b in json.loads(run_app(machine, "backend", "list", "--json").stdout)}
+    assert listed[signed.backend.id]["origin_label"] == "prebuilt, signed by your trusted key"
+    assert listed[signed.backend.id]["origin"]["fingerprint"] == signed.fingerprint
+    assert listed[PREVIOUS]["origin"] is None and listed[PREVIOUS]["origin_label"] == "built here"
+    table = run_app(machine, "backend", "list").stdout.splitlines()
+    assert any(row.startswith("*") and signed.backend.id in row and "signed by your trusted key" in row
+               for row in table), table
+    assert any(PREVIOUS in row and "built here" in row for row in table), table
     # the key is pinned now: the same archive installs again without being told the fingerprint
     trusted = json.loads(run_app(machine, "trust", "list", "--json").stdout)
     assert [(k["repo"], k["fingerprint"]) for k in trusted] == [(REPO, signed.fingerprint)]

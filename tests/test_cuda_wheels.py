@@ -32,6 +32,7 @@ from tests.cuda_index import (
     require_cached_wheelhouse,
     tiny_wheel,
 )
+from tests.module_folders import ModuleFolders
 
 # ----------------------------------------------------------------------------- fixtures
 
@@ -52,32 +53,32 @@ def pip_isolated() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def index(cached_wheelhouse: Path, pip_isolated: None,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalIndex]:
+          module_tmp: ModuleFolders) -> Iterator[LocalIndex]:
     """The cached wheels, plus wheels that must not be picked: a newer CUDA 13.1 crt, CUDA 12 ones without nvcc."""
-    decoys = tmp_path_factory.mktemp("decoys")
+    decoys = module_tmp.mktemp("decoys")
     extra = [
         tiny_wheel(decoys, "nvidia-cuda-crt", "13.1.80", {"nvidia/cu13/include/crt/host_config.h": b"#error\n"}),
         tiny_wheel(decoys, "nvidia-cuda-nvcc-cu12", "12.4.131", {"nvidia/cuda_nvcc/bin/ptxas": b""}),
         tiny_wheel(decoys, "nvidia-cublas-cu12", "12.4.5.8", {"nvidia/cublas/include/cublas_v2.h": b""}),
     ]
-    served = LocalIndex(tmp_path_factory.mktemp("index"), sorted(cached_wheelhouse.glob("*.whl")) + extra)
+    served = LocalIndex(module_tmp.mktemp("index"), sorted(cached_wheelhouse.glob("*.whl")) + extra)
     yield served
     served.close()
 
 
 @pytest.fixture(scope="module")
-def fetched(index: LocalIndex, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+def fetched(index: LocalIndex, module_tmp: ModuleFolders) -> tuple[Path, list[str]]:
     """The real fetch: pip downloads from the local index into a fresh wheelhouse."""
-    house = tmp_path_factory.mktemp("wheelhouse")
+    house = module_tmp.mktemp("wheelhouse")
     log: list[str] = []
     assert cuda_wheels.fetch(PIN, house, index.url, log.append) == house
     return house, log
 
 
 @pytest.fixture(scope="module")
-def app_cache(fetched: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def app_cache(fetched: tuple[Path, list[str]], module_tmp: ModuleFolders) -> Path:
     """A cache folder holding the app's CUDA 13.0 toolkit, installed from the fetched wheels by the CLI."""
-    cache = tmp_path_factory.mktemp("cache")
+    cache = module_tmp.mktemp("cache")
     proc = _cli("backend", "cuda-toolkit", "install", "--cuda", PIN, "--wheelhouse", str(fetched[0]), "--json",
                 FASTMTP_CACHE_DIR=str(cache))
     assert proc.returncode == 0, proc.stderr[-3000:]

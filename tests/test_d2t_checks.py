@@ -35,6 +35,7 @@ from app.gguftools.inspect import inspect_gguf
 from app.gguftools.reader import architecture, open_gguf
 from app.gguftools.sidecar import check_pair
 from app.gguftools.writer import KVItem, TensorPlan, kv_from_reader, kv_u32, plan_array, write_gguf
+from tests.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
@@ -45,15 +46,15 @@ WAIT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("d2t-demo"), size="tiny", acceptance=0.9, seed=4)
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("d2t-demo"), size="tiny", acceptance=0.9, seed=4)
 
 
 @pytest.fixture(scope="module")
-def other(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+def other(module_tmp: ModuleFolders) -> DemoModel:
     """Another model with the very same shapes (its own word table): its sidecar loads with ``demo``. Not
     English: every English demo says the same passage, so its sidecar would draft right."""
-    return ensure_demo_model(tmp_path_factory.mktemp("d2t-other"), size="tiny", acceptance=0.9, seed=5,
+    return ensure_demo_model(module_tmp.mktemp("d2t-other"), size="tiny", acceptance=0.9, seed=5,
                              language="words")
 
 
@@ -103,18 +104,18 @@ BAD: dict[str, tuple[Callable[[npt.NDArray[np.int64]], npt.NDArray[Any]], list[s
 
 
 @pytest.fixture(scope="module")
-def bad(demo: DemoModel, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("bad-d2t")
+def bad(demo: DemoModel, module_tmp: ModuleFolders) -> dict[str, Path]:
+    folder = module_tmp.mktemp("bad-d2t")
     ids = d2t_ids(demo.sidecar_d2t)
     return {case: rewrite_sidecar(demo.sidecar_d2t, folder / f"{case}.gguf", d2t=change(ids))
             for case, (change, _said, _logged) in BAD.items()}
 
 
 @pytest.fixture(scope="module")
-def crashy(demo: DemoModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def crashy(demo: DemoModel, module_tmp: ModuleFolders) -> Path:
     """A sidecar that passes every check but aborts llama.cpp while loading (a GGML_ASSERT on its hparams):
     a stand-in for any native crash a pair can cause."""
-    return rewrite_sidecar(demo.sidecar_d2t, tmp_path_factory.mktemp("crashy") / "crashy-d2t.gguf",
+    return rewrite_sidecar(demo.sidecar_d2t, module_tmp.mktemp("crashy") / "crashy-d2t.gguf",
                            kv=(kv_u32("qwen35.nextn_predict_layers", 5),))  # == block_count
 
 

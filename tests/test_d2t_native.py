@@ -17,18 +17,19 @@ from app.errors import SidecarError
 from app.gguftools.demo_model import DemoModel
 from app.native import draft_probe
 from app.native.handles import Model
+from tests.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("demo90"), size="tiny", acceptance=0.9, seed=1)
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("demo90"), size="tiny", acceptance=0.9, seed=1)
 
 
 @pytest.fixture(scope="module")
-def demo60(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("demo60"), size="tiny", acceptance=0.6, seed=2)
+def demo60(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("demo60"), size="tiny", acceptance=0.6, seed=2)
 
 
 def _run_app(*args: str, backend: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -20,6 +20,7 @@ from app.gguftools.demo_model import DemoModel, write_demo_model
 from app.gguftools.inspect import inspect_gguf
 from app.native import draft_probe
 from app.native.handles import Model
+from tests.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
@@ -29,8 +30,8 @@ POSITIONS = 160  # teacher-forced positions after the prompt
 
 
 @pytest.fixture(scope="module")
-def demo27(tmp_path_factory: pytest.TempPathFactory, qwen_vocab_path: Path) -> Iterator[DemoModel]:
-    folder = tmp_path_factory.mktemp("demo27b")
+def demo27(module_tmp: ModuleFolders, qwen_vocab_path: Path) -> Iterator[DemoModel]:
+    folder = module_tmp.mktemp("demo27b")
     yield write_demo_model(folder, qwen_vocab_path, "27b", acceptance=ACCEPTANCE, seed=5, n_trunk=N_TRUNK)
     shutil.rmtree(folder, ignore_errors=True)
 

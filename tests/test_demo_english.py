@@ -26,6 +26,7 @@ from app.gguftools.demo_model import DEMO_PASSAGE, END_OF_TURN, DemoModel, make_
 from app.gguftools.tokenizer import Tokenizer, load_tokenizer
 from app.native import draft_probe
 from app.native.handles import Context, Model
+from tests.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
@@ -45,9 +46,9 @@ def tokenizer(qwen_vocab_path: Path) -> Tokenizer:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+def demo(module_tmp: ModuleFolders) -> DemoModel:
     """The built-in demo exactly as the window and quickstart get it (all defaults)."""
-    return ensure_demo_model(tmp_path_factory.mktemp("english-demo"))
+    return ensure_demo_model(module_tmp.mktemp("english-demo"))
 
 
 @pytest.fixture(scope="module")

@@ -29,11 +29,12 @@ from app.gguftools.inspect import report_from_reader
 from app.gguftools.qwen35 import QWEN35_27B, check_plans
 from app.gguftools.reader import field_value, open_gguf, tensors_by_name
 from app.gguftools.tokenizer import NEWLINE, load_tokenizer
+from tests.module_folders import ModuleFolders
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory, qwen_vocab_path: Path) -> DemoModel:
-    return write_demo_model(tmp_path_factory.mktemp("demo"), qwen_vocab_path, "tiny", acceptance=0.9, seed=3)
+def demo(module_tmp: ModuleFolders, qwen_vocab_path: Path) -> DemoModel:
+    return write_demo_model(module_tmp.mktemp("demo"), qwen_vocab_path, "tiny", acceptance=0.9, seed=3)
 
 
 @pytest.fixture(scope="module")

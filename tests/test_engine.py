@@ -12,6 +12,7 @@ from app.engine.sampling import Sampler
 from app.engine.speculative import SpeculativeDecoder
 from app.errors import ContextFullError, SidecarError
 from app.gguftools.demo_model import DemoModel
+from tests.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
@@ -21,8 +22,8 @@ GREEDY = SamplingParams()
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("engine-demo"), size="tiny", acceptance=0.9, seed=4,
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("engine-demo"), size="tiny", acceptance=0.9, seed=4,
                              language="words")  # long replies and prompts from anywhere in the table
 
 
@@ -191,11 +192,11 @@ def test_p_min_cutoff_drafts_less_and_stays_lossless(demo: DemoModel) -> None:
     assert drafted[0] >= drafted[1] >= drafted[2] == 0
 
 
-def test_adaptive_depth_stops_drafting_where_drafts_fail_and_stays_lossless(tmp_path_factory: pytest.TempPathFactory,
+def test_adaptive_depth_stops_drafting_where_drafts_fail_and_stays_lossless(module_tmp: ModuleFolders,
                                                                            demo: DemoModel) -> None:
     """A draft head that is almost always wrong: adaptive depth learns to skip drafting (rounds at depth 0
     hold their tokens for the draft context, probes catch it up in one pass), and the text is unchanged."""
-    bad = ensure_demo_model(tmp_path_factory.mktemp("engine-demo-bad"), size="tiny", acceptance=0.0, seed=4,
+    bad = ensure_demo_model(module_tmp.mktemp("engine-demo-bad"), size="tiny", acceptance=0.0, seed=4,
                             language="words")
     prompt = table_prompt(bad)
     plain = _decoder(bad, "off")

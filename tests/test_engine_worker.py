@@ -14,6 +14,7 @@ from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
+from tests.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
@@ -22,8 +23,8 @@ OPTIONS = ChatOptions(max_tokens=40, sampling=SamplingParams(temperature=0.8, se
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("worker-demo"), size="tiny", acceptance=0.9, seed=6)
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("worker-demo"), size="tiny", acceptance=0.9, seed=6)
 
 
 def _config(demo: DemoModel, draft: Path | None = None) -> EngineConfig:

@@ -15,6 +15,7 @@ from app.gguftools.qwen35 import Qwen35Shape, constant, neutral_plans, write_qwe
 from app.gguftools.sidecar import build_sidecar
 from app.gguftools.tokenizer import Tokenizer, TokenType
 from app.gguftools.writer import TensorPlan, kv_u32, write_gguf
+from tests.module_folders import ModuleFolders
 
 F32 = GGMLQuantizationType.F32
 SHAPE = Qwen35Shape(
@@ -32,8 +33,8 @@ def tokenizer(n_vocab: int = 500) -> Tokenizer:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("inspect")
+def files(module_tmp: ModuleFolders) -> dict[str, Path]:
+    root = module_tmp.mktemp("inspect")
     head = np.random.default_rng(0).standard_normal((SHAPE.n_vocab, SHAPE.n_embd)).astype(np.float16)
     output = TensorPlan("output.weight", GGMLQuantizationType.F16, (64, 500), constant(head))
     plans = neutral_plans(SHAPE, overrides={"output.weight": output})

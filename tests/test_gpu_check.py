@@ -22,6 +22,7 @@ from app.backend.upstream_server import UpstreamServer, build_server
 from app.bench import gpu_check
 from app.builtin_demo import ensure_demo_model
 from app.errors import BackendError
+from tests.module_folders import ModuleFolders
 
 
 def _isolated_env(root: Path) -> dict[str, str]:
@@ -33,9 +34,9 @@ def _isolated_env(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def packed(patched_backend: BackendManifest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def packed(patched_backend: BackendManifest, module_tmp: ModuleFolders) -> Path:
     server = build_server(BuildOptions(flavor="cpu"))
-    return archive.pack(patched_backend.id, tmp_path_factory.mktemp("carry") / "backend.tar.xz", server)
+    return archive.pack(patched_backend.id, module_tmp.mktemp("carry") / "backend.tar.xz", server)
 
 
 def test_a_packed_backend_installs_elsewhere_with_its_server(packed: Path, patched_backend: BackendManifest,

@@ -25,18 +25,19 @@ from app.gui.chat_view import DRAFT_TINT
 from app.gui.main import MainWindow
 from app.gui.ops import Report, run_in_background
 from app.history import HistoryStore
+from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("gui-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("gui-demo"))
 
 
 @pytest.fixture(scope="module")
-def history_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("gui-history") / "history.sqlite3"
+def history_path(module_tmp: ModuleFolders) -> Path:
+    return module_tmp.mktemp("gui-history") / "history.sqlite3"
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ from app.release import signing, trust
 from app.release.catalog import load_catalog, repo_slug
 from app.settings import Settings
 from tests.cuda_index import PIN, fake_nvidia_smi
+from tests.module_folders import ModuleFolders
 from tests.release_server import ReleaseServer
 from tests.signed_backend import PREVIOUS, Signed, installed, other_machine, run_app, sign_packed
 
@@ -39,8 +40,8 @@ REPO = load_catalog().repo
 
 
 @pytest.fixture(scope="module")
-def signed(patched_backend: BackendManifest, tmp_path_factory: pytest.TempPathFactory) -> Signed:
-    return sign_packed(patched_backend, tmp_path_factory.mktemp("publisher"))
+def signed(patched_backend: BackendManifest, module_tmp: ModuleFolders) -> Signed:
+    return sign_packed(patched_backend, module_tmp.mktemp("publisher"))
 
 
 @pytest.fixture

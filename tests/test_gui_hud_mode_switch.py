@@ -19,13 +19,14 @@ from app.gguftools.demo_model import DemoModel
 from app.gui.hud import Hud
 from app.gui.main import MainWindow
 from app.history import HistoryStore
+from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("hud-switch-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("hud-switch-demo"))
 
 
 def _blank(hud: Hud) -> bool:

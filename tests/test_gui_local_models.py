@@ -38,6 +38,7 @@ from app.release.publish import keygen
 from app.settings import Settings
 from app.sidecar_job import JobCancelled
 from tests.demo_release import MODEL, SIDECAR, install_release
+from tests.module_folders import ModuleFolders
 from tests.release_server import ReleaseServer
 
 WAIT_MS = 120_000  # busy CI machines; every wait ends as soon as its condition holds
@@ -46,9 +47,9 @@ REVISION = "89abcdef0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def places(module_tmp: ModuleFolders) -> Iterator[Path]:
     """This module's own config (the registry, trusted keys), HOME and Hugging Face cache."""
-    root = tmp_path_factory.mktemp("gui-local")
+    root = module_tmp.mktemp("gui-local")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FASTMTP_CONFIG_DIR", str(root / "config"))
         patch.setenv("HOME", str(root / "home"))
@@ -60,8 +61,8 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("gui-local-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("gui-local-demo"))
 
 
 @pytest.fixture(scope="module")

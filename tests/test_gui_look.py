@@ -31,6 +31,7 @@ from app.gui.main import MainWindow
 from app.gui.nav_rail import PAGES
 from app.history import HistoryStore
 from app.settings import Settings
+from tests.module_folders import ModuleFolders
 
 WAIT_MS = 10_000
 ENGINE_WAIT_MS = 60_000
@@ -211,8 +212,8 @@ def test_the_hud_shows_the_note_keeps_it_between_replies_and_drops_it_for_anothe
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("look-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("look-demo"))
 
 
 def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:

@@ -27,28 +27,29 @@ from app.release.installed import InstalledModel, list_installed
 from app.release.publish import keygen
 from app.settings import Settings
 from tests.demo_release import FULL_SIDECAR, MODEL, SIDECAR, install_release
+from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
 BAD_REPO = "tests/mismatched-pair"
 
 
 @pytest.fixture(scope="module")
-def config_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def config_dir(module_tmp: ModuleFolders) -> Iterator[Path]:
     """This module's own config folder: trusted keys, verified versions and the saved settings stay here."""
-    folder = tmp_path_factory.mktemp("gui-models-config")
+    folder = module_tmp.mktemp("gui-models-config")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FASTMTP_CONFIG_DIR", str(folder))
         yield folder
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory, config_dir: Path) -> Path:
+def models(module_tmp: ModuleFolders, config_dir: Path) -> Path:
     """Two installed releases: the demo model with its d2t and full sidecars, and one whose "sidecar" is the
     target model itself (signed and verified like any release: the files are what they claim, just wrong)."""
-    demo: DemoModel = ensure_demo_model(tmp_path_factory.mktemp("gui-models-demo"))
-    key = keygen(tmp_path_factory.mktemp("gui-models-keys"))
-    root = tmp_path_factory.mktemp("gui-models")
-    work = tmp_path_factory.mktemp("gui-models-work")
+    demo: DemoModel = ensure_demo_model(module_tmp.mktemp("gui-models-demo"))
+    key = keygen(module_tmp.mktemp("gui-models-keys"))
+    root = module_tmp.mktemp("gui-models")
+    work = module_tmp.mktemp("gui-models-work")
     install_release(work / "good", key, root, {MODEL: demo.target, SIDECAR: demo.sidecar_d2t,
                                                 FULL_SIDECAR: demo.sidecar_full})
     install_release(work / "bad", key, root, {MODEL: demo.target, SIDECAR: demo.target}, repo=BAD_REPO)
@@ -64,8 +65,8 @@ def installed(models: Path) -> dict[str, InstalledModel]:
 
 @pytest.fixture(scope="module")
 def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: object, models: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[MainWindow]:
-    history = HistoryStore(tmp_path_factory.mktemp("gui-models-history") / "history.sqlite3")
+           module_tmp: ModuleFolders) -> Iterator[MainWindow]:
+    history = HistoryStore(module_tmp.mktemp("gui-models-history") / "history.sqlite3")
     win = MainWindow(history=history, settings=Settings(models_dir=str(models), first_run_done=True))
     win.show()
     QtBot(request).waitUntil(lambda: not win.model_selector.listing_models, timeout=WAIT_MS)

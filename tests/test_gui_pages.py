@@ -38,6 +38,7 @@ from app.release.install import default_destination
 from app.release.installed import list_installed
 from app.release.publish import KeyPair, keygen, sign_release
 from tests.cuda_index import PIN, LocalIndex, fake_nvidia_smi, isolate_pip, require_cached_wheelhouse, tiny_wheel
+from tests.module_folders import ModuleFolders
 from tests.release_server import Fault, ReleaseServer
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
@@ -481,11 +482,11 @@ def cached_wheelhouse() -> Path:
 
 
 @pytest.fixture(scope="module")
-def cuda_index(cached_wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalIndex]:
+def cuda_index(cached_wheelhouse: Path, module_tmp: ModuleFolders) -> Iterator[LocalIndex]:
     """The cached CUDA 13.0 wheels on a real PEP 503 index on 127.0.0.1, and a CUDA 12 nvcc wheel without nvcc."""
-    cu12 = tiny_wheel(tmp_path_factory.mktemp("cu12"), "nvidia-cuda-nvcc-cu12", "12.4.131",
+    cu12 = tiny_wheel(module_tmp.mktemp("cu12"), "nvidia-cuda-nvcc-cu12", "12.4.131",
                       {"nvidia/cuda_nvcc/bin/ptxas": b""})
-    served = LocalIndex(tmp_path_factory.mktemp("cuda-index"), [*sorted(cached_wheelhouse.glob("*.whl")), cu12])
+    served = LocalIndex(module_tmp.mktemp("cuda-index"), [*sorted(cached_wheelhouse.glob("*.whl")), cu12])
     yield served
     served.close()
 

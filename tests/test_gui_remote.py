@@ -31,6 +31,7 @@ from app.gui.model_selector import ADD_REMOTE_KEY
 from app.history import HistoryStore
 from app.remote_servers import get_server
 from tests.chat_server import WORDS, ChatFault, ChatServer
+from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 
@@ -59,8 +60,8 @@ def window(qtbot: QtBot, tmp_path: Path, own_config: Path) -> Iterator[MainWindo
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("gui-remote-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("gui-remote-demo"))
 
 
 def _dialog_answers(monkeypatch: pytest.MonkeyPatch, name: str, url: str, key: str = "") -> None:

@@ -21,13 +21,14 @@ from app.gguftools.demo_model import DemoModel
 from app.gui.chat_view import DRAFT_TINT, ChatView
 from app.gui.main import MainWindow
 from app.history import SCHEMA_VERSION, HistoryStore
+from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("tint-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("tint-demo"))
 
 
 def tinted_text(view: ChatView) -> str:

@@ -23,6 +23,7 @@ from app.gui.chat_page import ChatPage
 from app.gui.main import MainWindow
 from app.gui.model_selector import ModelSelector
 from app.history import HistoryStore
+from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 GUI = Path(app.gui.__file__).parent
@@ -31,8 +32,8 @@ THREAD_MODULES = {"_thread", "concurrent.futures"}
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("structure-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("structure-demo"))
 
 
 def test_the_chat_page_and_the_model_selector_are_their_own_classes_in_their_own_modules() -> None:

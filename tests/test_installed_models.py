@@ -18,34 +18,35 @@ from app.release import trust
 from app.release.installed import list_installed, sidecar_kind
 from app.release.publish import KeyPair, keygen
 from tests.demo_release import CATALOG, FULL_SIDECAR, MODEL, SIDECAR, install_release
+from tests.module_folders import ModuleFolders
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def config_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def config_dir(module_tmp: ModuleFolders) -> Iterator[Path]:
     """A config folder of this module's own: the keys it trusts and the versions it verified stay here."""
-    folder = tmp_path_factory.mktemp("installed-config")
+    folder = module_tmp.mktemp("installed-config")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FASTMTP_CONFIG_DIR", str(folder))
         yield folder
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("installed-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("installed-demo"))
 
 
 @pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
-    return keygen(tmp_path_factory.mktemp("installed-keys"))
+def key(module_tmp: ModuleFolders) -> KeyPair:
+    return keygen(module_tmp.mktemp("installed-keys"))
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory, config_dir: Path, demo: DemoModel, key: KeyPair) -> Path:
+def models(module_tmp: ModuleFolders, config_dir: Path, demo: DemoModel, key: KeyPair) -> Path:
     """A models folder holding the demo model as release version 1 (target, d2t and full sidecars) and the
     built-in demo model's own folder (no manifest: not a release)."""
-    root = tmp_path_factory.mktemp("installed-models")
+    root = module_tmp.mktemp("installed-models")
     install_release(root.parent / (root.name + "-work"), key, root,
                     {MODEL: demo.target, SIDECAR: demo.sidecar_d2t, FULL_SIDECAR: demo.sidecar_full})
     ensure_demo_model(root / "demo")

@@ -22,6 +22,7 @@ from app.gguftools.writer import kv_u32, plan_array, write_gguf
 from app.release.hub_hash import HubOrigin, origin_from_path
 from app.release.publish import KeyPair, keygen
 from tests.demo_release import MODEL, SIDECAR, install_release
+from tests.module_folders import ModuleFolders
 from tests.release_server import ReleaseServer
 
 REPO = "someone/Qwen3.8-27B-MTP-GGUF"
@@ -29,8 +30,8 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("local-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("local-demo"))
 
 
 @pytest.fixture(autouse=True)

@@ -26,6 +26,7 @@ from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 from app.remote_servers import RemoteError, RemoteServer, add_server, check_url, get_server, load_servers, remove_server
 from tests.chat_server import TIMINGS, WORDS, ChatFault, ChatServer
+from tests.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
 OPTIONS = ChatOptions(max_tokens=40, sampling=SamplingParams(temperature=0.0))
@@ -49,8 +50,8 @@ def server_binary() -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("remote-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("remote-demo"))
 
 
 def _reply(client: RemoteClient, messages: list[Message] = MESSAGES,

@@ -34,6 +34,7 @@ from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
+from tests.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
 OPTIONS = ChatOptions(max_tokens=40, sampling=SamplingParams(temperature=0.0))
@@ -46,8 +47,8 @@ def worker_binary() -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("rpc-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("rpc-demo"))
 
 
 @pytest.fixture(scope="module")

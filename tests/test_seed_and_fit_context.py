@@ -27,6 +27,7 @@ from app.gui.main import MainWindow
 from app.gui.models_page import ModelsPage
 from app.history import HistoryStore
 from app.settings import Settings
+from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 # really random on the demo model (as test_engine's HOT); short replies keep the test quick
@@ -104,14 +105,14 @@ def test_the_fit_advice_uses_the_settings_context_and_follows_it(qtbot: QtBot, t
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("seed-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("seed-demo"))
 
 
 @pytest.fixture(scope="module")
 def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: object, demo: DemoModel,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[MainWindow]:
-    win = MainWindow(history=HistoryStore(tmp_path_factory.mktemp("seed-history") / "history.sqlite3"))
+           module_tmp: ModuleFolders) -> Iterator[MainWindow]:
+    win = MainWindow(history=HistoryStore(module_tmp.mktemp("seed-history") / "history.sqlite3"))
     win.show()
     win.use_demo(demo)
     QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)

@@ -24,14 +24,15 @@ from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 from app.remote_servers import RemoteServer
 from app.serve import ServeError, check_host
+from tests.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
 OPTIONS = ChatOptions(max_tokens=32, sampling=SamplingParams(temperature=0.0))
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("serve-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("serve-demo"))
 
 
 @pytest.fixture

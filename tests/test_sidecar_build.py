@@ -18,6 +18,7 @@ from app.gguftools.reader import open_gguf, tensors_by_name
 from app.gguftools.sidecar import build_sidecar, check_pair
 from app.gguftools.tokenizer import NEWLINE, Tokenizer, TokenType
 from app.gguftools.writer import TensorPlan, kv_u32, write_gguf
+from tests.module_folders import ModuleFolders
 
 Q8_0 = GGMLQuantizationType.Q8_0
 Q4_K = GGMLQuantizationType.Q4_K
@@ -97,8 +98,8 @@ def assert_nothing_written(out: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_target(tmp_path_factory.mktemp("target") / "target.gguf")
+def target(module_tmp: ModuleFolders) -> Path:
+    return write_target(module_tmp.mktemp("target") / "target.gguf")
 
 
 @pytest.mark.parametrize("head", [Q8_0, Q4_K], ids=["Q8_0", "Q4_K"])

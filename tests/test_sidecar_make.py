@@ -14,11 +14,12 @@ from app.child_job import ChildJob
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
 from app.sidecar_job import Control, Corpus, JobCancelled, Progress, make_sidecar
+from tests.module_folders import ModuleFolders
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("make-demo"))
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("make-demo"))
 
 
 def _leftovers(out: Path) -> list[Path]:

@@ -18,13 +18,14 @@ from app.engine.speculative import SpeculativeDecoder
 from app.engine.stats import ReplyStats
 from app.gguftools.demo_model import DemoModel
 from app.native.handles import Context, Model
+from tests.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("timing-demo"), size="tiny", acceptance=0.9, seed=4)
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("timing-demo"), size="tiny", acceptance=0.9, seed=4)
 
 
 def test_decode_returns_with_the_context_synchronized(demo: DemoModel) -> None:

@@ -21,6 +21,7 @@ from app.engine.config import EngineConfig, Mode
 from app.engine.speculative import SpeculativeDecoder
 from app.errors import EngineError
 from app.gguftools.demo_model import DemoModel
+from tests.module_folders import ModuleFolders
 
 N_TOKENS = 96
 
@@ -32,8 +33,8 @@ def server_binary() -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
-    return ensure_demo_model(tmp_path_factory.mktemp("upstream-demo"), size="tiny", acceptance=0.8, seed=9)
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("upstream-demo"), size="tiny", acceptance=0.8, seed=9)
 
 
 def _ours(demo: DemoModel, prompt: list[int], mode: Mode, draft: Path | None, draft_depth: int = 3) -> tuple[list[int],
