@@ -119,6 +119,17 @@ def read_origin(folder: Path) -> Origin | None:
         return None
 
 
+def origin_label(origin: Origin | None) -> str:
+    """The short answer to "where did this backend come from?": the Backend page's column and ``backend list``."""
+    if origin is None:
+        return "built here"
+    if origin.kind == "bundled":
+        return "prebuilt, shipped with the app"
+    if origin.kind != "signed":
+        return "prebuilt, unsigned"
+    return "prebuilt, publisher-signed" if origin.key_source == "shipped" else "prebuilt, signed by your trusted key"
+
+
 def describe_origin(folder: Path) -> str:
     origin = read_origin(folder)
     return origin.describe() if origin is not None else "built here"

@@ -133,21 +133,28 @@ def cmd_backend_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_backend_list(args: argparse.Namespace) -> int:
-    from app.backend import registry
+    from app.backend import archive, registry
 
     registry.cleanup_stale_staging()
     active = registry.active_id()
     backends = registry.list_backends()
 
-    emit(args, [dict(m.to_dict(), active=m.id == active) for m in backends],
-         "\n".join(_backend_row(m, m.id == active) for m in backends) or "No backends installed.")
+    origins = {m.id: archive.read_origin(registry.backend_dir(m.id)) for m in backends}
+    rows = [dict(m.to_dict(), active=m.id == active, origin=_origin_dict(origins[m.id]),
+                 origin_label=archive.origin_label(origins[m.id])) for m in backends]
+    emit(args, rows, "\n".join(_backend_row(m, m.id == active, archive.origin_label(origins[m.id]))
+                               for m in backends) or "No backends installed.")
     return 0
 
 
-def _backend_row(m: Any, active: bool) -> str:
+def _origin_dict(origin: Any) -> dict[str, Any] | None:
+    return origin.to_dict() if origin is not None else None
+
+
+def _backend_row(m: Any, active: bool, origin: str) -> str:
     mark = "*" if active else " "
     patch = "d2t" if m.patched else "unpatched"
-    return (f"{mark} {m.id:40} {m.flavor:5} {patch:9} built {m.built_at} in {m.build_seconds:.0f} s, "
+    return (f"{mark} {m.id:40} {m.flavor:5} {patch:9} {origin}; built {m.built_at} in {m.build_seconds:.0f} s, "
             f"self-test {'ok' if m.selftest_ok else 'FAILED'}")
 
 

@@ -90,17 +90,6 @@ def wrapping_label(text: str = "") -> QLabel:
     return label
 
 
-def origin_cell(origin: archive.Origin | None) -> str:
-    """The installed table's short answer to "where did this backend come from?"."""
-    if origin is None:
-        return "built here"
-    if origin.kind == "bundled":
-        return "prebuilt, shipped with the app"
-    if origin.kind != "signed":
-        return "prebuilt, unsigned"
-    return "prebuilt, publisher-signed" if origin.key_source == "shipped" else "prebuilt, signed by your trusted key"
-
-
 @dataclass(frozen=True)
 class ToolkitOffer:
     """The app's own CUDA toolkit, offered on the page: for which CUDA version, and why that one."""
@@ -665,7 +654,7 @@ class BackendPage(QWidget):
             cells = [manifest.id, manifest.flavor + (f" sm_{','.join(manifest.cuda_archs)}"
                                                      if manifest.cuda_archs else ""),
                      "yes" if manifest.patched else "no (cannot load d2t sidecars)",
-                     "ok" if manifest.selftest_ok else "FAILED", origin_cell(origin),
+                     "ok" if manifest.selftest_ok else "FAILED", archive.origin_label(origin),
                      manifest.built_at.replace("T", " ")[:19], "● active" if manifest.id == active else ""]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
