@@ -8,18 +8,25 @@ BIN    := $(VENV)/bin
 # `ldd` of PySide6's libqxcb.so / libQt6XcbQpa.so.6, plus libxcb-cursor0, which Qt 6.5+ opens at run time.
 # The same list is the .deb's Depends (installers/debian.py).
 QT_DEB_PACKAGES := $(shell cat installers/debian-qt-packages.txt)
+# Only for the tests: a real X server and xprop, so the window's X11 class and icon are checked (not the .deb's).
+TEST_DEB_PACKAGES := xvfb xauth x11-utils
 
 .PHONY: run test lint venv clean package package-test gpu-prepare gpu-check
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Debian packages from the list given, those not installed yet; only as root with apt-get, else nothing.
+define apt_install
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  missing=""; for pkg in $(QT_DEB_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	  missing=""; for pkg in $(1); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	  if [ -n "$$missing" ]; then \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	  fi; \
 	fi
+endef
+
+$(VENV)/.installed: pyproject.toml
+	$(call apt_install,$(QT_DEB_PACKAGES))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev,package]'
@@ -33,6 +40,7 @@ lint: venv
 	$(BIN)/mypy --strict app
 
 test: lint
+	$(call apt_install,$(TEST_DEB_PACKAGES))
 	$(BIN)/python -m app backend fetch --version 0.3.35 --version 0.3.36
 	$(BIN)/python -m app backend cuda-toolkit fetch --cuda 13.0  # the wheels tests/test_cuda_wheels.py builds with
 	$(BIN)/python -m pytest -ra
