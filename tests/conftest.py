@@ -16,6 +16,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # every Qt test, also one
 
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.registry import BackendManifest, backend_dir
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 
@@ -39,6 +40,12 @@ def module_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleFolde
     folders = ModuleFolders(tmp_path_factory)
     yield folders
     folders.remove_all()
+
+
+@pytest.fixture(scope="session")
+def default_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoCopies:
+    """The default demo model, written on first use and copied into each module that asks for it."""
+    return DemoCopies(tmp_path_factory.mktemp("default-demo"))
 
 
 @pytest.fixture(scope="session")

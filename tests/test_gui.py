@@ -17,7 +17,6 @@ from PySide6.QtCore import Qt, QThread, QUrl
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig
 from app.gguftools.demo_model import DemoModel
@@ -25,14 +24,15 @@ from app.gui.chat_view import DRAFT_TINT
 from app.gui.main import MainWindow
 from app.gui.ops import Report, run_in_background
 from app.history import HistoryStore
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("gui-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("gui-demo"))
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,11 @@ from pytestqt.qtbot import QtBot
 
 from app import __version__
 from app.backend.registry import BackendManifest
-from app.builtin_demo import ensure_demo_model
 from app.engine.config import ChatOptions
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
 from app.history import HistoryStore
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 WAIT_MS = 10_000
@@ -294,8 +294,8 @@ def test_help_lists_every_key_the_window_answers_and_about_names_the_versions(
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("keys-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("keys-demo"))
 
 
 def test_esc_stops_a_streaming_reply_and_keeps_its_text(qtbot: QtBot, store: HistoryStore,

@@ -14,19 +14,19 @@ from typing import Any
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 from app.gui.hud import Hud
 from app.gui.main import MainWindow
 from app.history import HistoryStore
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("hud-switch-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("hud-switch-demo"))
 
 
 def _blank(hud: Hud) -> bool:

@@ -27,7 +27,6 @@ from pytestqt.qtbot import QtBot
 
 from app import local_models
 from app.backend.registry import BackendManifest
-from app.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
 from app.gui.benchmark_page import MODE_COLOURS
@@ -37,6 +36,7 @@ from app.history import HistoryStore
 from app.release.publish import keygen
 from app.settings import Settings
 from app.sidecar_job import JobCancelled
+from tests.demo_copies import DemoCopies
 from tests.demo_release import MODEL, SIDECAR, install_release
 from tests.module_folders import ModuleFolders
 from tests.release_server import ReleaseServer
@@ -61,8 +61,8 @@ def places(module_tmp: ModuleFolders) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("gui-local-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("gui-local-demo"))
 
 
 @pytest.fixture(scope="module")

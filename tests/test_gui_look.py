@@ -20,7 +20,6 @@ from PySide6.QtGui import QColor, QFontMetrics, QIcon
 from PySide6.QtWidgets import QApplication, QListView, QListWidget, QStyle, QStyledItemDelegate, QStyleOptionViewItem
 from pytestqt.qtbot import QtBot
 
-from app.builtin_demo import ensure_demo_model
 from app.engine.breakeven import NO_GAIN_AFTER, PAYS_ABOVE, expected_plain_tps, no_gain_note
 from app.engine.config import EngineConfig, Mode
 from app.gguftools.demo_model import DemoModel
@@ -31,6 +30,7 @@ from app.gui.main import MainWindow
 from app.gui.nav_rail import PAGES
 from app.history import HistoryStore
 from app.settings import Settings
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 WAIT_MS = 10_000
@@ -212,8 +212,8 @@ def test_the_hud_shows_the_note_keeps_it_between_replies_and_drops_it_for_anothe
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("look-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("look-demo"))
 
 
 def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app import settings as app_settings
-from app.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
 from app.gui.model_selector import DEMO_LABEL
@@ -26,6 +25,7 @@ from app.history import HistoryStore
 from app.release.installed import InstalledModel, list_installed
 from app.release.publish import keygen
 from app.settings import Settings
+from tests.demo_copies import DemoCopies
 from tests.demo_release import FULL_SIDECAR, MODEL, SIDECAR, install_release
 from tests.module_folders import ModuleFolders
 
@@ -43,10 +43,10 @@ def config_dir(module_tmp: ModuleFolders) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def models(module_tmp: ModuleFolders, config_dir: Path) -> Path:
+def models(module_tmp: ModuleFolders, default_demo: DemoCopies, config_dir: Path) -> Path:
     """Two installed releases: the demo model with its d2t and full sidecars, and one whose "sidecar" is the
     target model itself (signed and verified like any release: the files are what they claim, just wrong)."""
-    demo: DemoModel = ensure_demo_model(module_tmp.mktemp("gui-models-demo"))
+    demo: DemoModel = default_demo.copy_to(module_tmp.mktemp("gui-models-demo"))
     key = keygen(module_tmp.mktemp("gui-models-keys"))
     root = module_tmp.mktemp("gui-models")
     work = module_tmp.mktemp("gui-models-work")

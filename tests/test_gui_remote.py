@@ -22,7 +22,6 @@ from pytestqt.qtbot import QtBot
 from app import settings as app_settings
 from app.backend.builder import BuildOptions
 from app.backend.upstream_server import UpstreamServer, build_server
-from app.builtin_demo import ensure_demo_model
 from app.engine.remote import NO_TINT_REASON
 from app.gguftools.demo_model import DemoModel
 from app.gui.machines import RemoteServerDialog
@@ -31,6 +30,7 @@ from app.gui.model_selector import ADD_REMOTE_KEY
 from app.history import HistoryStore
 from app.remote_servers import get_server
 from tests.chat_server import WORDS, ChatFault, ChatServer
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
@@ -60,8 +60,8 @@ def window(qtbot: QtBot, tmp_path: Path, own_config: Path) -> Iterator[MainWindo
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("gui-remote-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("gui-remote-demo"))
 
 
 def _dialog_answers(monkeypatch: pytest.MonkeyPatch, name: str, url: str, key: str = "") -> None:

@@ -16,13 +16,13 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 import app.gui
-from app.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 from app.gui import main as gui_main
 from app.gui.chat_page import ChatPage
 from app.gui.main import MainWindow
 from app.gui.model_selector import ModelSelector
 from app.history import HistoryStore
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
@@ -32,8 +32,8 @@ THREAD_MODULES = {"_thread", "concurrent.futures"}
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("structure-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("structure-demo"))
 
 
 def test_the_chat_page_and_the_model_selector_are_their_own_classes_in_their_own_modules() -> None:

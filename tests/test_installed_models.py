@@ -17,6 +17,7 @@ from app.gguftools.demo_model import DemoModel
 from app.release import trust
 from app.release.installed import list_installed, sidecar_kind
 from app.release.publish import KeyPair, keygen
+from tests.demo_copies import DemoCopies
 from tests.demo_release import CATALOG, FULL_SIDECAR, MODEL, SIDECAR, install_release
 from tests.module_folders import ModuleFolders
 
@@ -33,8 +34,8 @@ def config_dir(module_tmp: ModuleFolders) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("installed-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("installed-demo"))
 
 
 @pytest.fixture(scope="module")

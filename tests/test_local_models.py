@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from app import local_models
-from app.builtin_demo import ensure_demo_model
 from app.cli import main
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.writer import kv_u32, plan_array, write_gguf
 from app.release.hub_hash import HubOrigin, origin_from_path
 from app.release.publish import KeyPair, keygen
+from tests.demo_copies import DemoCopies
 from tests.demo_release import MODEL, SIDECAR, install_release
 from tests.module_folders import ModuleFolders
 from tests.release_server import ReleaseServer
@@ -30,8 +30,8 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("local-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("local-demo"))
 
 
 @pytest.fixture(autouse=True)

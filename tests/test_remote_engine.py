@@ -18,7 +18,6 @@ from keyrings.alt.file import PlaintextKeyring
 
 from app.backend.builder import BuildOptions
 from app.backend.upstream_server import UpstreamServer, build_server, free_port
-from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.remote import NO_TINT_REASON, RemoteClient
@@ -26,6 +25,7 @@ from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 from app.remote_servers import RemoteError, RemoteServer, add_server, check_url, get_server, load_servers, remove_server
 from tests.chat_server import TIMINGS, WORDS, ChatFault, ChatServer
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
@@ -50,8 +50,8 @@ def server_binary() -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("remote-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("remote-demo"))
 
 
 def _reply(client: RemoteClient, messages: list[Message] = MESSAGES,

@@ -28,12 +28,12 @@ from app.backend.rpc import (
     require_rpc,
 )
 from app.backend.upstream_server import free_port
-from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
@@ -47,8 +47,8 @@ def worker_binary() -> Path:
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("rpc-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("rpc-demo"))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import pytest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.builtin_demo import ensure_demo_model
 from app.chat_settings import ChatSettings
 from app.fit import fit
 from app.gguftools.demo_model import DemoModel
@@ -27,6 +26,7 @@ from app.gui.main import MainWindow
 from app.gui.models_page import ModelsPage
 from app.history import HistoryStore
 from app.settings import Settings
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
@@ -105,8 +105,8 @@ def test_the_fit_advice_uses_the_settings_context_and_follows_it(qtbot: QtBot, t
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("seed-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("seed-demo"))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import pytest
 
 from app.backend.registry import BackendManifest
 from app.backend.upstream_server import free_port
-from app.builtin_demo import ensure_demo_model
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.remote import RemoteClient
@@ -24,6 +23,7 @@ from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 from app.remote_servers import RemoteServer
 from app.serve import ServeError, check_host
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
@@ -31,8 +31,8 @@ OPTIONS = ChatOptions(max_tokens=32, sampling=SamplingParams(temperature=0.0))
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("serve-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("serve-demo"))
 
 
 @pytest.fixture

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 from app.backend.registry import BackendManifest
-from app.builtin_demo import ensure_demo_model
 from app.child_job import ChildJob
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
 from app.sidecar_job import Control, Corpus, JobCancelled, Progress, make_sidecar
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 
 @pytest.fixture(scope="module")
-def demo(module_tmp: ModuleFolders) -> DemoModel:
-    return ensure_demo_model(module_tmp.mktemp("make-demo"))
+def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
+    return default_demo.copy_to(module_tmp.mktemp("make-demo"))
 
 
 def _leftovers(out: Path) -> list[Path]:
