@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.backend.registry import BackendManifest
-from app.builtin_demo import ensure_demo_model
+from tests.demo_copies import DemoCopies
 
 
 def run_app(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,8 +28,8 @@ def test_bench_draft_head_reports_both_heads(patched_backend: BackendManifest) -
     assert all(v["step_ms"] > v["head_ms"] > 0 for v in result["variants"].values())
 
 
-def test_gguf_inspect_json_and_a_truncated_file(tmp_path: Path, qwen_vocab_path: Path) -> None:
-    demo = ensure_demo_model(tmp_path / "demo", size="tiny")
+def test_gguf_inspect_json_and_a_truncated_file(tmp_path: Path, default_demo: DemoCopies) -> None:
+    demo = default_demo.copy_to(tmp_path / "demo")
     proc = run_app("gguf", "inspect", str(demo.sidecar_d2t), "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -58,8 +58,8 @@ def test_demo_model_command_writes_all_three_files(tmp_path: Path, qwen_vocab_pa
 
 
 def test_terminal_chat_answers_each_line_with_a_status_summary(patched_backend: BackendManifest,
-                                                               tmp_path: Path, qwen_vocab_path: Path) -> None:
-    demo = ensure_demo_model(tmp_path / "chat-demo", size="tiny")
+                                                               tmp_path: Path, default_demo: DemoCopies) -> None:
+    demo = default_demo.copy_to(tmp_path / "chat-demo")
     proc = subprocess.run([sys.executable, "-m", "app", "chat", "--model", str(demo.target), "--draft",
                            str(demo.sidecar_d2t), "--mtp", "sidecar", "--max-tokens", "12"],
                           input="Hello!\n/reset\nAgain?\n/quit\n", capture_output=True, text=True,
@@ -71,8 +71,8 @@ def test_terminal_chat_answers_each_line_with_a_status_summary(patched_backend: 
 
 
 def test_generate_json_has_tokens_text_provenance_and_stats(patched_backend: BackendManifest, tmp_path: Path,
-                                                            qwen_vocab_path: Path) -> None:
-    demo = ensure_demo_model(tmp_path / "gen-demo", size="tiny")
+                                                            default_demo: DemoCopies) -> None:
+    demo = default_demo.copy_to(tmp_path / "gen-demo")
     proc = run_app("generate", "--model", str(demo.target), "--draft", str(demo.sidecar_d2t), "--mtp", "sidecar",
                    "--n-max", "2", "--prompt", "Hi", "--max-tokens", "20", "--temp", "0.8", "--seed", "4", "--json")
     assert proc.returncode == 0, proc.stderr

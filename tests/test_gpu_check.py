@@ -20,8 +20,8 @@ from app.backend.builder import BuildOptions
 from app.backend.registry import BackendManifest
 from app.backend.upstream_server import UpstreamServer, build_server
 from app.bench import gpu_check
-from app.builtin_demo import ensure_demo_model
 from app.errors import BackendError
+from tests.demo_copies import DemoCopies
 from tests.module_folders import ModuleFolders
 
 
@@ -40,7 +40,7 @@ def packed(patched_backend: BackendManifest, module_tmp: ModuleFolders) -> Path:
 
 
 def test_a_packed_backend_installs_elsewhere_with_its_server(packed: Path, patched_backend: BackendManifest,
-                                                            tmp_path: Path) -> None:
+                                                            tmp_path: Path, default_demo: DemoCopies) -> None:
     env = _isolated_env(tmp_path)
     done = subprocess.run([sys.executable, "-m", "app", "backend", "unpack", str(packed), "--json"],
                           env=env, capture_output=True, text=True, timeout=300)
@@ -56,7 +56,7 @@ def test_a_packed_backend_installs_elsewhere_with_its_server(packed: Path, patch
     # the carried llama-server starts from its new home, finding its libraries beside it
     server_binary = Path(got["server"])
     assert server_binary.parent == folder / archive.SERVER_DIR
-    demo = ensure_demo_model(tmp_path / "demo", size="tiny")
+    demo = default_demo.copy_to(tmp_path / "demo")
     with UpstreamServer(server_binary, demo.target) as server:
         assert server.complete([1, 2, 3], 4).tokens
 
