@@ -2,13 +2,11 @@
 
 Written with 4 trunk layers instead of 64 (three gated-delta-net layers and one full-attention layer, all
 zero): every other tensor, type and the table are the full-size file's, so what holds here holds there.
-The files take about 8 GB and are deleted when the module ends.
+The files take about 8 GB and are deleted when the module ends (``module_tmp``).
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +28,9 @@ POSITIONS = 160  # teacher-forced positions after the prompt
 
 
 @pytest.fixture(scope="module")
-def demo27(module_tmp: ModuleFolders, qwen_vocab_path: Path) -> Iterator[DemoModel]:
-    folder = module_tmp.mktemp("demo27b")
-    yield write_demo_model(folder, qwen_vocab_path, "27b", acceptance=ACCEPTANCE, seed=5, n_trunk=N_TRUNK)
-    shutil.rmtree(folder, ignore_errors=True)
+def demo27(module_tmp: ModuleFolders, qwen_vocab_path: Path) -> DemoModel:
+    return write_demo_model(module_tmp.mktemp("demo27b"), qwen_vocab_path, "27b", acceptance=ACCEPTANCE, seed=5,
+                            n_trunk=N_TRUNK)
 
 
 @pytest.fixture(scope="module")
