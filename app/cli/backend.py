@@ -140,15 +140,12 @@ def cmd_backend_list(args: argparse.Namespace) -> int:
     backends = registry.list_backends()
 
     origins = {m.id: archive.read_origin(registry.backend_dir(m.id)) for m in backends}
-    rows = [dict(m.to_dict(), active=m.id == active, origin=_origin_dict(origins[m.id]),
-                 origin_label=archive.origin_label(origins[m.id])) for m in backends]
-    emit(args, rows, "\n".join(_backend_row(m, m.id == active, archive.origin_label(origins[m.id]))
-                               for m in backends) or "No backends installed.")
+    labels = {backend_id: archive.origin_label(origin) for backend_id, origin in origins.items()}
+    rows = [dict(m.to_dict(), active=m.id == active, origin=(o.to_dict() if (o := origins[m.id]) else None),
+                 origin_label=labels[m.id]) for m in backends]
+    emit(args, rows, "\n".join(_backend_row(m, m.id == active, labels[m.id]) for m in backends)
+         or "No backends installed.")
     return 0
-
-
-def _origin_dict(origin: Any) -> dict[str, Any] | None:
-    return origin.to_dict() if origin is not None else None
 
 
 def _backend_row(m: Any, active: bool, origin: str) -> str:
