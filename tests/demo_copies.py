@@ -18,9 +18,12 @@ class DemoCopies:
 
     def __init__(self, master: Path) -> None:
         self.master = master
+        self._written = False
 
     def copy_to(self, folder: Path) -> DemoModel:
         """The default demo model in ``folder``, exactly as ``ensure_demo_model(folder)`` would leave it."""
-        ensure_demo_model(self.master)
+        if not self._written:  # once: later copies need not re-read the master's marker and table
+            ensure_demo_model(self.master)
+            self._written = True
         shutil.copytree(self.master, folder, dirs_exist_ok=True)
         return ensure_demo_model(folder)  # finds the copy's marker: nothing written
