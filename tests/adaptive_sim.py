@@ -62,12 +62,35 @@ class Totals:
         return self.tokens / self.seconds
 
 
+class _Text:
+    """The text being written, token by token: whether the draft of each token would be accepted is drawn once
+    per token, so every policy meets the same easy and hard tokens at the same point of the text (as ``bench
+    spec``'s variants meet the same prompts), whichever round and draft position reaches them. ``stretches``
+    scales the acceptance along the text: easy and hard passages, as real text has."""
+
+    def __init__(self, seed: int, stretches: Sequence[tuple[int, float]]) -> None:
+        self.rng = random.Random(seed * 7_919 + 17)
+        self.draws: list[float] = []
+        self.stretches = stretches
+
+    def draftable(self, token: int, acceptance: float) -> bool:
+        while len(self.draws) <= token:
+            self.draws.append(self.rng.random())
+        factor = 1.0
+        for start, value in self.stretches:
+            if token >= start:
+                factor = value
+        return self.draws[token] < min(acceptance * factor, 0.999)
+
+
 def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
              choose: Callable[[], int], observe: Callable[[int, int, int, RoundTiming], None] | None = None,
-             ) -> Totals:
+             stretches: Sequence[tuple[int, float]] = ()) -> Totals:
     """Generate ``tokens`` tokens (or a few more: a round's accepted drafts all count) with the depth ``choose``
-    gives each round; returns tokens and seconds."""
+    gives each round; returns tokens and seconds. The round's costs are drawn by round (seeded by its index),
+    its acceptance by the tokens of the text it reaches."""
     totals = Totals()
+    text = _Text(seed, stretches)
     last_batch, held = 0, 0
     index = -1
     drift = 0.0
@@ -77,7 +100,7 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
         depth = choose()
         totals.depths.append(depth)
         accepted = 0
-        while accepted < depth and rng.random() < accept(accepted):
+        while accepted < depth and text.draftable(totals.tokens + accepted, accept(accepted)):
             accepted += 1
         tested = min(depth, accepted + 1)
         drift = 0.5 * drift + machine.wobble * rng.gauss(0.0, 0.87)  # 0.87 = sqrt(1 - 0.5**2): the spread stays wobble
@@ -103,13 +126,15 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
 
 
 def run_adaptive(machine: Machine, accept: Accept, tokens: int, seed: int, draft_depth: int = 8,
-                 adaptive: AdaptiveDepth | None = None) -> tuple[Totals, AdaptiveDepth]:
+                 adaptive: AdaptiveDepth | None = None, stretches: Sequence[tuple[int, float]] = (),
+                 ) -> tuple[Totals, AdaptiveDepth]:
     adaptive = adaptive or AdaptiveDepth(draft_depth)
-    return simulate(machine, accept, tokens, seed, adaptive.depth, adaptive.observe), adaptive
+    return simulate(machine, accept, tokens, seed, adaptive.depth, adaptive.observe, stretches), adaptive
 
 
-def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: int) -> Totals:
-    return simulate(machine, accept, tokens, seed, lambda: depth)
+def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: int,
+              stretches: Sequence[tuple[int, float]] = ()) -> Totals:
+    return simulate(machine, accept, tokens, seed, lambda: depth, stretches=stretches)
 
 
 def best_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, draft_depth: int = 8,

@@ -24,10 +24,10 @@ Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak`
 the highest expected tokens per second wins, and replaces the current one only when it promises
 ``SWITCH_MARGIN`` more. A depth not measured yet is tried for a few rounds when it could win by
 ``EXPLORE_MARGIN`` with its cost guessed low (a bigger batch on the line through the measured ones, a
-smaller one cheaper in proportion) and its acceptance one standard error up; deeper than the deepest
-measured only one at a time until two batch sizes with drafts are measured. The neighbours of the
-current depth and the most promising other are revisited now and then, less often the dearer and the
-less promising a visit is.
+smaller one cheaper in proportion) and its acceptance one standard error up, and only next to a measured
+depth: the tries walk out from where it started and stop where the next depth stops promising. The
+neighbours of the current depth and the most promising other are revisited now and then, less often the
+dearer and the less promising a visit is.
 """
 
 from __future__ import annotations
@@ -48,11 +48,13 @@ WINDOW = 15  # samples kept per cost estimate (the median of them is the estimat
 LOAD_WINDOW = 5  # rounds whose median measured/predicted ratio is the load index
 BRACKET = 3  # load samples before and after a round that the load it is divided by is the median of
 LOAD_AGREE = 0.2  # how far the load before and after a visit elsewhere may differ for the visit to count
-MIN_SAMPLES = 2  # counted rounds before a batch size's own estimate replaces the extrapolated one
+MIN_SAMPLES = 1  # counted rounds before a batch size's own estimate replaces the extrapolated one (a try of a
+# depth not measured yet lasts this many rounds and one more, which rebuilds the graph; later visits add samples)
 PROBE_EVERY = 24  # rounds between visits of another measured depth, at least ...
 PROBE_GAP = 0.05  # ... and longer the further its predicted rate lies below: once more per 5% behind
 HOPELESS = 4  # ... and this many times longer for a depth that would lose even with its acceptance guessed high
-PROBE_LONGEST = 40  # ... but never longer than this many times PROBE_EVERY
+PROBE_LONGEST = 10  # ... but never longer than this many times PROBE_EVERY: at depth 0 or 1 the deeper positions
+# are not tested, so what was measured there in a hard passage would otherwise stand for hundreds of rounds
 PROBE_ROUNDS = 2  # a visit's rounds (the first is a switch and only the second counts)
 OPTIMISM = 1.0  # standard errors added to a position's acceptance when judging a depth not measured yet
 EXPLORE_MARGIN = 0.05  # a depth not measured yet is tried when it could win by this much (a try costs rounds)
@@ -213,11 +215,13 @@ class AdaptiveDepth:
         if self.current in known and rates[settled] < rates[self.current] * (1.0 + SWITCH_MARGIN):
             settled = self.current
         # a depth not measured yet is tried if it could win clearly: its cost predicted optimistically, and its
-        # acceptance one standard error up; deeper than any measured depth only one at a time until two batch
-        # sizes with drafts are measured (before that, a verify pass's cost past the biggest is a guess)
+        # acceptance one standard error up; only next to a measured depth, so that the tries walk out from the
+        # depths measured and stop where the next one stops promising. A jump (from 4 to 8, say) pays for a
+        # guess: its cost lies past what was measured, and its deep positions' acceptance leans on the shallow
+        # ones; and on a CPU whose verify cost has a hump (batch 8 dearer than 9) it can settle beyond the hump
+        # and never come back, since the depth next to it looks bad
         optimistic = self.rates(optimistic=True)
-        reach = self.draft_depth if sum(1 for b in self.rest if b >= 2 and self._batch_known(b)) >= 2 else known[-1] + 1
-        unknown = [k for k in range(min(reach, self.draft_depth) + 1) if k not in known]
+        unknown = [k for k in range(self.draft_depth + 1) if k not in known and (k - 1 in known or k + 1 in known)]
         top = max(unknown, key=lambda k: optimistic[k], default=settled)
         return settled, top if optimistic[top] >= rates[settled] * (1.0 + EXPLORE_MARGIN) else settled
 
