@@ -5,11 +5,13 @@ A round at depth ``k`` costs ``rest(k + 1)`` (verify pass + host) plus, when it 
 as adaptive depth's clock sees it: a jitter of a few percent on every round, stalled rounds (3x), a slow
 start (the first rounds of a freshly loaded model), a rebuild cost when the verify batch differs from the
 previous round's (llama.cpp rebuilds its graph), a load that steps up and down as other jobs come and go,
-and a wobble from round to round (other jobs' time slices). Each draft position is accepted with its own
-probability, given the ones before it were.
+and a wobble from round to round (other jobs' time slices). Whether a draft is accepted is drawn once per
+token of the text, with a probability set by its position in the round (given the ones before it were
+accepted) and, optionally, by the passage (easy and hard stretches of text).
 
-Every random stream is seeded by the round index, and the load by the point of the text, so a fixed depth
-and adaptive depth meet the same stalls, jitter and load.
+The timing streams are seeded by the round index, the load and the acceptance by the point of the text, so a
+fixed depth and adaptive depth meet the same stalls, jitter, load and text, as ``bench spec``'s variants meet
+the same prompts.
 """
 
 from __future__ import annotations
@@ -137,30 +139,31 @@ def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: i
     return simulate(machine, accept, tokens, seed, lambda: depth, stretches=stretches)
 
 
-def best_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, draft_depth: int = 8,
-               lowest: int = 0) -> tuple[int, float]:
-    """The fastest fixed depth in ``lowest..draft_depth`` under the same draws, and its tokens per second."""
-    speeds = {k: run_fixed(machine, accept, tokens, seed, k).tps for k in range(lowest, draft_depth + 1)}
-    best = max(speeds, key=lambda k: speeds[k])
-    return best, speeds[best]
-
-
 def ms(values: Sequence[float]) -> list[float]:
     return [v / 1000.0 for v in values]
 
 
-# Three machine shapes (seconds). The fast CPU is this 2-core dev machine, measured depth by depth in blocks on
-# the small demo model: its verify + host time doubles from 1 to 2 tokens, then rises unevenly (8 tokens cost
-# more than 9). The slow CPU is the issue's machine: a plain pass 69 ms, draft steps dear next to it, verify
-# rising ever faster with the batch. The GPU-like one verifies 1 or 9 tokens in about the same time.
+# Four machine shapes (seconds). The fast CPU is the AMD EPYC 2-core dev machine, measured depth by depth in
+# blocks on the small demo model: its verify + host time doubles from 1 to 2 tokens, then rises unevenly (8 tokens
+# cost more than 9). The slow CPU is the issue's machine: a plain pass 69 ms, draft steps dear next to it, verify
+# rising ever faster with the batch. The Xeon is the quiet 2-core Intel Xeon of docs/benchmarks.md's fifth run
+# (plain decoding 20.4 tok/s), its costs the medians of that run's decision log (decoding-thread CPU time): there
+# depths 3, 4 and 5 are within a few percent of each other at the demo's acceptance. The GPU-like one verifies
+# 1 or 9 tokens in about the same time.
 SLOW_CPU = Machine("slow cpu", rest=ms([69, 90, 95, 101, 110, 121, 133, 146, 160]), first_pass=0.008, step=0.011,
                    catch_up=0.0006, jitter=0.08, stalls=0.03, slow_start=8, rebuild=0.003,
                    loads=((0, 1.0), (150, 1.7), (450, 1.0), (800, 1.4), (1100, 1.0)), wobble=0.1)
 FAST_CPU = Machine("fast cpu", rest=ms([21.7, 42.0, 43.2, 45.6, 48.5, 48.0, 53.4, 79.0, 59.5]), first_pass=0.0047,
                    step=0.0038, catch_up=0.00035, jitter=0.05, stalls=0.03, slow_start=8, rebuild=0.0024,
                    loads=((0, 1.0), (200, 2.0), (330, 1.0), (700, 1.5), (1000, 1.0)), wobble=0.05)
+XEON = Machine("xeon", rest=ms([48, 88, 95, 101, 115, 120, 132, 143, 151]), first_pass=0.0097, step=0.008,
+               catch_up=0.0004, jitter=0.04, stalls=0.01, slow_start=4, rebuild=0.0007, wobble=0.03)
 GPU_LIKE = Machine("gpu-like", rest=ms([20.0, 20.2, 20.4, 20.6, 20.8, 21.0, 21.2, 21.4, 21.6]), first_pass=0.0025,
                    step=0.002, catch_up=0.0001, jitter=0.03, stalls=0.01, slow_start=8, rebuild=0.0003, wobble=0.05)
 
 HIGH: Accept = lambda p: 0.95 - 0.01 * p  # noqa: E731
 LOW: Accept = lambda p: max(0.65 - 0.06 * p, 0.2)  # noqa: E731
+DEMO: Accept = lambda p: 0.84  # noqa: E731  (the small demo model "at acceptance 0.8": 0.84 a position, measured)
+# an easy passage (acceptance 18% higher, capped at 0.999) from the 30th token to the 150th: the stretch of text in
+# which adaptive depth first tries the deeper depths, as in docs/benchmarks.md's fifth run
+EASY_START = ((0, 1.0), (30, 1.18), (150, 1.0))
