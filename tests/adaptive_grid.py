@@ -12,20 +12,7 @@ from __future__ import annotations
 
 import random
 
-from tests.adaptive_sim import (
-    DEMO,
-    FAST_CPU,
-    GPU_LIKE,
-    HIGH,
-    LOW,
-    SLOW_CPU,
-    XEON,
-    Accept,
-    Machine,
-    Totals,
-    run_adaptive,
-    run_fixed,
-)
+from tests import adaptive_sim as sim
 
 
 def passages(seed: int, length: int = 4000) -> list[tuple[int, float]]:
@@ -38,30 +25,19 @@ def passages(seed: int, length: int = 4000) -> list[tuple[int, float]]:
     return out
 
 
-def _together(runs: list[Totals]) -> float:
-    return sum(t.tokens for t in runs) / sum(t.seconds for t in runs)
-
-
-def case(machine: Machine, accept: Accept, tokens: int, seeds: range, varied: bool) -> tuple[int, float, float]:
-    """The fastest fixed depth 1..8, its tokens per second and adaptive depth's, over the seeds' sessions."""
-    text = {seed: passages(seed) if varied else [] for seed in seeds}
-    adaptive = _together([run_adaptive(machine, accept, tokens, s, stretches=text[s])[0] for s in seeds])
-    fixed = {k: _together([run_fixed(machine, accept, tokens, s, k, text[s]) for s in seeds]) for k in range(1, 9)}
-    best = max(fixed, key=lambda k: fixed[k])
-    return best, fixed[best], adaptive
-
-
 def main() -> None:
     print("| machine | acceptance | session | fastest fixed depth | its tok/s | adaptive tok/s | ratio |")
     print("|---|---|---|---|---|---|---|")
-    for machine in (XEON, SLOW_CPU, FAST_CPU, GPU_LIKE):
-        for name, accept in (("high", HIGH), ("low", LOW), ("demo 0.84", DEMO)):
+    for machine in (sim.XEON, sim.SLOW_CPU, sim.FAST_CPU, sim.GPU_LIKE):
+        for name, accept in (("high", sim.HIGH), ("low", sim.LOW), ("demo 0.84", sim.DEMO)):
             for tokens, seeds, varied in ((2048, range(1, 6), False), (508, range(1, 21), False),
                                           (1016, range(1, 11), True)):
-                best, speed, adaptive = case(machine, accept, tokens, seeds, varied)
+                adaptive, fixed = sim.against_fixed(machine, accept, tokens, seeds,
+                                                    passages if varied else lambda _seed: ())
+                best = max(range(1, 9), key=lambda k: fixed[k])
                 session = f"{tokens} tokens x {len(seeds)}" + (", passages" if varied else "")
-                print(f"| {machine.name} | {name} | {session} | k={best} | {speed:.2f} | {adaptive:.2f} | "
-                      f"{adaptive / speed:.3f}x |")
+                print(f"| {machine.name} | {name} | {session} | k={best} | {fixed[best]:.2f} | {adaptive:.2f} | "
+                      f"{adaptive / fixed[best]:.3f}x |")
 
 
 if __name__ == "__main__":

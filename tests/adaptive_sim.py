@@ -139,6 +139,21 @@ def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: i
     return simulate(machine, accept, tokens, seed, lambda: depth, stretches=stretches)
 
 
+def together(runs: Sequence[Totals]) -> float:
+    """Tokens per second over several sessions."""
+    return sum(t.tokens for t in runs) / sum(t.seconds for t in runs)
+
+
+def against_fixed(machine: Machine, accept: Accept, tokens: int, seeds: Sequence[int],
+                  passages: Callable[[int], Sequence[tuple[int, float]]] = lambda seed: (),
+                  ) -> tuple[float, dict[int, float]]:
+    """Adaptive depth's tokens per second over the seeds' sessions, and every fixed depth's (0..8) under the same
+    draws; ``passages`` gives each seed's text its easy and hard stretches."""
+    adaptive = together([run_adaptive(machine, accept, tokens, s, stretches=passages(s))[0] for s in seeds])
+    fixed = {k: together([run_fixed(machine, accept, tokens, s, k, passages(s)) for s in seeds]) for k in range(9)}
+    return adaptive, fixed
+
+
 def ms(values: Sequence[float]) -> list[float]:
     return [v / 1000.0 for v in values]
 

@@ -29,7 +29,7 @@ from tests.adaptive_sim import (
     XEON,
     Accept,
     Machine,
-    Totals,
+    against_fixed,
     run_adaptive,
     run_fixed,
 )
@@ -39,23 +39,10 @@ SEEDS = range(1, 6)
 PROMPT_SET = 508  # tokens: one prompt set of one bench spec run (4 prompts, 127 decoded each), a fresh session
 
 
-def _together(runs: list[Totals]) -> float:
-    return sum(t.tokens for t in runs) / sum(t.seconds for t in runs)
-
-
-def _against_fixed(machine: Machine, accept: Accept, tokens: int, seeds: range,
-                   stretches: tuple[tuple[int, float], ...] = ()) -> tuple[float, dict[int, float]]:
-    """Adaptive depth's tokens per second over the sessions, and every fixed depth's under the same draws."""
-    adaptive = _together([run_adaptive(machine, accept, tokens, seed, stretches=stretches)[0] for seed in seeds])
-    fixed = {k: _together([run_fixed(machine, accept, tokens, seed, k, stretches) for seed in seeds])
-             for k in range(9)}
-    return adaptive, fixed
-
-
 @pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
 @pytest.mark.parametrize("accept", [HIGH, LOW], ids=["high acceptance", "low acceptance"])
 def test_keeps_within_3_percent_of_the_fastest_fixed_depth(machine: Machine, accept: Accept) -> None:
-    adaptive, fixed = _against_fixed(machine, accept, SESSION, SEEDS)
+    adaptive, fixed = against_fixed(machine, accept, SESSION, SEEDS)
     best = max(range(1, 9), key=lambda k: fixed[k])
     assert adaptive >= 0.97 * fixed[best], (best, adaptive, fixed)
     # where drafting nothing is fastest (a CPU whose 2-token pass costs twice a 1-token one, drafts accepted 65%
@@ -70,7 +57,7 @@ def test_an_easy_passage_while_it_tries_deeper_depths_does_not_hold_it_there(mac
     depth 3 was faster. Simulated: acceptance 0.84 a position, 18% higher from token 30 to 150. The fast CPU is
     the sharpest case: before tries went only next to a measured depth, it jumped to depth 8 while the text was
     easy, and the dear batch of 8 next to it kept it there (0.94x the fastest fixed depth)."""
-    adaptive, fixed = _against_fixed(machine, DEMO, SESSION, SEEDS, EASY_START)
+    adaptive, fixed = against_fixed(machine, DEMO, SESSION, SEEDS, lambda _seed: EASY_START)
     best = max(range(1, 9), key=lambda k: fixed[k])
     assert adaptive >= 0.97 * fixed[best], (best, adaptive, fixed)
 
@@ -80,7 +67,7 @@ def test_the_first_prompt_set_of_a_fresh_session_keeps_within_3_percent(machine:
     """``bench spec`` starts every run with a fresh session, and its first prompt set (508 tokens) carries all
     the tries of depths not measured yet: they must not cost more than the 3%, on 20 sessions of the demo's
     acceptance."""
-    adaptive, fixed = _against_fixed(machine, DEMO, PROMPT_SET, range(1, 21))
+    adaptive, fixed = against_fixed(machine, DEMO, PROMPT_SET, range(1, 21))
     best = max(range(1, 9), key=lambda k: fixed[k])
     assert adaptive >= 0.97 * fixed[best], (best, adaptive, fixed)
 
