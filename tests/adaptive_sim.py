@@ -26,6 +26,15 @@ from app.engine.adaptive import AdaptiveDepth, RoundTiming
 Accept = Callable[[int], float]
 
 
+def factor_at(steps: Sequence[tuple[int, float]], token: int) -> float:
+    """The factor in force at ``token`` of the text: that of the last step starting at or before it, else 1."""
+    factor = 1.0
+    for start, value in steps:
+        if token >= start:
+            factor = value
+    return factor
+
+
 @dataclass(frozen=True)
 class Machine:
     name: str
@@ -46,11 +55,7 @@ class Machine:
     wobble: float = 0.0
 
     def load_at(self, token: int) -> float:
-        factor = 1.0
-        for start, value in self.loads:
-            if token >= start:
-                factor = value
-        return factor
+        return factor_at(self.loads, token)
 
 
 @dataclass
@@ -78,11 +83,7 @@ class _Text:
     def draftable(self, token: int, acceptance: float) -> bool:
         while len(self.draws) <= token:
             self.draws.append(self.rng.random())
-        factor = 1.0
-        for start, value in self.stretches:
-            if token >= start:
-                factor = value
-        return self.draws[token] < min(acceptance * factor, 0.999)
+        return self.draws[token] < min(acceptance * factor_at(self.stretches, token), 0.999)
 
 
 def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
