@@ -53,6 +53,11 @@ def backends_dir() -> Path:
     return ensure_dir(data_dir() / "backends", "backends")
 
 
+def depth_memory_dir() -> Path:
+    """What adaptive depth learned per model and machine (small; created by its first save)."""
+    return data_dir() / "depth-memory"
+
+
 def models_dir() -> Path:
     return ensure_dir(data_dir() / "models", "models")
 

@@ -102,6 +102,8 @@ def engine_fields(settings: Settings) -> dict[str, Any]:
     fields: dict[str, Any] = {"n_ctx": settings.context_size, "n_gpu_layers": settings.gpu_layers,
                               "n_threads": settings.threads or None, "draft_depth": settings.draft_depth,
                               "adaptive": settings.adaptive_depth, "p_min": settings.p_min}
+    if settings.adaptive_depth:  # what it learned about a model is kept for its next load
+        fields["depth_memory"] = paths.depth_memory_dir()
     if settings.rpc_workers:
         fields["rpc"] = tuple(part for part in settings.rpc_workers.split(",") if part)
     return fields

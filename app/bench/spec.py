@@ -15,7 +15,10 @@ ours.
 
 Adaptive rows are set against the fastest fixed depth of the same mode in the same run (the ratio of
 the medians and the ratio in each run) and report the depths they chose; every round's decision
-(depth, reason, predicted and measured time, the estimates) is kept as JSON lines and drawn.
+(depth, reason, predicted and measured time, the estimates) is kept as JSON lines and drawn. Each run loads
+the model afresh; with a depth-memory folder (``bench spec``'s default) the first run's adaptive rows start
+cold and every later run's start from what the runs before learned, as every load after a model's first
+does in the app; each run's ratio says which it was.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from app.bench.report import device_description
 from app.engine.breakeven import expected_tokens_per_pass
 from app.engine.chat_template import Message
 from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig, Mode
+from app.engine.depth_memory import DepthMemory
 from app.resources import resources_dir
 
 DraftKind = Literal["full", "d2t"]
@@ -90,6 +94,7 @@ class Sample:
     verify_native: float = 0.0
     depths: Counter[int] = field(default_factory=Counter)  # adaptive: rounds at each depth
     cpu_seconds: float = 0.0  # ours: the decoding thread's CPU time (without the waits for a core)
+    warm: bool | None = None  # adaptive: whether it started from what an earlier run learned (None: not adaptive)
 
     @property
     def tps(self) -> float:
@@ -238,6 +243,11 @@ class SpecResult:
                 ratios.append(sample.tps / max(rivals))
         return ratios
 
+    def _ratio_of(self, row: Row, warm: bool) -> float | None:
+        """The median of the runs' ratios over the fastest fixed depth, over the cold or the warm runs only."""
+        ratios = [r for r, s in zip(self.vs_fastest_fixed_runs(row), row.samples, strict=False) if s.warm is warm]
+        return statistics.median(ratios) if ratios else None
+
     def bound(self, row: Row) -> float | None:
         """The speedup over ``off`` the measured acceptance and step costs allow with zero loop overhead:
         k draft steps and a verify pass per round against ``off``'s pass per token, all synchronized."""
@@ -284,6 +294,9 @@ class SpecResult:
             "fastest_fixed": fastest.variant.label, "fastest_fixed_tps_median": round(fastest.tps, 2),
             "vs_fastest_fixed": _round(row.tps / fastest.tps if fastest.tps > 0 else None),
             "vs_fastest_fixed_runs": [round(r, 3) for r in self.vs_fastest_fixed_runs(row)],
+            "starts": [_start(s) for s in row.samples],
+            "vs_fastest_fixed_cold": _round(self._ratio_of(row, warm=False)),
+            "vs_fastest_fixed_warm": _round(self._ratio_of(row, warm=True)),
             "fastest_fixed_cpu": by_cpu.variant.label if cpu_ratio is not None and by_cpu is not None else None,
             "vs_fastest_fixed_cpu": _round(cpu_ratio),
             "depths": {str(k): round(v, 3) for k, v in row.depth_shares.items()},
@@ -319,11 +332,12 @@ class SpecResult:
         if not adaptive:
             return []
         lines = ["", "| adaptive variant | tok/s (median) | fastest fixed depth | its tok/s | ratio | "
-                 "ratio in each run | ratio in CPU time | depths chosen (share of rounds) |",
+                 "ratio in each run (c: cold start, w: warm) | ratio in CPU time | depths chosen (share of rounds) |",
                  "|---|---|---|---|---|---|---|---|"]
         for s in adaptive:
             depths = ", ".join(f"{k}: {v:.0%}" for k, v in s["depths"].items()) or "–"
-            runs = ", ".join(f"{r:.2f}" for r in s["vs_fastest_fixed_runs"]) or "–"
+            runs = ", ".join(f"{r:.3f}{start[:1]}" for r, start in zip(s["vs_fastest_fixed_runs"], s["starts"],
+                                                                       strict=False)) or "–"
             cpu = "–" if s["vs_fastest_fixed_cpu"] is None else \
                 f"{s['vs_fastest_fixed_cpu']:.3f}x vs {s['fastest_fixed_cpu'].rsplit(' ', 1)[-1]}"
             lines.append(f"| {s['variant']} | {s['decode_tps_median']:.1f} | {s['fastest_fixed']} | "
@@ -417,6 +431,10 @@ def decision_charts(decisions: Path, folder: Path) -> list[Path]:
     return paths
 
 
+def _start(sample: Sample) -> str:
+    return {None: "", False: "cold", True: "warm"}[sample.warm]
+
+
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -452,7 +470,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
         prompt_sets: tuple[str, ...] = PROMPT_SETS, n_threads: int | None = None, n_gpu_layers: int = 0,
         server_binary: Path | None = None, log: Log = lambda _m: None,
         time_limit_s: float | None = None, remote: Any = None, interleave: Interleave | None = None,
-        decisions: Path | None = None) -> SpecResult:
+        decisions: Path | None = None, depth_memory: Path | None = None) -> SpecResult:
     """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones, ``remote`` (a
     ``RemoteServer``) when they include a remote one: the same prompts as chat turns over its stream, with its
     own timings where it reports them (llama-server) and the stream's otherwise.
@@ -460,6 +478,8 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     ``interleave``: "prompt" runs our variants side by side, prompt by prompt, each in a session kept for the
     run; "variant" runs each variant's prompts in one go. By default "prompt" on a CPU and "variant" with GPU
     offload or a time limit. ``decisions``: a JSON-lines file for every round adaptive depth decided.
+    ``depth_memory``: a folder where the adaptive rows keep what they learned from run to run (emptied first), so
+    the first run starts cold and each later one warm; None: every run starts cold.
 
     With ``time_limit_s`` no variant but the first starts unless it would end within that much time
     (taking as long as the longest so far): the result keeps what was measured (rows without samples
@@ -483,13 +503,15 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     together = [v for v in run_order if v.engine == "ours"] if interleave == "prompt" else []
     one_by_one = [v for v in run_order if v not in together]
     record = _DecisionLog(decisions)
+    if depth_memory is not None:
+        DepthMemory(depth_memory).forget()
     try:
         for run_index in range(runs):
             measured: dict[Variant, dict[str, Sample]] = {}
             if together:
                 started = time.perf_counter()
                 measured = _run_ours_together(together, target, sidecars, token_prompts, n_tokens, n_threads,
-                                              n_gpu_layers, record, run_index)
+                                              n_gpu_layers, record, run_index, depth_memory)
                 longest = max(longest, time.perf_counter() - started)
                 log(f"run {run_index + 1}/{runs}: our {len(together)} variants side by side, prompt by prompt "
                     f"({time.perf_counter() - started:.1f} s)")
@@ -506,7 +528,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
                 started = time.perf_counter()
                 if variant.engine == "ours":
                     measured[variant] = _run_ours(variant, target, sidecars, token_prompts, n_tokens, n_threads,
-                                                  n_gpu_layers, record, run_index)
+                                                  n_gpu_layers, record, run_index, depth_memory)
                 elif variant.engine == "remote":
                     measured[variant] = _run_remote(remote, prompts, n_tokens)
                 else:
@@ -544,10 +566,11 @@ def _priority(variant: Variant) -> tuple[int, int, int]:
 
 
 def _config(variant: Variant, target: Path, sidecars: dict[str, Path], n_threads: int | None,
-            n_gpu_layers: int) -> EngineConfig:
+            n_gpu_layers: int, depth_memory: Path | None = None) -> EngineConfig:
     draft = sidecars[variant.draft] if variant.draft else None
     return EngineConfig(target, mode=variant.mode, draft=draft, draft_depth=variant.draft_depth,
-                        adaptive=variant.adaptive, n_ctx=2048, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+                        adaptive=variant.adaptive, n_ctx=2048, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+                        depth_memory=depth_memory if variant.adaptive else None)
 
 
 def tokenize_prompts(target: Path, prompts: dict[str, list[str]]) -> dict[str, list[list[int]]]:
@@ -598,6 +621,7 @@ class _OursSession:
         sample.draft_native += stats.draft_native_seconds
         if adaptive is not None:
             sample.depths.update(adaptive.chosen - chosen_before)
+            sample.warm = adaptive.warm
         self._keep_decisions(prompt_set, index)
 
     def _keep_decisions(self, prompt_set: str, index: int) -> None:
@@ -612,8 +636,8 @@ class _OursSession:
 
 def _run_ours(variant: Variant, target: Path, sidecars: dict[str, Path], prompts: dict[str, list[list[int]]],
               n_tokens: int, n_threads: int | None, n_gpu_layers: int, record: _DecisionLog,
-              run_index: int) -> dict[str, Sample]:
-    ours = _OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers),
+              run_index: int, depth_memory: Path | None) -> dict[str, Sample]:
+    ours = _OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers, depth_memory),
                         prompts[next(iter(prompts))][0], record, run_index)
     try:
         samples: dict[str, Sample] = {}
@@ -628,13 +652,15 @@ def _run_ours(variant: Variant, target: Path, sidecars: dict[str, Path], prompts
 
 def _run_ours_together(variants: list[Variant], target: Path, sidecars: dict[str, Path],
                        prompts: dict[str, list[list[int]]], n_tokens: int, n_threads: int | None, n_gpu_layers: int,
-                       record: _DecisionLog, run_index: int) -> dict[Variant, dict[str, Sample]]:
+                       record: _DecisionLog, run_index: int,
+                       depth_memory: Path | None) -> dict[Variant, dict[str, Sample]]:
     """Our variants side by side: each prompt goes to every variant before the next prompt, in an order that
     rotates from prompt to prompt (so no variant always follows the same one)."""
     sessions: list[_OursSession] = []
     try:
         for variant in variants:
-            sessions.append(_OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers),
+            sessions.append(_OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers,
+                                                          depth_memory),
                                          prompts[next(iter(prompts))][0], record, run_index))
         samples = {variant: {name: Sample() for name in prompts} for variant in variants}
         turn = run_index

@@ -98,7 +98,7 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
     result = spec.run(target, {"full": full, "d2t": d2t}, variants=variants, n_tokens=args.tokens, runs=args.runs,
                       n_threads=args.threads, n_gpu_layers=args.gpu_layers, server_binary=server,
                       time_limit_s=args.time_limit, remote=remote, interleave=args.interleave, decisions=decisions,
-                      log=log_stderr)
+                      depth_memory=out / "depth-memory" if args.adaptive_start == "warm" else None, log=log_stderr)
     result.model = name
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
@@ -302,6 +302,10 @@ def add_commands(sub: Subparsers) -> None:
     sp.add_argument("--depths", default="1,2,3,4", help="fixed draft depths")
     sp.add_argument("--adaptive-max", type=int, default=DRAFT_DEPTH_MAX,
                     help="deepest depth adaptive may choose (0: no adaptive rows)")
+    sp.add_argument("--adaptive-start", choices=["warm", "cold"], default="warm",
+                    help="warm (default): the first run's adaptive rows start cold and each later run's from what the "
+                         "runs before learned (kept in OUT/depth-memory, emptied first), as every load after a "
+                         "model's first does in the app; cold: every run starts from nothing")
     sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
     sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")
     sp.add_argument("--time-limit", type=float, metavar="S",

@@ -191,6 +191,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     """What the local engine loads, from the engine options."""
     from app.backend.rpc import parse_endpoints
     from app.engine.config import EngineConfig
+    from app.paths import depth_memory_dir
 
     if args.model is None:
         raise FastMTPError("No model was given.", "Pass --model TARGET.gguf, or --remote NAME for a remote server.")
@@ -198,7 +199,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                         p_min=args.p_min, adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch,
                         n_gpu_layers=args.gpu_layers,
                         n_threads=args.threads, flash_attn={"on": True, "off": False}.get(args.flash_attn),
-                        rpc=tuple(parse_endpoints(args.rpc)) if args.rpc else ())
+                        rpc=tuple(parse_endpoints(args.rpc)) if args.rpc else (),
+                        depth_memory=depth_memory_dir() if args.adaptive else None)
 
 
 def chat_options(args: argparse.Namespace) -> ChatOptions:

@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+DEPTH_LIMIT = 16  # the deepest draft depth a remembered record may describe (the app offers up to 8)
 START_DEPTH = 3  # the usual fixed depth (llama.cpp's --spec-draft-n-max 3): where measuring starts
 DECAY = 0.99  # per test of a draft position: about its last 100 tests count
 AGE = 0.998  # per round in which a position was not tested
@@ -59,6 +60,10 @@ PROBE_ROUNDS = 2  # a visit's rounds (the first is a switch and only the second 
 OPTIMISM = 1.0  # standard errors added to a position's acceptance when judging a depth not measured yet
 EXPLORE_MARGIN = 0.05  # a depth not measured yet is tried when it could win by this much (a try costs rounds)
 SWITCH_MARGIN = 0.01  # a depth must promise 1% more tokens per second than the current one to replace it
+WARM_SAMPLES = 2  # a remembered cost estimate counts as this many samples: two rounds that disagree replace it
+WARM_TESTS = 20.0  # remembered acceptance counts as at most this many tests at the first position: the new text
+# takes over within a few dozen rounds
+MEMORY_VERSION = 1  # the layout of ``snapshot``; another version is not restored
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,7 @@ class AdaptiveDepth:
     _pending: Decision | None = None
     _observed: int = 0  # rounds observed: the estimates change only then
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
+    warm: bool = False  # started from what an earlier session learned (``restore``)
 
     def __post_init__(self) -> None:
         self.tested = [0.0] * self.draft_depth
@@ -384,6 +390,64 @@ class AdaptiveDepth:
             decision.predicted, decision.load, decision.counted = predicted, self.load, counted
             self.log.append(decision)
             self._pending = None
+
+    # ------------------------------------------------------------------ memory
+
+    def snapshot(self) -> dict[str, Any]:
+        """What this session learned, for the next one with the same model files, backend and threads: each
+        batch size's cost, the draft passes' costs, each position's acceptance and the depth settled on. The
+        costs are in this session's load-normalized units; only their ratios matter, since the next session
+        measures its own load against them."""
+        return {
+            "version": MEMORY_VERSION, "draft_depth": self.draft_depth,
+            "rest": {str(b): _estimate(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)},
+            "first_pass": _estimate(self.first_pass) if self.first_pass else None,
+            "step": _estimate(self.step) if self.step else None,
+            "tested": list(self.tested), "accepted": list(self.accepted),
+            "current": self.current, "rounds": self.rounds,
+        }
+
+    def restore(self, state: dict[str, Any]) -> bool:
+        """Start from ``snapshot``'s record of an earlier session, so that the tries of depths it measured are not
+        paid again (on a 2-core CPU they cost a fresh session 2-4%). Each remembered cost counts as
+        ``WARM_SAMPLES`` rounds and the acceptance as at most ``WARM_TESTS`` tests, so what this session measures
+        soon outweighs it; the neighbours are still revisited as usual. False, and nothing changed, when the
+        record is not one this version wrote or its numbers do not make sense."""
+        try:
+            if state.get("version") != MEMORY_VERSION:
+                return False
+            rest = {int(b): float(c) for b, c in dict(state["rest"]).items()}
+            first = None if state.get("first_pass") is None else float(state["first_pass"])
+            step = None if state.get("step") is None else float(state["step"])
+            tested = [float(v) for v in state["tested"]]
+            accepted = [float(v) for v in state["accepted"]]
+            current = int(state.get("current", -1))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False
+        costs = [*rest.values(), *(v for v in (first, step) if v is not None)]
+        counts_sane = len(tested) == len(accepted) and all(
+            math.isfinite(t) and 0.0 <= a <= t for a, t in zip(accepted, tested, strict=False))
+        if not rest or not counts_sane or not all(math.isfinite(c) and c > 0.0 for c in costs) \
+                or not all(1 <= b <= DEPTH_LIMIT + 1 for b in rest):
+            return False
+        for batch, cost in rest.items():
+            self.rest[batch] = deque([cost] * WARM_SAMPLES, maxlen=WINDOW)
+        for samples, remembered in ((self.first_pass, first), (self.step, step)):
+            samples.clear()
+            if remembered is not None:
+                samples.extend([remembered] * WARM_SAMPLES)
+        weight = min(1.0, WARM_TESTS / tested[0]) if tested and tested[0] > 0 else 1.0
+        for i in range(self.draft_depth):  # a deeper limit than the earlier session's: its extra positions start new
+            self.tested[i] = tested[i] * weight if i < len(tested) else 0.0
+            self.accepted[i] = accepted[i] * weight if i < len(accepted) else 0.0
+        if 0 <= current <= self.draft_depth and self._known(current):
+            self.current = current
+        for k in range(self.draft_depth + 1):
+            if self._known(k):
+                self._visited[k] = 0.0
+        self._observed += 1  # the cached rates are stale
+        self.warm = True
+        return True
 
     # ------------------------------------------------------------------ estimates
 

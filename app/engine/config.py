@@ -60,6 +60,7 @@ class EngineConfig:
     n_threads: int | None = None
     flash_attn: bool | None = None
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take the offloaded layers
+    depth_memory: Path | None = None  # adaptive: the folder where what it learned is kept between loads (None: not)
 
 
 @dataclass

@@ -36,6 +36,7 @@ def config_from_dict(data: dict[str, Any]) -> EngineConfig:
     fields["target"] = Path(fields["target"])
     fields["draft"] = Path(fields["draft"]) if fields.get("draft") else None
     fields["rpc"] = tuple(fields.get("rpc") or ())
+    fields["depth_memory"] = Path(fields["depth_memory"]) if fields.get("depth_memory") else None
     return EngineConfig(**fields)
 
 

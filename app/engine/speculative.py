@@ -15,6 +15,7 @@ Bookkeeping (one sequence):
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,10 +26,13 @@ import numpy as np
 
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
+from app.engine.depth_memory import DepthMemory, MemoryKey, key_for
 from app.engine.sampling import Sampler, draft_pick
 from app.engine.stats import ReplyStats
-from app.errors import ContextFullError, EngineError
-from app.native.handles import Context, FloatArray, Model
+from app.errors import ContextFullError, EngineError, FastMTPError
+from app.native.handles import Context, FloatArray, Model, default_threads
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,6 +59,8 @@ class SpeculativeDecoder:
         if config.mode == "sidecar" and config.draft is not None:
             _check_pair(config.target, config.draft)
         self.config = config
+        self._memory: tuple[DepthMemory, MemoryKey] | None = None  # adaptive depth's record and its key
+        self._remembered_rounds = 0  # adaptive rounds up to the latest save
         drafting = config.mode != "off"
         if config.rpc:  # before the load: the offloaded layers spread over every device registered by then
             from app.native.rpc import connect
@@ -86,6 +92,8 @@ class SpeculativeDecoder:
         # target-evaluated tokens the draft context has not seen yet, each with the hidden row before it
         self._held: list[tuple[int, FloatArray]] = []
         self.adaptive = AdaptiveDepth(config.draft_depth) if config.adaptive else None
+        if self.adaptive is not None and self.dctx is not None and config.depth_memory is not None:
+            self._recall(config.depth_memory)
         self._native_marks = (0.0, 0.0)
         # adaptive depth times its rounds in this thread's CPU time when the model runs on the CPU: on a machine
         # shared with other jobs, wall time there mostly measures the waits for a core (round times wander by
@@ -97,6 +105,7 @@ class SpeculativeDecoder:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        self._remember()
         for handle in reversed(self._owned):
             handle.close()
         self._owned.clear()
@@ -310,7 +319,39 @@ class SpeculativeDecoder:
         reply.stats.decode_seconds = time.perf_counter() - decode_started
         reply.stats.decode_cpu_seconds = time.thread_time() - self._decode_cpu_started
         self._native_into(reply.stats)
+        self._remember()
         return reply
+
+    # ------------------------------------------------------------------ depth memory
+
+    def _recall(self, folder: Path) -> None:
+        """Start adaptive depth from what an earlier load of the same files on this backend learned, if any."""
+        from app.native.loader import backend_manifest
+
+        assert self.adaptive is not None
+        try:
+            key = key_for(self.config, backend_manifest().id, self.config.n_threads or default_threads())
+        except (OSError, FastMTPError) as exc:  # no manifest (a bare backend folder): nothing to key it by
+            log.warning("adaptive depth starts cold: %s", exc)
+            return
+        memory = DepthMemory(folder)
+        self._memory = (memory, key)
+        state = memory.recall(key)
+        if state is not None and not self.adaptive.restore(state):
+            log.warning("adaptive depth starts cold: the record in %s is not one this version can use",
+                        memory.path(key))
+
+    def _remember(self) -> None:
+        """Save what adaptive depth learned since the last save. A failure (a full disk, a read-only folder)
+        only costs the next load its warm start, so it is logged, not raised into the reply."""
+        if self._memory is None or self.adaptive is None or self.adaptive.rounds == self._remembered_rounds:
+            return
+        memory, key = self._memory
+        self._remembered_rounds = self.adaptive.rounds
+        try:
+            memory.remember(key, self.adaptive.snapshot())
+        except OSError as exc:
+            log.warning("what adaptive depth learned could not be saved in %s: %s", memory.folder, exc)
 
 
 def _check_pair(target: Path, draft: Path) -> None:
