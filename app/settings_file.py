@@ -1,5 +1,6 @@
 """One way to read and write the app's own small JSON files: the settings, the window's state, the remote
-servers, the update check's state, the trust store, the list of local models and the active backend.
+servers, the update check's state, the trust store, the list of local models, the active backend and what
+adaptive depth learned per model (``engine/depth_memory.py``).
 
 Two rules, one place. Reading: a missing file is no file (the caller's defaults); a file that cannot be read
 or parsed (unreadable, not JSON, nested deeper than Python parses) is damaged, ``DamagedFile``, and is left

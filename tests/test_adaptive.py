@@ -12,12 +12,13 @@ machine).
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
 import pytest
 
-from app.engine.adaptive import START_DEPTH, AdaptiveDepth, RoundTiming
+from app.engine.adaptive import START_DEPTH, WARM_TESTS, AdaptiveDepth, RoundTiming
 from tests.adaptive_sim import (
     DEMO,
     EASY_START,
@@ -32,6 +33,7 @@ from tests.adaptive_sim import (
     against_fixed,
     run_adaptive,
     run_fixed,
+    together,
 )
 
 SESSION = 2048  # tokens: two bench spec runs (8 prompts of 128 tokens each)
@@ -243,3 +245,63 @@ def test_random_acceptance_streams_do_not_break_it() -> None:
     for index, level in enumerate(levels):
         run_adaptive(FAST_CPU, lambda p, a=level: a, 150, seed=100 + index, adaptive=adaptive)
     assert 0 <= adaptive.best() <= 8 and adaptive.load > 0
+
+
+# ------------------------------------------------------------------ a warm start (depth memory)
+
+def _warm(machine: Machine, accept: Accept, seed: int, draft_depth: int = 8) -> AdaptiveDepth:
+    """An adaptive depth started from what an earlier session (other text: 1016 tokens, one bench spec run)
+    learned on ``machine``, the record passed through JSON as the depth memory keeps it."""
+    _, earlier = run_adaptive(machine, accept, 2 * PROMPT_SET, seed + 100)
+    restored = AdaptiveDepth(draft_depth)
+    assert restored.restore(json.loads(json.dumps(earlier.snapshot())))
+    return restored
+
+
+@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
+def test_a_warm_start_keeps_the_first_prompt_set_within_3_percent_without_trying_again(machine: Machine) -> None:
+    """The next load of the same model starts from what the last one measured: the first prompt set of the
+    session does not pay again for tries of the depths measured then, and stays within the 3%."""
+    sessions, fixed = [], {k: [] for k in range(9)}
+    for seed in range(1, 21):
+        adaptive = _warm(machine, DEMO, seed)
+        known = {k for k in range(9) if adaptive._known(k)}
+        adaptive.log = []
+        sessions.append(run_adaptive(machine, DEMO, PROMPT_SET, seed, adaptive=adaptive)[0])
+        assert adaptive.warm and adaptive.log[0].reason == "best" and adaptive.log[0].depth in known
+        assert not [d for d in adaptive.log if d.reason == "start" or (d.reason == "explore" and d.depth in known)]
+        for k in fixed:
+            fixed[k].append(run_fixed(machine, DEMO, PROMPT_SET, seed, k))
+    rates = {k: together(runs) for k, runs in fixed.items()}
+    best = max(range(1, 9), key=lambda k: rates[k])
+    assert together(sessions) >= 0.97 * rates[best], (best, together(sessions), rates)
+
+
+def test_a_warm_start_weighs_the_old_text_lightly_and_fits_a_different_limit() -> None:
+    """The remembered acceptance counts as at most WARM_TESTS tests (the new text takes over within a few dozen
+    rounds), with each position's estimate as it was; a limit of 4 where the record had 8 keeps positions 1-4
+    and a settled depth beyond the limit is not taken."""
+    _, earlier = run_adaptive(GPU_LIKE, HIGH, 2048, seed=2)
+    state = json.loads(json.dumps(earlier.snapshot()))
+    assert state["current"] > 4 and state["tested"][0] > WARM_TESTS
+    shallow = AdaptiveDepth(draft_depth=4)
+    assert shallow.restore(state)
+    assert len(shallow.tested) == 4 and shallow.tested[0] == pytest.approx(WARM_TESTS)
+    for position in range(4):
+        ratio = state["accepted"][position] / state["tested"][position]
+        assert shallow.accepted[position] / shallow.tested[position] == pytest.approx(ratio)
+    assert shallow.current == -1 and 0 <= shallow.depth() <= 4
+
+
+@pytest.mark.parametrize("damage", [
+    {"version": 2}, {"rest": {}}, {"rest": {"4": -0.01}}, {"rest": {"4": float("nan")}}, {"rest": {"x": 0.1}},
+    {"rest": {"40": 0.1}}, {"rest": [1, 2]}, {"step": "fast"}, {"accepted": [5000.0] + [0.0] * 7},
+    {"tested": [1.0]}, {"tested": None}, {"first_pass": 0.0},
+], ids=lambda d: json.dumps(d))
+def test_a_record_that_makes_no_sense_is_a_cold_start(damage: dict[str, object]) -> None:
+    _, earlier = run_adaptive(XEON, DEMO, 300, seed=1)
+    state = {**earlier.snapshot(), **damage}
+    adaptive = AdaptiveDepth(draft_depth=8)
+    assert not adaptive.restore(state)
+    assert not adaptive.warm and not adaptive.rest and adaptive.depth() == START_DEPTH
+    assert adaptive.restore(earlier.snapshot())  # the same record undamaged is taken

@@ -56,9 +56,24 @@ def test_an_adaptive_row_is_set_against_the_fastest_fixed_depth_of_its_mode() ->
 def test_the_markdown_has_a_table_of_adaptive_against_the_fastest_fixed_depth() -> None:
     table = _result().markdown()
     assert "| adaptive variant | tok/s (median) | fastest fixed depth | its tok/s | ratio |" in table
-    assert "| d2t sidecar adaptive k<=8 | 54.0 | d2t sidecar k=3 | 55.0 | 0.982x | 0.98, 0.98, 0.95 | " \
+    assert "| d2t sidecar adaptive k<=8 | 54.0 | d2t sidecar k=3 | 55.0 | 0.982x | 0.982, 0.982, 0.946 | " \
            "1.000x vs k=4 | 3: 3%, 4: 93%, 5: 3% |" in table
     assert json.loads(json.dumps(_result().to_dict()))["rows"][4]["vs_fastest_fixed"] == pytest.approx(0.982)
+
+
+def test_each_run_says_whether_adaptive_started_cold_or_warm() -> None:
+    """With a depth memory the first run starts cold and the later ones warm: the ratios are told apart."""
+    result = _result()
+    adaptive = next(r for r in result.rows if r.variant.adaptive)
+    for sample, warm in zip(adaptive.samples, (False, True, True), strict=True):
+        sample.warm = warm
+    row = result.summary(adaptive)
+    assert row["starts"] == ["cold", "warm", "warm"]
+    assert row["vs_fastest_fixed_cold"] == pytest.approx(54 / 55, abs=1e-3)
+    assert row["vs_fastest_fixed_warm"] == pytest.approx((55 / 56 + 53 / 56) / 2, abs=1e-3)
+    assert "| 0.982x | 0.982c, 0.982w, 0.946w | " in result.markdown()
+    fixed = result.summary(next(r for r in result.rows if r.variant.draft_depth == 3 and r.variant.draft == "d2t"))
+    assert "starts" not in fixed
 
 
 def test_an_adaptive_row_without_fixed_rows_has_no_comparison() -> None:

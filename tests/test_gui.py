@@ -401,6 +401,26 @@ def test_settings_page_saves_the_file_and_switches_the_theme(qtbot: QtBot, tmp_p
     store.close()
 
 
+def test_settings_page_forgets_the_learned_depths(qtbot: QtBot, tmp_path: Path) -> None:
+    """The button next to "Adaptive depth" empties the depth memory, as `depth-memory forget` does."""
+    from app.engine.config import EngineConfig
+    from app.engine.depth_memory import DepthMemory, key_for
+    from app.gui.settings_page import SettingsPage
+    from app.paths import depth_memory_dir
+    from app.settings import Settings
+
+    target = tmp_path / "target.gguf"
+    target.write_bytes(b"t")
+    memory = DepthMemory(depth_memory_dir())
+    memory.remember(key_for(EngineConfig(target, adaptive=True), "backend", 2), {"version": 1})
+    page = SettingsPage(Settings())
+    qtbot.addWidget(page)
+    qtbot.mouseClick(page.forget_depths, Qt.MouseButton.LeftButton)
+    assert memory.entries() == [] and "1 model setup" in page.note.text()
+    qtbot.mouseClick(page.forget_depths, Qt.MouseButton.LeftButton)
+    assert "nothing remembered" in page.note.text()
+
+
 def test_export_and_import_chats_from_the_window(qtbot: QtBot, tmp_path: Path) -> None:
     store = HistoryStore(tmp_path / "history.sqlite3")
     conv = store.create_conversation("Tides")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from app import settings as app_settings
@@ -21,6 +22,9 @@ def test_settings_round_trip_in_the_config_folder(tmp_path: Path, monkeypatch: o
     assert app_settings.load(path).models_path() == tmp_path / "models"
     assert app_settings.engine_fields(wanted) == {"n_ctx": 8192, "n_gpu_layers": 20, "n_threads": 6, "draft_depth": 4,
                                                   "adaptive": False, "p_min": 0.3}
+    # with adaptive depth, what it learns about a model is kept for the model's next load
+    assert app_settings.engine_fields(replace(wanted, adaptive_depth=True))["depth_memory"] == \
+        app_settings.paths.depth_memory_dir()
 
 
 def test_a_damaged_or_foreign_settings_file_gives_defaults_where_it_is_wrong(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 from app import __version__, paths
 from app import settings as app_settings
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
+from app.engine.depth_memory import DepthMemory
 from app.errors import FastMTPError
 from app.gui.machines import MachinesGroup
 from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
@@ -79,6 +80,14 @@ class SettingsPage(QWidget):
         self.draft_depth = QSpinBox()
         self.draft_depth.setRange(DRAFT_DEPTH_MIN, DRAFT_DEPTH_MAX)
         self.adaptive = QCheckBox("Adaptive depth (choose the depth from measured costs, 0 when drafting does not pay)")
+        self.forget_depths = QPushButton("Forget learned depths")
+        self.forget_depths.setToolTip("Adaptive depth remembers what it measured for each model on this machine, so "
+                                      "that the next load starts there; forget it all (each next load starts cold)")
+        self.forget_depths.clicked.connect(self.forget_learned_depths)
+        adaptive_row = QHBoxLayout()
+        adaptive_row.addWidget(self.adaptive)
+        adaptive_row.addWidget(self.forget_depths)
+        adaptive_row.addStretch(1)
         self.p_min = QDoubleSpinBox()
         self.p_min.setRange(0.0, 1.0)
         self.p_min.setSingleStep(0.05)
@@ -99,7 +108,7 @@ class SettingsPage(QWidget):
         form.addRow("GPU layers (CUDA backends)", self.gpu_layers)
         form.addRow("Threads", self.threads)
         form.addRow("Draft depth", self.draft_depth)
-        form.addRow("", self.adaptive)
+        form.addRow("", adaptive_row)
         form.addRow("Draft confidence p_min", self.p_min)
         form.addRow("Theme", self.theme)
         layout = QVBoxLayout(self)
@@ -156,6 +165,17 @@ class SettingsPage(QWidget):
         self._settings = settings
         self.note.setText(f"Saved to {app_settings.settings_path()}. Engine sizes apply from the next model load.")
         self.saved.emit(settings)
+
+    def forget_learned_depths(self) -> None:
+        """What ``depth-memory forget`` does: a few small files, deleted at once."""
+        try:
+            forgotten = DepthMemory(paths.depth_memory_dir()).forget()
+        except (OSError, FastMTPError) as exc:
+            self.note.setText(f"The learned depths could not be forgotten: {exc}")
+            return
+        self.note.setText(f"Forgot what adaptive depth learned about {forgotten} model setup(s): "
+                          "each model's next load starts it cold." if forgotten else
+                          "Adaptive depth had nothing remembered to forget.")
 
     def _browse(self) -> None:
         start = self.models_dir.text() or str(paths.models_dir())

@@ -1,0 +1,189 @@
+"""What adaptive depth remembers between loads: the record's key, damaged and foreign records, saves that fail,
+the CLI; and on the real patched backend, a second load of the same files that starts where the first left off."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.builtin_demo import ensure_demo_model, table_prompt
+from app.engine.adaptive import START_DEPTH
+from app.engine.config import EngineConfig, SamplingParams
+from app.engine.depth_memory import DepthMemory, key_for
+from app.engine.sampling import Sampler
+from app.engine.speculative import SpeculativeDecoder
+from app.gguftools.demo_model import DemoModel
+from tests.module_folders import ModuleFolders
+
+STATE = {"version": 1, "draft_depth": 8, "rest": {"1": 0.05, "4": 0.09}, "first_pass": 0.01, "step": 0.008,
+         "tested": [40.0, 30.0, 20.0, 0, 0, 0, 0, 0], "accepted": [36.0, 25.0, 15.0, 0, 0, 0, 0, 0],
+         "current": 3, "rounds": 200}
+
+
+def _files(tmp_path: Path) -> EngineConfig:
+    target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
+    target.write_bytes(b"t" * 100)
+    draft.write_bytes(b"d" * 50)
+    return EngineConfig(target, mode="sidecar", draft=draft, adaptive=True, depth_memory=tmp_path / "memory")
+
+
+def test_the_key_changes_with_anything_that_changes_the_costs(tmp_path: Path) -> None:
+    config = _files(tmp_path)
+    key = key_for(config, "0.3.35-cpu-d2t-x", 2)
+    assert key_for(config, "0.3.35-cpu-d2t-x", 2).digest() == key.digest()  # stable
+    others = [key_for(config, "0.3.35-cuda-d2t-x", 2), key_for(config, "0.3.35-cpu-d2t-x", 4),
+              key_for(replace(config, n_gpu_layers=-1), "0.3.35-cpu-d2t-x", 2),
+              key_for(replace(config, mode="embedded"), "0.3.35-cpu-d2t-x", 2),
+              key_for(replace(config, rpc=("10.0.0.2:50052",)), "0.3.35-cpu-d2t-x", 2)]
+    assert config.draft is not None
+    config.draft.write_bytes(b"d" * 51)  # the sidecar replaced by another of the same name
+    others.append(key_for(config, "0.3.35-cpu-d2t-x", 2))
+    os.utime(config.target, ns=(1, 1))  # or the target touched
+    others.append(key_for(config, "0.3.35-cpu-d2t-x", 2))
+    digests = {k.digest() for k in others}
+    assert key.digest() not in digests and len(digests) == len(others)
+    # embedded mode has no sidecar: the draft file is not part of its key
+    assert key_for(replace(config, mode="embedded"), "b", 2).draft is None
+
+
+def test_a_record_comes_back_only_for_its_own_key_and_only_when_readable(tmp_path: Path) -> None:
+    config = _files(tmp_path)
+    memory, key = DepthMemory(tmp_path / "memory"), key_for(config, "backend", 2)
+    assert memory.recall(key) is None  # nothing saved yet
+    memory.remember(key, STATE)
+    assert memory.recall(key) == STATE
+    assert memory.recall(key_for(config, "backend", 3)) is None  # another thread count: another record
+    record = json.loads(memory.path(key).read_text())
+    record["key"]["threads"] = 7  # a record at this path that is not for this key (a digest collision)
+    memory.path(key).write_text(json.dumps(record))
+    assert memory.recall(key) is None
+    for damaged in ("{not json", "[1, 2]", json.dumps({"key": record["key"], "state": "x"}), "\x00\xff"):
+        memory.path(key).write_text(damaged)
+        assert memory.recall(key) is None, damaged
+    memory.remember(key, STATE)  # the next save replaces a damaged record
+    assert memory.recall(key) == STATE
+
+
+def test_a_failed_save_raises_for_the_caller_and_leaves_the_old_record_whole(tmp_path: Path) -> None:
+    config = _files(tmp_path)
+    memory, key = DepthMemory(tmp_path / "memory"), key_for(config, "backend", 2)
+    memory.remember(key, STATE)
+    blocked = memory.path(key).with_name(f".{memory.path(key).name}.{os.getpid()}.tmp")
+    blocked.mkdir()  # the temporary file cannot be written: as a full disk would refuse it
+    with pytest.raises(OSError):
+        memory.remember(key, {**STATE, "current": 5})
+    assert memory.recall(key) == STATE
+
+
+def test_list_and_forget_name_every_record_damaged_ones_too(tmp_path: Path) -> None:
+    config = _files(tmp_path)
+    memory = DepthMemory(tmp_path / "memory")
+    assert memory.entries() == [] and memory.forget() == 0  # no folder yet
+    memory.remember(key_for(config, "backend", 2), STATE)
+    (memory.folder / f"{'0' * 24}.depth.json").write_text("{damaged")
+    entries = memory.entries()
+    assert [e["damaged"] for e in entries] == [True, False]
+    good = entries[1]
+    assert good["target"] == str(config.target.resolve()) and good["depth"] == 3 and good["threads"] == 2
+    assert memory.forget() == 2 and memory.entries() == []
+
+
+def _cli(*args: str) -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-m", "app", "depth-memory", *args, "--json"], capture_output=True,
+                          text=True, check=True, env=os.environ.copy())
+    data: dict[str, object] = json.loads(done.stdout)
+    return data
+
+
+def test_the_cli_lists_and_forgets_what_the_app_remembers(tmp_path: Path) -> None:
+    from app.paths import depth_memory_dir
+
+    config = _files(tmp_path)
+    DepthMemory(depth_memory_dir()).remember(key_for(config, "backend", 2), STATE)
+    listed = _cli("list")
+    assert listed["folder"] == str(depth_memory_dir())
+    assert [e["target"] for e in listed["entries"]] == [str(config.target.resolve())]  # type: ignore[attr-defined]
+    assert _cli("forget") == {"forgotten": 1}
+    assert _cli("list")["entries"] == []
+
+
+# ------------------------------------------------------------------ on the real backend
+
+needs_backend = pytest.mark.usefixtures("patched_backend")
+
+
+@pytest.fixture(scope="module")
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("memory-demo"), size="tiny", acceptance=0.9, seed=4,
+                             language="words")
+
+
+def _reply(config: EngineConfig, demo: DemoModel) -> tuple[SpeculativeDecoder, list[int]]:
+    decoder = SpeculativeDecoder(config)
+    return decoder, decoder.generate(table_prompt(demo), 120, Sampler(SamplingParams())).tokens
+
+
+@needs_backend
+def test_the_next_load_of_the_same_files_starts_where_the_last_one_left_off(demo: DemoModel, tmp_path: Path) -> None:
+    config = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, adaptive=True, n_ctx=1024,
+                          depth_memory=tmp_path / "memory")
+    first, tokens = _reply(config, demo)
+    assert first.adaptive is not None and not first.adaptive.warm
+    first.close()
+    records = list((tmp_path / "memory").glob("*.depth.json"))
+    assert len(records) == 1
+    saved = json.loads(records[0].read_text())["state"]
+    assert saved["rest"] and saved["current"] >= 0
+
+    second = SpeculativeDecoder(config)
+    try:
+        assert second.adaptive is not None and second.adaptive.warm
+        second.adaptive.log = []
+        again = second.generate(table_prompt(demo), 120, Sampler(SamplingParams())).tokens
+        assert again == tokens  # lossless either way
+        decisions = second.adaptive.log
+        # no "start" at depth 3 to measure from: it plays a depth the first load measured from the first round
+        # on, and tries none of those again
+        measured = {int(b) - 1 for b in saved["rest"]}
+        assert decisions[0].reason == "best" and decisions[0].depth in measured
+        assert not [d for d in decisions if d.reason == "start" or (d.reason == "explore" and d.depth in measured)]
+    finally:
+        second.close()
+    # without a memory folder nothing is kept and every load starts cold
+    cold, _ = _reply(replace(config, depth_memory=None), demo)
+    assert cold.adaptive is not None and not cold.adaptive.warm
+    cold.close()
+
+
+@needs_backend
+def test_a_damaged_record_or_a_blocked_folder_only_costs_the_warm_start(demo: DemoModel, tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    memory = tmp_path / "memory"
+    config = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, adaptive=True, n_ctx=1024,
+                          depth_memory=memory)
+    decoder, _ = _reply(config, demo)
+    decoder.close()
+    record = next(memory.glob("*.depth.json"))
+    record.write_text(json.dumps({**json.loads(record.read_text()), "state": {**STATE, "version": 99}}))
+    with caplog.at_level(logging.WARNING, logger="app.engine.speculative"):
+        decoder, tokens = _reply(config, demo)
+    assert decoder.adaptive is not None and not decoder.adaptive.warm
+    assert decoder.adaptive.chosen[START_DEPTH] > 0 and tokens
+    assert "not one this version can use" in caplog.text
+    decoder.close()
+    assert json.loads(record.read_text())["state"]["version"] == 1  # rewritten by the save
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("in the way of the folder")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="app.engine.speculative"):
+        decoder, tokens = _reply(replace(config, depth_memory=blocked / "memory"), demo)
+        decoder.close()
+    assert tokens and "could not be saved" in caplog.text
