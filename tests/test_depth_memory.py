@@ -187,3 +187,29 @@ def test_a_damaged_record_or_a_blocked_folder_only_costs_the_warm_start(demo: De
         decoder, tokens = _reply(replace(config, depth_memory=blocked / "memory"), demo)
         decoder.close()
     assert tokens and "could not be saved" in caplog.text
+
+
+@needs_backend
+@pytest.mark.parametrize("start", ["warm", "cold"])
+def test_bench_spec_says_which_runs_started_warm(tmp_path: Path, start: str) -> None:
+    """``bench spec``'s default: the first run's adaptive row starts cold, the next from what it learned (kept in
+    OUT/depth-memory, emptied first); ``--adaptive-start cold``: every run cold and nothing kept."""
+    stale = tmp_path / "depth-memory"
+    stale.mkdir()
+    (stale / f"{'1' * 24}.depth.json").write_text("{}")  # an earlier bench's record is not used
+    done = subprocess.run([sys.executable, "-m", "app", "bench", "spec", "--size", "tiny", "--runs", "2", "--tokens",
+                           "8", "--modes", "d2t", "--depths", "2", "--adaptive-max", "3", "--no-upstream",
+                           "--adaptive-start", start, "--out", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [r for r in json.loads(done.stdout)["rows"] if r["adaptive"]]
+    expected = ["cold", "warm"] if start == "warm" else ["cold", "cold"]
+    assert [r["starts"] for r in rows] == [expected, expected]  # document, reasoning
+    decisions = [json.loads(line) for line in (tmp_path / "adaptive-decisions.jsonl").read_text().splitlines()]
+    assert {(d["run"], d["warm"]) for d in decisions} == {(1, False), (2, start == "warm")}
+    assert "| adaptive variant |" in (tmp_path / "spec.md").read_text()
+    kept = [path.name for path in stale.glob("*.depth.json")]
+    if start == "warm":  # the stale record gone, this bench's own in its place
+        assert len(kept) == 1 and not kept[0].startswith("1" * 24)
+    else:  # nothing kept, nothing touched
+        assert kept == [f"{'1' * 24}.depth.json"]

@@ -377,7 +377,8 @@ class SpecResult:
 def decision_charts(decisions: Path, folder: Path) -> list[Path]:
     """Draw adaptive depth's decisions (the JSON lines ``run`` kept), one PNG per adaptive variant: the depth of
     every round (coloured by why it was chosen), and each round's measured time beside the time predicted for
-    it, with the load index; runs one after another, the warm-up and the prompts marked."""
+    it, with the load index; runs one after another (each said to start cold or warm), the warm-up and the
+    prompts marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -411,6 +412,11 @@ def decision_charts(decisions: Path, folder: Path) -> list[Path]:
                 for ax in (depth_ax, time_ax):
                     ax.axvline(x - 0.5, color="#000000" if before["run"] != after["run"] else "#dddddd",
                                linewidth=0.6, zorder=0)
+        for x, entry in enumerate(rounds):  # each run's first round: whether it started from a remembered record
+            if x == 0 or entry["run"] != rounds[x - 1]["run"]:
+                depth_ax.annotate(f"run {entry['run']}: {'warm' if entry.get('warm') else 'cold'} start", (x, 1.0),
+                                  xycoords=("data", "axes fraction"), xytext=(3, -10), textcoords="offset points",
+                                  fontsize=8)
         depth_ax.set_ylabel("depth")
         depth_ax.set_yticks(range(0, max(r["depth"] for r in rounds) + 1))
         depth_ax.legend(loc="upper right", fontsize=8, markerscale=2)
@@ -627,7 +633,7 @@ class _OursSession:
     def _keep_decisions(self, prompt_set: str, index: int) -> None:
         adaptive = self.decoder.adaptive
         if adaptive is not None and adaptive.log is not None:
-            self.record.write(self.variant, self.run_index, prompt_set, index, adaptive.log)
+            self.record.write(self.variant, self.run_index, prompt_set, index, adaptive.log, adaptive.warm)
             adaptive.log.clear()
 
     def close(self) -> None:
@@ -689,12 +695,13 @@ class _DecisionLog:
     def active(self) -> bool:
         return self._handle is not None
 
-    def write(self, variant: Variant, run_index: int, prompt_set: str, index: int, decisions: list[Any]) -> None:
+    def write(self, variant: Variant, run_index: int, prompt_set: str, index: int, decisions: list[Any],
+              warm: bool) -> None:
         if self._handle is None:
             return
         for decision in decisions:
-            entry = {"variant": variant.label, "run": run_index + 1, "prompt_set": prompt_set, "prompt": index,
-                     **decision.to_dict()}
+            entry = {"variant": variant.label, "run": run_index + 1, "warm": warm, "prompt_set": prompt_set,
+                     "prompt": index, **decision.to_dict()}
             self._handle.write(json.dumps(entry) + "\n")
 
     def close(self) -> None:
