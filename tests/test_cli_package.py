@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / "app" / "cli"
 GROUPS = sorted(p.stem for p in CLI.glob("*.py") if p.stem not in ("__init__", "common"))
 COMMANDS = ["window", "backend", "gpu-check", "gpu-prepare", "gguf", "sidecar", "models", "fit", "token", "mirror",
-            "quickstart", "demo-model", "generate", "chat", "history", "bench", "fetch", "verify", "trust", "release",
-            "update", "remote", "serve", "rpc-worker"]
+            "quickstart", "demo-model", "generate", "chat", "depth-memory", "history", "bench", "fetch", "verify",
+            "trust", "release", "update", "remote", "serve", "rpc-worker"]
 
 
 def test_the_groups_are_the_ones_a_reader_looks_for() -> None:
