@@ -243,11 +243,6 @@ class SpecResult:
                 ratios.append(sample.tps / max(rivals))
         return ratios
 
-    def _ratio_of(self, row: Row, warm: bool) -> float | None:
-        """The median of the runs' ratios over the fastest fixed depth, over the cold or the warm runs only."""
-        ratios = [r for r, s in zip(self.vs_fastest_fixed_runs(row), row.samples, strict=False) if s.warm is warm]
-        return statistics.median(ratios) if ratios else None
-
     def bound(self, row: Row) -> float | None:
         """The speedup over ``off`` the measured acceptance and step costs allow with zero loop overhead:
         k draft steps and a verify pass per round against ``off``'s pass per token, all synchronized."""
@@ -289,14 +284,15 @@ class SpecResult:
         if fastest is None:
             return {}
         by_cpu = self.fastest_fixed_cpu(row)
+        runs = self.vs_fastest_fixed_runs(row)
         cpu_ratio = row.cpu_tps / by_cpu.cpu_tps if by_cpu is not None and row.cpu_tps and by_cpu.cpu_tps else None
         return {
             "fastest_fixed": fastest.variant.label, "fastest_fixed_tps_median": round(fastest.tps, 2),
             "vs_fastest_fixed": _round(row.tps / fastest.tps if fastest.tps > 0 else None),
-            "vs_fastest_fixed_runs": [round(r, 3) for r in self.vs_fastest_fixed_runs(row)],
+            "vs_fastest_fixed_runs": [round(r, 3) for r in runs],
             "starts": [_start(s) for s in row.samples],
-            "vs_fastest_fixed_cold": _round(self._ratio_of(row, warm=False)),
-            "vs_fastest_fixed_warm": _round(self._ratio_of(row, warm=True)),
+            "vs_fastest_fixed_cold": _round(_median_where(runs, row.samples, warm=False)),
+            "vs_fastest_fixed_warm": _round(_median_where(runs, row.samples, warm=True)),
             "fastest_fixed_cpu": by_cpu.variant.label if cpu_ratio is not None and by_cpu is not None else None,
             "vs_fastest_fixed_cpu": _round(cpu_ratio),
             "depths": {str(k): round(v, 3) for k, v in row.depth_shares.items()},
@@ -435,6 +431,12 @@ def decision_charts(decisions: Path, folder: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _median_where(ratios: list[float], samples: list[Sample], warm: bool) -> float | None:
+    """The median of the runs' ratios over the cold or the warm runs only (None when there are none)."""
+    picked = [r for r, s in zip(ratios, samples, strict=False) if s.warm is warm]
+    return statistics.median(picked) if picked else None
 
 
 def _start(sample: Sample) -> str:

@@ -94,10 +94,9 @@ class DepthMemory:
         """Every readable record, for people: the files it is for, when it was saved, the depth it settled on."""
         found = []
         for path in sorted(self.folder.glob(f"*{SUFFIX}")) if self.folder.is_dir() else []:
-            record = load_json_object(path)
-            key = record.get("key") if record is not None else None
-            state = record.get("state") if record is not None else None
-            if record is None or not isinstance(key, dict) or not isinstance(state, dict):
+            record = load_json_object(path) or {}
+            key, state = record.get("key"), record.get("state")
+            if not isinstance(key, dict) or not isinstance(state, dict):
                 found.append({"file": str(path), "damaged": True})
                 continue
             found.append({"file": str(path), "damaged": False, "target": key.get("target"), "draft": key.get("draft"),
