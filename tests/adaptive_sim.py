@@ -53,6 +53,10 @@ class Machine:
     # factor of this spread, half of it carried from one round to the next; on this 2-core machine, shared with
     # test suites and compilers, measured rounds wandered 20-27% around their prediction, lag-1 correlation 0.4-0.6)
     wobble: float = 0.0
+    # the draft passes' own jitter next to the verify pass's: on the real machine their times wander apart from
+    # round to round (the verify/draft ratio of a round spreads 3-4% around its median on the Xeon), so a round's
+    # draft steps tell its load only roughly
+    part_jitter: float = 0.0
 
     def load_at(self, token: int) -> float:
         return factor_at(self.loads, token)
@@ -88,23 +92,28 @@ class _Text:
 
 def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
              choose: Callable[[], int], observe: Callable[[int, int, int, RoundTiming], None] | None = None,
-             stretches: Sequence[tuple[int, float]] = ()) -> Totals:
+             stretches: Sequence[tuple[int, float]] = (), reply: int = 0) -> Totals:
     """Generate ``tokens`` tokens (or a few more: a round's accepted drafts all count) with the depth ``choose``
     gives each round; returns tokens and seconds. The round's costs are drawn by round (seeded by its index),
-    its acceptance by the tokens of the text it reaches."""
+    its acceptance by the tokens of the text it reaches. ``reply``: the text is a reply of this many tokens,
+    written again and again from its start (the demo model's: every prompt gets the same reply, so every round
+    of a fixed depth falls where it fell the last time)."""
     totals = Totals()
     text = _Text(seed, stretches)
     last_batch, held = 0, 0
     index = -1
     drift = 0.0
+    in_reply = 0
     while totals.tokens < tokens:
         index += 1
         rng = random.Random(seed * 1_000_003 + index)  # the same draws at the same round for every policy
         depth = choose()
         totals.depths.append(depth)
         accepted = 0
-        while accepted < depth and text.draftable(totals.tokens + accepted, accept(accepted)):
+        start, room = (in_reply, min(depth, reply - in_reply - 1)) if reply else (totals.tokens, depth)
+        while accepted < room and text.draftable(start + accepted, accept(accepted)):
             accepted += 1
+        in_reply = (in_reply + accepted + 1) % reply if reply else 0
         tested = min(depth, accepted + 1)
         drift = 0.5 * drift + machine.wobble * rng.gauss(0.0, 0.87)  # 0.87 = sqrt(1 - 0.5**2): the spread stays wobble
         scale = machine.load_at(totals.tokens) * rng.uniform(1 - machine.jitter, 1 + machine.jitter) * math.exp(drift)
@@ -116,10 +125,11 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
             scale *= 1.0 + 1.5 * (1 - index / machine.slow_start)
         batch = depth + 1
         verify = machine.rest[batch - 1] + (machine.rebuild if batch != last_batch else 0.0)
-        first = machine.first_pass + machine.catch_up * held if depth else 0.0
-        steps = machine.step * max(depth - 1, 0)
-        timing = RoundTiming(seconds=(verify + first + steps) * scale, verify=verify * scale,
-                             draft=(first + steps) * scale, draft_steps=steps * scale, proposed=depth)
+        parts = scale * rng.uniform(1 - machine.part_jitter, 1 + machine.part_jitter)
+        first = (machine.first_pass + machine.catch_up * held if depth else 0.0) * parts
+        steps = machine.step * max(depth - 1, 0) * parts
+        timing = RoundTiming(seconds=verify * scale + first + steps, verify=verify * scale,
+                             draft=first + steps, draft_steps=steps, proposed=depth)
         if observe is not None:
             observe(depth, tested, accepted, timing)
         totals.tokens += accepted + 1
@@ -130,14 +140,14 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
 
 def run_adaptive(machine: Machine, accept: Accept, tokens: int, seed: int, draft_depth: int = 8,
                  adaptive: AdaptiveDepth | None = None, stretches: Sequence[tuple[int, float]] = (),
-                 ) -> tuple[Totals, AdaptiveDepth]:
+                 reply: int = 0) -> tuple[Totals, AdaptiveDepth]:
     adaptive = adaptive or AdaptiveDepth(draft_depth)
-    return simulate(machine, accept, tokens, seed, adaptive.depth, adaptive.observe, stretches), adaptive
+    return simulate(machine, accept, tokens, seed, adaptive.depth, adaptive.observe, stretches, reply), adaptive
 
 
 def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: int,
-              stretches: Sequence[tuple[int, float]] = ()) -> Totals:
-    return simulate(machine, accept, tokens, seed, lambda: depth, stretches=stretches)
+              stretches: Sequence[tuple[int, float]] = (), reply: int = 0) -> Totals:
+    return simulate(machine, accept, tokens, seed, lambda: depth, stretches=stretches, reply=reply)
 
 
 def together(runs: Sequence[Totals]) -> float:
