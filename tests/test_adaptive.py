@@ -39,6 +39,7 @@ from tests.adaptive_sim import (
 
 SESSION = 2048  # tokens: two bench spec runs (8 prompts of 128 tokens each)
 SEEDS = range(1, 6)
+REPLY = 127  # tokens: the demo model's reply, the same for every prompt
 PROMPT_SET = 508  # tokens: one prompt set of one bench spec run (4 prompts, 127 decoded each), a fresh session
 
 
@@ -72,6 +73,20 @@ def test_the_first_prompt_set_of_a_fresh_session_keeps_within_3_percent(machine:
     acceptance."""
     adaptive, fixed = against_fixed(machine, DEMO, PROMPT_SET, range(1, 21))
     best = max(range(1, 9), key=lambda k: fixed[k])
+    assert adaptive >= 0.97 * fixed[best], (best, adaptive, fixed)
+
+
+@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
+def test_the_demo_models_one_reply_keeps_within_3_percent(machine: Machine) -> None:
+    """The demo model writes the same 127-token reply to every prompt, so a fixed depth cuts it into the same
+    rounds every time and the acceptance of a draft position depends on the depth (one text's luck). A cold
+    ``bench spec`` run (8 replies), 10 such texts, with the draft passes jittering apart from the verify pass
+    as they do on the real machine."""
+    jittery = dataclasses.replace(machine, part_jitter=0.06)
+    seeds = range(1, 11)
+    adaptive = together([run_adaptive(jittery, DEMO, 8 * REPLY, s, reply=REPLY)[0] for s in seeds])
+    fixed = {k: together([run_fixed(jittery, DEMO, 8 * REPLY, s, k, reply=REPLY) for s in seeds]) for k in range(1, 9)}
+    best = max(fixed, key=lambda k: fixed[k])
     assert adaptive >= 0.97 * fixed[best], (best, adaptive, fixed)
 
 
