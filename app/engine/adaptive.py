@@ -136,7 +136,7 @@ class AdaptiveDepth:
     tested: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)
     # load-normalized cost samples: verify + host per batch size, first draft pass, one further draft step (the
-    # unit: its first sample, or a remembered one, stays)
+    # unit: the samples taken before it had an estimate, or the remembered one, stay)
     rest: dict[int, deque[float]] = field(default_factory=dict)
     first_pass: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     step: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
