@@ -78,10 +78,11 @@ def test_the_first_prompt_set_of_a_fresh_session_keeps_within_3_percent(machine:
 
 @pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
 def test_the_demo_models_one_reply_keeps_within_3_percent(machine: Machine) -> None:
-    """The demo model writes the same 127-token reply to every prompt, so a fixed depth cuts it into the same
+    """The demo model writes the same reply to every chat prompt (``bench spec`` gives each of its prompts its own
+    first word; before it did, its 8 prompts were one 127-token text), so a fixed depth cuts it into the same
     rounds every time and the acceptance of a draft position depends on the depth (one text's luck). A cold
-    ``bench spec`` run (8 replies), 10 such texts, with the draft passes jittering apart from the verify pass
-    as they do on the real machine."""
+    run of 8 such replies, 10 such texts, with the draft passes jittering apart from the verify pass as they do
+    on the real machine."""
     jittery = dataclasses.replace(machine, part_jitter=0.06)
     seeds = range(1, 11)
     adaptive = together([run_adaptive(jittery, DEMO, 8 * REPLY, s, reply=REPLY)[0] for s in seeds])

@@ -1,17 +1,16 @@
 """``bench spec``: our speculative loop across modes and depths, side by side with upstream llama-server.
 
-Every variant runs every prompt of each prompt set once per run, and the reported figures are medians
-over runs. On a CPU our variants are interleaved prompt by prompt (every variant's session stays open
-for the run, all on the same memory-mapped files, and the order rotates from prompt to prompt), so a
-burst of load from another job hits every variant alike; with GPU offload (each session would hold its
-own copy of the weights on the device) or a time limit they run variant by variant. Decode
-tok/s is generated tokens over decode time (after the prompt), as llama-server's
-``predicted_per_second``. The bound is what the measured acceptance allows with the measured
-costs: (1 - a^(k+1)) / (1 - a) tokens per round for k draft steps plus one verify pass (the break-even
-model's ``expected_tokens_per_pass``), against one plain pass per token; efficiency is the measured speedup
-over ``off`` divided by it. Our rows split each round into the verify pass, the draft steps and our host
-(Python) time; native times are taken after ``llama_synchronize``, so a GPU's work counts as native, not as
-ours.
+Every variant runs every prompt of each prompt set once per run, and the reported figures are medians over runs. On
+a demo model each prompt's reply starts on its own table word (:func:`demo_opening`), so the prompts get different
+replies, as on a real model. On a CPU our variants are interleaved prompt by prompt (every variant's session stays
+open for the run, all on the same memory-mapped files, and the order rotates from prompt to prompt), so a burst of
+load from another job hits every variant alike; with GPU offload (each session would hold its own copy of the
+weights on the device) or a time limit they run variant by variant. Decode tok/s is generated tokens over decode
+time (after the prompt), as llama-server's ``predicted_per_second``. The bound is what the measured acceptance
+allows with the measured costs: (1 - a^(k+1)) / (1 - a) tokens per round for k draft steps plus one verify pass (the
+break-even model's ``expected_tokens_per_pass``), against one plain pass per token; efficiency is the measured
+speedup over ``off`` divided by it. Our rows split each round into the verify pass, the draft steps and our host
+(Python) time; native times are taken after ``llama_synchronize``, so a GPU's work counts as native, not as ours.
 
 Adaptive rows are set against the fastest fixed depth of the same mode in the same run (the ratio of
 the medians and the ratio in each run) and report the depths they chose; every round's decision
