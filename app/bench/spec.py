@@ -588,10 +588,11 @@ def tokenize_prompts(target: Path, prompts: dict[str, list[str]]) -> dict[str, l
     from app.gguftools.demo_model import read_demo_table
 
     table = read_demo_table(target)
+    cycle = table.cycle if table is not None and table.language == "words" else None
     session = ChatSession(EngineConfig(target, n_ctx=256))
     try:
         return {name: [session.prompt_tokens([Message("user", p)], thinking=False)
-                       + ([demo_opening(table.cycle, p)] if table is not None and table.language == "words" else [])
+                       + ([demo_opening(cycle, p)] if cycle is not None else [])
                        for p in texts]
                 for name, texts in prompts.items()}
     finally:
