@@ -25,7 +25,7 @@ from app.gguftools.demo_model import (
     read_demo_table,
     write_demo_model,
 )
-from app.gguftools.inspect import report_from_reader
+from app.gguftools.inspect import inspect_gguf
 from app.gguftools.qwen35 import QWEN35_27B, check_plans
 from app.gguftools.reader import field_value, open_gguf, tensors_by_name
 from app.gguftools.tokenizer import NEWLINE, load_tokenizer
@@ -51,7 +51,7 @@ def rms_norm(x: np.ndarray) -> np.ndarray:
 
 
 def test_files_are_a_target_and_its_two_sidecars(demo: DemoModel, readers: dict[str, GGUFReader]) -> None:
-    reports = {key: report_from_reader(r, Path(r.data.filename)) for key, r in readers.items()}
+    reports = {key: inspect_gguf(r.data.filename) for key, r in readers.items()}
     assert [reports[k].kind for k in ("target", "full", "d2t")] == ["target", "mtp_sidecar_full", "mtp_sidecar_d2t"]
     for report in reports.values():
         assert (report.architecture, report.vocab_size, report.n_embd) == ("qwen35", 248320, 64)

@@ -6,15 +6,13 @@ id silently loses a row. ``check_d2t`` refuses such a file with the file, the fi
 position, and what to do; every native load of a sidecar runs it first (``Model(load_mtp=True)``, the
 pair check, llama-server). The patched loader refuses the same files on its own (the backstop).
 
-The GGUF header is walked here directly, without decoding the 248320 vocabulary strings that
-``GGUFReader`` turns into arrays (seconds per file): the check costs milliseconds.
+The GGUF header is read by the lazy reader (``app.gguftools.header``), without decoding the 248320 vocabulary
+strings that ``GGUFReader`` turns into arrays (seconds per file): the check costs milliseconds.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +20,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from app.errors import GGUFError, SidecarError
-
-_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
-_STRING, _ARRAY = 8, 9
+from app.gguftools.header import gguf_header
 
 
 @dataclass(frozen=True)
@@ -42,81 +38,18 @@ class SidecarHeader:
 
 
 def read_header(path: str | os.PathLike[str]) -> SidecarHeader:
-    """The vocabulary size and the ``d2t`` / ``output.weight`` tensor infos of a GGUF file.
+    """The vocabulary size and the ``d2t`` / ``output.weight`` tensor infos of a GGUF file (its cached header).
 
     Raises:
         GGUFError: the file is missing, not GGUF, or its header is damaged.
     """
-    p = Path(path)
-    try:
-        with p.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _walk(data)
-    except (OSError, ValueError, struct.error, IndexError, OverflowError) as exc:
-        from app.gguftools.reader import open_gguf
+    header = gguf_header(path)
 
-        open_gguf(p)  # raises the reader's own words for a missing, foreign or cut-short file
-        raise GGUFError(f"The GGUF header of {p} cannot be read ({exc}).",
-                        "The file is damaged: download or build it again.") from exc
+    def info(name: str) -> TensorInfo | None:
+        tensor = header.tensor(name)
+        return None if tensor is None else TensorInfo(tensor.type, tensor.shape, tensor.data_offset)
 
-
-def _walk(data: mmap.mmap) -> SidecarHeader:
-    if data[:4] != b"GGUF":
-        raise ValueError("not a GGUF file")
-    version, n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
-    if version not in (2, 3):
-        raise ValueError(f"GGUF version {version} (big-endian or unknown)")
-    pos = 24
-    n_vocab: int | None = None
-    alignment = 32
-
-    def string(at: int) -> tuple[bytes, int]:
-        (n,) = struct.unpack_from("<Q", data, at)
-        return data[at + 8 : at + 8 + n], at + 8 + n
-
-    def skip(vtype: int, at: int) -> int:
-        if vtype in _FIXED:
-            return at + _FIXED[vtype]
-        if vtype == _STRING:
-            n: int = struct.unpack_from("<Q", data, at)[0]
-            return at + 8 + n
-        if vtype == _ARRAY:
-            item: int = struct.unpack_from("<I", data, at)[0]
-            count: int = struct.unpack_from("<Q", data, at + 4)[0]
-            at += 12
-            if item in _FIXED:
-                return at + _FIXED[item] * count
-            for _ in range(count):
-                at = skip(item, at)
-            return at
-        raise ValueError(f"unknown GGUF value type {vtype}")
-
-    for _ in range(n_kv):
-        key, pos = string(pos)
-        (vtype,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        if key == b"tokenizer.ggml.tokens" and vtype == _ARRAY:
-            n_vocab = struct.unpack_from("<IQ", data, pos)[1]
-        elif key == b"general.alignment" and vtype == 4:
-            (alignment,) = struct.unpack_from("<I", data, pos)
-        pos = skip(vtype, pos)
-    found: dict[bytes, tuple[int, tuple[int, ...], int]] = {}
-    for _ in range(n_tensors):
-        name, pos = string(pos)
-        (n_dims,) = struct.unpack_from("<I", data, pos)
-        shape = struct.unpack_from(f"<{n_dims}Q", data, pos + 4)
-        ttype, offset = struct.unpack_from("<IQ", data, pos + 4 + 8 * n_dims)
-        pos += 4 + 8 * n_dims + 12
-        if name in (b"d2t", b"output.weight"):
-            found[name] = (ttype, tuple(int(d) for d in shape), offset)
-    start = pos + (-pos % alignment)
-
-    def info(name: bytes) -> TensorInfo | None:
-        if name not in found:
-            return None
-        ttype, shape, offset = found[name]
-        return TensorInfo(ttype, shape, start + offset)
-
-    return SidecarHeader(n_vocab, info(b"d2t"), info(b"output.weight"))
+    return SidecarHeader(header.array_length("tokenizer.ggml.tokens"), info("d2t"), info("output.weight"))
 
 
 D2T_ADVICE = ("The sidecar is damaged or was not made for this model. Download the model's FastMTP sidecar again, "

@@ -32,6 +32,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,8 +43,9 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
 from app.errors import GGUFError
 from app.gguftools.bpe import encode_ascii
 from app.gguftools.counts import TokenCounts
+from app.gguftools.header import gguf_header
 from app.gguftools.qwen35 import QWEN35_27B, Qwen35Shape, neutral_plans, write_qwen35
-from app.gguftools.reader import field_value, open_gguf
+from app.gguftools.reader import field_value
 from app.gguftools.sidecar import DEFAULT_DRAFT_VOCAB, SidecarSource, build_sidecar
 from app.gguftools.tokenizer import Tokenizer, TokenType, load_tokenizer
 from app.gguftools.writer import (
@@ -192,18 +194,19 @@ class DemoModel:
 
 
 def read_demo_table(source: str | os.PathLike[str] | GGUFReader) -> DemoTable | None:
-    """The demo table stored in a demo target or sidecar, or None when the file has none."""
-    reader = source if isinstance(source, GGUFReader) else open_gguf(source)
-    cycle = field_value(reader, KEY + "cycle")
+    """The demo table stored in a demo target or sidecar, or None when the file has none (a path is read through
+    the lazy header reader: the vocabulary is not decoded)."""
+    value: Callable[[str], Any] = (partial(field_value, source) if isinstance(source, GGUFReader)
+                                   else gguf_header(source).contents)
+    cycle = value(KEY + "cycle")
     if not cycle:
         return None
-    wrong = field_value(reader, KEY + "wrong") or []
-    wrong_as = field_value(reader, KEY + "wrong_as") or []
-    language = field_value(reader, KEY + "language") or "words"  # files before FORMAT_VERSION 2 were all words
+    wrong = value(KEY + "wrong") or []
+    wrong_as = value(KEY + "wrong_as") or []
+    language = value(KEY + "language") or "words"  # files before FORMAT_VERSION 2 were all words
     if language not in LANGUAGES:
         raise GGUFError(f"The demo table's language {language!r} is unknown.", "Write the demo model again.")
-    return DemoTable(tuple(cycle), int(field_value(reader, KEY + "entry")), dict(zip(wrong, wrong_as, strict=True)),
-                     language)
+    return DemoTable(tuple(cycle), int(value(KEY + "entry")), dict(zip(wrong, wrong_as, strict=True)), language)
 
 
 def write_demo_model(

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from gguf import GGUFReader
 
-from app.gguftools.reader import architecture, array_length, field_value, open_gguf, tensors_by_name
+from app.gguftools.header import FileCache, GgufHeader, gguf_header
 
 Kind = Literal["target", "mtp_sidecar_full", "mtp_sidecar_d2t", "other"]
 
@@ -46,33 +45,38 @@ class GgufReport:
 
 
 def inspect_gguf(path: str | os.PathLike[str]) -> GgufReport:
-    """Read a GGUF file's header and classify it.
+    """Read a GGUF file's header (lazily: arrays are not read) and classify it.
+
+    Reports are kept per process while the file's (resolved path, size, mtime_ns) stays the same, so the
+    window, ``models add|scan``, the sidecar checks and the engine's pair check read each file once.
 
     Raises:
         GGUFError: the file is missing, not GGUF, or truncated.
     """
-    reader = open_gguf(path)
-    return report_from_reader(reader, Path(path))
+    p = Path(path)
+    report = _REPORTS.get(p, lambda q: report_from_header(gguf_header(q)))
+    return report if report.path == str(p) else replace(report, path=str(p))
 
 
-def report_from_reader(reader: GGUFReader, path: Path) -> GgufReport:
-    arch = architecture(reader)
-    tensors = tensors_by_name(reader)
+def report_from_header(header: GgufHeader) -> GgufReport:
+    """Classify a file from its header; only a ``d2t`` tensor's values (small) are read."""
+    arch = header.architecture
+    tensors = header.tensors
 
     def hparam(key: str) -> int | None:
-        value = field_value(reader, f"{arch}.{key}")
+        value = header.value(f"{arch}.{key}")
         return int(value) if isinstance(value, int) else None
 
-    vocab = array_length(reader, "tokenizer.ggml.tokens")
+    vocab = header.array_length("tokenizer.ggml.tokens")
     block_count = hparam("block_count")
     nextn = hparam("nextn_predict_layers") or 0
-    head = tensors.get("output.weight") or tensors.get("token_embd.weight")
-    output_shape = [int(d) for d in head.shape] if head is not None else None
+    head = header.tensor("output.weight") or header.tensor("token_embd.weight")
+    output_shape = list(head.shape) if head is not None else None
 
-    d2t = tensors.get("d2t")
+    d2t = header.tensor("d2t")
     d2t_facts: dict[str, Any] = {}
     if d2t is not None:
-        ids = np.asarray(d2t.data).reshape(-1)
+        ids = header.read_tensor("d2t").reshape(-1)
         d2t_facts = {
             "d2t_length": int(ids.size),
             "d2t_min": int(ids.min()) if ids.size else None,
@@ -80,9 +84,10 @@ def report_from_reader(reader: GGUFReader, path: Path) -> GgufReport:
             "d2t_unique": bool(np.unique(ids).size == ids.size),
         }
 
-    mtp_only = nextn > 0 and "blk.0.attn_norm.weight" not in tensors
+    has_trunk = header.tensor("blk.0.attn_norm.weight") is not None
+    mtp_only = nextn > 0 and not has_trunk
     kind: Kind
-    if "blk.0.attn_norm.weight" in tensors:
+    if has_trunk:
         kind = "target"
     elif mtp_only and d2t is not None:
         kind = "mtp_sidecar_d2t"
@@ -92,9 +97,9 @@ def report_from_reader(reader: GGUFReader, path: Path) -> GgufReport:
         kind = "other"
 
     return GgufReport(
-        path=str(path),
-        file_size=path.stat().st_size,
-        n_tensors=len(reader.tensors),
+        path=str(header.path),
+        file_size=header.file_size,
+        n_tensors=len(tensors),
         architecture=arch,
         kind=kind,
         vocab_size=vocab,
@@ -103,6 +108,9 @@ def report_from_reader(reader: GGUFReader, path: Path) -> GgufReport:
         trunk_layers=None if block_count is None else block_count - nextn,
         nextn_layers=nextn,
         output_shape=output_shape,
-        tensor_types=dict(sorted(Counter(t.tensor_type.name for t in reader.tensors).items())),
+        tensor_types=dict(sorted(Counter(t.type_name for t in tensors).items())),
         **d2t_facts,
     )
+
+
+_REPORTS: FileCache[GgufReport] = FileCache(64)

@@ -1,4 +1,11 @@
-"""Open GGUF files with the ``gguf`` package, fast and with errors a user understands."""
+"""Open GGUF files whole with the ``gguf`` package, with errors a user understands.
+
+``GGUFReader`` parses every array item (a 248,320-token vocabulary and its merges: seconds per file), so it is
+kept for the jobs that need a file's full contents: building a sidecar, loading the tokenizer, copying KV pairs
+and tensors with the writer. Everything that only asks what a file is (``gguf inspect``, ``models add|scan``,
+the sidecar and pair checks, the d2t check, the demo table) reads the lazy, cached header of
+``app.gguftools.header`` instead.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +50,8 @@ class _Reader(GGUFReader):
 
 
 def open_gguf(path: str | os.PathLike[str]) -> GGUFReader:
-    """Open a GGUF file for reading (memory-mapped).
+    """Open a GGUF file for reading (memory-mapped), every KV array parsed: only where the full contents are
+    needed (sidecar building, the tokenizer, the writer's copies); ``app.gguftools.header`` reads headers.
 
     Raises:
         GGUFError: the file is missing, not a GGUF file, or cut short.

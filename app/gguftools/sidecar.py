@@ -244,11 +244,14 @@ def _checked(ids: npt.NDArray[np.int64], n_vocab: int) -> npt.NDArray[np.int64]:
 
 
 def read_d2t_ids(sidecar: Path) -> npt.NDArray[np.int64] | None:
-    """The absolute target ids of a d2t sidecar's draft vocabulary; None for a full sidecar."""
-    from app.gguftools.reader import open_gguf, tensors_by_name
+    """The absolute target ids of a d2t sidecar's draft vocabulary; None for a full sidecar (lazy header: the
+    vocabulary is not read)."""
+    from app.gguftools.header import gguf_header
 
-    tensor = tensors_by_name(open_gguf(sidecar)).get("d2t")
-    return None if tensor is None else np.asarray(tensor.data, dtype=np.int64).reshape(-1)
+    header = gguf_header(sidecar)
+    if header.tensor("d2t") is None:
+        return None
+    return np.asarray(header.read_tensor("d2t"), dtype=np.int64).reshape(-1)
 
 
 def check_pair(target: GgufReport, sidecar: GgufReport) -> None:
