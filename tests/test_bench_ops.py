@@ -48,8 +48,9 @@ def test_nodes_are_grouped_by_layer_kind_op_and_backend() -> None:
 
 def _sample(generated: int, passes: int, decode: float, verify: float, draft: float = 0.0, proposed: int = 0,
             tested: int = 0, accepted: int = 0) -> Sample:
+    # one reply whose tokens after the first span ``decode`` seconds: ``generated / decode`` tok/s
     return Sample(generated=generated, decode_seconds=decode, passes=passes, tested=tested, proposed=proposed,
-                  accepted=accepted, draft_native=draft, verify_native=verify)
+                  accepted=accepted, draft_native=draft, verify_native=verify, spans=[(generated + 1, decode)])
 
 
 def test_bench_spec_rows_split_each_round_and_bound_it_from_the_split() -> None:

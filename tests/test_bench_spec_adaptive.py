@@ -16,7 +16,7 @@ def _sample(tps: float, depths: dict[int, int] | None = None, cpu_tps: float | N
     generated = int(tps * 10)
     return Sample(generated=generated, decode_seconds=10.0, passes=100, tested=80, proposed=90, accepted=60,
                   draft_native=1.0, verify_native=6.0, depths=Counter(depths or {}),
-                  cpu_seconds=generated / cpu_tps if cpu_tps else 0.0)
+                  cpu_seconds=generated / cpu_tps if cpu_tps else 0.0, spans=[(generated + 1, 10.0)])
 
 
 def _result() -> SpecResult:

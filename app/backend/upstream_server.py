@@ -69,6 +69,8 @@ class Completion:
 
     @property
     def decode_tps(self) -> float:
+        """llama-server's own figure: the tokens after the first over the time from the first to the last, the
+        same definition as ``app.engine.stats.decode_tps``."""
         return float(self.timings.get("predicted_per_second", 0.0))
 
 
@@ -168,12 +170,17 @@ class UpstreamServer:
         """The last non-empty lines the server wrote (its log file survives it, for bug reports)."""
         return processes.file_tail(self.log_path, lines)
 
-    def complete(self, prompt: list[int], n_predict: int, temperature: float = 0.0, seed: int = 0) -> Completion:
-        """Generate ``n_predict`` tokens after the prompt token ids (no prompt cache, so runs are independent)."""
+    def complete(self, prompt: list[int], n_predict: int, temperature: float = 0.0, seed: int = 0, *,
+                 top_k: int = 40, top_p: float = 1.0, min_p: float = 0.0, repeat_penalty: float = 1.0,
+                 repeat_last_n: int = 64) -> Completion:
+        """Generate ``n_predict`` tokens after the prompt token ids (no prompt cache, so runs are independent).
+
+        The sampling knobs are our engine's (app/engine/config.py SamplingParams), so a seeded run here and
+        one of ours with the same values can be compared token for token."""
         body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature,
                                 "seed": seed, "cache_prompt": False, "return_tokens": True,
-                                "top_k": 1 if temperature == 0 else 40, "top_p": 1.0, "min_p": 0.0,
-                                "repeat_penalty": 1.0}
+                                "top_k": 1 if temperature == 0 else top_k, "top_p": top_p, "min_p": min_p,
+                                "repeat_penalty": repeat_penalty, "repeat_last_n": repeat_last_n}
         response = self.client.post(self.url + "/completion", json=body)
         if response.status_code != 200:
             raise EngineError(f"llama-server answered {response.status_code}: {response.text[:300]}",

@@ -5,8 +5,10 @@ a demo model each prompt's reply starts on its own table word (:func:`demo_openi
 replies, as on a real model. On a CPU our variants are interleaved prompt by prompt (every variant's session stays
 open for the run, all on the same memory-mapped files, and the order rotates from prompt to prompt), so a burst of
 load from another job hits every variant alike; with GPU offload (each session would hold its own copy of the
-weights on the device) or a time limit they run variant by variant. Decode tok/s is generated tokens over decode
-time (after the prompt), as llama-server's ``predicted_per_second``. The bound is what the measured acceptance
+weights on the device) or a time limit they run variant by variant. Decode tok/s is the one definition
+(``app.engine.stats.decode_tps``): each reply's tokens after its first over the time from its first token to its
+last, pooled over the prompts of a set; llama-server's ``predicted_per_second`` is the same figure on its clock.
+Sampling is greedy. The bound is what the measured acceptance
 allows with the measured costs: (1 - a^(k+1)) / (1 - a) tokens per round for k draft steps plus one verify pass (the
 break-even model's ``expected_tokens_per_pass``), against one plain pass per token; efficiency is the measured
 speedup over ``off`` divided by it. Our rows split each round into the verify pass, the draft steps and our host
@@ -39,6 +41,7 @@ from app.engine.breakeven import expected_tokens_per_pass
 from app.engine.chat_template import Message
 from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig, Mode
 from app.engine.depth_memory import DepthMemory
+from app.engine.stats import pooled_decode_tps
 from app.resources import resources_dir
 
 DraftKind = Literal["full", "d2t"]
@@ -95,10 +98,16 @@ class Sample:
     depths: Counter[int] = field(default_factory=Counter)  # adaptive: rounds at each depth
     cpu_seconds: float = 0.0  # ours: the decoding thread's CPU time (without the waits for a core)
     warm: bool | None = None  # adaptive: whether it started from what an earlier run learned (None: not adaptive)
+    spans: list[tuple[int, float]] = field(default_factory=list)  # per reply: tokens, first-to-last-token seconds
+    order: int = 0  # when it was measured among the run's samples (``bench matrix``'s verdicts check alternation)
+
+    def add_reply(self, tokens: int, span_seconds: float) -> None:
+        self.spans.append((tokens, span_seconds))
 
     @property
     def tps(self) -> float:
-        return self.generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        """Decode tok/s, the one definition pooled over the replies (``pooled_decode_tps``)."""
+        return pooled_decode_tps(self.spans)
 
     @property
     def cpu_tps(self) -> float:
@@ -637,6 +646,7 @@ class _OursSession:
         chosen_before = Counter(adaptive.chosen) if adaptive is not None else Counter[int]()
         self.decoder.reset()  # a fresh conversation each time, as the server's cache_prompt=false
         stats = self.decoder.generate(prompt, n_tokens).stats
+        sample.add_reply(stats.generated, stats.decode_span_seconds)
         sample.generated += stats.generated
         sample.decode_seconds += stats.decode_seconds
         sample.cpu_seconds += stats.decode_cpu_seconds
@@ -750,6 +760,7 @@ def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> di
                 if done["kind"] == "error":
                     raise RemoteError(done["message"], done.get("advice", ""))
                 stats = done["stats"]
+                sample.add_reply(int(stats["generated"]), float(stats["decode_seconds"]))
                 sample.generated += int(stats["generated"])
                 sample.decode_seconds += float(stats["decode_seconds"])
                 sample.proposed += int(stats["proposed"])
@@ -773,7 +784,8 @@ def _run_upstream(variant: Variant, binary: Path, target: Path, sidecars: dict[s
             sample = Sample()
             for prompt in token_prompts:
                 done = server.complete(prompt, n_tokens)
-                predicted_ms = float(done.timings.get("predicted_ms", 0.0))
+                predicted_ms = float(done.timings.get("predicted_ms", 0.0))  # from its first token to its last
+                sample.add_reply(int(done.timings.get("predicted_n", len(done.tokens))), predicted_ms / 1000.0)
                 sample.generated += int(done.timings.get("predicted_n", len(done.tokens)))
                 sample.decode_seconds += predicted_ms / 1000.0
                 sample.proposed += done.drafted

@@ -33,6 +33,7 @@ import httpx
 
 from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions
+from app.engine.stats import decode_tps
 from app.remote_servers import RemoteError, RemoteServer, check_url, origin_of
 
 ServerKind = Literal["llama-server", "openai"]
@@ -65,12 +66,15 @@ class RemoteStats:
 
     @property
     def decode_tps(self) -> float:
+        """llama-server's ``predicted_per_second`` when it reports it: the same definition as ours (the tokens
+        after the first over the time from the first to the last, on the server's clock); else
+        ``stats.decode_tps`` of the stream as it arrived (the network included)."""
         measured = self.timings.get("predicted_per_second")
         if isinstance(measured, int | float) and measured > 0:
             return float(measured)
-        if self.first is None or self.last is None or self.last <= self.first or self.generated < 2:
+        if self.first is None or self.last is None:
             return 0.0
-        return (self.generated - 1) / (self.last - self.first)
+        return decode_tps(self.generated, self.last - self.first)
 
     @property
     def decode_seconds(self) -> float:
@@ -86,7 +90,7 @@ class RemoteStats:
     def rolling_tps(self) -> float:
         if len(self._recent) < 2 or self._recent[-1] <= self._recent[0]:
             return self.decode_tps
-        return (len(self._recent) - 1) / (self._recent[-1] - self._recent[0])
+        return decode_tps(len(self._recent), self._recent[-1] - self._recent[0])
 
     def to_dict(self) -> dict[str, Any]:
         """The local engine's stats keys; what a client cannot know is None (tokens per pass, draft timing)."""

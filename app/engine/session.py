@@ -8,6 +8,7 @@ from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions, EngineConfig
 from app.engine.sampling import Sampler
 from app.engine.speculative import Reply, SpeculativeDecoder, TokenSink
+from app.engine.stats import describe_depth, describe_sampling
 
 
 class ChatSession:
@@ -39,6 +40,9 @@ class ChatSession:
 
         reply = self.decoder.generate(self.prompt_tokens(messages, options.thinking), options.max_tokens,
                                       Sampler(options.sampling), on_token, stop_hit if stops else None, cancel)
+        # what its speed was measured at, stated with it (the HUD, the footer, quickstart)
+        reply.stats.sampling = describe_sampling(options.sampling)
+        reply.stats.depth_setting = describe_depth(self.decoder.config)
         shown = [t for t in reply.tokens if not model.is_eog(t)]
         text = model.detokenize(shown)
         for s in stops:

@@ -1,11 +1,51 @@
-"""Running statistics of one reply: speed, drafting, acceptance by draft position."""
+"""Running statistics of one reply: speed, drafting, acceptance by draft position.
+
+Decode speed has one definition, here and nowhere else (``decode_tps``): the tokens after the first over the time
+from the first token to the last, ``(tokens - 1) / (t_last - t_first)``. The prompt pass and the wait for the
+first token are not in it (time to first token is its own figure), so a reply's speed does not depend on its
+prompt's length. The HUD, the reply's footer, ``bench``, ``quickstart`` and the Benchmark page all show this
+figure (a remote server's own timings go through it too), each saying the sampling and depth it was measured
+at (``describe_sampling``, ``describe_depth``).
+"""
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from app.engine.config import EngineConfig, SamplingParams
+
+
+def decode_tps(tokens: int, span_seconds: float) -> float:
+    """Decode speed, the one definition: ``(tokens - 1) / span_seconds``, where ``span_seconds`` is the time from
+    the first token to the last; 0.0 with fewer than two tokens or no time between them."""
+    return (tokens - 1) / span_seconds if tokens >= 2 and span_seconds > 0 else 0.0
+
+
+def pooled_decode_tps(replies: Iterable[tuple[int, float]]) -> float:
+    """Several replies (``(tokens, span_seconds)`` each) as one figure: every reply's tokens after its first over
+    the sum of their spans, the same definition as ``decode_tps`` summed over replies."""
+    intervals, seconds = 0, 0.0
+    for tokens, span in replies:
+        if tokens >= 2 and span > 0:
+            intervals += tokens - 1
+            seconds += span
+    return decode_tps(intervals + 1, seconds)
+
+
+def describe_sampling(params: SamplingParams) -> str:
+    """How tokens were picked, as a measurement states it: ``greedy`` or ``temperature 0.7``."""
+    return "greedy" if params.temperature <= 0 else f"temperature {params.temperature:g}"
+
+
+def describe_depth(config: EngineConfig) -> str:
+    """The draft depth a measurement ran at: ``depth 3``, ``adaptive depth ≤8``, or ``no drafting`` (off)."""
+    if config.mode == "off":
+        return "no drafting"
+    return f"adaptive depth ≤{config.draft_depth}" if config.adaptive else f"depth {config.draft_depth}"
 
 
 @dataclass
@@ -28,13 +68,21 @@ class ReplyStats:
     draft_native_seconds: float = 0.0
     drafted_at: list[int] = field(default_factory=list)  # per draft position: how many were tested
     accepted_at: list[int] = field(default_factory=list)  # per draft position: how many were accepted
+    first_token_at: float | None = None  # perf_counter() when the first token was emitted
+    last_token_at: float | None = None  # ... and the latest one
+    sampling: str = ""  # how the reply was sampled (``describe_sampling``), set by the session that asked for it
+    depth_setting: str = ""  # the draft depth it ran at (``describe_depth``), likewise
     _started: float = field(default_factory=time.perf_counter, repr=False)
-    _recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=32), repr=False)
+    _recent: deque[float] = field(default_factory=lambda: deque(maxlen=32), repr=False)
 
     def record_token(self) -> None:
         """One more emitted token (called before the token is streamed, so live stats include it)."""
+        now = time.perf_counter()
         self.generated += 1
-        self._recent.append((time.perf_counter(), 1))
+        if self.first_token_at is None:
+            self.first_token_at = now
+        self.last_token_at = now
+        self._recent.append(now)
 
     def record_round(self, tested: int, accepted: int, proposed: int | None = None) -> None:
         """One target pass: ``tested`` drafts were checked, the first ``accepted`` of them matched
@@ -60,15 +108,23 @@ class ReplyStats:
         return self.generated / self.target_passes if self.target_passes else None
 
     @property
+    def decode_span_seconds(self) -> float:
+        """Time from the first emitted token to the latest one."""
+        if self.first_token_at is None or self.last_token_at is None:
+            return 0.0
+        return self.last_token_at - self.first_token_at
+
+    @property
     def decode_tps(self) -> float:
-        return self.generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        """The reply's decode speed (``decode_tps``, the one definition)."""
+        return decode_tps(self.generated, self.decode_span_seconds)
 
     @property
     def rolling_tps(self) -> float:
+        """The same definition over the latest 32 tokens (the HUD's live figure)."""
         if len(self._recent) < 2:
             return self.decode_tps
-        span = self._recent[-1][0] - self._recent[0][0]
-        return sum(n for _, n in list(self._recent)[1:]) / span if span > 0 else self.decode_tps
+        return decode_tps(len(self._recent), self._recent[-1] - self._recent[0]) or self.decode_tps
 
     @property
     def rounds(self) -> int:
@@ -108,7 +164,10 @@ class ReplyStats:
             "time_to_first_token": self.first_token_seconds,
             "generated": self.generated,
             "decode_tps": self.decode_tps,
+            "decode_span_seconds": self.decode_span_seconds,
             "rolling_tps": self.rolling_tps,
+            "sampling": self.sampling,
+            "depth_setting": self.depth_setting,
             "drafted": self.drafted,
             "accepted": self.accepted,
             "proposed": self.proposed,
