@@ -195,7 +195,7 @@ class ChatPage(QWidget):
         row.addWidget(self.chat_splitter)
 
         self.bridge.loaded.connect(self._loaded)
-        self.bridge.token.connect(self._token)
+        self.bridge.tokens.connect(self._tokens)
         self.bridge.done.connect(self._done)
         self.bridge.error.connect(self.show_error)
         self.bridge.busy_changed.connect(self._busy_changed)
@@ -427,13 +427,15 @@ class ChatPage(QWidget):
 
     # ------------------------------------------------------------------ the reply as it streams, and saving it
 
-    def _token(self, event: dict[str, Any]) -> None:
-        self.chat.append_token(event)
-        stats = event.get("stats") or {}
+    def _tokens(self, events: list[dict[str, Any]]) -> None:
+        """The token events that arrived since the last batch: queued for the transcript's next frame; the
+        drafting banner judges the newest stats once."""
+        self.chat.append_tokens(events)
+        stats = (events[-1].get("stats") or {}) if events else {}
         warning = drafting_warning(self.bridge.config, stats)
         if warning is not None or self.drafting_banner.isVisible():
             self.drafting_banner.show_warning(warning)
-        self._unsaved_tokens += 1
+        self._unsaved_tokens += len(events)
         if self._unsaved_tokens >= SAVE_EVERY_TOKENS:
             self._save_partial()
 

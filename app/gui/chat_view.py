@@ -3,9 +3,12 @@
 Each assistant token keeps where it came from (an accepted draft or the target's own pick); the
 "colour accepted drafts" toggle tints the drafted ones, which makes the speculative decoding visible.
 
-Streaming cost stays flat with the reply's length: finished markdown blocks are rendered once, and each
-update (at most every ``RENDER_INTERVAL_MS``) renders only the unfinished tail. Inside an open code
-fence new text is appended as it is; the block is highlighted once when its fence closes. Links in the
+Streaming is frame-paced: token events only queue (``append_tokens``, a batch at a time from the engine
+bridge), and a frame tick (at most one every ``RENDER_INTERVAL_MS``, about 30 a second, whatever the token
+rate) feeds the queued pieces to the reply, draws them and updates the HUD once. Streaming cost stays flat with
+the reply's length: finished markdown blocks are rendered once, and each frame renders only the unfinished
+tail. Inside an open code fence new text is appended as it is; the block is highlighted once when its fence
+closes. Links in the
 transcript carry the actions: ``copy-code:N``, ``copy:I``, ``edit:I``, ``regenerate:I``, ``think:I``.
 
 The transcript follows a streaming reply while the user is at its bottom (within ``FOLLOW_SLACK_PX``);
@@ -23,7 +26,8 @@ at the top) or the newest text while following (HUD at the bottom) is never unde
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,7 +74,7 @@ from app.gui.markdown import (
 from app.history import StoredMessage
 
 DRAFT_TINT = QColor(LIGHT.draft_tint)
-RENDER_INTERVAL_MS = 30  # streamed text is drawn at most this often; tokens in between only queue
+RENDER_INTERVAL_MS = 33  # a frame: streamed text and the HUD are drawn at most this often; tokens in between queue
 FOLLOW_SLACK_PX = 6  # this close to the bottom counts as at the bottom: the view follows the reply
 MAX_LINE_CHARS = 86  # about the longest line of ordinary text (prose runs ~5% over); wider windows centre it
 _MEASURE_SAMPLE = "The quick brown fox jumps over the lazy dog, then drafts three tokens ahead. "
@@ -396,10 +400,14 @@ class ChatView(QWidget):
         self.renderer = MarkdownRenderer(self.colors)
         self.code_blocks: list[str] = []
         self._busy = False
-        self._render_timer = QTimer(self)
+        self._render_timer = QTimer(self)  # the next frame, while a streamed reply has queued tokens
         self._render_timer.setSingleShot(True)
-        self._render_timer.setInterval(RENDER_INTERVAL_MS)
+        self._render_timer.setTimerType(Qt.TimerType.PreciseTimer)
         self._render_timer.timeout.connect(self.flush_render)
+        self._queued: list[tuple[str, str]] = []  # (piece, provenance) streamed since the last frame
+        self._queued_stats: dict[str, Any] | None = None  # the newest token's stats, for the HUD's next frame
+        self._last_frame = 0.0  # time.monotonic() of the last frame drawn
+        self.frames_drawn = 0  # frames that drew streamed text (what the frame pacing bounds)
 
         self.transcript = Transcript()
         self.transcript.setOpenLinks(False)
@@ -593,6 +601,7 @@ class ChatView(QWidget):
         """Replace the transcript with a saved conversation (system messages are not shown)."""
         self._streaming = None
         self._stream = None
+        self._drop_queue()
         self.cancel_edit()
         self.entries = [entry_from_stored(m) for m in messages if m.role in ("user", "assistant")]
         self.hud.reset()
@@ -609,6 +618,7 @@ class ChatView(QWidget):
         self._streaming = ChatEntry("assistant", message_id=message_id, thinking_open=True)
         self.entries.append(self._streaming)
         self._stream = _ReplyStream(self, self._streaming, len(self.entries) - 1)
+        self._drop_queue()
         with self._keeping_place():
             self._prepare_document()
             self._stream.begin()
@@ -617,27 +627,52 @@ class ChatView(QWidget):
         return self._streaming
 
     def append_token(self, event: dict[str, Any]) -> None:
-        """One streamed ``token`` event: its text queued for the transcript, and the HUD."""
-        entry, stream = self._streaming, self._stream
-        if entry is None or stream is None:
+        """One streamed ``token`` event (``append_tokens`` of one)."""
+        self.append_tokens((event,))
+
+    def append_tokens(self, events: Iterable[dict[str, Any]]) -> None:
+        """Streamed ``token`` events: their text joins the reply at once (what is saved) and queues for the next
+        frame, which draws it and shows the newest stats in the HUD."""
+        entry = self._streaming
+        if entry is None or self._stream is None:
             return
-        piece = str(event.get("piece", ""))
-        if not entry.pieces:
-            piece = piece.lstrip()
-        provenance = str(event.get("provenance", "target"))
-        entry.pieces.append((piece, provenance))
-        stream.feed(piece, provenance)
-        self.hud.show_stats(event.get("stats") or {})
-        if not self._render_timer.isActive():
-            self._render_timer.start()
+        stats = None
+        for event in events:
+            piece = str(event.get("piece", ""))
+            if not entry.pieces:
+                piece = piece.lstrip()
+            provenance = str(event.get("provenance", "target"))
+            entry.pieces.append((piece, provenance))
+            self._queued.append((piece, provenance))
+            stats = event.get("stats") or stats
+        if stats is not None:
+            self._queued_stats = stats
+        if not self._render_timer.isActive():  # the next frame, one frame after the last (at once if it was long ago)
+            since = (time.monotonic() - self._last_frame) * 1000
+            self._render_timer.start(max(0, round(RENDER_INTERVAL_MS - since)))
 
     def flush_render(self) -> None:
-        """Draw the streamed text queued since the last update (the timer calls it)."""
+        """One frame: the streamed text queued since the last frame fed to the reply and drawn (only the tail
+        that changed), and the HUD updated once (the frame timer calls it)."""
         self._render_timer.stop()
-        if self._stream is None:
+        stream = self._stream
+        if stream is None:
             return
+        queued, self._queued = self._queued, []
+        stats, self._queued_stats = self._queued_stats, None
+        for piece, provenance in queued:
+            stream.feed(piece, provenance)
+        if stats is not None:
+            self.hud.show_stats(stats)
         with self._keeping_place():
-            self._stream.flush()
+            stream.flush()
+        self._last_frame = time.monotonic()
+        self.frames_drawn += 1
+
+    def _drop_queue(self) -> None:
+        self._render_timer.stop()
+        self._queued = []
+        self._queued_stats = None
 
     def finish_reply(self, event: dict[str, Any]) -> ChatEntry | None:
         """The reply's ``done`` event (or an ``error`` that ended it): final text and stats footer.
@@ -646,10 +681,13 @@ class ChatView(QWidget):
         entry, stream = self._streaming, self._stream
         self._streaming = None
         self._stream = None
-        self._render_timer.stop()
+        stats = self._queued_stats
+        self._drop_queue()  # the finished reply is drawn whole below, from its pieces
         self.stop_button.setEnabled(False)
         if entry is None or stream is None:
             return None
+        if stats is not None:  # the HUD as the last frame would have left it (a ``done`` then shows the final)
+            self.hud.show_stats(stats)
         if event.get("kind") == "done":
             entry.settle(str(event.get("text", "")))
             entry.footer = describe_reply(event)

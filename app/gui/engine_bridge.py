@@ -1,11 +1,18 @@
 """The engine as Qt signals: one ``EngineClient`` (a worker process) or, for a remote server, a ``RemoteClient``
-(the same events over HTTP); loads and replies run as background ops."""
+(the same events over HTTP); loads and replies run as background ops.
+
+A reply's token events never wait on the window: the client's own thread drains the worker's pipe, the reply's
+background op takes the events off it and queues them here, and the GUI thread is woken once for all the tokens
+queued since its last delivery (``tokens``: one signal per batch, however fast the tokens come or however busy
+the window is).
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QMetaMethod, QObject, Signal
 
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
@@ -27,11 +34,14 @@ def _error_event(exc: Exception) -> dict[str, Any]:
 class EngineBridge(QObject):
     """Owns the engine process. Every signal carries the engine's event dict and fires on the GUI thread.
 
-    ``loaded`` / ``token`` / ``done`` / ``error`` mirror the protocol's events; ``busy_changed`` says
-    whether a load or a reply is under way (one at a time).
+    ``loaded`` / ``done`` / ``error`` mirror the protocol's events; ``tokens`` carries the list of ``token``
+    events that arrived since the last delivery (coalesced: one signal per batch, in order); ``token`` repeats
+    each of them for a listener that wants them one at a time (emitted only while one is connected);
+    ``busy_changed`` says whether a load or a reply is under way (one at a time).
     """
 
     loaded = Signal(object)
+    tokens = Signal(object)
     token = Signal(object)
     done = Signal(object)
     error = Signal(object)
@@ -45,6 +55,12 @@ class EngineBridge(QObject):
         self.remote: RemoteServer | None = None  # the remote server in use, or None for the local engine
         self.busy = False
         self.ops = OwnedOps(self)
+        self._pending: list[dict[str, Any]] = []  # token events not yet delivered to the GUI thread
+        self._pending_lock = threading.Lock()
+        self._token_signal = QMetaMethod.fromSignal(self.token)
+        # set off the GUI thread when the engine's side of the reply is over (its ``done`` or ``error`` came),
+        # before the window has necessarily seen it
+        self.reply_received = threading.Event()
 
     def load(self, config: EngineConfig) -> None:
         """Load (or switch) the model pair in the engine process."""
@@ -71,18 +87,37 @@ class EngineBridge(QObject):
         self._client, self.remote = self._local, None
 
     def generate(self, messages: list[Message], options: ChatOptions) -> None:
-        """Stream one reply: ``token`` signals, then ``done`` (or ``error``)."""
+        """Stream one reply: ``tokens`` batches, then ``done`` (or ``error``)."""
         self._set_busy(True)
+        self.reply_received.clear()
 
         def work(report: Report) -> dict[str, Any]:
             last: dict[str, Any] = {}
-            for event in self._client.generate(messages, options):
-                if event["kind"] == "token":
-                    report(event)
-                last = event
+            try:
+                for event in self._client.generate(messages, options):
+                    if event["kind"] == "token":
+                        with self._pending_lock:
+                            wake = not self._pending  # the GUI thread took everything before: wake it once
+                            self._pending.append(event)
+                        if wake:
+                            report(None)
+                    last = event
+            finally:
+                self.reply_received.set()
             return last
 
-        self.ops.start(work, self._finished, self._failed, self.token.emit)
+        self.ops.start(work, self._finished, self._failed, lambda _wake: self._deliver())
+
+    def _deliver(self) -> None:
+        """On the GUI thread: every token event queued since the last delivery, as one ``tokens`` batch."""
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        if not batch:
+            return
+        self.tokens.emit(batch)
+        if self.isSignalConnected(self._token_signal):
+            for event in batch:
+                self.token.emit(event)
 
     def cancel(self) -> None:
         """Stop the reply under way; the engine ends it with a ``done`` event (stop reason ``cancelled``)."""
@@ -106,6 +141,7 @@ class EngineBridge(QObject):
         self._local.close()
 
     def _finished(self, event: dict[str, Any]) -> None:
+        self._deliver()  # a reply's last tokens before its end (normally delivered already)
         self._set_busy(False)
         kind = event.get("kind")
         if kind == "loaded":
@@ -118,6 +154,7 @@ class EngineBridge(QObject):
             self.error.emit(event)
 
     def _failed(self, exc: Exception) -> None:
+        self._deliver()
         self._set_busy(False)
         self.error.emit(_error_event(exc))
 
