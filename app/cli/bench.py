@@ -187,6 +187,25 @@ def cmd_bench_gui(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_window(args: argparse.Namespace) -> int:
+    from app.bench import window
+    from app.bench.report import record, this_command
+    from app.engine.config import EngineConfig
+
+    target, _full, d2t, name = bench_files(args)
+    config = EngineConfig(target, mode="sidecar" if args.mode == "d2t" else "off",
+                          draft=d2t if args.mode == "d2t" else None, draft_depth=args.depth, n_threads=args.threads)
+    result = window.run(config, name, max_tokens=args.tokens, samples=args.runs, log=log_stderr)
+    data = result.to_dict()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    emit(args, data, result.markdown)
+    if args.record:
+        record(args.record, f"The window's speed ({name})", this_command(), result.markdown())
+    return 0
+
+
 def cmd_bench_lossless(args: argparse.Namespace) -> int:
     from app.bench import lossless
     from app.bench.spec import load_prompts, tokenize_prompts
@@ -261,6 +280,19 @@ def add_commands(sub: Subparsers) -> None:
     gu.add_argument("--rate", type=int, default=1000, help="tokens per second of the latency stream")
     gu.add_argument("--out", type=Path, help="write the result JSON here")
     gu.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    wi = command(bsub, "window", cmd_bench_window, "decode tok/s of replies streamed through the real window "
+                 "(offscreen or Xvfb) beside the headless engine's, greedy and at the chat's sampling, interleaved")
+    wi.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    wi.add_argument("--target", type=Path, help="run real files instead: the target ...")
+    wi.add_argument("--full", type=Path, help="... its full sidecar ...")
+    wi.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    wi.add_argument("--mode", choices=["off", "d2t"], default="off", help="drafting off, or the d2t sidecar")
+    wi.add_argument("--depth", type=int, default=3, help="draft depth with --mode d2t")
+    wi.add_argument("--tokens", type=int, default=256, help="tokens a reply (the chat's default)")
+    wi.add_argument("--runs", type=int, default=3, help="interleaved samples per variant, after one warm-up each")
+    wi.add_argument("--threads", type=int)
+    wi.add_argument("--out", type=Path, help="write the result JSON here")
+    wi.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     fe = command(bsub, "fetch", cmd_bench_fetch, "download a generated file with our fetcher and with curl")
     fe.add_argument("--size-mb", type=int, default=2048, help="size of the generated file in MiB")
     fe.add_argument("--runs", type=int, default=3, help="runs per client, alternating")
