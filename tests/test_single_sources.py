@@ -19,7 +19,7 @@ from app import settings as app_settings
 from app import settings_file
 from app.bench import spec
 from app.chat_settings import ChatSettings
-from app.engine import breakeven
+from app.engine import breakeven, verdict
 from app.engine.config import (
     CHAT_MAX_TOKENS,
     CHAT_SAMPLING,
@@ -96,8 +96,9 @@ def test_the_break_even_model_loads_no_qt() -> None:
 
 def test_the_hud_and_bench_spec_use_the_one_formula() -> None:
     assert vars(spec)["expected_tokens_per_pass"] is breakeven.expected_tokens_per_pass  # imported, not copied
-    for name in ("describe_mode", "no_gain_note", "NO_GAIN_AFTER"):  # what the HUD itself uses
-        assert getattr(hud, name) is getattr(breakeven, name), name
+    assert hud.describe_mode is breakeven.describe_mode  # what the HUD itself uses
+    for name in ("SampleLog", "condition_for", "mode_name"):  # its verdict: the same rules as quickstart's
+        assert getattr(hud, name) is getattr(verdict, name), name
     assert breakeven.expected_tokens_per_pass(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
     assert breakeven.expected_tokens_per_pass(1.0, 3) == 4.0
     assert breakeven.expected_tokens_per_pass(0.0, 3) == 1.0

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from app.bench import spec
+from app.bench.matrix import MatrixResult, run_order
 from app.engine import remote, stats, verdict
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.stats import ReplyStats, decode_tps, describe_depth, describe_sampling, pooled_decode_tps
 from app.engine.verdict import Condition, Sample, SampleLog, alternating_rounds, compare
+from app.gui.benchmark_page import vs_off_text
 
 # ------------------------------------------------------------------------------------------ the one definition
 
@@ -172,3 +174,70 @@ def test_the_sample_log_counts_no_short_reply_and_warms_up_on_each_models_first(
     assert "1 sample of off taken before a warm-up" in judged.left_out
     again = Sample.from_dict(log.samples[1].to_dict())
     assert again == log.samples[1]
+
+
+# ------------------------------------------------------------------------------------------ bench matrix's summary
+
+OFF_V = spec.Variant("ours", "off")
+D2T_V = spec.Variant("ours", "sidecar", "d2t", 3)
+EMB_V = spec.Variant("ours", "embedded", None, 2)
+
+
+def run_sample(tps: float, order: int, warm: bool = True) -> spec.Sample:
+    """One run of a variant: one reply whose 64 tokens after the first took 64 / tps seconds."""
+    return spec.Sample(generated=65, decode_seconds=64 / tps, spans=[(65, 64 / tps)], order=order,
+                       after_warm_up=warm)
+
+
+def matrix(rows: dict[spec.Variant, list[tuple[float, int]]], warm: bool = True) -> MatrixResult:
+    return MatrixResult([spec.Row(v, "document", [run_sample(t, o, warm) for t, o in samples])
+                         for v, samples in rows.items()], 64, 3, "m.gguf", "test", threads=2)
+
+
+def verdicts(result: MatrixResult) -> dict[str, dict[str, object] | None]:
+    return {row["variant"]: row["verdict"] for row in result.to_dict()["rows"]}
+
+
+def test_bench_matrix_interleaves_its_variants_run_by_run() -> None:
+    variants = [OFF_V, EMB_V, D2T_V]
+    orders = [run_order(variants, r) for r in range(3)]
+    assert orders == [[OFF_V, EMB_V, D2T_V], [EMB_V, D2T_V, OFF_V], [D2T_V, OFF_V, EMB_V]]
+    # the order in which the samples were taken still makes three rounds of off against each variant
+    taken = [v for order in orders for v in order]
+    for variant in (EMB_V, D2T_V):
+        assert alternating_rounds([str(v) for v in taken if v in (OFF_V, variant)]) == 3
+
+
+def test_bench_matrix_gives_a_verdict_per_drafting_row_from_interleaved_runs() -> None:
+    result = matrix({OFF_V: [(40.0, 0), (41.0, 5), (39.0, 7)], EMB_V: [(44.0, 1), (52.0, 3), (47.0, 8)],
+                     D2T_V: [(60.0, 2), (61.0, 4), (59.0, 6)]})
+    found = verdicts(result)
+    assert found["off"] is None
+    d2t = found["d2t sidecar k=3"]
+    assert d2t is not None and d2t["outcome"] == "faster" and d2t["ratio"] == pytest.approx(60 / 40)
+    assert d2t["a_spread"] == (39.0, 41.0) and d2t["sampling"] == "greedy" and d2t["rounds"] == 3
+    embedded = found["embedded k=2"]
+    assert embedded is not None and embedded["outcome"] == "faster"  # 44-52 against 39-41
+    assert result.to_dict()["rows"][2]["decode_tps_median"] == 60.0  # the one definition: 64 tokens over 64/60 s
+    table = result.markdown()
+    assert "**Against off** (greedy, 3 interleaved run(s)" in table
+    assert "| d2t sidecar k=3 | document | d2t (depth 3) is faster than off: 1.50x" in table
+
+
+def test_bench_matrix_refuses_a_verdict_from_one_run_blocks_no_warm_up_or_overlap() -> None:
+    one = verdicts(matrix({OFF_V: [(40.0, 0)], D2T_V: [(60.0, 1)]}))["d2t sidecar k=3"]
+    assert one is not None and one["outcome"] == "not enough"
+    assert one["missing"] == ["off has 1 of 3 samples", "d2t (depth 3) has 1 of 3 samples"]
+    assert vs_off_text(one) == "1.50x? 1 of 3 runs"  # the Benchmark page's cell
+    blocks = verdicts(matrix({OFF_V: [(40.0, 0), (41.0, 1), (39.0, 2)],
+                              D2T_V: [(60.0, 3), (61.0, 4), (59.0, 5)]}))["d2t sidecar k=3"]
+    assert blocks is not None and blocks["outcome"] == "not enough" and blocks["rounds"] == 1
+    assert vs_off_text(blocks) == "1.50x? no verdict"
+    cold = verdicts(matrix({OFF_V: [(40.0, 0), (41.0, 2), (39.0, 4)], D2T_V: [(60.0, 1), (61.0, 3), (59.0, 5)]},
+                           warm=False))["d2t sidecar k=3"]
+    assert cold is not None and cold["outcome"] == "not enough"
+    assert "off has 0 of 3 samples after a warm-up" in cold["missing"]
+    close = verdicts(matrix({OFF_V: [(40.0, 0), (45.0, 2), (39.0, 4)],
+                             D2T_V: [(44.0, 1), (41.0, 3), (46.0, 5)]}))["d2t sidecar k=3"]
+    assert close is not None and close["outcome"] == "no clear difference"
+    assert vs_off_text(close) == f"{close['ratio']:.2f}x, no clear difference"

@@ -100,6 +100,7 @@ class Sample:
     warm: bool | None = None  # adaptive: whether it started from what an earlier run learned (None: not adaptive)
     spans: list[tuple[int, float]] = field(default_factory=list)  # per reply: tokens, first-to-last-token seconds
     order: int = 0  # when it was measured among the run's samples (``bench matrix``'s verdicts check alternation)
+    after_warm_up: bool = True  # ours and llama-server warm up first; a remote server is measured cold
 
     def add_reply(self, tokens: int, span_seconds: float) -> None:
         self.spans.append((tokens, span_seconds))
@@ -754,7 +755,7 @@ def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> di
             raise RemoteError(loaded["message"], loaded.get("advice", ""))
         samples: dict[str, Sample] = {}
         for name, texts in prompts.items():
-            sample = Sample()
+            sample = Sample(after_warm_up=False)
             for text in texts:
                 done = list(client.generate([Message("user", text)], options))[-1]
                 if done["kind"] == "error":

@@ -115,7 +115,8 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
             link = f"![bench spec chart]({Path(args.chart).resolve().relative_to(args.record.resolve().parent)})\n\n"
         record(args.record, f"Speculative decoding matrix ({name})", this_command(), result.markdown(),
                link + f"Decode tok/s medians of {result.runs} interleaved runs, {result.n_tokens} tokens per prompt, "
-               "each prompt a fresh conversation. Acceptance counts the drafts actually tested. Bound: the "
+               "greedy, each prompt a fresh conversation; decode tok/s is the tokens after each reply's first over "
+               "the time from its first token to its last. Acceptance counts the drafts actually tested. Bound: the "
                "speedup over off that the measured acceptance and the measured draft-step and verify-pass costs "
                "allow with zero loop overhead; efficiency = measured speedup / bound. Each round splits into the "
                "verify pass (ms/pass), the draft steps (ms per draft token) and Python ms/round (decode time "
@@ -316,7 +317,8 @@ def add_commands(sub: Subparsers) -> None:
     mx.add_argument("--modes", default="off,embedded,d2t", help="comma-separated: off, embedded, full, d2t")
     mx.add_argument("--depths", default="1,2,3,4", help="draft depths")
     mx.add_argument("--tokens", type=int, default=64, help="tokens generated per prompt")
-    mx.add_argument("--runs", type=int, default=1, help="runs; figures are medians")
+    mx.add_argument("--runs", type=int, default=3, help="runs, interleaved (each variant once per run, the order "
+                    "rotating); figures are medians; a verdict against off needs 3")
     mx.add_argument("--prompt-sets", default="document", help="comma-separated: document, reasoning")
     mx.add_argument("--threads", type=int)
     mx.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")

@@ -240,11 +240,12 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         print(f"backend: {result.backend_id}\nmodel:   {result.model} (built-in demo)\n")
         print(f"you:       {args.message}\nassistant: {result.reply}\n")
         ended = "ended on its own" if result.stop_reason == "eos" else f"stopped: {result.stop_reason}"
-        print(f"{result.reply_tokens} tokens ({ended}) with FastMTP d2t drafting: {result.draft_tps:.0f} tok/s, "
-              f"{result.draft_acceptance:.0%} of drafted tokens accepted, {result.tokens_per_pass:.2f} tokens per "
-              f"target pass")
+        runs = f"median of {len(result.verdict.get('b_tps') or [])} replies, {result.sampling}"
+        print(f"{result.reply_tokens} tokens ({ended}) with FastMTP d2t drafting at {result.depth}: "
+              f"{result.draft_tps:.0f} tok/s ({runs}), {result.draft_acceptance:.0%} of drafted tokens accepted, "
+              f"{result.tokens_per_pass:.2f} tokens per target pass")
         same = "the same text" if result.same_as_plain else "a DIFFERENT text (please report this)"
-        print(f"the same reply without drafting: {result.plain_tps:.0f} tok/s, {same}")
+        print(f"the same reply without drafting: {result.plain_tps:.0f} tok/s ({runs}), {same}")
         print(result.note)
 
     emit(args, result.to_dict(), text)

@@ -27,6 +27,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from app.engine.config import EngineConfig
+from app.engine.stats import describe_depth
+
 MIN_SAMPLES = 3  # per side, and rounds with both sides in them
 MIN_TOKENS = 32  # a reply shorter than this is no sample: its speed is mostly noise
 
@@ -77,6 +80,22 @@ class Sample:
             raise TypeError("a sample's tps and order are numbers")
         return Sample(condition, float(data["tps"]), int(data["order"]), bool(data.get("warm", True)),
                       float(load) if isinstance(load, int | float) else None, int(data.get("tokens", 0)))
+
+
+def mode_name(config: EngineConfig) -> str:
+    """A configuration's drafting mode as a side of a comparison: ``off``, ``embedded``, ``d2t`` or ``full``."""
+    if config.mode != "sidecar":
+        return config.mode
+    from app.release.installed import sidecar_kind
+
+    return sidecar_kind(config.draft.name) if config.draft is not None else "full"
+
+
+def condition_for(config: EngineConfig, sampling: str) -> Condition:
+    """The condition a reply of ``config`` sampled as ``sampling`` (``stats.describe_sampling``) was measured under."""
+    name = mode_name(config)
+    return Condition(name, describe_depth(config) if name != "off" else "", sampling, str(config.target),
+                     config.n_threads)
 
 
 def load_average() -> float | None:

@@ -1,8 +1,11 @@
 """The Benchmark page: the ``bench spec`` matrix for the chat's model on this machine, as a table and a chart.
 
 Pick the drafting modes (those the model has files for) and the draft depths, run with a progress bar and
-cancel, read the table (tok/s, acceptance, tokens per target pass, ratio vs off) and the chart (tok/s against
-depth, a line per mode, off dashed), and export the JSON, the markdown and the PNG. The run is the
+cancel, read the table (tok/s, acceptance, tokens per target pass, the verdict against off) and the chart (tok/s
+against depth, a line per mode, off dashed), and export the JSON, the markdown and the PNG. The variants are
+interleaved run by run, greedy; "vs off" is a verdict (``app.engine.verdict``) from 3 runs on: the ratio of the
+medians, "no clear difference" when the runs' spreads overlap, and what is missing with fewer runs (its tooltip
+has the medians, spreads and load). The run is the
 ``bench matrix`` command in a child process (``app.child_job``): the engine's native code never runs in the
 window's process, and the page shows exactly what the command measures.
 """
@@ -43,12 +46,25 @@ from app import paths
 from app.bench.matrix import MODE_LABELS, depth_series
 from app.child_job import ChildJob
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
+from app.engine.verdict import MIN_SAMPLES
 from app.gui.page_ops import OwnedOps, error_text
 from app.sidecar_job import JobCancelled
 
 MODE_COLOURS = {"embedded": "#4c78a8", "full": "#f58518", "d2t": "#54a24b", "off": "#8a8f98"}
 COLUMNS = ["variant", "prompts", "tok/s", "acceptance", "tokens / pass", "vs off"]
 PROMPT_SETS = ("document", "reasoning")
+
+
+def vs_off_text(verdict: dict[str, Any]) -> str:
+    """The "vs off" cell: ``1.21x, faster``, ``0.99x, no clear difference``, or the ratio so far and what is missing
+    (``1.04x? 1 of 3 runs``; the tooltip says why); ``–`` for off itself."""
+    ratio = verdict.get("ratio")
+    if not verdict or not isinstance(ratio, int | float):
+        return "–"
+    if verdict.get("outcome") != "not enough":
+        return f"{ratio:.2f}x, {verdict.get('outcome')}"
+    runs = min(verdict.get("samples") or [0])
+    return f"{ratio:.2f}x? {runs} of {MIN_SAMPLES} runs" if runs < MIN_SAMPLES else f"{ratio:.2f}x? no verdict"
 
 
 @dataclass(frozen=True)
@@ -185,8 +201,10 @@ class BenchmarkPage(QWidget):
         self.tokens.setSuffix(" tokens per prompt")
         self.runs = QSpinBox()
         self.runs.setRange(1, 20)
-        self.runs.setValue(1)
-        self.runs.setSuffix(" run(s); figures are medians")
+        self.runs.setValue(MIN_SAMPLES)
+        self.runs.setSuffix(" run(s), interleaved; figures are medians")
+        self.runs.setToolTip(f"Each run measures every variant once, in an order that rotates from run to run. A "
+                             f"verdict against off needs {MIN_SAMPLES} runs.")
         self.set_boxes: dict[str, QCheckBox] = {}
         sets = QHBoxLayout()
         for name in PROMPT_SETS:
@@ -346,7 +364,8 @@ class BenchmarkPage(QWidget):
         self.outcome = result
         self.bar.setValue(1000)
         self.status.setText(f"Measured on {result.get('device', 'this machine')}: {result.get('n_tokens')} tokens "
-                            f"per prompt, {result.get('runs')} run(s).")
+                            f"per prompt, greedy, {result.get('runs')} interleaved run(s); decode tok/s counts from "
+                            "each reply's first token to its last.")
         self._fill_table(result["rows"])
         self.chart_set.blockSignals(True)
         self.chart_set.clear()
@@ -374,10 +393,14 @@ class BenchmarkPage(QWidget):
             return "–" if value is None else f"{value:{spec}}{suffix}"
 
         for r, row in enumerate(rows):
+            verdict = row.get("verdict") or {}
             cells = [row["variant"], row["prompt_set"], fmt(row["decode_tps_median"], ".1f"),
-                     fmt(row["acceptance"], ".1%"), fmt(row["tokens_per_pass"], ".2f"), fmt(row["vs_off"], ".2f", "x")]
+                     fmt(row["acceptance"], ".1%"), fmt(row["tokens_per_pass"], ".2f"), vs_off_text(verdict)]
             for c, text in enumerate(cells):
-                self.table.setItem(r, c, QTableWidgetItem(text))
+                item = QTableWidgetItem(text)
+                if c == len(cells) - 1 and verdict:
+                    item.setToolTip(str(verdict.get("sentence", "")))
+                self.table.setItem(r, c, item)
 
     def table_rows(self) -> list[dict[str, str]]:
         """The table's texts by column (what a user reads; for tests and screenshots)."""

@@ -456,8 +456,9 @@ class ChatPage(QWidget):
     def _done(self, event: dict[str, Any]) -> None:
         # the reply's stats carry the seed it was sampled with (what reproduces it, as the fixed seed) and the
         # drafting mode that produced it (its footer names it, also when the chat is reopened)
-        event["stats"] = {**(event.get("stats") or {}), "seed": self._reply_seed,
-                          "mode": self._mode_text()}
+        stats = event.get("stats") or {}
+        sampling = f" · {stats['sampling']}" if stats.get("sampling") else ""  # what its speed was measured at
+        event["stats"] = {**stats, "seed": self._reply_seed, "mode": self._mode_text() + sampling}
         entry = self.chat.finish_reply(event)
         if entry is not None:  # a finished or stopped reply, with its stats and why it ended
             stats = {**event["stats"], "stop_reason": event.get("stop_reason")}

@@ -6,9 +6,14 @@ The panel floats over a corner of the transcript, so it must never be in the way
 moves it to another corner (it snaps to the nearest one on release; the context menu names the corners too).
 The chat view places it and the window remembers where and how it was (``placement_changed``).
 
-The words (the drafting mode, the banner's warning, the "does not pay" note) and the break-even model behind
-them live in ``app.engine.breakeven``, Qt-free, so the terminal ``chat`` and ``bench spec`` judge a reply the
-same way; this module only shows them.
+The words for the drafting mode live in ``app.engine.breakeven``, and whether drafting pays here is a verdict
+from ``app.engine.verdict`` (Qt-free, the same rules as ``quickstart`` and ``bench matrix``): every finished reply
+long enough to tell is a sample, labelled with its drafting mode, depth, sampling, model and threads; the "vs off"
+row compares the mode loaded with drafting off only from 3 replies each under the same conditions, after a
+warm-up, taken in turn, and says "measuring" (with what is missing) until then, and "no clear difference" when
+the replies' spreads overlap. The note under it says so when drafting does not pay. The "measured" row states the
+sampling and depth of the reply's decode speed; the "auto" line is Auto drafting's own account (set by the
+window). This module only shows them.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.breakeven import NO_GAIN_AFTER, describe_mode, no_gain_note
+from app.engine.breakeven import describe_mode
 from app.engine.config import EngineConfig
+from app.engine.verdict import MIN_SAMPLES, SampleLog, Verdict, condition_for, load_average, mode_name
 
 _STYLE = """
 #hud { background: rgba(24, 28, 36, 215); border: 1px solid rgba(255, 255, 255, 40); border-radius: 8px; }
@@ -163,11 +169,18 @@ class Hud(QFrame):
         grid.addWidget(self.acceptance_bar, 5, 0, 1, 2)
         self.per_pass = self._row(grid, 6, "tokens / pass")
         self.mode = self._row(grid, 7, "mode")
-        self.note = QLabel()  # why drafting does not pay here, when it does not (``no_gain_note``)
+        self.measured = self._row(grid, 8, "measured")  # the sampling and depth the decode speed was measured at
+        self.vs_off = self._row(grid, 9, "vs off")  # the verdict against drafting off (``app.engine.verdict``)
+        self.auto = QLabel()  # Auto drafting: which mode it uses and by how much it won, or that it is measuring
+        self.auto.setProperty("role", "title")
+        self.auto.setWordWrap(True)
+        self.auto.hide()
+        grid.addWidget(self.auto, 10, 0, 1, 2)
+        self.note = QLabel()  # drafting does not pay here, when the verdict says so
         self.note.setProperty("role", "note")
         self.note.hide()
-        grid.addWidget(self.note, 8, 0, 1, 2)
-        self._plain_tps: dict[str, float] = {}  # target file -> decode speed of its last reply with drafting off
+        grid.addWidget(self.note, 11, 0, 1, 2)
+        self.samples = SampleLog()  # every finished reply of this window, labelled with its conditions
         self._config: EngineConfig | None = None
         self.mode.setText(describe_mode(None))
         self.reset()
@@ -191,6 +204,7 @@ class Hud(QFrame):
         self.acceptance.setText("—")
         self.acceptance_bar.setValue(0)
         self.per_pass.setText("—")
+        self.measured.setText("—")
         self._update_pill()
 
     def set_config(self, config: EngineConfig | None) -> None:
@@ -200,6 +214,7 @@ class Hud(QFrame):
         self.mode.setText(describe_mode(config))
         self.reset()
         self.set_note(None)
+        self._show_verdict()
 
     # ------------------------------------------------------------------ collapsed pill, moving
 
@@ -317,19 +332,57 @@ class Hud(QFrame):
         depth = stats.get("depth")
         if self._config is not None and self._config.adaptive and isinstance(depth, int):
             self.mode.setText(describe_mode(self._config, depth))
-        self._judge_gain(stats, final)
+        if final:
+            measured = [str(stats[key]) for key in ("sampling", "depth_setting") if stats.get(key)]
+            if measured:
+                self.measured.setText(" · ".join(measured))
+            self._log_reply(stats)
         self._update_pill()
 
-    def _judge_gain(self, stats: dict[str, Any], final: bool) -> None:
-        """Keep plain decoding's measured speed per model; say when drafting does not pay (``no_gain_note``)."""
+    def _log_reply(self, stats: dict[str, Any]) -> None:
+        """A finished reply is a sample of its mode under its conditions (when it says how it was sampled: a
+        remote server's reply does not); then the verdict against off is shown again."""
+        config, tps, sampling = self._config, stats.get("decode_tps"), stats.get("sampling")
+        if config is None or not isinstance(tps, int | float) or not isinstance(sampling, str) or not sampling:
+            return
+        self.samples.add(condition_for(config, sampling), float(tps), int(stats.get("generated") or 0),
+                         load_average())
+        self._show_verdict()
+
+    def verdict(self) -> Verdict | None:
+        """The loaded drafting mode against off, from the replies so far (None with drafting off or no model)."""
         config = self._config
-        if config is None:
+        if config is None or config.mode == "off":
+            return None
+        return self.samples.compare("off", mode_name(config))
+
+    def _show_verdict(self) -> None:
+        """The "vs off" row (its tooltip the whole verdict) and, when drafting does not pay, the note."""
+        verdict = self.verdict()
+        if verdict is None:
+            self.vs_off.setText("—")
+            self.vs_off.setToolTip("With drafting off there is nothing to compare.")
             return
-        tps = stats.get("decode_tps")
-        if config.mode == "off":
-            if final and isinstance(tps, int | float) and tps > 0 and int(stats.get("generated") or 0) >= NO_GAIN_AFTER:
-                self._plain_tps[str(config.target)] = float(tps)
+        self.vs_off.setToolTip(verdict.sentence())
+        if not verdict.decided:
+            self.vs_off.setText(f"measuring {len(verdict.a_tps)}/{MIN_SAMPLES} · {len(verdict.b_tps)}/{MIN_SAMPLES}")
             return
-        note = no_gain_note(config, stats, self._plain_tps.get(str(config.target)))
-        if note is not None or final:
-            self.set_note(note)
+        words = {"faster": "pays", "slower": "does not pay", "no clear difference": "no clear gain"}
+        self.vs_off.setText(f"{verdict.ratio:.2f}x · {words[verdict.outcome]}")
+        self.set_note(None if verdict.outcome == "faster" else gain_note(verdict))
+
+    def set_auto(self, text: str | None) -> None:
+        """Auto drafting's line (which mode it uses and by how much it won, or that it is measuring); None hides it."""
+        self.auto.setText(textwrap.fill(text, NOTE_CHARS) if text else "")
+        self.auto.setToolTip(text or "")
+        self.auto.setVisible(bool(text))
+        self.adjustSize()
+        self.note_changed.emit()
+
+
+def gain_note(verdict: Verdict) -> str:
+    """The HUD's note when drafting is not clearly faster than off, in one sentence with the numbers behind it."""
+    head = ("Drafting does not pay here" if verdict.outcome == "slower" else
+            "Drafting gains nothing clear here (the replies' speeds overlap)")
+    return (f"{head}: {verdict.ratio:.2f}x, median {verdict.b_median:.0f} against {verdict.a_median:.0f} tok/s "
+            f"with drafting off over {len(verdict.b_tps)} and {len(verdict.a_tps)} replies, {verdict.sampling}.")
