@@ -717,14 +717,19 @@ class ChatView(QWidget):
 
     @contextmanager
     def _keeping_place(self) -> Iterator[None]:
-        """Around the view's own document edits: afterwards at the bottom when following, else where the
-        user left it (an edit's removal may shrink the range for a moment and clamp the position)."""
+        """Around the view's own document edits: one edit block, so the document is laid out once when it ends
+        (a frame replaces the streamed tail: laid out between its removal and its new text, the document would
+        shrink, drop the scroll bar, re-wrap everything at the wider width, and grow back), and afterwards at the
+        bottom when following, else where the user left it."""
         bar = self.transcript.verticalScrollBar()
         value = bar.value()
         self._moving += 1
+        edit = QTextCursor(self.transcript.document())
+        edit.beginEditBlock()
         try:
             yield
         finally:
+            edit.endEditBlock()
             bar.setValue(bar.maximum() if self._follow else value)
             self._moving -= 1
 
