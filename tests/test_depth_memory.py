@@ -103,15 +103,20 @@ def _cli(*args: str) -> dict[str, object]:
 
 
 def test_the_cli_lists_and_forgets_what_the_app_remembers(tmp_path: Path) -> None:
+    from app.engine.auto_mode import CANDIDATES, AutoDrafting, AutoMemory, auto_key
     from app.paths import depth_memory_dir
 
     config = _files(tmp_path)
     DepthMemory(depth_memory_dir()).remember(key_for(config, "backend", 2), STATE)
+    AutoMemory(depth_memory_dir()).remember(auto_key(config.target, config.draft, "backend"),
+                                            AutoDrafting(CANDIDATES))  # Auto drafting's record, beside it
     listed = _cli("list")
     assert listed["folder"] == str(depth_memory_dir())
     assert [e["target"] for e in listed["entries"]] == [str(config.target.resolve())]  # type: ignore[attr-defined]
-    assert _cli("forget") == {"forgotten": 1}
-    assert _cli("list")["entries"] == []
+    assert [(e["target"], e["winner"]) for e in listed["auto"]] == [  # type: ignore[attr-defined]
+        (str(config.target.resolve()), None)]  # still measuring
+    assert _cli("forget") == {"forgotten": 1, "auto_forgotten": 1}
+    assert _cli("list")["entries"] == [] and _cli("list")["auto"] == []
 
 
 # ------------------------------------------------------------------ on the real backend

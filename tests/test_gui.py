@@ -45,6 +45,7 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
            demo: DemoModel, history_path: Path) -> Iterator[MainWindow]:
     """One window (one engine process) for the module: loading the engine is the slow part."""
     win = MainWindow(history=HistoryStore(history_path))
+    win.model_selector.restore_mode("sidecar-d2t")  # these tests are about drafting (Auto, the default, measures)
     win.show()
     win.use_demo(demo)
     QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)

@@ -50,6 +50,7 @@ def test_a_mode_switch_blanks_the_hud_until_the_new_mode_has_numbers(qtbot: QtBo
     store = HistoryStore(tmp_path / "history.sqlite3")
     win = MainWindow(history=store)
     qtbot.addWidget(win)
+    win.model_selector.restore_mode("sidecar-d2t")  # not Auto, the default: this test switches modes itself
     win.show()
     try:
         win.use_demo(demo)
@@ -68,7 +69,7 @@ def test_a_mode_switch_blanks_the_hud_until_the_new_mode_has_numbers(qtbot: QtBo
 
         reply = _reply(qtbot, win, "And without drafting?")
         assert hud.tps.text() != "— tok/s" and hud.tps.text().endswith("tok/s")
-        assert reply["stats"]["mode"] == "off (target only)"
+        assert reply["stats"]["mode"] == "off (target only) · temperature 0.7"  # and what it was sampled at
     finally:
         win.close()
         store.close()

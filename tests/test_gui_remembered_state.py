@@ -69,7 +69,7 @@ def test_chat_geometry_splitter_and_drafting_mode_come_back_after_a_restart(qtbo
     qtbot.addWidget(again)
     try:
         # until restored
-        assert again.chat_page.conversation_id is None and again.model_selector.mode_box.currentData() == "sidecar-d2t"
+        assert again.chat_page.conversation_id is None and again.model_selector.mode_box.currentData() == "auto"
         saved = window_state.load()
         again.restore_state()
         again.show()

@@ -53,6 +53,7 @@ def test_a_reopened_reply_keeps_its_draft_tint_and_its_drafting_mode(qtbot: QtBo
     store = HistoryStore(path)
     win = MainWindow(history=store)
     qtbot.addWidget(win)
+    win.model_selector.restore_mode("sidecar-d2t")  # a drafted reply (Auto, the default, starts measuring off)
     win.show()
     done: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)

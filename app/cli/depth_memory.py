@@ -1,25 +1,31 @@
-"""CLI for what adaptive depth remembers between loads: ``depth-memory list|forget``.
+"""CLI for what adaptive depth and Auto drafting remember between loads: ``depth-memory list|forget``.
 
-The Settings page's "Forget learned depths" does what ``forget`` does."""
+Auto drafting's records (which drafting mode won for a model on this backend and machine, or how far its measuring
+is) live in the same folder and are listed and forgotten with adaptive depth's. The Settings page's "Forget
+learned depths" forgets adaptive depth's."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from app.cli.common import Subparsers, command, emit, group
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from app.engine.auto_mode import AutoMemory
     from app.engine.depth_memory import DepthMemory
     from app.paths import depth_memory_dir
 
     entries = DepthMemory(depth_memory_dir()).entries()
+    auto = AutoMemory(depth_memory_dir()).entries()
 
     def text() -> str:
+        lines = [_auto_line(entry) for entry in auto]
         if not entries:
-            return "Adaptive depth remembers nothing yet: it learns while a model with adaptive depth replies."
-        lines = []
+            return "\n".join([*lines, "Adaptive depth remembers nothing yet: it learns while a model with adaptive "
+                                      "depth replies."])
         for entry in entries:
             if entry["damaged"]:
                 lines.append(f"{entry['file']}: damaged (the next load of its model starts cold and rewrites it)")
@@ -29,22 +35,36 @@ def cmd_list(args: argparse.Namespace) -> int:
                          f"{entry['threads']} threads, {entry['gpu_layers']} GPU layers; saved {entry['saved_at']})")
         return "\n".join(lines)
 
-    emit(args, {"folder": str(depth_memory_dir()), "entries": entries}, text)
+    emit(args, {"folder": str(depth_memory_dir()), "entries": entries, "auto": auto}, text)
     return 0
 
 
+def _auto_line(entry: dict[str, Any]) -> str:
+    if entry["damaged"]:
+        return f"{entry['file']}: damaged Auto record (the next load of its model in Auto measures again)"
+    files = Path(str(entry["target"])).name + (f" + {Path(str(entry['d2t'])).name}" if entry["d2t"] else "")
+    return (f"{files}: {entry['status']} (backend {entry['backend']}, {entry['threads'] or 'default'} threads, "
+            f"{entry['gpu_layers']} GPU layers; saved {entry['saved_at']})")
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
+    from app.engine.auto_mode import AutoMemory
     from app.engine.depth_memory import DepthMemory
     from app.paths import depth_memory_dir
 
     forgotten = DepthMemory(depth_memory_dir()).forget()
-    emit(args, {"forgotten": forgotten},
-         f"Forgot {forgotten} record(s): the next load of each model starts adaptive depth cold.")
+    auto = AutoMemory(depth_memory_dir()).forget()
+    emit(args, {"forgotten": forgotten, "auto_forgotten": auto},
+         f"Forgot {forgotten} record(s): the next load of each model starts adaptive depth cold. Forgot {auto} Auto "
+         "drafting record(s): Auto measures each model's modes again.")
     return 0
 
 
 def add_commands(sub: Subparsers) -> None:
     """``depth-memory list|forget``."""
-    dsub = group(sub, "depth-memory", "what adaptive depth learned per model, kept between loads")
-    command(dsub, "list", cmd_list, "what is remembered: the model files, the settings, the depth settled on")
-    command(dsub, "forget", cmd_forget, "forget everything learned (each model's next load starts cold)")
+    dsub = group(sub, "depth-memory", "what adaptive depth learned and Auto drafting measured per model, kept "
+                 "between loads")
+    command(dsub, "list", cmd_list, "what is remembered: the model files, the settings, the depth settled on, and "
+            "Auto drafting's winner (or how far it measured)")
+    command(dsub, "forget", cmd_forget, "forget everything learned (each model's next load starts cold, Auto "
+            "measures again)")

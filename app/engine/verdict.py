@@ -91,9 +91,10 @@ def mode_name(config: EngineConfig) -> str:
     return sidecar_kind(config.draft.name) if config.draft is not None else "full"
 
 
-def condition_for(config: EngineConfig, sampling: str) -> Condition:
-    """The condition a reply of ``config`` sampled as ``sampling`` (``stats.describe_sampling``) was measured under."""
-    name = mode_name(config)
+def condition_for(config: EngineConfig, sampling: str, mode: str | None = None) -> Condition:
+    """The condition a reply of ``config`` sampled as ``sampling`` (``stats.describe_sampling``) was measured under;
+    ``mode``: its side's name when the caller knows it (Auto: the mode it loaded), else ``mode_name(config)``."""
+    name = mode or mode_name(config)
     return Condition(name, describe_depth(config) if name != "off" else "", sampling, str(config.target),
                      config.n_threads)
 

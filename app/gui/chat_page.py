@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,8 @@ class ChatPage(QWidget):
         self._loading = False  # a model load (or the demo model being written first) is under way
         self._waiting: str | None = None  # a message sent while loading: sent once the model is ready
         self._waiting_entry: ChatEntry | None = None  # its place in the transcript, marked as waiting
+        # Auto drafting's hook (the window's): the configuration to load before the next message is sent, or None
+        self.switch_before_send: Callable[[], EngineConfig | None] | None = None
         self.chat_settings = ChatSettings(max_tokens=256)
         self.options = self.chat_settings.options()
         self._reply_seed = self.chat_settings.seed  # the seed of the reply under way (kept with its stats)
@@ -335,6 +338,11 @@ class ChatPage(QWidget):
         ready; one message waits: a second one sent meanwhile is added to it (a blank line between)."""
         if self._loading and not self.ready:
             self._wait(text)
+            return
+        switch = self.switch_before_send() if self.switch_before_send is not None and self.ready else None
+        if switch is not None and not self.bridge.busy:  # Auto wants this reply from another mode: load it first
+            self._wait(text)
+            self.load(switch)
             return
         if not self._can_generate():
             return

@@ -38,6 +38,7 @@ from app.errors import FastMTPError
 from app.gguftools.demo_model import DemoModel
 from app.gui import theme, window_state
 from app.gui.about_dialog import AboutDialog, ShortcutsDialog
+from app.gui.auto_drafting import AutoDraftingView
 from app.gui.backend_page import BackendPage
 from app.gui.benchmark_page import BenchmarkPage
 from app.gui.chat_page import ChatPage
@@ -45,7 +46,7 @@ from app.gui.engine_bridge import EngineBridge
 from app.gui.first_run import FirstRunPanel
 from app.gui.local_models_panel import GgufDrop
 from app.gui.machines import RemoteServerDialog
-from app.gui.model_selector import DEMO_KEY, REMOTE_PREFIX, ModelSelector
+from app.gui.model_selector import AUTO_KEY, DEMO_KEY, REMOTE_PREFIX, ModelSelector
 from app.gui.models_page import ModelsPage
 from app.gui.nav_rail import NavRail
 from app.gui.ops import wait_for_all
@@ -123,6 +124,7 @@ class MainWindow(QMainWindow):
         self.model_selector.demo_wanted.connect(self.load_demo)
         self.model_selector.demo_ready.connect(self.use_demo)
         self.chat_page = ChatPage(self.bridge, self.history, self.model_selector)
+        self.auto = AutoDraftingView(self.model_selector, self.chat_page, self.bridge)  # "Auto (measured)" drafting
         self.model_selector.demo_failed.connect(lambda message: self.chat_page.show_error({"message": message}))
         self.model_selector.listing_failed.connect(self.chat_page.banner.show_error)
         self.chat_page.status_changed.connect(self.status.setText)
@@ -312,9 +314,15 @@ class MainWindow(QMainWindow):
         """Load the model pair the selector names in its drafting mode (or connect to the chosen remote server)."""
         remote = self.model_selector.chosen_remote()
         if remote is not None:
+            self.auto.stop()
             self.chat_page.load_remote(remote)
             return
-        config = self.model_selector.config_for(self.model_selector.mode())
+        mode = self.model_selector.mode()
+        if mode == AUTO_KEY:  # the mode Auto drafting asks for (measuring in turn, or the winner)
+            config = self.auto.config()
+        else:
+            self.auto.stop()
+            config = self.model_selector.config_for(mode)
         if config is not None:
             self.chat_page.load(config)
 

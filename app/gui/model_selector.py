@@ -1,6 +1,7 @@
 """The chat's model selector: which model (the built-in demo model, each installed model, your own files, each
 remote server) and which drafting mode, and what that choice means for the engine (``config_for``,
-``chosen_remote``, ``bench_model``).
+``chosen_remote``, ``bench_model``). The first mode, and so a fresh window's, is Auto: the window measures the
+modes the model has files for and uses the fastest (``app.engine.auto_mode``; ``auto_choices`` says which).
 
 Listing the models folder and writing the demo model are background ops owned by the selector
 (:class:`~app.gui.page_ops.OwnedOps`). It decides nothing about loading: it says what the user picked
@@ -19,7 +20,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 from app import paths
 from app import settings as app_settings
 from app.builtin_demo import ensure_demo_model
-from app.engine.config import EngineConfig
+from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig
 from app.gguftools.demo_model import DemoModel
 from app.gui import local_choices
 from app.gui.benchmark_page import BenchModel
@@ -28,9 +29,14 @@ from app.release.installed import InstalledModel, list_installed, model_roots
 from app.remote_servers import RemoteServer, load_servers
 from app.settings import Settings
 
-# (label, key): key picks the EngineConfig in ``ModelSelector.config_for``
-MODES = [("FastMTP d2t sidecar", "sidecar-d2t"), ("Full sidecar", "sidecar-full"),
+# (label, key): key picks the EngineConfig in ``ModelSelector.config_for``; "auto" is the window's (``auto_choices``)
+AUTO_KEY = "auto"
+MODES = [("Auto (measured)", AUTO_KEY), ("FastMTP d2t sidecar", "sidecar-d2t"), ("Full sidecar", "sidecar-full"),
          ("Embedded MTP head", "embedded"), ("Off (target only)", "off")]
+AUTO_TIP = ("Auto: over your first replies with a model, drafting off, the embedded MTP head and the FastMTP d2t "
+            "sidecar (each with adaptive depth) take turns; once each has 3 replies, the fastest is remembered for "
+            "this model, backend and machine and used from then on. The HUD says which mode it uses and by how much "
+            "it won, or that it is still measuring.")
 DEMO_KEY = ""  # the model selector's (and the settings') key of the built-in demo model
 REMOTE_PREFIX = "remote:"  # the selector's key of a remote server: "remote:NAME"
 ADD_REMOTE_KEY = "remote:+"  # the selector's last item, "Remote server…": opens the dialog
@@ -91,6 +97,7 @@ class ModelSelector(QWidget):
         self.mode_box = QComboBox()
         for label, key in MODES:
             self.mode_box.addItem(label, key)
+        self.mode_box.setItemData(0, AUTO_TIP, Qt.ItemDataRole.ToolTipRole)
         self.mode_box.currentIndexChanged.connect(lambda _i: self.mode_changed.emit())
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -261,6 +268,8 @@ class ModelSelector(QWidget):
                "sidecar-full": "This model has no full MTP sidecar in its folder (the release ships the d2t one; "
                                "`python -m app sidecar build --full` makes one)."}
         for row, (_label, mode) in enumerate(MODES):
+            if mode == AUTO_KEY:  # always there: it measures what the model has files for
+                continue
             set_item_enabled(self.mode_box, row, not missing.get(mode, False))
             self.mode_box.setItemData(row, why[mode] if missing.get(mode, False) else None,
                                       Qt.ItemDataRole.ToolTipRole)
@@ -276,16 +285,26 @@ class ModelSelector(QWidget):
         item = model.item(self.mode_box.findData(key)) if isinstance(model, QStandardItemModel) else None
         return item is not None and item.isEnabled()
 
-    def config_for(self, key: str) -> EngineConfig | None:
+    def auto_choices(self) -> dict[str, str]:
+        """What Auto measures for the chosen model: its mode names (``auto_mode.CANDIDATES``) that the model has
+        files for, each with the selector's key that loads it."""
+        keys = {"off": "off", "embedded": "embedded", "d2t": "sidecar-d2t"}
+        return {name: key for name, key in keys.items() if self.mode_enabled(key)}
+
+    def config_for(self, key: str, auto: bool = False) -> EngineConfig | None:
         """The engine configuration of the chosen model for a drafting mode, sized by the settings (context, GPU
-        layers, threads, depth, adaptive, p_min); None when the model or the mode's file is not there."""
+        layers, threads, depth, adaptive, p_min); None when the model or the mode's file is not there (and for
+        ``auto``, which the window resolves to a mode). ``auto``: as Auto drafting loads it, with adaptive depth up
+        to the deepest (remembered between loads)."""
         files = self.model_files()
-        if files is None:
+        if files is None or key == AUTO_KEY:
             return None
         target, sidecar_d2t, sidecar_full = files
         sizes = app_settings.engine_fields(self._settings())
         if not _gpu_backend() and not sizes.get("rpc"):  # RPC workers take offloaded layers on a CPU backend too
             sizes["n_gpu_layers"] = 0
+        if auto:
+            sizes.update(adaptive=True, draft_depth=DRAFT_DEPTH_MAX, depth_memory=paths.depth_memory_dir())
         if key in ("sidecar-d2t", "sidecar-full"):
             draft = sidecar_d2t if key == "sidecar-d2t" else sidecar_full
             return EngineConfig(target, mode="sidecar", draft=draft, **sizes) if draft is not None else None
