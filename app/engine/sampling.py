@@ -1,57 +1,37 @@
-"""The target's sampler, usable position by position so verification stays lossless.
+"""How the target picks each token, and how the draft head proposes one.
 
-One uniform draw per *emitted* token from a seeded generator: plain decoding and speculative
-decoding consume the same draws in the same order, so at any temperature they emit the same tokens
-(up to float differences between batched and single evaluation).
+The target's picks are made by llama.cpp's sampler chain in native code (app/native/sampler.py): one
+chain per reply, reset to the seed, so a seeded reply is repeatable and is what llama-server gives.
+Plain decoding and speculative decoding sample exactly the emitted tokens, in order, from the same
+seeded stream, so at any temperature they emit the same tokens (up to float differences between
+batched and single evaluation).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from app.engine.config import SamplingParams
+from app.native.sampler import SamplerChain
 
 
 class Sampler:
-    """Picks the next token from target logits; keeps the random stream between calls."""
+    """One reply's sampling settings; ``chain`` makes the native sampler that applies them."""
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
-        self._rng = np.random.Generator(np.random.PCG64(params.seed))
 
     @property
     def greedy(self) -> bool:
         return self.params.temperature <= 0.0
 
-    def pick(self, logits: npt.NDArray[np.float32], history: Sequence[int]) -> int:
-        """The emitted token after ``history`` (consumes exactly one draw when sampling)."""
+    def chain(self, n_vocab: int) -> SamplerChain:
+        """A fresh native chain at the start of the seeded stream (the caller closes it)."""
         p = self.params
-        if p.repeat_penalty != 1.0 and history:
-            logits = logits.copy()
-            recent = np.unique(np.asarray(history[-p.repeat_last_n:], dtype=np.int64))
-            values = logits[recent]
-            logits[recent] = np.where(values > 0, values / p.repeat_penalty, values * p.repeat_penalty)
-        if self.greedy:
-            return int(np.argmax(logits))
-        k = min(max(p.top_k, 1), logits.shape[0]) if p.top_k > 0 else logits.shape[0]
-        candidates = np.argpartition(logits, -k)[-k:]
-        scores = logits[candidates].astype(np.float64) / p.temperature
-        order = np.argsort(-scores, kind="stable")
-        candidates, scores = candidates[order], scores[order]
-        probs = np.exp(scores - scores[0])
-        probs /= probs.sum()
-        keep = probs >= p.min_p * probs[0]
-        if p.top_p < 1.0:
-            cumulative = np.cumsum(probs)
-            keep &= np.concatenate(([True], cumulative[:-1] < p.top_p))
-        candidates, probs = candidates[keep], probs[keep]
-        probs /= probs.sum()
-        u = self._rng.random()
-        index = int(np.searchsorted(np.cumsum(probs), u, side="right"))
-        return int(candidates[min(index, len(candidates) - 1)])
+        return SamplerChain(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p,
+                            repeat_penalty=p.repeat_penalty, repeat_last_n=p.repeat_last_n, seed=p.seed,
+                            n_vocab=n_vocab)
 
 
 def draft_pick(logits: npt.NDArray[np.float32], p_min: float) -> tuple[int, bool]:

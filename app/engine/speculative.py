@@ -31,6 +31,7 @@ from app.engine.sampling import Sampler, draft_pick
 from app.engine.stats import ReplyStats
 from app.errors import ContextFullError, EngineError, FastMTPError
 from app.native.handles import Context, FloatArray, Model, default_threads
+from app.native.sampler import SamplerChain
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +134,10 @@ class SpeculativeDecoder:
         self.reset()
         return 0
 
-    def _prefill(self, suffix: list[int]) -> FloatArray:
-        """Evaluate ``suffix`` after ``tokens`` in the target; returns the last logits. Drafting modes
-        also catch the draft context up, holding back its last row for the first draft."""
+    def _prefill(self, suffix: list[int]) -> None:
+        """Evaluate ``suffix`` after ``tokens`` in the target (its last row's logits stay in the target
+        context for the first pick). Drafting modes also catch the draft context up, holding back its
+        last row for the first draft."""
         n_past = len(self.tokens)
         if n_past + len(suffix) + 1 > self.config.n_ctx:
             raise ContextFullError(
@@ -148,7 +150,6 @@ class SpeculativeDecoder:
             self.tctx.decode(chunk, n_past + start, logits="last")
             if self.dctx is not None:
                 hidden_blocks.append(self.tctx.nextn_rows(len(chunk)))
-        logits = self.tctx.logits(-1)
         if self.dctx is not None:
             # the draft gets every new token but the last, each with the hidden row of the one before
             previous = self.pending_h if self.pending_h is not None else np.zeros(self.target.n_embd, np.float32)
@@ -161,7 +162,6 @@ class SpeculativeDecoder:
             self._held = [(tokens[-1], rows[-1])]
             self.pending_h = hidden_rows[-1]
         self.tokens.extend(suffix)
-        return logits
 
     def _draft_catch_up(self, tokens: list[int], start: int, rows: FloatArray) -> None:
         assert self.dctx is not None
@@ -176,12 +176,18 @@ class SpeculativeDecoder:
                  cancel: threading.Event | None = None) -> Reply:
         """Stream one reply to ``prompt`` (the whole conversation so far, rendered and tokenized)."""
         sampler = sampler or Sampler(SamplingParams())
+        with sampler.chain(self.target.n_vocab) as chain:
+            return self._generate(prompt, max_tokens, chain, on_token, stop, cancel)
+
+    def _generate(self, prompt: list[int], max_tokens: int, chain: SamplerChain, on_token: TokenSink | None,
+                  stop: StopCheck | None, cancel: threading.Event | None) -> Reply:
         reply = Reply()
         stats = reply.stats
         started = time.perf_counter()
         common = self._reuse_prefix(prompt)
         stats.prompt_tokens = len(prompt) - common
-        logits = self._prefill(prompt[common:])
+        self._prefill(prompt[common:])
+        chain.remember(self.tokens)  # the repetition penalty looks back over the conversation, as llama-server's
         stats.prompt_seconds = time.perf_counter() - started
         decode_started = time.perf_counter()
         self._decode_cpu_started = time.thread_time()
@@ -207,7 +213,7 @@ class SpeculativeDecoder:
                 reply.stop_reason = "cancelled"
             return bool(reply.stop_reason)
 
-        pending = sampler.pick(logits, self.tokens)
+        pending = chain.sample(self.tctx, -1)
         stats.record_round(0, 0)
         if emit(pending, "target"):
             return self._finish(reply, decode_started)
@@ -226,17 +232,15 @@ class SpeculativeDecoder:
             batch = [pending, *drafts]
             self.tctx.decode(batch, n_past, logits="all")
             c2 = self._round_clock()
-            # the sampler looks back ``repeat_last_n`` tokens at most: no copy of the whole conversation per round
-            window = sampler.params.repeat_last_n
-            history = [*(self.tokens[-window:] if window > 0 else self.tokens), pending]
             accepted = 0
             finished = False
             bonus = -1
+            # the rows in order, up to the first pick that is not the draft: exactly the emitted tokens are
+            # sampled (one draw each), as in plain decoding
             for i in range(len(batch)):
-                pick = sampler.pick(self.tctx.logits_view(i), history)
+                pick = chain.sample(self.tctx, i)
                 if i < len(drafts) and pick == drafts[i]:
                     accepted += 1
-                    history.append(pick)
                     if emit(pick, "draft"):
                         finished = True
                         break
