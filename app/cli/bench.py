@@ -1,4 +1,4 @@
-"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | spec``: the benchmarks."""
+"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | sampler | spec``: the benchmarks."""
 
 from __future__ import annotations
 
@@ -188,6 +188,22 @@ def cmd_bench_gui(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_sampler(args: argparse.Namespace) -> int:
+    from app.bench import sampler
+    from app.bench.report import record, this_command
+
+    target = args.target or bench_demo(args.size).target
+    result = sampler.run(target, runs=args.runs, rows=args.rows, n_threads=args.threads)
+    emit(args, result.to_dict(), result.markdown)
+    if args.out:
+        args.out.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    if args.record:
+        record(args.record, f"Sampling: host time per emitted token ({target.name})", this_command(),
+               result.markdown(), "Each sample: one native chain picking every row of one batched pass, as the "
+               "verify loop does; medians over interleaved runs.")
+    return 0
+
+
 def cmd_bench_window(args: argparse.Namespace) -> int:
     from app.bench import window
     from app.bench.report import record, this_command
@@ -276,6 +292,15 @@ def add_commands(sub: Subparsers) -> None:
     op.add_argument("--bandwidth-gbs", type=float, help="the device's memory bandwidth, for the decode floor")
     op.add_argument("--out", type=Path, help="write the result JSON here")
     op.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    sm = command(bsub, "sampler", cmd_bench_sampler,
+                 "host time per emitted token of the target's sampler (llama.cpp's chain) over the whole vocabulary")
+    sm.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to time on")
+    sm.add_argument("--target", type=Path, help="time on this target instead of a demo model")
+    sm.add_argument("--runs", type=int, default=15)
+    sm.add_argument("--rows", type=int, default=16, help="logit rows per run (one batched pass)")
+    sm.add_argument("--threads", type=int)
+    sm.add_argument("--out", type=Path, help="write the result JSON here")
+    sm.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     gu = command(bsub, "gui", cmd_bench_gui, "chat view: event-loop latency and per-token rendering cost")
     gu.add_argument("--tokens", type=int, default=5000, help="length of the synthetic markdown reply")
     gu.add_argument("--rate", type=int, default=1000, help="tokens per second of the latency stream")
