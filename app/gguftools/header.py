@@ -21,6 +21,7 @@ import os
 import stat
 import struct
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -437,8 +438,12 @@ class FileCache(Generic[T]):
     """Values computed from a file, kept while its (resolved path, size, mtime_ns) stays the same (small LRU).
 
     Thread-safe: the window inspects files on worker threads. A value is kept only when the file did not change
-    while it was computed; errors are never kept (a file being copied in is read again next time).
+    while it was computed and its mtime is at least ``RACY_NS`` old: file systems stamp mtimes in coarse ticks
+    (a jiffy on Linux, 1-2 s on HFS+ and FAT), so a file rewritten at the same size within one tick would
+    otherwise look unchanged (git's "racily clean" problem). Errors are never kept.
     """
+
+    RACY_NS = 2_000_000_000
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
@@ -462,7 +467,7 @@ class FileCache(Generic[T]):
                 return self._items[key]
             self.misses += 1
         value = build(path)
-        if file_key(path) == key:
+        if file_key(path) == key and time.time_ns() - key[2] >= self.RACY_NS:
             with self._lock:
                 self._items[key] = value
                 self._items.move_to_end(key)
