@@ -1,12 +1,15 @@
 """Auto drafting (issue 26): off, the embedded head and the d2t sidecar take turns over the first replies with a
 model, after a warm-up; the measured winner is remembered per model files, backend and machine, beside depth
 memory, and used from then on. Simulated machines feed it replies (given speeds, no timing); the records are
-real files in a temporary folder, and a damaged one is a cold start."""
+real files in a temporary folder, and a damaged one is a cold start. The last test runs ``chat --mtp auto`` on
+the real engine."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 from app.engine.auto_mode import CANDIDATES, SUFFIX, AutoDrafting, AutoMemory, auto_key
 from app.engine.depth_memory import DepthMemory
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition
+from tests.demo_copies import DemoCopies
 
 REPLIES_TO_DECIDE = 1 + MIN_SAMPLES * len(CANDIDATES)  # a warm-up, then each mode in turn until 3 each
 
@@ -178,3 +182,30 @@ def test_a_damaged_winner_record_is_a_cold_start(tmp_path: Path, files: tuple[Pa
         assert memory.entries() == [{"file": str(path), "damaged": True}]
     memory.remember(key, again)  # the next save rewrites it
     assert memory.recall(key, CANDIDATES).measuring
+
+
+# ------------------------------------------------------------------------------------------ headless, real engine
+
+
+def _app(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], input=stdin, capture_output=True, text=True,
+                          env=os.environ.copy(), check=False, timeout=900)
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_chat_with_mtp_auto_takes_turns_and_generate_waits_for_a_winner(tmp_path: Path,
+                                                                         default_demo: DemoCopies) -> None:
+    demo = default_demo.copy_to(tmp_path / "demo")
+    model = ["--model", str(demo.target), "--draft", str(demo.sidecar_d2t), "--mtp", "auto", "--temp", "0"]
+    chat = _app("chat", *model, "--no-status", stdin="Tell me about lighthouses\nAnd their keepers?\n/quit\n")
+    assert chat.returncode == 0, chat.stderr[-2000:]
+    said = [line for line in chat.stderr.splitlines() if line.startswith("auto: ")]
+    assert said == ["auto: Auto is measuring (off 0/3, embedded 0/3, d2t 0/3); next reply: off.",
+                    "auto: Auto is measuring (off 0/3, embedded 0/3, d2t 0/3); next reply: embedded.",  # a warm-up
+                    "auto: Auto is measuring (off 0/3, embedded 1/3, d2t 0/3); next reply: d2t."]
+    listed = json.loads(_app("depth-memory", "list", "--json").stdout)["auto"]
+    mine = [e for e in listed if e["target"] == str(demo.target.resolve())]
+    assert len(mine) == 1 and mine[0]["winner"] is None and mine[0]["samples"] == 1
+    one = _app("generate", *model, "--prompt", "Hi", "--max-tokens", "8")  # one reply compares nothing
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert "auto: Auto is measuring" in one.stderr and "this one uses drafting off" in one.stderr

@@ -164,7 +164,9 @@ def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max
     p.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT]",
                    help="RPC workers (`rpc-worker`) that take the offloaded layers (--gpu-layers)")
     p.add_argument("--draft", type=Path, help="FastMTP sidecar GGUF (full or d2t)")
-    p.add_argument("--mtp", choices=MODES, default=MODES[0])
+    p.add_argument("--mtp", choices=[*MODES, "auto"], default=MODES[0],
+                   help="drafting mode; auto: the mode Auto drafting measured fastest for this model on this machine "
+                        "(the window's default; `chat` takes turns until it knows; --draft names the d2t sidecar)")
     p.add_argument("--depth", "--n-max", dest="draft_depth", type=depth_argument, default=DEFAULT_DRAFT_DEPTH,
                    help=f"draft depth {DRAFT_DEPTH_MIN}..{DRAFT_DEPTH_MAX} (with --adaptive: the deepest it may go)")
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft confidence")

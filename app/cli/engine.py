@@ -1,12 +1,19 @@
 """``generate`` (one reply) and ``chat`` (a terminal chat with a status line), on the local engine or, with
-``--remote NAME``, on a remote server."""
+``--remote NAME``, on a remote server.
+
+``--mtp auto`` is the window's Auto drafting (``app.engine.auto_mode``, the same records): ``chat`` gives its
+replies to drafting off, the embedded head (when the model has one) and the d2t sidecar (``--draft``) in turn,
+each with adaptive depth, loading the next mode before each message, until the verdict names the fastest; from
+then on (and in ``generate``, a single reply that cannot be compared) the winner is used, or off while nothing
+is decided yet."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.common import (
     Subparsers,
@@ -21,10 +28,66 @@ from app.cli.common import (
     stream_reply,
 )
 from app.engine.breakeven import drafting_warning, no_gain_note, reply_warning
-from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, SamplingParams
+from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, DRAFT_DEPTH_MAX, EngineConfig, SamplingParams
 from app.errors import EngineError, FastMTPError
 
+if TYPE_CHECKING:
+    from app.engine.auto_mode import AutoDrafting, AutoKey, AutoMemory
+
 GENERATE_MAX_TOKENS = 256
+
+
+@dataclass
+class AutoRun:
+    """``--mtp auto``: the record of this model here, and the configuration of each mode Auto measures."""
+
+    auto: AutoDrafting
+    memory: AutoMemory
+    key: AutoKey
+    configs: dict[str, EngineConfig]
+
+    def config(self, measure: bool = True) -> EngineConfig:
+        """The mode's configuration for the next reply: in turn while measuring (``measure``), else the winner
+        (off while nothing is decided)."""
+        return self.configs[self.auto.next_mode() if measure or not self.auto.measuring else "off"]
+
+    def observe(self, config: EngineConfig, stats: dict[str, Any]) -> None:
+        """A finished reply: counted when it is from the mode Auto asked for; the record is saved."""
+        from app.engine.verdict import condition_for, load_average
+
+        mode = self.auto.next_mode()
+        if config != self.configs.get(mode) or not stats.get("sampling"):
+            return
+        if self.auto.observe(mode, condition_for(config, str(stats["sampling"]), mode), float(stats["decode_tps"]),
+                             int(stats.get("generated") or 0), load_average()):
+            try:
+                self.memory.remember(self.key, self.auto)
+            except OSError as exc:
+                print(f"note: Auto drafting's record could not be saved: {exc}", file=sys.stderr)
+
+
+def auto_run(args: argparse.Namespace) -> AutoRun:
+    """The modes ``--mtp auto`` measures for ``--model`` (and ``--draft``, the d2t sidecar) and their record."""
+    from app.backend.registry import active
+    from app.engine.auto_mode import AutoMemory, auto_key
+    from app.gguftools.inspect import inspect_gguf
+    from app.paths import depth_memory_dir
+
+    off = replace(engine_config(argparse.Namespace(**{**vars(args), "mtp": "off", "adaptive": False})), draft=None)
+    adaptive = replace(off, adaptive=True, draft_depth=DRAFT_DEPTH_MAX, depth_memory=depth_memory_dir())
+    configs = {"off": off}
+    if inspect_gguf(off.target).nextn_layers:
+        configs["embedded"] = replace(adaptive, mode="embedded")
+    if args.draft is not None:
+        configs["d2t"] = replace(adaptive, mode="sidecar", draft=args.draft)
+    manifest = active()
+    try:
+        key = auto_key(off.target, args.draft, manifest.id if manifest is not None else "no backend", off.n_threads,
+                       off.n_gpu_layers, off.rpc)
+    except OSError as exc:
+        raise FastMTPError(f"A model file cannot be read: {exc}.", "Check the --model and --draft paths.") from exc
+    memory = AutoMemory(depth_memory_dir())
+    return AutoRun(memory.recall(key, tuple(configs)), memory, key, configs)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -34,7 +97,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from app.cli.remote import remote_generate
 
         return remote_generate(args)
-    session = ChatSession(engine_config(args))
+    auto = auto_run(args) if args.mtp == "auto" else None
+    if auto is not None:
+        print(f"auto: {auto.auto.status()}" + (" One reply cannot be compared: this one uses drafting off; "
+                                               "`chat --mtp auto` measures." if auto.auto.measuring else ""),
+              file=sys.stderr)
+    session = ChatSession(auto.config(measure=False) if auto is not None else engine_config(args))
     try:
         model = session.decoder.target
 
@@ -83,15 +151,19 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return remote_chat(args)
     history: list[Message] = [Message("system", args.system)] if args.system else []
     options = chat_options(args)
+    auto = auto_run(args) if args.mtp == "auto" else None
     with EngineClient() as client:
-        loaded = client.load(engine_config(args))
+        loaded = client.load(auto.config() if auto is not None else engine_config(args))
         if loaded["kind"] == "error" and loaded.get("error") == "WorkerCrashed":
             print(f"error: {loaded['message']}\nwhat to do: {loaded.get('advice', '')}", file=sys.stderr)
             _restarted(client)
         elif loaded["kind"] == "error":
             raise FastMTPError(loaded["message"], loaded.get("advice", ""))
         mode = client.config.mode if client.config is not None else args.mtp
-        print(f"FastMTP chat ({mode}). Type /reset for a new chat, /quit or Ctrl-D to leave.", file=sys.stderr)
+        print(f"FastMTP chat ({'auto: ' if auto is not None else ''}{mode}). Type /reset for a new chat, /quit or "
+              "Ctrl-D to leave.", file=sys.stderr)
+        if auto is not None:
+            print(f"auto: {auto.auto.status()}", file=sys.stderr)
         warned = False
         while True:
             try:
@@ -104,6 +176,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 history = history[:1] if args.system else []
                 continue
             history.append(Message("user", line))
+            if auto is not None and auto.config() != client.config:  # Auto wants this reply from another mode
+                switched = client.load(auto.config())
+                if switched["kind"] == "error":
+                    raise FastMTPError(switched["message"], switched.get("advice", ""))
             final = stream_reply(client, history, reply_options(args, options),
                                  _status_of if args.status else None)
             if final.get("kind") == "error":
@@ -114,6 +190,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             history.append(Message("assistant", final.get("text", "")))
             print(f"[{_status_of(final['stats'])}]", file=sys.stderr)
+            if auto is not None and client.config is not None:
+                auto.observe(client.config, final["stats"])
+                print(f"auto: {auto.auto.status()}", file=sys.stderr)
             warning = reply_warning(client.config, final["stats"])  # what the window's banner or HUD would say
             if warning is not None and not warned:
                 print(f"warning: {warning}", file=sys.stderr)
