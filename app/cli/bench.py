@@ -264,6 +264,14 @@ def cmd_bench_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_gguf(args: argparse.Namespace) -> int:
+    from app.bench import headers
+
+    result = headers.run(args.size, args.runs)
+    emit(args, result.to_dict(), result.markdown)
+    return 0
+
+
 def add_commands(sub: Subparsers) -> None:
     """``bench draft-head|ops|gui|fetch|lossless|matrix|spec``."""
     bsub = group(sub, "bench", "benchmarks (results as JSON and markdown)")
@@ -319,6 +327,10 @@ def add_commands(sub: Subparsers) -> None:
     wi.add_argument("--threads", type=int)
     wi.add_argument("--out", type=Path, help="write the result JSON here")
     wi.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    gg = command(bsub, "gguf", cmd_bench_gguf, "read a demo model's GGUF header: the lazy reader vs GGUFReader, "
+                 "and `models add` of it (interleaved runs)")
+    gg.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to write and read")
+    gg.add_argument("--runs", type=int, default=5, help="interleaved runs; figures are medians")
     fe = command(bsub, "fetch", cmd_bench_fetch, "download a generated file with our fetcher and with curl")
     fe.add_argument("--size-mb", type=int, default=2048, help="size of the generated file in MiB")
     fe.add_argument("--runs", type=int, default=3, help="runs per client, alternating")
