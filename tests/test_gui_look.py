@@ -280,14 +280,14 @@ def test_on_the_cpu_demo_the_hud_refuses_to_judge_drafting_from_one_reply_each_w
     plain = _reply(qtbot, win, "Hello without drafting")
     hud = win.chat_page.chat.hud
     assert hud.note_text() == "" and hud.vs_off.text() == "—"  # nothing to judge with drafting off
-    assert win.chat_page.chat.entries[-1].footer.startswith("off (target only), temperature 0.7, ")
+    assert win.chat_page.chat.entries[-1].footer.startswith("off (target only), temperature 0.7 · ")
     assert hud.measured.text() == "temperature 0.7 · no drafting"
 
     win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("sidecar-d2t"))
     qtbot.waitUntil(lambda: win.chat_page.ready and not win.bridge.busy, timeout=ENGINE_WAIT_MS)
     win.chat_page.new_chat()
     drafted = _reply(qtbot, win, "Hello with the d2t sidecar")
-    assert win.chat_page.chat.entries[-1].footer.startswith("FastMTP d2t, depth 3, temperature 0.7, ")
+    assert win.chat_page.chat.entries[-1].footer.startswith("FastMTP d2t, depth 3, temperature 0.7 · ")
     for event in (plain, drafted):  # the engine's one definition, with what it was measured at
         stats = event["stats"]
         assert stats["decode_tps"] == pytest.approx((stats["generated"] - 1) / stats["decode_span_seconds"])
