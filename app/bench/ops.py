@@ -269,15 +269,15 @@ class OpsResult:
 def weight_bytes(path: Path) -> tuple[int, int]:
     """The file's size, and the bytes of the tensors a decode pass reads (all but the token embeddings,
     of which a pass reads a row per token, and the MTP block, which only the draft context runs)."""
-    from app.gguftools.reader import architecture, field_value, open_gguf
+    from app.gguftools.header import gguf_header
 
-    reader = open_gguf(path)
-    arch = architecture(reader)
-    blocks = field_value(reader, f"{arch}.block_count")
-    nextn = field_value(reader, f"{arch}.nextn_predict_layers")
+    header = gguf_header(path)
+    arch = header.architecture
+    blocks = header.value(f"{arch}.block_count")
+    nextn = header.value(f"{arch}.nextn_predict_layers")
     trunk = int(blocks) - int(nextn or 0) if isinstance(blocks, int) else None
     total = 0
-    for tensor in reader.tensors:
+    for tensor in header.tensors:
         name = tensor.name
         if name.startswith("token_embd."):
             continue
