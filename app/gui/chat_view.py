@@ -242,6 +242,16 @@ class _Region:
             self.tail_start += boundary
             self.splitter = _rebased(self.splitter, boundary)
 
+    def close(self) -> None:
+        """The region is complete (the thinking block when ``</think>`` came): its tail is drawn as a finished
+        block, and what follows starts on a block of its own (however many frames the region took)."""
+        if self.tail:
+            self.pending.append((self.tail, self.tail_start))
+            self.tail_start += len(self.tail)
+            self.tail = ""
+            self.splitter = BlockSplitter()
+        self.flush()
+
     def _marked(self, text: str, start: int) -> str:
         if not self.view.show_drafts.isChecked():
             return text
@@ -259,31 +269,30 @@ class _Region:
     def flush(self) -> None:
         view = self.view
         if self.pending:
-            cursor = view._select_from(self.tail_pos)
-            cursor.removeSelectedText()
-            source = "".join(self._marked(text, start) for text, start in self.pending)
-            cursor.insertHtml(self._wrap(view.renderer.render(source, view._register_code)))
-            _new_block(cursor)
+            cursor = view._clear_from(self.tail_pos)
+            for text, start in self.pending:  # block by block: the same document however frames grouped them
+                if text.strip():  # a blank line between blocks draws nothing
+                    view._insert_html(cursor, self._wrap(view.renderer.render(self._marked(text, start),
+                                                                              view._register_code)))
+                    _new_block(cursor)
             self.tail_pos = cursor.position()
             self.committed += self.pending
             self.pending = []
             self._tail_plain = -1
         if self.splitter.in_fence:  # an open code block: append new text as it is, highlight it when it closes
-            cursor = view._select_from(self.tail_pos)
             if self._tail_plain < 0:
-                cursor.removeSelectedText()
+                cursor = view._clear_from(self.tail_pos)
                 self._tail_plain = 0
             else:
-                cursor.clearSelection()
+                cursor = view._end_cursor()
             cursor.insertText(self.tail[self._tail_plain:], view._code_format())
             self._tail_plain = len(self.tail)
         else:
-            cursor = view._select_from(self.tail_pos)
-            cursor.removeSelectedText()
+            cursor = view._clear_from(self.tail_pos)
             self._tail_plain = -1
             if self.tail.strip():
-                cursor.insertHtml(self._wrap(view.renderer.render(self._marked(self.tail, self.tail_start),
-                                                                  view._register_code)))
+                view._insert_html(cursor, self._wrap(view.renderer.render(self._marked(self.tail, self.tail_start),
+                                                                          view._register_code)))
 
     def _wrap(self, body: str) -> str:
         return f'<div style="{self.style}">{body}</div>' if self.style else body
@@ -347,7 +356,7 @@ class _ReplyStream:
                 before, after = self.held.split(THINK_CLOSE, 1)
                 self.held = ""
                 self.thinking.feed(before, provenance)
-                self.thinking.flush()
+                self.thinking.close()
                 self.phase = "answer"
                 self._start_answer(after.lstrip(), provenance)
             else:
@@ -878,6 +887,30 @@ class ChatView(QWidget):
         cursor = QTextCursor(self.transcript.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         return cursor
+
+    def _clear_from(self, position: int) -> QTextCursor:
+        """Remove everything from ``position`` (the start of a block) to the end; the cursor is left there, in a
+        plain block, as ``_new_block`` leaves it. (Removing text keeps its first block's format: a list item
+        stays one, and the next insertion would differ from the same text inserted into a fresh block.)"""
+        cursor = self._select_from(position)
+        cursor.removeSelectedText()
+        cursor.setBlockFormat(QTextBlockFormat())
+        cursor.setBlockCharFormat(QTextCharFormat())
+        cursor.setCharFormat(QTextCharFormat())
+        return cursor
+
+    def _insert_html(self, cursor: QTextCursor, markup: str) -> None:
+        """Insert rendered markdown at ``cursor``, the start of a plain empty block. Qt leaves that block empty
+        in front of HTML that begins with a list (a gap before it that the finished reply has not): it goes."""
+        start = cursor.position()
+        cursor.insertHtml(markup)
+        block = self.transcript.document().findBlock(start)
+        if (start > 0 and block.position() == start and block.length() == 1 and block.next().isValid()
+                and block.next().textList() is not None and block.next().position() == start + 1):
+            gap = QTextCursor(self.transcript.document())
+            gap.setPosition(start - 1)
+            gap.setPosition(start, QTextCursor.MoveMode.KeepAnchor)
+            gap.removeSelectedText()
 
     def _select_from(self, position: int) -> QTextCursor:
         cursor = QTextCursor(self.transcript.document())
