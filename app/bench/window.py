@@ -214,6 +214,9 @@ def run(config: EngineConfig, model_name: str, max_tokens: int = 256, samples: i
         window.resize(1180, 700)
         window.show()
         page = window.chat_page
+        # the selector names the measured mode (not Auto, which would switch modes between replies)
+        window.model_selector.restore_mode("off" if config.mode == "off" else
+                                           "sidecar-d2t" if config.mode == "sidecar" else config.mode)
         headless = EngineClient()
         loop = QEventLoop()
         guard = QTimer()
