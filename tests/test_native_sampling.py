@@ -141,3 +141,39 @@ def test_llama_server_samples_the_same_reply_for_the_same_seed(server_binary: Pa
     assert plain.tokens == ours, f"llama-server's seeded {name} completion differs from our engine's"
     assert drafted.tokens == ours
     assert drafted.drafted > drafted.accepted  # llama-server's drafts were rejected too
+
+
+def _backend_reply(demo: DemoModel, mode: Mode, params: SamplingParams, *, draft: Path | None = None,
+                   depth: int = 3, adaptive: bool = False) -> tuple[Reply, bool]:
+    decoder = SpeculativeDecoder(EngineConfig(demo.target, mode=mode, draft=draft, draft_depth=depth,
+                                              adaptive=adaptive, n_ctx=1024, backend_sampling=True))
+    try:
+        first = decoder.generate(table_prompt(demo), N_TOKENS, Sampler(params))
+        again = decoder.generate(table_prompt(demo), N_TOKENS, Sampler(params))  # the kept chain, restarted
+        assert again.tokens == first.tokens
+        return first, decoder.samples_on_backend
+    finally:
+        decoder.close()
+
+
+@pytest.mark.parametrize("name", ["t0.7", "t8"])
+def test_sampling_inside_the_graph_is_lossless_too(demo: DemoModel, name: str) -> None:
+    """llama.cpp's backend sampling (what a GPU uses; the CPU backend can do it too): a verify pass's picks are
+    made in the graph, each with its own draw, and only the kept ones advance the seeded stream."""
+    params = SETTINGS[name]
+    plain, on_backend = _backend_reply(demo, "off", params)
+    assert on_backend
+    if name in RANDOM:
+        assert _off_table(demo, table_prompt(demo), plain.tokens) >= 10
+    for mode, draft, depth, adaptive in [("sidecar", demo.sidecar_d2t, 3, False), ("embedded", None, 4, True)]:
+        drafted, on_backend = _backend_reply(demo, mode, params, draft=draft, depth=depth, adaptive=adaptive)
+        assert on_backend and drafted.tokens == plain.tokens, (name, mode)
+        assert drafted.stats.drafted - drafted.stats.accepted >= 3
+
+
+def test_greedy_in_the_graph_is_the_host_argmax_and_a_penalty_samples_on_the_host(demo: DemoModel) -> None:
+    greedy, on_backend = _backend_reply(demo, "sidecar", SamplingParams(), draft=demo.sidecar_d2t)
+    assert on_backend and greedy.tokens == _reply(demo, "off", SamplingParams()).tokens
+    penalised, on_backend = _backend_reply(demo, "sidecar", PENALISED, draft=demo.sidecar_d2t)
+    assert not on_backend  # llama.cpp has no in-graph repetition penalty: the host samples, the same stream
+    assert penalised.tokens == _reply(demo, "off", PENALISED).tokens

@@ -61,6 +61,13 @@ class EngineConfig:
     flash_attn: bool | None = None
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take the offloaded layers
     depth_memory: Path | None = None  # adaptive: the folder where what it learned is kept between loads (None: not)
+    # the target's picks made inside its graph (llama.cpp's backend sampling): no logit rows copied to the host;
+    # None: where layers are offloaded to a GPU
+    backend_sampling: bool | None = None
+
+    @property
+    def samples_on_backend(self) -> bool:
+        return self.n_gpu_layers != 0 if self.backend_sampling is None else self.backend_sampling
 
 
 @dataclass

@@ -26,12 +26,12 @@ class Sampler:
     def greedy(self) -> bool:
         return self.params.temperature <= 0.0
 
-    def chain(self, n_vocab: int) -> SamplerChain:
+    def chain(self, n_vocab: int, for_backend: bool = False) -> SamplerChain:
         """A fresh native chain at the start of the seeded stream (the caller closes it)."""
         p = self.params
         return SamplerChain(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p,
                             repeat_penalty=p.repeat_penalty, repeat_last_n=p.repeat_last_n, seed=p.seed,
-                            n_vocab=n_vocab)
+                            n_vocab=n_vocab, for_backend=for_backend)
 
 
 def draft_pick(logits: npt.NDArray[np.float32], p_min: float) -> tuple[int, bool]:

@@ -72,7 +72,8 @@ class SpeculativeDecoder:
         try:
             self.tctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch, n_threads=config.n_threads,
                                 n_rs_seq=config.draft_depth if drafting else 0, nextn_outputs=drafting,
-                                flash_attn=config.flash_attn)
+                                flash_attn=config.flash_attn,
+                                max_outputs_per_pass=DRAFT_DEPTH_MAX + 1 if config.samples_on_backend else 0)
             self._owned.append(self.tctx)
             self.dctx: Context | None = None
             if config.mode == "sidecar" and config.draft is not None:
@@ -88,6 +89,9 @@ class SpeculativeDecoder:
         except Exception:
             self.close()
             raise
+        # the target's sampler, kept while the sampling settings stay the same (attached to the graph, a new one
+        # makes llama.cpp reserve its graphs again): each reply restarts it at the seed
+        self._chain: tuple[SamplingParams, SamplerChain] | None = None
         self.tokens: list[int] = []
         self.pending_h: FloatArray | None = None
         # target-evaluated tokens the draft context has not seen yet, each with the hidden row before it
@@ -107,6 +111,7 @@ class SpeculativeDecoder:
 
     def close(self) -> None:
         self._remember()
+        self._drop_chain()
         for handle in reversed(self._owned):
             handle.close()
         self._owned.clear()
@@ -175,9 +180,33 @@ class SpeculativeDecoder:
                  on_token: TokenSink | None = None, stop: StopCheck | None = None,
                  cancel: threading.Event | None = None) -> Reply:
         """Stream one reply to ``prompt`` (the whole conversation so far, rendered and tokenized)."""
-        sampler = sampler or Sampler(SamplingParams())
-        with sampler.chain(self.target.n_vocab) as chain:
-            return self._generate(prompt, max_tokens, chain, on_token, stop, cancel)
+        return self._generate(prompt, max_tokens, self._chain_for(sampler or Sampler(SamplingParams())), on_token,
+                              stop, cancel)
+
+    @property
+    def samples_on_backend(self) -> bool:
+        """Whether the latest reply's picks were made inside the target's graph."""
+        return self._chain is not None and self._chain[1].on_backend
+
+    def _chain_for(self, sampler: Sampler) -> SamplerChain:
+        """The native sampler for a reply with these settings, at the start of its seeded stream."""
+        if self._chain is not None and self._chain[0] == sampler.params:
+            chain = self._chain[1]
+            chain.restart()
+            return chain
+        self._drop_chain()
+        on_backend = self.config.samples_on_backend
+        chain = sampler.chain(self.target.n_vocab, for_backend=on_backend)
+        if on_backend and not chain.attach(self.tctx):
+            log.info("the target samples on the host: llama.cpp cannot sample %s in the graph",
+                     "with a repetition penalty" if chain.uses_history else "on this backend")
+        self._chain = (sampler.params, chain)
+        return chain
+
+    def _drop_chain(self) -> None:
+        if self._chain is not None:
+            self._chain[1].close()
+            self._chain = None
 
     def _generate(self, prompt: list[int], max_tokens: int, chain: SamplerChain, on_token: TokenSink | None,
                   stop: StopCheck | None, cancel: threading.Event | None) -> Reply:

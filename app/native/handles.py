@@ -315,7 +315,8 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int = 2048, n_batch: int = 512, n_threads: int | None = None,
                  n_rs_seq: int = 0, draft_for: Context | None = None, nextn_outputs: bool = False,
-                 flash_attn: bool | None = None, timer: EvalCallbackOwner | None = None) -> None:
+                 flash_attn: bool | None = None, timer: EvalCallbackOwner | None = None,
+                 max_outputs_per_pass: int = 0) -> None:
         self.lib = model.lib
         self.model = model
         params = self.lib.llama_context_default_params()
@@ -323,6 +324,9 @@ class Context:
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         params.n_rs_seq = n_rs_seq
+        # the most rows with logits one pass asks for (0: the whole batch): a sampler attached to the graph is
+        # built for this many, so a verify pass's few rows do not reserve sampling graphs for 512
+        params.n_outputs_max_per_seq = max_outputs_per_pass
         params.n_threads = n_threads or default_threads()
         params.n_threads_batch = n_threads or default_threads()
         if flash_attn is not None:
@@ -379,6 +383,10 @@ class Context:
         if not self._ptr:
             raise ValueError("the context is closed")
         return self._ptr
+
+    @property
+    def is_open(self) -> bool:
+        return bool(self._ptr)
 
     def decode(self, tokens: list[int], start_pos: int, *, hidden: FloatArray | None = None,
                logits: str = "last") -> None:

@@ -24,20 +24,27 @@ from app.native.handles import Context, llama
 class SamplerChain:
     """A ``llama_sampler`` chain for one reply (``close()`` frees it; idempotent).
 
-    Greedy (temperature <= 0) picks the first of the highest logits and draws nothing. Without a repetition
-    penalty it is one numpy argmax over the row, in place: llama.cpp's greedy sampler picks the same token
-    but first copies the row into its candidate array, 8x the time (``bench sampler``).
+    Greedy (temperature <= 0) picks the first of the highest logits and draws nothing. On the host and without
+    a repetition penalty it is one numpy argmax over the row, in place: llama.cpp's greedy sampler picks the
+    same token but first copies the row into its candidate array, 8x the time (``bench sampler``).
+
+    ``for_backend`` makes a chain that can run inside the model's graph (``attach``): on a GPU the picks are
+    made there and no logit row is copied to the host. The dist sampler then draws its numbers for a whole
+    verify pass up front but commits only the picks that are kept, so the stream stays one draw per emitted
+    token, as on the host.
     """
 
     def __init__(self, *, temperature: float, top_k: int, top_p: float, min_p: float, repeat_penalty: float,
-                 repeat_last_n: int, seed: int, n_vocab: int) -> None:
+                 repeat_last_n: int, seed: int, n_vocab: int, for_backend: bool = False) -> None:
         self.lib = llama()
         lib = self.lib
         self.greedy = temperature <= 0.0
         self.uses_history = repeat_penalty != 1.0 and repeat_last_n != 0
+        self.seed = seed
         self._open = True
         self._ptr: Any = None
-        if self.greedy and not self.uses_history:
+        self._attached: Context | None = None
+        if self.greedy and not self.uses_history and not for_backend:
             return
         params = lib.llama_sampler_chain_default_params()
         params.no_perf = True
@@ -67,6 +74,26 @@ class SamplerChain:
             raise ValueError("the sampler chain is closed")
         return self._ptr
 
+    @property
+    def on_backend(self) -> bool:
+        """Whether the picks are made in the model's graph (``attach`` succeeded)."""
+        return self._attached is not None
+
+    def attach(self, context: Context) -> bool:
+        """Sample inside ``context``'s graph from its next pass on; False (and host sampling) where llama.cpp
+        cannot: a repetition penalty (no backend version), or a backend that lacks an op. Detached on close."""
+        if self._ptr is None or self.uses_history or self._attached is not None:
+            return self._attached is context
+        if not self.lib.llama_set_sampler(context.ptr, 0, self._ptr):
+            return False
+        self._attached = context
+        return True
+
+    def restart(self) -> None:
+        """Back to the start of the seeded stream, with no history: the state of a new chain (a new reply)."""
+        if self.ptr is not None:
+            self.lib.llama_sampler_reset(self.ptr)
+
     def remember(self, tokens: Iterable[int]) -> None:
         """Tell the chain about tokens it did not pick (the conversation so far), as llama-server does for
         the prompt: the repetition penalty looks back over them. A no-op without a penalty."""
@@ -84,6 +111,9 @@ class SamplerChain:
         return int(self.lib.llama_sampler_sample(ptr, context.ptr, index))
 
     def close(self) -> None:
+        context, self._attached = self._attached, None
+        if context is not None and context.is_open:  # the context must not keep a pointer to a freed chain
+            self.lib.llama_set_sampler(context.ptr, 0, None)
         if self._ptr:
             self.lib.llama_sampler_free(self._ptr)
         self._ptr = None
