@@ -96,11 +96,14 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(patched_backend: BackendManifest, 
     result = json.loads(done.stdout)
     steps = {s["name"]: s for s in result["steps"]}
     assert done.returncode == 0 and result["ok"], json.dumps(result["steps"], indent=1) + done.stderr[-3000:]
-    assert {"selftest", "demo model", "lossless", "ops", "draft head", "spec"} <= set(steps)
+    assert {"selftest", "demo model", "lossless", "ops", "draft head", "sampler", "spec"} <= set(steps)
     files = {Path(f).name for f in result["files"]}
     assert len(files) <= gpu_check.MAX_FILES
     assert {"summary.md", "env.json", "selftest.json", "lossless.json", "ops.json", "draft-head.json",
-            "spec.json", "log.txt"} == files
+            "sampler.json", "spec.json", "log.txt"} == files
+    sampler = json.loads((out / "sampler.json").read_text())
+    assert {d["where"] for d in sampler["decode"]} == {"on the host", "inside the graph (backend sampling)"}
+    assert all(d["median_tps"] > 0 for d in sampler["decode"])
     lossless = json.loads((out / "lossless.json").read_text())
     assert lossless["ok"] is True and lossless["rejections"] > 0  # identical output, with real rejections
     spec = json.loads((out / "spec.json").read_text())

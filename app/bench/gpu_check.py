@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MAX_FILES = 8
+MAX_FILES = 9
 SUMMARY = "summary.md"
 # the article's figures (27B, GPU): FastMTP vs no MTP, and vs the embedded MTP head
 ARTICLE = {"document": {"vs_off": 3.02, "vs_embedded": 1.352}, "reasoning": {"vs_off": 1.93, "vs_embedded": 1.211}}
@@ -219,6 +219,8 @@ def run(options: CheckOptions, log: Log = lambda _line: None) -> CheckRun:
                                     *(["--bandwidth-gbs", str(bandwidth)] if bandwidth else [])], 0.15))
         announce(check.step("draft head", ["bench", "draft-head", *files, *gl, *threads, "--runs", "20", "--json"],
                             0.15))
+        announce(check.step("sampler", ["bench", "sampler", "--target", demo.result["target"], *gl, *threads,
+                                        "--runs", "9", "--decode-tokens", "64", "--json"], 0.1))
         carried = check_server(check)
         server = ["--server", str(carried)] if carried else []
         # the matrix gets what is left; it stops starting variants in time to report what it measured
@@ -269,7 +271,7 @@ def write_files(check: CheckRun) -> list[Path]:
                                for s in check.steps],
                      "backend": by_name["backend"].result if "backend" in by_name else None})
     for name, file in (("selftest", "selftest.json"), ("lossless", "lossless.json"), ("ops", "ops.json"),
-                       ("draft head", "draft-head.json"), ("spec", "spec.json")):
+                       ("draft head", "draft-head.json"), ("sampler", "sampler.json"), ("spec", "spec.json")):
         if name in by_name and by_name[name].result is not None:
             put(file, by_name[name].result)
     put("log.txt", "\n".join(check.log_lines) + "\n")

@@ -193,7 +193,8 @@ def cmd_bench_sampler(args: argparse.Namespace) -> int:
     from app.bench.report import record, this_command
 
     target = args.target or bench_demo(args.size).target
-    result = sampler.run(target, runs=args.runs, rows=args.rows, n_threads=args.threads)
+    result = sampler.run(target, runs=args.runs, rows=args.rows, n_threads=args.threads, gpu_layers=args.gpu_layers,
+                         decode_tokens=args.decode_tokens)
     emit(args, result.to_dict(), result.markdown)
     if args.out:
         args.out.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -307,6 +308,9 @@ def add_commands(sub: Subparsers) -> None:
     sm.add_argument("--runs", type=int, default=15)
     sm.add_argument("--rows", type=int, default=16, help="logit rows per run (one batched pass)")
     sm.add_argument("--threads", type=int)
+    sm.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
+    sm.add_argument("--decode-tokens", type=int, default=0,
+                    help="also time plain decoding of this many tokens, picks on the host vs inside the graph")
     sm.add_argument("--out", type=Path, help="write the result JSON here")
     sm.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     gu = command(bsub, "gui", cmd_bench_gui, "chat view: event-loop latency and per-token rendering cost")
