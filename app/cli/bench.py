@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from app import paths
 from app.cli.common import Subparsers, command, emit, emit_line, group, log_stderr, stop_on_signals
 from app.engine.config import DRAFT_DEPTH_MAX
-from app.gguftools.d2t import check_sidecars_for
 from app.sidecar_job import Control
 
 if TYPE_CHECKING:
@@ -37,6 +36,7 @@ def bench_files(args: argparse.Namespace, acceptance: float | None = None) -> tu
     if args.target:
         if not (args.full and args.d2t):
             raise SystemExit("--target needs --full and --d2t too")
+        from app.gguftools.d2t import check_sidecars_for  # numpy and gguf: only when needed
         check_sidecars_for(args.target, args.full, args.d2t)
         return args.target, args.full, args.d2t, args.target.name
     demo = bench_demo(args.size, acceptance)
@@ -141,6 +141,7 @@ def cmd_bench_ops(args: argparse.Namespace) -> int:
     if args.model:
         target, draft = args.model, args.draft
         name = target.name
+        from app.gguftools.d2t import check_sidecars_for  # numpy and gguf: only when needed
         check_sidecars_for(target, None if args.no_draft else draft)
     else:
         demo = bench_demo(args.size)
@@ -232,6 +233,7 @@ def cmd_bench_lossless(args: argparse.Namespace) -> int:
     if not args.target:  # a real target alone is fine here: its embedded head is checked
         demo = bench_demo(args.size, args.acceptance)
         args.target, args.full, args.d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
+    from app.gguftools.d2t import check_sidecars_for  # numpy and gguf: only when needed
     check_sidecars_for(args.target, args.full, args.d2t)
     prompts = tokenize_prompts(args.target, {name: load_prompts(name)[:args.prompts]
                                              for name in ("document", "reasoning")})

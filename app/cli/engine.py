@@ -27,7 +27,6 @@ from app.cli.common import (
     reply_options,
     stream_reply,
 )
-from app.engine.breakeven import drafting_warning, no_gain_note, reply_warning
 from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, DRAFT_DEPTH_MAX, EngineConfig, SamplingParams
 from app.errors import EngineError, FastMTPError
 
@@ -115,6 +114,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         stats = reply.stats.to_dict()
         config = session.decoder.config
         # the window's two judgements of the drafting: its banner (warning) and the HUD's note
+        from app.engine.breakeven import drafting_warning, no_gain_note  # the release chain: only when needed
+
         warning, note = drafting_warning(config, stats), no_gain_note(config, stats)
         emit(args, {"text": text, "tokens": reply.tokens, "provenance": reply.provenance,
                     "stop_reason": reply.stop_reason, "stats": stats, "warning": warning, "note": note},
@@ -193,6 +194,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if auto is not None and client.config is not None:
                 auto.observe(client.config, final["stats"])
                 print(f"auto: {auto.auto.status()}", file=sys.stderr)
+            from app.engine.breakeven import reply_warning
+
             warning = reply_warning(client.config, final["stats"])  # what the window's banner or HUD would say
             if warning is not None and not warned:
                 print(f"warning: {warning}", file=sys.stderr)
