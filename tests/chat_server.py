@@ -35,6 +35,10 @@ class ChatFault:
     stall_after: int | None = None  # send this many token chunks, then go silent until ``release()``
     status: int | None = None  # answer this status with an error body
     redirect_to: str | None = None  # answer 302 with this Location
+    endless_line: bool = False  # after the first chunk, one ``data:`` line that never ends (until the client hangs up)
+    endless_body: bool = False  # with ``status``: an error body that never ends
+    hold_after: int | None = None  # send this many token chunks, then wait for the client to hang up
+    chunks: list[Any] | None = None  # send these ``data:`` payloads (objects, or raw JSON bytes with Infinity)
 
 
 @dataclass(frozen=True)
@@ -52,11 +56,15 @@ class ChatServer:
     words: list[str] = field(default_factory=lambda: list(WORDS))
     reasoning: list[str] = field(default_factory=list)  # OpenAI kind: streamed as reasoning_content first
     tls: ssl.SSLContext | None = None  # serve HTTPS with this context
+    endless_props: bool = False  # GET /props answers 200 with a JSON body that never ends
+    props_body: bytes | None = None  # GET /props answers 200 with these bytes
 
     def __post_init__(self) -> None:
         self.requests: list[Seen] = []
         self.faults: list[ChatFault] = []
         self.released = threading.Event()
+        self.flooding = threading.Event()  # an endless answer has started
+        self.disconnected = threading.Event()  # the client hung up on an endless or held answer
         self.lock = threading.Lock()
         self._httpd = _Quiet(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -126,7 +134,9 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
-        body = json.dumps(data).encode()
+        self._raw(status, json.dumps(data).encode(), headers)
+
+    def _raw(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -140,6 +150,10 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server_owner
         if self.path == "/health":
             self._json(200, {"status": "ok"})
+        elif self.path == "/props" and owner.kind == "llama-server" and owner.endless_props:
+            self._endless(200, b'{"default_generation_settings": {"params": {}}, "chat_template": "', b"x")
+        elif self.path == "/props" and owner.props_body is not None:
+            self._raw(200, owner.props_body)
         elif self.path == "/props" and owner.kind == "llama-server":
             if self._authorized():
                 self._json(200, {"default_generation_settings": {"params": {}}, "chat_template": CHATML,
@@ -162,6 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with owner.lock:
             fault = owner.faults.pop(0) if owner.faults else ChatFault()
+        if fault.status is not None and fault.endless_body:
+            self._endless(fault.status, b'{"error": {"message": "', b"no ")
+            return
         if fault.status is not None:
             self._json(fault.status, {"error": {"code": fault.status, "message": "the fake server says no"}})
             return
@@ -173,10 +190,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         chunks = self._completion_chunks() if self.path == "/completion" else self._chat_chunks()
+        if fault.chunks is not None:
+            chunks = list(fault.chunks)
+        if fault.endless_line:
+            self._event(chunks[0])
+            self._flood(b'data: {"content": "', b"x" * 65536)  # a chunk of the stream, then one endless line
+            return
         for sent, data in enumerate(chunks):
             if fault.drop_after is not None and sent == fault.drop_after:
                 self.connection.shutdown(socket.SHUT_RDWR)  # mid-stream: no terminating chunk
                 self.close_connection = True
+                return
+            if fault.hold_after is not None and sent == fault.hold_after:
+                self._hold()
                 return
             if fault.stall_after is not None and sent == fault.stall_after:
                 owner.released.wait()
@@ -184,6 +210,41 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._event(data)
         self.wfile.write(b"0\r\n\r\n")
+
+    def _endless(self, status: int, head: bytes, piece: bytes) -> None:
+        """A JSON body that never ends (chunked), until the client hangs up."""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._flood(head, piece * (65536 // len(piece)))
+
+    def _flood(self, head: bytes, piece: bytes) -> None:
+        """Send ``head``, then ``piece`` for ever, as HTTP chunks; the client hanging up ends it."""
+        owner = self.server_owner
+        chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+        self.close_connection = True
+        try:
+            self.wfile.write(f"{len(head):x}\r\n".encode() + head + b"\r\n")
+            owner.flooding.set()
+            while not owner.released.is_set():
+                self.wfile.write(chunk)
+        except OSError:
+            owner.disconnected.set()
+
+    def _hold(self) -> None:
+        """Send nothing more and wait until the client hangs up (its end of the socket closes)."""
+        owner = self.server_owner
+        self.close_connection = True
+        self.wfile.flush()
+        owner.flooding.set()
+        self.connection.settimeout(60)
+        try:
+            while self.connection.recv(4096):
+                pass
+        except OSError:
+            return
+        owner.disconnected.set()
 
     def _event(self, data: Any) -> None:
         payload = b"data: " + (data if isinstance(data, bytes) else json.dumps(data).encode()) + b"\n\n"
