@@ -228,3 +228,44 @@ def test_publisher_signed_and_unverified_files(demo: DemoModel, tmp_path: Path,
     code, listed = _cli(capsys, "models")
     states = {m["path"]: m["verification"]["state"] for m in listed if m["source"] == "local"}
     assert states == {str(signed): "publisher-signed", str(loose): "unverified"}
+
+
+def test_copy_never_takes_a_different_file_of_the_same_name_and_size(demo: DemoModel, tmp_path: Path) -> None:
+    """The models folder already holds another file with the copy's name and size: the registered file must have
+    the source's content (size and sha256), and the other file stays as it was."""
+    local = tmp_path / "models" / "local"
+    local.mkdir(parents=True)
+    other = local / demo.target.name
+    size = demo.target.stat().st_size
+    with other.open("wb") as handle:  # same size, other bytes (sparse: no 272 MB written)
+        handle.write(b"NOT the model")
+        handle.truncate(size)
+    other_sha = hashlib.sha256(other.read_bytes()).hexdigest()
+    source_sha = hashlib.sha256(demo.target.read_bytes()).hexdigest()
+
+    model = local_models.add(demo.target, copy=True)
+    assert model.path != other and model.path.parent == local
+    assert model.path.stat().st_size == size
+    assert hashlib.sha256(model.path.read_bytes()).hexdigest() == source_sha
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == other_sha  # nothing of the other file was lost
+    assert [m.path for m in local_models.load_registry()] == [model.path]
+    # the same file added again is recognised by its content: no third copy
+    again = local_models.add(demo.target, copy=True)
+    assert again.path == model.path
+    assert sorted(p.name for p in local.iterdir()) == sorted([other.name, model.path.name])
+
+
+def test_remove_deletes_only_a_copy_inside_the_models_folder(demo: DemoModel, tmp_path: Path) -> None:
+    """``models remove --delete-copy`` trusts the registry file only as far as the models folder: an entry whose
+    path was changed to point elsewhere is refused, and nothing is deleted."""
+    model = local_models.add(demo.target, copy=True)
+    precious = tmp_path / "precious.gguf"
+    precious.write_bytes(b"mine")
+    registry = local_models.registry_path()
+    data = json.loads(registry.read_text())
+    text = json.dumps(data).replace(json.dumps(str(model.path))[1:-1], json.dumps(str(precious))[1:-1])
+    registry.write_text(text)
+    with pytest.raises(local_models.LocalModelError, match="outside"):
+        local_models.remove(precious, delete_copy=True)
+    assert precious.read_bytes() == b"mine"
+    assert model.path.is_file()
