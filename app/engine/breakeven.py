@@ -3,14 +3,16 @@ acceptance and depth, the acceptance at which drafting stops paying, and the sen
 
 The HUD and the drafting banner (GUI), ``bench spec``'s bound and the terminal ``chat`` all use these, so a
 reply is judged the same way wherever it is shown. ``reply_warning`` is the terminal's way in: the banner's
-warning for a finished reply, or else the HUD's quieter note.
+warning for a finished reply, or else the quieter note. Whether drafting pays *as measured* (one mode's replies
+against another's) is not judged here but by ``app.engine.verdict`` (the HUD's "vs off", ``quickstart``, ``bench
+matrix``), which needs several alternating replies under the same conditions.
 
 ``drafting_warning`` decides when the loud drafting banner shows: a sidecar is configured but nothing is
 drafted, its drafts are almost never accepted (a sidecar from another model), or acceptance is below
-break-even for this machine. ``no_gain_note`` is the HUD's quieter line for the everyday case where drafting
+break-even for this machine. ``no_gain_note`` is the quieter line for the everyday case where drafting
 works but does not pay here (a small model on a CPU: its passes are so quick that drafts save next to nothing,
-so ``off`` is as fast), in one sentence; it reuses the break-even model, and compares the reply's speed with plain
-decoding's, measured by an earlier reply with drafting off or expected from the reply's own timing.
+so ``off`` is as fast), in one sentence, for the terminal; it reuses the break-even model, and compares the reply's
+speed with plain decoding's as the reply's own timing predicts it (an estimate, said as one).
 """
 
 from __future__ import annotations
