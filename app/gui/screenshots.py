@@ -109,7 +109,8 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     window.chat_stack.setCurrentIndex(0)
     done: list[dict[str, Any]] = []
     window.bridge.done.connect(done.append)
-    # first a reply with drafting off (its chat pinned), so the HUD compares with plain decoding's measured speed
+    # first a reply with drafting off (its chat pinned), then one with d2t: the HUD's "vs off" shows how far it has
+    # measured (one reply each way is no verdict)
     window.model_selector.restore_mode("off")  # picked without a load: ``use_demo`` loads in this mode
     window.use_demo(demo)
     wait_until(app, lambda: window.chat_page.ready, 120, "the demo model to load")
@@ -127,8 +128,9 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     window.chat_page.send(PROMPT)
     wait_until(app, lambda: bool(done), 120, "the streamed reply")
     drafted_tps = (done[0].get("stats") or {}).get("decode_tps") or 0.0
-    print(f"drafting off {plain_tps:.0f} tok/s, d2t {drafted_tps:.0f} tok/s; the HUD says: "
-          f"{window.chat_page.chat.hud.note_text() or '(nothing: drafting paid in this run)'}", file=sys.stderr)
+    hud = window.chat_page.chat.hud
+    print(f"drafting off {plain_tps:.0f} tok/s, d2t {drafted_tps:.0f} tok/s; the HUD says: vs off "
+          f"{hud.vs_off.text()} ({hud.vs_off.toolTip()})", file=sys.stderr)
     for name in themes:
         set_theme(name)
         window.show_page("Chat")
