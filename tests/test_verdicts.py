@@ -5,11 +5,16 @@ Decode tok/s is ``(tokens - 1) / (time of the last token - time of the first)`` 
 HUD's "does drafting pay here", ``quickstart``, ``bench matrix`` and so the Benchmark page) goes through
 ``app.engine.verdict.compare``: fed noisy and unequal samples (other sampling, other depth, one sample, no
 warm-up, overlapping spreads, not alternating) it refuses a verdict and says what is missing; with enough
-same-condition samples it gives the right one. No engine and no timing here: the samples are given.
+same-condition samples it gives the right one. No timing here: the samples are given; the last test runs ``bench
+matrix`` on the real engine to see its runs interleaved and judged.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +26,7 @@ from app.engine.config import EngineConfig, SamplingParams
 from app.engine.stats import ReplyStats, decode_tps, describe_depth, describe_sampling, pooled_decode_tps
 from app.engine.verdict import Condition, Sample, SampleLog, alternating_rounds, compare
 from app.gui.benchmark_page import vs_off_text
+from tests.demo_copies import DemoCopies
 
 # ------------------------------------------------------------------------------------------ the one definition
 
@@ -241,3 +247,26 @@ def test_bench_matrix_refuses_a_verdict_from_one_run_blocks_no_warm_up_or_overla
                              D2T_V: [(44.0, 1), (41.0, 3), (46.0, 5)]}))["d2t sidecar k=3"]
     assert close is not None and close["outcome"] == "no clear difference"
     assert vs_off_text(close) == f"{close['ratio']:.2f}x, no clear difference"
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_bench_matrix_on_the_engine_interleaves_and_judges_from_three_runs(tmp_path: Path,
+                                                                           default_demo: DemoCopies) -> None:
+    demo = default_demo.copy_to(tmp_path / "demo")
+    done = subprocess.run([sys.executable, "-m", "app", "bench", "matrix", "--target", str(demo.target), "--d2t",
+                           str(demo.sidecar_d2t), "--modes", "off,d2t", "--depths", "2", "--tokens", "8",
+                           "--out", str(tmp_path / "out"), "--json"], capture_output=True, text=True, timeout=900,
+                          env=os.environ.copy(), check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    order = [e["message"].split(": ", 1)[1] for e in events if e["kind"] == "progress" and " done" not in
+             e["message"] and e["message"].startswith("run ")]
+    assert order == ["off", "d2t sidecar k=2", "d2t sidecar k=2", "off", "off", "d2t sidecar k=2"]  # rotating
+    result = events[-1]
+    assert result["kind"] == "result" and result["runs"] == 3  # three interleaved runs by default
+    rows = {row["variant"]: row for row in result["rows"]}
+    assert rows["off"]["verdict"] is None and len(rows["off"]["decode_tps_runs"]) == 3
+    verdict = rows["d2t sidecar k=2"]["verdict"]
+    assert verdict["samples"] == [3, 3] and verdict["rounds"] == 3 and verdict["sampling"] == "greedy"
+    assert verdict["outcome"] in ("faster", "slower", "no clear difference") and verdict["missing"] == []
+    assert "**Against off** (greedy, 3 interleaved run(s)" in (tmp_path / "out" / "matrix.md").read_text()
