@@ -164,10 +164,12 @@ def _round(value: float | None) -> float | None:
 
 
 def _decode_tps(times: list[float], counts: list[int]) -> tuple[int, float]:
-    """(tokens, (tokens - 1) / (last - first)) from arrival times and how many tokens came at each."""
+    """(tokens, (tokens - 1) / (last - first)) from arrival times and how many tokens came at each: the one
+    definition, ``app.engine.stats.decode_tps``, on the arrival times."""
+    from app.engine.stats import decode_tps
+
     tokens = sum(counts)
-    span = times[-1] - times[0] if times else 0.0
-    return tokens, (tokens - 1) / span if tokens > 1 and span > 0 else 0.0
+    return tokens, decode_tps(tokens, times[-1] - times[0] if times else 0.0)
 
 
 def _commit() -> str:
