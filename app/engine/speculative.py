@@ -60,6 +60,9 @@ class SpeculativeDecoder:
         if config.mode == "sidecar" and config.draft is not None:
             _check_pair(config.target, config.draft)
         self.config = config
+        # the target's sampler, kept while the sampling settings stay the same (attached to the graph, a new one
+        # makes llama.cpp reserve its graphs again): each reply restarts it at the seed
+        self._chain: tuple[SamplingParams, SamplerChain] | None = None
         self._memory: tuple[DepthMemory, MemoryKey] | None = None  # adaptive depth's record and its key
         self._remembered_rounds = 0  # adaptive rounds up to the latest save
         drafting = config.mode != "off"
@@ -89,9 +92,6 @@ class SpeculativeDecoder:
         except Exception:
             self.close()
             raise
-        # the target's sampler, kept while the sampling settings stay the same (attached to the graph, a new one
-        # makes llama.cpp reserve its graphs again): each reply restarts it at the seed
-        self._chain: tuple[SamplingParams, SamplerChain] | None = None
         self.tokens: list[int] = []
         self.pending_h: FloatArray | None = None
         # target-evaluated tokens the draft context has not seen yet, each with the hidden row before it
