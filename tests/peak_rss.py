@@ -3,8 +3,10 @@
     python -m tests.peak_rss AS_LIMIT_MIB -- remote test box --json
 
 runs ``app.cli.main`` under ``RLIMIT_AS`` (a runaway allocation ends in MemoryError or an abort instead of
-eating the machine) and prints on stderr, as a line of its own, ``peak_rss_kib=N``: the process's ``ru_maxrss``
-(its peak resident set) when the command ended, whatever way it ended. :func:`run` does it from a test.
+eating the machine) and prints on stderr, as a line of its own, ``peak_rss_kib=N``: the process's peak resident set
+(``VmHWM`` of /proc/self/status) when the command ended, whatever way it ended. :func:`run` does it from a test.
+(Not ``ru_maxrss``: Linux carries the forking parent's peak into it across exec, so a child of pytest would report
+pytest's size.)
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def run(args: list[str], *, as_limit_mib: int = 2048, timeout: float = 600.0, en
     return Measured(done.returncode, done.stdout, stderr, int(found.group(1)) / 1024 if found else -1.0)
 
 
+def _vm_hwm_kib() -> int:
+    status = Path("/proc/self/status").read_text()
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+    return int(found.group(1)) if found else -1
+
+
 def main() -> int:
     limit_mib, _, *argv = sys.argv[1:]
     limit = int(limit_mib) << 20
@@ -53,7 +61,7 @@ def main() -> int:
         code = exc.code if isinstance(exc.code, int) else 1
     finally:
         sys.stdout.flush()
-        print(f"\n{_MARK}{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr, flush=True)
+        print(f"\n{_MARK}{_vm_hwm_kib()}", file=sys.stderr, flush=True)
     return code
 
 

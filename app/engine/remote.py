@@ -16,21 +16,29 @@ tinted token by token (``provenance`` is ``remote``: the stream does not say whi
 
 A connection that drops mid-reply ends with an ``error`` event (``RemoteConnectionLost``) that carries the text
 streamed so far and ``retryable``; the API key is sent only to the server's own origin, redirects are not followed.
+
+Everything the server sends is read through ``app.bounded_http``: ``/props`` and ``/v1/models`` answers up to
+2 MiB, an error page's first 64 KiB, a reply line up to 2 MiB and the reply within a deadline that grows with
+``max_tokens``; Stop shuts the connection at once. Each chunk is checked against the shape the client expects (a
+wrong one ends the reply with a ``RemoteError`` that names the server, the text so far kept); a reply longer than
+``max_tokens`` allows is stopped; a timing that is not a finite number is dropped, so the stats the HUD and the
+history get hold no inf or NaN.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
+from app.bounded_http import KIB, MIB, BoundedRead, ReadCancelled, ReadLimitError, TooDeep, deadline_in, finite, loads
 from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions
 from app.engine.stats import decode_tps
@@ -39,6 +47,13 @@ from app.remote_servers import RemoteError, RemoteServer, check_url, origin_of
 ServerKind = Literal["llama-server", "openai"]
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0  # a long prompt on a busy server may take minutes before its first token
+MAX_ANSWER = 2 * MIB  # /props (its chat template) and /v1/models: a few KiB to about 1 MiB
+MAX_ERROR_BODY = 64 * KIB  # an error page is read this far, for its words
+MAX_LINE = 2 * MIB  # one streamed line: llama-server's last chunk repeats the prompt (256k tokens: about 1 MiB)
+ANSWER_DEADLINE_S = 120.0  # /props, /v1/models
+SECONDS_PER_TOKEN = 2.0  # a reply's deadline: READ_TIMEOUT_S, then at least half a token per second
+TOKEN_MARGIN = 256  # tokens a server may send beyond max_tokens (a speculative round, the end marker)
+BYTES_PER_TOKEN = 1024  # text a token may carry (the longest vocabulary entries are far shorter)
 NO_TINT_REASON = "Tokens are not tinted: a remote server does not say which ones were drafted."
 _STOP_REASONS = {"eos": "eos", "limit": "length", "word": "stop", "length": "length", "stop": "eos"}
 
@@ -69,9 +84,9 @@ class RemoteStats:
         """llama-server's ``predicted_per_second`` when it reports it: the same definition as ours (the tokens
         after the first over the time from the first to the last, on the server's clock); else
         ``stats.decode_tps`` of the stream as it arrived (the network included)."""
-        measured = self.timings.get("predicted_per_second")
-        if isinstance(measured, int | float) and measured > 0:
-            return float(measured)
+        measured = finite(self.timings.get("predicted_per_second"))
+        if measured is not None and measured > 0:
+            return measured
         if self.first is None or self.last is None:
             return 0.0
         return decode_tps(self.generated, self.last - self.first)
@@ -79,9 +94,9 @@ class RemoteStats:
     @property
     def decode_seconds(self) -> float:
         """The server's generation time when it reports it, else first to last streamed token."""
-        measured = self.timings.get("predicted_ms")
-        if isinstance(measured, int | float) and measured > 0:
-            return float(measured) / 1000.0
+        measured = finite(self.timings.get("predicted_ms"))
+        if measured is not None and measured > 0:
+            return measured / 1000.0
         if self.first is None or self.last is None:
             return 0.0
         return self.last - self.first
@@ -93,29 +108,32 @@ class RemoteStats:
         return decode_tps(len(self._recent), self._recent[-1] - self._recent[0])
 
     def to_dict(self) -> dict[str, Any]:
-        """The local engine's stats keys; what a client cannot know is None (tokens per pass, draft timing)."""
+        """The local engine's stats keys; what a client cannot know is None (tokens per pass, draft timing).
+        Every number is finite: the timings were cleaned on arrival, and :func:`_finite` is the last guard."""
         ttft = self.first - self.started if self.first is not None else None
         prompt_tps: float | None = None
-        measured = self.timings.get("prompt_per_second")
-        if isinstance(measured, int | float) and measured > 0:
-            prompt_tps = float(measured)
-        elif self.prompt_tokens and ttft:
-            prompt_tps = self.prompt_tokens / ttft
-        drafted = self.timings.get("draft_n")
-        accepted = int(self.timings.get("draft_n_accepted") or 0)
-        has_drafts = isinstance(drafted, int) and drafted > 0
-        return {
-            "prompt_tokens": int(self.timings.get("prompt_n") or self.prompt_tokens),
+        measured = finite(self.timings.get("prompt_per_second"))
+        prompt_tokens = _count(self.timings.get("prompt_n")) or self.prompt_tokens
+        if measured is not None and measured > 0:
+            prompt_tps = measured
+        elif prompt_tokens and ttft:
+            prompt_tps = prompt_tokens / ttft
+        drafted = _count(self.timings.get("draft_n")) or 0
+        accepted = _count(self.timings.get("draft_n_accepted"))
+        has_drafts = drafted > 0 and accepted is not None and accepted <= drafted
+        accepted = accepted if has_drafts and accepted is not None else 0
+        clean: dict[str, Any] = _finite({
+            "prompt_tokens": prompt_tokens,
             "prompt_tps": prompt_tps,
             "time_to_first_token": ttft,
-            "generated": int(self.timings.get("predicted_n") or self.generated),
+            "generated": _count(self.timings.get("predicted_n")) or self.generated,
             "decode_tps": self.decode_tps,
             "decode_seconds": self.decode_seconds,
             "rolling_tps": self.rolling_tps,
             "drafted": drafted if has_drafts else 0,
             "accepted": accepted if has_drafts else 0,
             "proposed": drafted if has_drafts else 0,
-            "acceptance": accepted / drafted if has_drafts and isinstance(drafted, int) else None,
+            "acceptance": accepted / drafted if has_drafts else None,
             "acceptance_by_position": [],
             "tokens_per_pass": None,
             "target_passes": 0,
@@ -128,7 +146,8 @@ class RemoteStats:
             "remote": self.server,
             "timings_from": "llama-server" if self.timings else None,
             "server_timings": dict(self.timings),
-        }
+        })
+        return clean
 
 
 @dataclass
@@ -141,6 +160,7 @@ class _Reply:
     stop_reason: str = ""
     finished: bool = False
     reasoning_open: bool = False
+    max_tokens: int = 0  # the most tokens (or pieces) the server may send: max_tokens and a margin
 
 
 class RemoteClient:
@@ -161,6 +181,7 @@ class RemoteClient:
         self.props: dict[str, Any] = {}
         self._cancel = threading.Event()
         self._events: queue.Queue[dict[str, Any]] | None = None
+        self._reader: BoundedRead | None = None
         self.last_crash: dict[str, Any] | None = None
 
     @property
@@ -178,14 +199,33 @@ class RemoteClient:
             return {"Authorization": f"Bearer {self._key}"}
         return {}
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _request(self, method: str, path: str) -> _Answer:
+        """One short answer (``/props``, ``/v1/models``): at most 2 MiB (an error page: its first 64 KiB), within
+        ANSWER_DEADLINE_S."""
         url = self._url(path)
+        reader = BoundedRead(f"{self.server.name}'s answer to {path}", max_body=MAX_ANSWER,
+                             deadline_at=deadline_in(ANSWER_DEADLINE_S), advice=self._check_address())
         try:
-            return self._http.request(method, url, headers=self._headers(url), **kwargs)
-        except httpx.HTTPError as exc:
-            raise _unreachable(self.server, exc) from None
+            try:
+                with self._http.stream(method, url, headers=self._headers(url),
+                                       extensions=reader.extensions) as response:
+                    if response.status_code >= 300:
+                        reader.max_body = MAX_ERROR_BODY
+                        return _Answer(response.status_code, response.headers, reader.body(response, truncate=True))
+                    return _Answer(response.status_code, response.headers, reader.body(response))
+            except httpx.HTTPError as exc:
+                reader.explain(exc)
+                raise _unreachable(self.server, exc) from None
+        except ReadLimitError as exc:
+            raise RemoteError(exc.message, exc.advice) from None
+        finally:
+            reader.finish()
 
-    def _refused(self, response: httpx.Response) -> RemoteError | None:
+    def _check_address(self) -> str:
+        return (f"Check that {self.server.url} is a llama-server or an OpenAI-compatible server "
+                f"(`python -m app remote add {self.server.name} URL`); nothing was used.")
+
+    def _refused(self, response: _Answer) -> RemoteError | None:
         """The server's refusal in words (a missing or wrong key, a redirect, an error status), or None."""
         name = self.server.name
         if response.status_code in (401, 403):
@@ -220,13 +260,19 @@ class RemoteClient:
         refused = self._refused(props) if props.status_code != 404 else None
         if refused is not None:
             raise refused
-        data = _json(props) if props.status_code == 200 else None
+        try:
+            data = loads(props.body) if props.status_code == 200 else None
+        except TooDeep:
+            raise RemoteError(f"{self.server.name}'s answer to /props is not JSON (nested deeper than any answer "
+                              "should be).", self._check_address()) from None
+        except ValueError:
+            data = None  # not a llama-server: ask the OpenAI way
         if isinstance(data, dict) and ("default_generation_settings" in data or "build_info" in data):
             self.kind, self.props = "llama-server", data
             template = data.get("chat_template")
             self.template = template if isinstance(template, str) and template else None
             alias = data.get("model_alias") or data.get("model_path") or ""
-            self.model = self.model or str(alias).rsplit("/", 1)[-1]
+            self.model = self.model or (alias.rsplit("/", 1)[-1][:200] if isinstance(alias, str) else "")
         else:
             self.kind = "openai"
             models = self._request("GET", "/v1/models")
@@ -234,8 +280,9 @@ class RemoteClient:
             if refused is not None:
                 raise refused
             listed = _json(models)
-            ids = [str(m.get("id")) for m in (listed or {}).get("data", []) if isinstance(m, dict)] \
-                if isinstance(listed, dict) else []
+            entries = listed.get("data") if isinstance(listed, dict) else None
+            ids = [m["id"][:200] for m in entries if isinstance(m, dict) and isinstance(m.get("id"), str)] \
+                if isinstance(entries, list) else []
             if not self.model:
                 if not ids:
                     raise RemoteError(f"{self.server.name} lists no model at /v1/models.",
@@ -261,8 +308,13 @@ class RemoteClient:
         self._cancel = cancel = threading.Event()
         events: queue.Queue[dict[str, Any]] = queue.Queue()
         self._events = events
-        reply, stats = _Reply(), RemoteStats(self.server.name)
-        threading.Thread(target=self._stream, args=(messages, options, events, cancel, reply, stats),
+        allowed = max(options.max_tokens, 0) + TOKEN_MARGIN
+        self._reader = reader = BoundedRead(
+            f"{self.server.name}'s reply", max_body=MAX_LINE + allowed * 16 * KIB, max_line=MAX_LINE,
+            deadline_at=deadline_in(READ_TIMEOUT_S + SECONDS_PER_TOKEN * allowed),
+            advice="The text so far is kept. " + self._check_address())
+        reply, stats = _Reply(max_tokens=allowed), RemoteStats(self.server.name)
+        threading.Thread(target=self._stream, args=(messages, options, events, cancel, reader, reply, stats),
                          daemon=True).start()
         return self._drain(events, reply, stats)
 
@@ -270,42 +322,56 @@ class RemoteClient:
                stats: RemoteStats) -> Iterator[dict[str, Any]]:
         while True:
             event = events.get()
-            if event["kind"] == "_cancelled":  # answer at once; the reader closes the connection on its next chunk
+            if event["kind"] == "_cancelled":  # answer at once; the connection is shut already
                 event = self._done(reply, stats, "cancelled")
             yield event
             if event["kind"] in ("done", "error"):
                 return
 
     def cancel(self) -> None:
-        """Stop the reply under way: it ends with ``done`` (stop reason ``cancelled``) and the text so far."""
+        """Stop the reply under way: it ends with ``done`` (stop reason ``cancelled``) and the text so far; the
+        connection is shut now (the reader thread, blocked in a read or not, ends at once)."""
         self._cancel.set()
+        if self._reader is not None:
+            self._reader.cancel()
         if self._events is not None:
             self._events.put({"kind": "_cancelled"})
 
     def _stream(self, messages: list[Message], options: ChatOptions, events: queue.Queue[dict[str, Any]],
-                cancel: threading.Event, reply: _Reply, stats: RemoteStats) -> None:
+                cancel: threading.Event, reader: BoundedRead, reply: _Reply, stats: RemoteStats) -> None:
         """The reader thread: one streaming request, each chunk turned into events."""
         try:
             path, body = self._request_body(messages, options)
             url = self._url(path)
             stats.started = time.perf_counter()
-            with self._http.stream("POST", url, json=body, headers=self._headers(url)) as response:
-                if response.status_code != 200:
-                    response.read()
-                    refused = self._refused(response)
-                    raise refused or RemoteError(f"{self.server.name} answered HTTP {response.status_code}.")
-                for data in _sse(response):
-                    if cancel.is_set():
-                        return
-                    for event in self._chunk(data, reply, stats):
-                        events.put(event)
-                    if reply.finished:
-                        break
+            try:
+                with self._http.stream("POST", url, json=body, headers=self._headers(url),
+                                       extensions=reader.extensions) as response:
+                    if response.status_code != 200:
+                        reader.max_body = MAX_ERROR_BODY
+                        answer = _Answer(response.status_code, response.headers, reader.body(response, truncate=True))
+                        refused = self._refused(answer)
+                        raise refused or RemoteError(f"{self.server.name} answered HTTP {response.status_code}.")
+                    for data in _sse(reader.lines(response), self._bad_chunk):
+                        if cancel.is_set():
+                            return
+                        for event in self._chunk(data, reply, stats):
+                            events.put(event)
+                        if reply.finished:
+                            break
+            except httpx.HTTPError as exc:
+                reader.explain(exc)  # our own cancel or deadline shut the socket: say that, not "dropped"
+                raise
             if cancel.is_set():
                 return
             if not reply.finished:
                 raise httpx.RemoteProtocolError("the stream ended before the reply's last chunk")
             events.put(self._done(reply, stats, reply.stop_reason or "eos"))
+        except ReadCancelled:
+            return
+        except ReadLimitError as exc:
+            if not cancel.is_set():
+                events.put(self._failure(RemoteError(exc.message, exc.advice), reply, stats))
         except (httpx.HTTPError, RemoteError) as exc:
             if not cancel.is_set():
                 events.put(self._failure(exc, reply, stats))
@@ -313,6 +379,8 @@ class RemoteClient:
             if not cancel.is_set():
                 events.put({"kind": "error", "error": type(exc).__name__, "message": str(exc), "advice": "",
                             "log_tail": [], "text": reply.text, "partial": bool(reply.text)})
+        finally:
+            reader.finish()
 
     def _request_body(self, messages: list[Message], options: ChatOptions) -> tuple[str, dict[str, Any]]:
         sampling = options.sampling
@@ -342,54 +410,91 @@ class RemoteClient:
             body["stop"] = list(options.stop)
         return "/v1/chat/completions", body
 
+    def _bad_chunk(self, detail: str) -> RemoteError:
+        """A chunk that is not what the server's kind sends: the reply ends, the text so far is kept."""
+        kind = "llama-server" if self.kind == "llama-server" else "streaming OpenAI-compatible server"
+        return RemoteError(f"{self.server.name} sent a reply chunk that is not what a {kind} sends: {detail}.",
+                           "The text so far is kept. " + self._check_address())
+
     def _chunk(self, data: dict[str, Any], reply: _Reply, stats: RemoteStats) -> list[dict[str, Any]]:
-        """Events for one streamed JSON chunk (``/completion`` or a chat-completion chunk)."""
+        """Events for one streamed JSON chunk (``/completion`` or a chat-completion chunk), its shape checked."""
         error = data.get("error")
         if error is not None:
             message = error.get("message") if isinstance(error, dict) else error
-            raise RemoteError(f"{self.server.name} stopped the reply: {message}",
+            raise RemoteError(f"{self.server.name} stopped the reply: {str(message)[:300]}",
                               "The text so far is kept; see the server's log.")
-        if isinstance(data.get("timings"), dict):
-            stats.timings = dict(data["timings"])
-        if isinstance(data.get("usage"), dict):
-            usage = data["usage"]
-            stats.prompt_tokens = int(usage.get("prompt_tokens") or stats.prompt_tokens)
-            if not stats.timings and usage.get("completion_tokens"):
-                stats.generated = int(usage["completion_tokens"])
+        timings = self._field(data, "timings", dict, "an object")
+        if timings is not None:
+            stats.timings = _clean_timings(timings)
+        usage = self._field(data, "usage", dict, "an object")
+        if usage is not None:
+            stats.prompt_tokens = self._figure(usage, "prompt_tokens") or stats.prompt_tokens
+            completion = self._figure(usage, "completion_tokens")
+            if not stats.timings and completion:
+                stats.generated = completion
         pieces: list[tuple[str, list[int]]] = []
         if "choices" in data:  # OpenAI chat-completion chunk
-            for choice in data.get("choices") or []:
-                delta = choice.get("delta") or {}
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            choices = self._field(data, "choices", list, "a list") or []
+            for choice in choices:
+                if not isinstance(choice, dict):
+                    raise self._bad_chunk(f"a choice is {_kind(choice)}, not an object")
+                delta = self._field(choice, "delta", dict, "an object") or {}
+                reasoning = self._field(delta, "reasoning_content", str, "a string") \
+                    or self._field(delta, "reasoning", str, "a string")
                 if reasoning:  # a server that splits the thinking off: give it back its tags, as the model wrote it
-                    pieces.append(((("<think>\n" if not reply.reasoning_open else "") + str(reasoning)), []))
+                    pieces.append(((("<think>\n" if not reply.reasoning_open else "") + reasoning), []))
                     reply.reasoning_open = True
-                content = delta.get("content")
+                content = self._field(delta, "content", str, "a string")
                 if content:
                     if reply.reasoning_open:
-                        content, reply.reasoning_open = "\n</think>\n\n" + str(content), False
-                    pieces.append((str(content), []))
-                if choice.get("finish_reason"):
-                    reply.stop_reason = _STOP_REASONS.get(str(choice["finish_reason"]), str(choice["finish_reason"]))
-            if not data.get("choices") and reply.stop_reason:  # the usage chunk after the last choice
+                        content, reply.reasoning_open = "\n</think>\n\n" + content, False
+                    pieces.append((content, []))
+                finish = self._field(choice, "finish_reason", str, "a string")
+                if finish:
+                    reply.stop_reason = _STOP_REASONS.get(finish, finish[:40])
+            if not choices and reply.stop_reason:  # the usage chunk after the last choice
                 reply.finished = True
         else:  # llama-server /completion chunk
-            stats.prompt_tokens = int(data.get("tokens_evaluated") or stats.prompt_tokens)
-            tokens = [int(t) for t in data.get("tokens") or []]
-            if data.get("content") or tokens:
-                pieces.append((str(data.get("content") or ""), tokens))
+            stats.prompt_tokens = self._figure(data, "tokens_evaluated") or stats.prompt_tokens
+            tokens = self._field(data, "tokens", list, "a list of token ids") or []
+            if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 1 << 31 for t in tokens):
+                raise self._bad_chunk("'tokens' holds something other than token ids")
+            content = self._field(data, "content", str, "a string")
+            if content or tokens:
+                pieces.append((content or "", tokens))
+            stop_type = self._field(data, "stop_type", str, "a string")
             if data.get("stop"):
                 reply.finished = True
-                reply.stop_reason = _STOP_REASONS.get(str(data.get("stop_type", "eos")), "eos")
+                reply.stop_reason = _STOP_REASONS.get(stop_type or "eos", "eos")
         events = []
         for piece, tokens in pieces:
             stats.record(max(len(tokens), 1))
             reply.text += piece
             reply.tokens += tokens
             reply.pieces += 1
+            if max(reply.pieces, len(reply.tokens)) > reply.max_tokens \
+                    or len(reply.text) > reply.max_tokens * BYTES_PER_TOKEN:
+                raise RemoteError(f"{self.server.name} sent more than the {reply.max_tokens - TOKEN_MARGIN} tokens "
+                                  "asked for; the reply was stopped there.",
+                                  "The text so far is kept. " + self._check_address())
             events.append({"kind": "token", "token": tokens[-1] if tokens else None, "tokens": tokens,
                            "piece": piece, "provenance": "remote", "stats": stats.to_dict()})
         return events
+
+    def _field(self, data: dict[str, Any], key: str, kind: type, words: str) -> Any:
+        """``data[key]`` when it is of ``kind``, None when absent or null; a chunk of the wrong shape otherwise."""
+        value = data.get(key)
+        if value is None or isinstance(value, kind):
+            return value
+        raise self._bad_chunk(f"'{key}' is {_kind(value)}, not {words}")
+
+    def _figure(self, data: dict[str, Any], key: str) -> int | None:
+        """A count the HUD shows (``prompt_tokens``, ``tokens_evaluated``): a number that is not a count (NaN,
+        inf, negative) is dropped like a timing; anything but a number is a wrong shape."""
+        value = data.get(key)
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            return _count(value)
+        raise self._bad_chunk(f"'{key}' is {_kind(value)}, not a count")
 
     def _done(self, reply: _Reply, stats: RemoteStats, stop_reason: str) -> dict[str, Any]:
         text = reply.text
@@ -431,9 +536,23 @@ class RemoteClient:
         self.close()
 
 
-def _sse(response: httpx.Response) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a server-sent-event stream (``data: {...}``; ``[DONE]`` ends it)."""
-    for line in response.iter_lines():
+@dataclass(frozen=True)
+class _Answer:
+    """A short answer read in full within its bounds (an error page: its first 64 KiB)."""
+
+    status_code: int
+    headers: httpx.Headers
+    body: bytes
+
+    @property
+    def is_redirect(self) -> bool:
+        return self.status_code in (301, 302, 303, 307, 308) and "location" in self.headers
+
+
+def _sse(lines: Iterable[str], bad_chunk: Any) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a server-sent-event stream (``data: {...}``; ``[DONE]`` ends it); a data line that is not
+    a JSON object raises ``bad_chunk(detail)``."""
+    for line in lines:
         if line.startswith("error:"):
             payload = line[len("error:"):].strip()
             yield {"error": _loads(payload) or payload}
@@ -443,26 +562,74 @@ def _sse(response: httpx.Response) -> Iterator[dict[str, Any]]:
         payload = line[len("data:"):].strip()
         if payload == "[DONE]":
             return
-        data = _loads(payload)
-        if isinstance(data, dict):
-            yield data
+        if not payload:
+            continue
+        try:
+            data = loads(payload)
+        except ValueError:
+            raise bad_chunk(f"a chunk is not JSON ({payload[:60]!r}…)") from None
+        if not isinstance(data, dict):
+            raise bad_chunk(f"a chunk is {_kind(data)}, not an object")
+        yield data
+
+
+def _kind(value: object) -> str:
+    """A JSON value's kind in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _count(value: object) -> int | None:
+    """A finite, non-negative number as a whole count (below 2**53); else None."""
+    number = finite(value)
+    return int(number) if number is not None and 0 <= number < 2 ** 53 else None
+
+
+def _clean_timings(timings: dict[str, Any]) -> dict[str, float | int]:
+    """The server's timings that are finite, non-negative numbers; the rest is dropped, never shown."""
+    clean: dict[str, float | int] = {}
+    for key, value in list(timings.items())[:64]:
+        number = finite(value)
+        if isinstance(key, str) and number is not None and number >= 0:
+            clean[key[:64]] = value if isinstance(value, int) and abs(value) < 2 ** 53 else number
+    return clean
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite replaced by None (the HUD formats what it gets)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError:
         return None
 
 
-def _json(response: httpx.Response) -> Any:
+def _json(response: _Answer) -> Any:
     try:
-        return response.json()
+        return loads(response.body)
     except ValueError:
         return None
 
 
-def _error_text(response: httpx.Response) -> str:
+def _error_text(response: _Answer) -> str:
     data = _json(response)
     if isinstance(data, dict):
         error = data.get("error")
@@ -470,7 +637,7 @@ def _error_text(response: httpx.Response) -> str:
             return str(error["message"])[:300]
         if isinstance(error, str):
             return error[:300]
-    return response.text[:300]
+    return response.body[:300].decode("utf-8", errors="replace")
 
 
 def _unreachable(server: RemoteServer, exc: Exception) -> RemoteError:
