@@ -77,6 +77,11 @@ class VerificationError(FastMTPError):
     exit_code = 4
 
 
+class UnsafeInputError(VerificationError):
+    """A name or an archive from a file or the network would reach outside its folder or beyond its limits: a path
+    where a name belongs, a link out, too many bytes or members. Refused before anything is written (exit code 4)."""
+
+
 class TrustError(VerificationError):
     """The publisher key is not trusted, or differs from the one trusted before."""
 

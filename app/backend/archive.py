@@ -25,14 +25,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app import paths
+from app import paths, safe_paths
 from app.backend import registry
 from app.errors import BackendError
+from app.safe_paths import UnpackLimits
 
 SERVER_DIR = "server"
 SERVER_BINARY = "llama-server"
 ORIGIN = "fastmtp-origin.json"
 _SHARED = re.compile(r"^lib[\w.+-]*\.(so(\.\d+)*|dylib)$|^[\w.+-]*\.dll$")
+REFUSED_ADVICE = ("This looks like a path-traversal attempt or a broken archive; nothing was installed. Do not use it, "
+                  "and tell whoever published it.")
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,10 @@ def read_manifest(archive_path: Path) -> registry.BackendManifest:
                     handle = archive.extractfile(member)
                     data = json.loads(handle.read()) if handle is not None else None
                     if isinstance(data, dict):
-                        return registry.BackendManifest(**data)
+                        manifest = registry.BackendManifest(**data)
+                        safe_paths.check_name(manifest.id, "backend id", f"{archive_path.name} ({member.name})",
+                                              REFUSED_ADVICE)
+                        return manifest
     except (tarfile.TarError, EOFError, OSError, ValueError, TypeError) as exc:
         raise BackendError(f"Could not read the backend manifest in {archive_path}: {exc}",
                            "The file is damaged or not a backend archive; make it with `backend pack`.") from exc
@@ -157,28 +163,44 @@ def read_manifest(archive_path: Path) -> registry.BackendManifest:
                        "Make one with `python -m app backend pack`.")
 
 
+def contents(archive_path: Path) -> safe_paths.Extracted:
+    """What an archive unpacks to (bytes of its files, members), read without unpacking: the signed manifest
+    records it so that ``backend install`` can refuse an archive that unpacks to more."""
+    with tarfile.open(archive_path, "r:*") as archive:
+        members = archive.getmembers()
+    return safe_paths.Extracted(sum(m.size for m in members if m.isfile()), len(members))
+
+
 @contextmanager
-def staged(archive_path: Path) -> Iterator[Path]:
+def staged(archive_path: Path, limits: UnpackLimits | None = None) -> Iterator[Path]:
     """Unpack the archive into a staging folder beside the installed backends; yields the backend folder.
 
     Nothing is installed: :func:`place` moves the folder into place, and whatever is still staged when the
-    block ends is removed.
+    block ends is removed. The archive unpacks within ``limits`` (by default, what
+    :meth:`UnpackLimits.for_archive` allows for its size), and its members and links stay inside the staging
+    folder (:func:`app.safe_paths.extract_tar`); the backend's id must be a plain name.
 
     Raises:
         BackendError: the file is not a backend archive, or it is damaged.
+        UnsafeInputError: a member, a link or the id would reach outside the folder, or the archive unpacks to
+            more than ``limits`` (exit code 4).
     """
     with tempfile.TemporaryDirectory(dir=paths.backends_dir(), prefix=f"{registry.STAGING_PREFIX}unpack",
                                      suffix=f"-{os.getpid()}") as tmp:
         try:
-            with tarfile.open(archive_path, "r:*") as archive:
-                archive.extractall(tmp, filter="data")
+            limits = limits or UnpackLimits.for_archive(archive_path.stat().st_size)
+            safe_paths.extract_tar(archive_path, Path(tmp), limits, archive_path.name, REFUSED_ADVICE)
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise BackendError(f"Could not unpack the backend archive {archive_path}: {exc}",
                                "The file is damaged or incomplete; copy it again.") from exc
-        roots = [p for p in Path(tmp).iterdir() if p.is_dir()]
-        if len(roots) != 1 or not (roots[0] / registry.MANIFEST).is_file():
+        roots = list(Path(tmp).iterdir())
+        if (len(roots) != 1 or roots[0].is_symlink() or not roots[0].is_dir()
+                or not (roots[0] / registry.MANIFEST).is_file()):
             raise BackendError(f"{archive_path} is not a backend archive (no single folder with a manifest).",
                                "Make one with `python -m app backend pack`.")
+        manifest = registry.BackendManifest.read(roots[0])
+        safe_paths.check_name(manifest.id, "backend id", f"{archive_path.name} ({roots[0].name}/{registry.MANIFEST})",
+                              REFUSED_ADVICE)
         yield roots[0]
 
 
@@ -186,7 +208,7 @@ def place(folder: Path, origin: Origin) -> registry.BackendManifest:
     """Move a staged backend folder into place (replacing one with the same id), with its origin note."""
     manifest = registry.BackendManifest.read(folder)
     (folder / ORIGIN).write_text(json.dumps(origin.to_dict(), indent=2) + "\n", encoding="utf-8")
-    final = registry.backend_dir(manifest.id)
+    final = registry.backend_dir(manifest.id)  # a plain name, inside the backends folder (or refused)
     old = final.with_name(f".old-{final.name}-{os.getpid()}")
     try:
         if final.exists():
@@ -203,15 +225,17 @@ def now_text() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
-def unpack(archive_path: Path, activate: bool = True, kind: str = "unsigned") -> Unpacked:
+def unpack(archive_path: Path, activate: bool = True, kind: str = "unsigned",
+           limits: UnpackLimits | None = None) -> Unpacked:
     """Install the backend of an archive made by :func:`pack` (replacing one with the same id); no signature
     is checked (``backend install`` checks one). ``kind`` goes into its origin note: "unsigned", or "bundled"
     for the archive inside the packaged app.
 
     Raises:
         BackendError: the file is not such an archive, or it is damaged.
+        UnsafeInputError: it would write outside its folder or unpack beyond ``limits`` (see :func:`staged`).
     """
-    with staged(archive_path) as folder:
+    with staged(archive_path, limits) as folder:
         manifest = place(folder, Origin(kind, archive_path.name, installed_at=now_text()))
     if activate:
         registry.set_active(manifest.id, allow_unpatched=not manifest.patched)

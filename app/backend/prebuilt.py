@@ -25,6 +25,7 @@ from app.release import backend_signing, trust
 from app.release.backend_signing import BackendClaim, VerifiedClaim
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchedFile, FetchEvent, FileRequest, fetch_files
 from app.release.verify import INTEGRITY_MAX_BYTES
+from app.safe_paths import check_name
 
 STEP = "install"
 
@@ -88,7 +89,8 @@ def install_prebuilt(source: str | Path, *, repo: str | None = None, trust_finge
 
     Raises:
         VerificationError: the signature, the key (:class:`TrustError`), the size, the sha256 or the
-            backend inside does not check out; nothing was installed.
+            backend inside does not check out; nothing was installed. :class:`UnsafeInputError` (one of them): the
+            id is not a plain name, or the archive would write outside its folder or unpack to more than signed.
         DownloadError: the URL could not be fetched. BuildCancelled: ``cancel`` was triggered.
         BackendError: the archive cannot be unpacked, or the backend failed its self-test here.
     """
@@ -111,7 +113,7 @@ def install_prebuilt(source: str | Path, *, repo: str | None = None, trust_finge
     backend_signing.check_archive(claim, path, known)
     _check_cancel(cancel)
     events.emit("step", "unpacking into a staging folder", 72)
-    with archive.staged(path) as staged:
+    with archive.staged(path, claim.unpack_limits()) as staged:
         backend_signing.check_backend_matches(claim, registry.BackendManifest.read(staged).to_dict(), path.name)
         backend_signing.pin_if_new(verified)
         manifest = _selftest(staged, events, cancel)
@@ -164,7 +166,7 @@ def _from_url(url: str, repo: str | None, trust_fingerprint: str | None, confirm
     size and sha256 they vouch for into ``<data>/downloads/backends/`` (a ``.part`` there is resumed)."""
     staging = paths.ensure_dir(paths.data_dir() / "downloads" / "backends", "downloads")
     integrity = staging / f"integrity-{os.getpid()}"
-    name = Path(urlsplit(url).path).name or "backend.tar.xz"
+    name = check_name(Path(urlsplit(url).path).name or "backend.tar.xz", "archive name", url, archive.REFUSED_ADVICE)
     manifest_name, signature_name = backend_signing.manifest_name(name), backend_signing.signature_name(name)
     control = FetchControl()
     cancel.set_kill(control.cancel)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app import paths, settings_file
+from app import paths, safe_paths, settings_file
 from app.backend import processes
 from app.errors import BackendError
 
@@ -79,7 +79,14 @@ class BackendManifest:
 
 
 def backend_dir(backend_id: str) -> Path:
-    return paths.backends_dir() / backend_id
+    """``<data>/backends/<id>``; an id that is not a plain name (``../models``, ``.``, an absolute path) is refused.
+
+    Raises:
+        UnsafeInputError: the id would name a path instead of a folder among the backends.
+    """
+    return safe_paths.child(paths.backends_dir(), backend_id, "backend id", "The request",
+                            "Backend ids are plain names (`python -m app backend list` shows them); nothing was "
+                            "changed.")
 
 
 def cleanup_stale_staging() -> list[Path]:
@@ -99,9 +106,11 @@ def list_backends() -> list[BackendManifest]:
     for entry in sorted(paths.backends_dir().iterdir()):
         if entry.is_dir() and not entry.name.startswith(".") and (entry / MANIFEST).is_file():
             try:
-                found.append(BackendManifest.read(entry))
+                manifest = BackendManifest.read(entry)
             except BackendError:
                 continue
+            if manifest.id == entry.name:  # a manifest naming another folder (or a path) is not this backend
+                found.append(manifest)
     return found
 
 
@@ -117,7 +126,7 @@ def get(backend_id: str) -> BackendManifest:
 def active_id() -> str | None:
     data = settings_file.load_json_object(paths.backends_dir() / _ACTIVE)  # None: missing or damaged
     backend_id = data.get("id") if data is not None else None
-    if isinstance(backend_id, str) and (backend_dir(backend_id) / MANIFEST).is_file():
+    if safe_paths.is_name(backend_id) and (backend_dir(str(backend_id)) / MANIFEST).is_file():
         return backend_id
     return None
 

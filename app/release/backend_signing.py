@@ -4,7 +4,8 @@ A prebuilt backend is native code the app will load, so it is trusted exactly li
 an Ed25519 signature by a key pinned for the repository (shipped in ``resources/keys/``, or trusted
 with ``trust add``, ``--trust-fingerprint`` or a confirmed first use; :func:`app.release.trust.decide`).
 Beside ``NAME.tar.xz`` the publisher puts ``NAME.tar.xz.manifest.json`` (the archive's size and
-sha256 and what the backend inside is) and its detached signature ``NAME.tar.xz.manifest.json.sig``.
+sha256, what it unpacks to, and what the backend inside is) and its detached signature
+``NAME.tar.xz.manifest.json.sig``. The backend id it names must be a plain name (``app.safe_paths``).
 The manifest carries the signer's public key, which, like a release's served ``.pem``, is never
 trusted because it is there.
 """
@@ -27,6 +28,7 @@ from app.release import signing, trust
 from app.release.catalog import load_catalog
 from app.release.manifest import check_file_name, normalize_sha256
 from app.release.verify import read_capped
+from app.safe_paths import UNPACK_MAX_BYTES, UNPACK_MAX_MEMBERS, UnpackLimits, check_name
 
 FORMAT = "fastmtp-backend-archive/1"
 MANIFEST_SUFFIX = ".manifest.json"
@@ -54,14 +56,24 @@ class BackendClaim:
     size: int
     sha256: str
     backend: dict[str, Any]
+    unpacked_bytes: int | None = None  # what the archive unpacks to (manifests signed before it was recorded: None)
+    unpacked_members: int | None = None
 
     @property
     def backend_id(self) -> str:
         return str(self.backend["id"])
 
+    def unpack_limits(self) -> UnpackLimits:
+        """The most the archive may unpack to: what the signed manifest records, else what its signed size allows."""
+        default = UnpackLimits.for_archive(self.size)
+        if self.unpacked_bytes is None or self.unpacked_members is None:
+            return default
+        return UnpackLimits(min(self.unpacked_bytes, UNPACK_MAX_BYTES), min(self.unpacked_members, UNPACK_MAX_MEMBERS))
+
     def to_dict(self) -> dict[str, Any]:
         return {"repo": self.repo, "date": self.date, "archive": self.archive, "size": self.size,
-                "sha256": self.sha256, "backend": self.backend}
+                "sha256": self.sha256, "backend": self.backend,
+                "unpacked": {"bytes": self.unpacked_bytes, "members": self.unpacked_members}}
 
 
 @dataclass(frozen=True)
@@ -110,9 +122,11 @@ def sign_backend_archive(archive: Path, key_path: Path, *, repo: str | None = No
     key = signing.load_private_key(key_path)
     check_file_name(archive.name, str(archive.parent))
     inner = backend_archive.read_manifest(archive).to_dict()
+    unpacked = backend_archive.contents(archive)
     now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     body = {"format": FORMAT, "repo": repo or load_catalog().repo, "date": now,
             "archive": {"name": archive.name, "size": archive.stat().st_size, "sha256": sha256_file(archive)},
+            "unpacked": {"bytes": unpacked.bytes, "members": unpacked.members},
             "backend": {name: inner.get(name) for name in CLAIMED},
             "public_key": signing.public_key_pem(key.public_key()).decode("ascii"),
             "tool": f"fastmtp-chat {app_version} release sign-backend"}
@@ -158,13 +172,23 @@ def parse_claim(data: bytes, source: str) -> BackendClaim:
         raise _malformed(source, f"the archive size is {size!r}, expected a whole number of bytes")
     if not isinstance(backend.get("id"), str) or not backend["id"]:
         raise _malformed(source, "it names no backend id")
+    check_name(backend["id"], "backend id", source, "This looks like a path-traversal attempt or a broken archive; "
+               "nothing was installed. Do not use it, and tell whoever published it.")
     name = check_file_name(archive.get("name"), source)
     repo = obj.get("repo")
     if not isinstance(repo, str) or not repo:
         raise _malformed(source, "it names no repository")
+    unpacked = obj.get("unpacked")
+    counts: list[int | None] = [None, None]
+    if unpacked is not None:
+        counts = [unpacked.get(key) if isinstance(unpacked, dict) else None for key in ("bytes", "members")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+            raise _malformed(source, f"its 'unpacked' is {str(unpacked)[:80]!r}, expected whole numbers of bytes "
+                                     "and members")
     return BackendClaim(repo=repo, date=str(obj.get("date", "")), archive=name, size=size,
                         sha256=normalize_sha256(archive.get("sha256"), source, name),
-                        backend={field: backend.get(field) for field in CLAIMED})
+                        backend={field: backend.get(field) for field in CLAIMED},
+                        unpacked_bytes=counts[0], unpacked_members=counts[1])
 
 
 def served_key(data: bytes, source: str) -> Ed25519PublicKey | None:
