@@ -1,11 +1,12 @@
 """Names from outside are names, never paths: the one validator, the one containment check and the one unpacker.
 
 Every identifier that arrives in a file or over the network and becomes part of a path (a backend id, a
-repository name, a release or archive file name) goes through :func:`check_name`: a fixed character set
-(ASCII letters, digits and ``. _ + -``), at most :data:`MAX_NAME` characters, no separators, no ``.``/``..``
-and no leading dot (the app's own working folders start with one), nothing Windows would read as a drive, a
-stream or a device. :func:`child` joins such a name to its folder and :func:`inside` checks, with every link
-resolved, that a destination stays strictly inside its folder before anything is moved or deleted there.
+repository name (:func:`check_repo`), a release or archive file name) goes through :func:`check_name`: a
+fixed character set (ASCII letters, digits and ``. _ + -``), at most :data:`MAX_NAME` characters, no
+separators, no ``.``/``..`` and no leading dot (the app's own working folders start with one), nothing
+Windows would read as a drive, a stream or a device. :func:`child` joins such a name to its folder and
+:func:`inside` checks, with every link resolved, that a destination stays strictly inside its folder before
+anything is moved or deleted there.
 
 :func:`extract_tar` unpacks an archive member by member under :class:`UnpackLimits` (total bytes and member
 count, refused at the header, before the bytes are written), and refuses member paths that climb or are
@@ -96,6 +97,20 @@ def check_name(name: object, what: str, source: str, advice: str = DEFAULT_ADVIC
                                advice)
     assert isinstance(name, str)
     return name
+
+
+def check_repo(repo: object, source: str, advice: str = DEFAULT_ADVICE) -> str:
+    """A hub repository id, ``owner/name`` (or a bare ``name``), each part a plain name (:func:`check_name`); it
+    becomes a folder name (``owner--name``), so it is refused like one. Returned unchanged."""
+    parts = repo.split("/") if isinstance(repo, str) else [repo]
+    reasons = [f"{_shown(part)}: {why}" for part in parts if (why := _problem(part)) is not None]
+    if len(parts) > 2:
+        reasons = [f"it has {len(parts) - 1} slashes"]
+    if reasons:
+        raise UnsafeInputError(f"{source} names the repository {_shown(repo)}, which is not a plain owner/name: "
+                               f"{reasons[0]}.", advice)
+    assert isinstance(repo, str)
+    return repo
 
 
 def inside(parent: Path, path: Path, what: str, advice: str = DEFAULT_ADVICE) -> Path:

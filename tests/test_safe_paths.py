@@ -209,3 +209,16 @@ def test_default_limits_follow_the_archive_size() -> None:
     assert small.max_bytes < 3 << 30
     large = UnpackLimits.for_archive(400_000_000)
     assert large.max_bytes >= 4 * 400_000_000
+
+
+@FAST
+@given(st.one_of(NAMES, st.tuples(NAMES, NAMES).map("/".join)))
+def test_a_repository_that_passes_makes_a_plain_folder_name(repo: str) -> None:
+    from app.release.catalog import repo_slug
+
+    try:
+        slug = repo_slug(repo)
+    except UnsafeInputError as exc:
+        assert exc.exit_code == 4 and "repository" in exc.message
+        return
+    assert check_name(slug, "folder", "the test") == slug and repo.count("/") <= 1

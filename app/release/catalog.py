@@ -19,6 +19,7 @@ from urllib.parse import quote, urlsplit
 from app import paths
 from app.errors import FastMTPError
 from app.resources import resources_dir
+from app.safe_paths import check_repo
 
 EndpointKind = Literal["hf", "plain"]
 HUB_URL = "https://huggingface.co"
@@ -175,8 +176,13 @@ def load_catalog() -> Catalog:
 
 
 def repo_slug(repo: str) -> str:
-    """A folder name for a repository id: ``owner/name`` -> ``owner--name``."""
-    return repo.replace("/", "--")
+    """A folder name for a repository id: ``owner/name`` -> ``owner--name``.
+
+    Raises:
+        UnsafeInputError: the id is not a plain ``owner/name`` (``..``, more slashes, a drive, odd characters).
+    """
+    return check_repo(repo, "The repository setting", "Name the repository as owner/name (letters, digits, . _ + -); "
+                      "nothing was written.").replace("/", "--")
 
 
 # ----------------------------------------------------------------------------- user endpoints

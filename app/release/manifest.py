@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import VerificationError
+from app.safe_paths import check_name
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_DRIVE = re.compile(r"^[A-Za-z]:")
 _NAME_KEYS = ("name", "file", "filename", "path")
 _HASH_KEYS = ("sha256", "hash", "sha256sum", "digest", "checksum")
 _SIZE_KEYS = ("size", "bytes", "size_bytes", "length")
@@ -71,18 +71,11 @@ class Provenance:
 
 
 def check_file_name(name: object, source: str) -> str:
-    """Refuse anything but a plain file name: no folders, no ``..``, no absolute paths or drive letters."""
-    if not isinstance(name, str) or not name.strip():
-        raise VerificationError(f"{source} lists a file with an empty name.",
-                                "The release is malformed; do not use it. Report it to the publisher.")
-    bad = (name in (".", "..") or "/" in name or "\\" in name or _DRIVE.match(name) is not None
-           or any(ord(ch) < 32 for ch in name) or name != name.strip())
-    if bad:
-        raise VerificationError(
-            f"{source} lists the file name {name!r}, which is not a plain file name "
-            "(path separators, '..', absolute paths and drive letters are refused).",
-            "This looks like a path-traversal attempt or a broken release; nothing was written.")
-    return name
+    """A plain file name (:func:`app.safe_paths.check_name`): no folders, no ``..``, no absolute paths or drive
+    letters, nothing outside ASCII letters, digits and ``. _ + -``. Raises :class:`UnsafeInputError` (exit 4)."""
+    return check_name(name, "file name", source,
+                      "This looks like a path-traversal attempt or a broken release; nothing was written. Do not use "
+                      "it, and report it to the publisher.")
 
 
 def normalize_sha256(value: object, source: str, name: str) -> str:
