@@ -20,8 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from app import paths, settings_file
-from app.errors import FastMTPError, GGUFError, StorageError
+from app import paths, safe_paths, settings_file
+from app.errors import FastMTPError, GGUFError, StorageError, UnsafeInputError
+from app.hashing import sha256_file
 from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, HubOrigin, State, cached_blob_sha256, origin_from_path
 
 FILE_NAME = "local-models.json"
@@ -318,10 +319,29 @@ def remove(path: Path | str, *, delete_copy: bool = False) -> LocalModel:
     model = find(path)
     if model is None:
         raise LocalModelError(f"{path} is not one of your added model files.", "`python -m app models` lists them.")
+    if delete_copy and model.copied_from:
+        _check_own_copy(model.path)
     _save([m for m in load_registry() if m.path != model.path])
     if delete_copy and model.copied_from:
         model.path.unlink(missing_ok=True)
     return model
+
+
+def _copies_folder() -> Path:
+    from app import settings as app_settings
+
+    return app_settings.load().models_path() / "local"
+
+
+def _check_own_copy(path: Path) -> None:
+    """Only a file inside the copies folder is the app's to delete: the registry is a file anyone can edit."""
+    folder = _copies_folder()
+    try:
+        safe_paths.inside(folder, path, "copy")
+    except UnsafeInputError:
+        raise LocalModelError(f"{path} is outside the folder of the app's copies ({folder}), so it was not deleted "
+                              "and is still registered.", "Remove it without --delete-copy, and delete the file "
+                              "yourself if you mean to.") from None
 
 
 def attach_sidecar(path: Path | str, sidecar: Path) -> LocalModel:
@@ -409,17 +429,18 @@ def _neighbour_sidecars(target: Path) -> list[Path]:
 def copy_into_models(source: Path, on_bytes: Callable[[int, int], None] | None = None) -> Path:
     """Copy ``source`` to ``<models folder>/local/<name>`` (``.partial`` then renamed; nothing half-copied stays).
 
+    A file already there with the same name is the copy only when its content is the same (size, then sha256);
+    a different file keeps its name and the copy gets the next free one (``name-2.gguf``, ...).
+
     Raises:
         LocalModelError: not enough space, or the copy failed.
     """
-    from app import settings as app_settings
-
-    folder = paths.ensure_dir(app_settings.load().models_path() / "local", "models")
-    out = folder / source.name
-    if out.exists() and out.stat().st_size == source.stat().st_size:
-        return out
-    free = shutil.disk_usage(folder).free
+    folder = paths.ensure_dir(_copies_folder(), "models")
     size = source.stat().st_size
+    out = _copy_target(folder, source, size)
+    if out.exists():
+        return out  # the same bytes, copied before
+    free = shutil.disk_usage(folder).free
     if free < size:
         raise LocalModelError(f"Copying {source.name} needs {size / 1e9:.1f} GB, but {folder} has "
                               f"{free / 1e9:.1f} GB free.", "Free some space, or add the file in place (no copy).")
@@ -432,6 +453,9 @@ def copy_into_models(source: Path, on_bytes: Callable[[int, int], None] | None =
                 done += len(chunk)
                 if on_bytes is not None:
                     on_bytes(done, size)
+        if out.exists() or out.is_symlink():
+            raise LocalModelError(f"{out} appeared while {source.name} was being copied; it was left alone.",
+                                  "Add the file again.")
         os.replace(partial, out)
     except OSError as exc:
         raise LocalModelError(f"{source.name} could not be copied to {folder}: {exc.strerror or exc}.",
@@ -441,6 +465,21 @@ def copy_into_models(source: Path, on_bytes: Callable[[int, int], None] | None =
     return out
 
 
+def _copy_target(folder: Path, source: Path, size: int) -> Path:
+    """Where the copy of ``source`` goes: an existing file with the same content (size and sha256), else the first
+    free name of ``name``, ``name-2``, ``name-3``, ... (never another file of the same name)."""
+    source_sha: str | None = None
+    stem, suffix = os.path.splitext(source.name)
+    for n in range(1, 1000):
+        out = safe_paths.inside(folder, folder / (source.name if n == 1 else f"{stem}-{n}{suffix}"), "copy")
+        if not out.exists() and not out.is_symlink():
+            return out
+        if out.is_file() and not out.is_symlink() and out.stat().st_size == size:
+            source_sha = source_sha or sha256_file(source)
+            if sha256_file(out) == source_sha:
+                return out
+    raise LocalModelError(f"{folder} already holds 999 other files named like {source.name}.",
+                          "Remove the copies you do not need, or add the file in place (no copy).")
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
