@@ -6,6 +6,7 @@ import threading
 
 from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions, EngineConfig
+from app.engine.model_pool import ModelPool
 from app.engine.sampling import Sampler
 from app.engine.speculative import Reply, SpeculativeDecoder, TokenSink
 from app.engine.stats import describe_depth, describe_sampling
@@ -15,8 +16,8 @@ class ChatSession:
     """Keeps the decoder (and so the evaluated conversation) between turns: a new turn evaluates
     only its new tokens."""
 
-    def __init__(self, config: EngineConfig) -> None:
-        self.decoder = SpeculativeDecoder(config)
+    def __init__(self, config: EngineConfig, models: ModelPool | None = None) -> None:
+        self.decoder = SpeculativeDecoder(config, models)
         self.template: str | None = self.decoder.target.chat_template()
 
     def close(self) -> None:

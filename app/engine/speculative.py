@@ -27,6 +27,7 @@ import numpy as np
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
 from app.engine.depth_memory import DepthMemory, MemoryKey, key_for
+from app.engine.model_pool import ModelPool
 from app.engine.sampling import Sampler, draft_pick
 from app.engine.stats import ReplyStats
 from app.errors import ContextFullError, EngineError, FastMTPError
@@ -51,7 +52,7 @@ StopCheck = Callable[[list[int]], bool]
 class SpeculativeDecoder:
     """Owns the target (and draft) contexts of one conversation; ``generate`` streams one reply."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, models: ModelPool | None = None) -> None:
         if config.mode == "sidecar" and config.draft is None:
             raise EngineError("Sidecar mode needs a draft sidecar file.", "Pass --draft SIDECAR.gguf.")
         if not DRAFT_DEPTH_MIN <= config.draft_depth <= DRAFT_DEPTH_MAX:
@@ -70,8 +71,18 @@ class SpeculativeDecoder:
             from app.native.rpc import connect
 
             connect(config.rpc)
-        self.target = Model(config.target, n_gpu_layers=config.n_gpu_layers, load_mtp=config.mode == "embedded")
-        self._owned: list[Model | Context] = [self.target]
+        # models from the pool stay loaded after this decoder closes (the next mode's load takes them up again);
+        # without one, the decoder owns and frees its models
+        self._owned: list[Model | Context] = []
+
+        def model(path: Path, load_mtp: bool) -> Model:
+            if models is not None:
+                return models.get(path, n_gpu_layers=config.n_gpu_layers, rpc=config.rpc, load_mtp=load_mtp)
+            loaded = Model(path, n_gpu_layers=config.n_gpu_layers, load_mtp=load_mtp)
+            self._owned.append(loaded)
+            return loaded
+
+        self.target = model(config.target, config.mode == "embedded")
         try:
             self.tctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch, n_threads=config.n_threads,
                                 n_rs_seq=config.draft_depth if drafting else 0, nextn_outputs=drafting,
@@ -80,8 +91,7 @@ class SpeculativeDecoder:
             self._owned.append(self.tctx)
             self.dctx: Context | None = None
             if config.mode == "sidecar" and config.draft is not None:
-                draft_model = Model(config.draft, n_gpu_layers=config.n_gpu_layers, load_mtp=True)
-                self._owned.append(draft_model)
+                draft_model = model(config.draft, True)
                 self.dctx = Context(draft_model, n_ctx=config.n_ctx, n_batch=config.n_batch,
                                     n_threads=config.n_threads, draft_for=self.tctx, flash_attn=config.flash_attn)
             elif config.mode == "embedded":

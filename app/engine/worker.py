@@ -13,6 +13,7 @@ import traceback
 from typing import Any, TextIO
 
 from app.engine import protocol
+from app.engine.model_pool import ModelPool, target_slot
 from app.engine.session import ChatSession
 from app.errors import EngineError, FastMTPError
 
@@ -22,6 +23,8 @@ class Worker:
         self.out = out
         self.lock = threading.Lock()
         self.session: ChatSession | None = None
+        # the models stay loaded between loads: a drafting-mode switch loads only what changed
+        self.models = ModelPool()
         self.cancel = threading.Event()
 
     def send(self, kind: str, **fields: Any) -> None:
@@ -56,8 +59,11 @@ class Worker:
         if self.session is not None:
             self.session.close()
             self.session = None
-        self.session = ChatSession(protocol.config_from_dict(config))
-        self.send("loaded", mode=self.session.decoder.config.mode)
+        engine_config = protocol.config_from_dict(config)
+        self.models.retain(target_slot(engine_config))  # another model's files are freed before this one loads
+        loads = self.models.loads
+        self.session = ChatSession(engine_config, self.models)
+        self.send("loaded", mode=self.session.decoder.config.mode, models_loaded=self.models.loads - loads)
 
     def _generate(self, request: dict[str, Any]) -> None:
         if self.session is None:
@@ -115,6 +121,7 @@ def main() -> int:
             break
     if worker.session is not None:
         worker.session.close()
+    worker.models.close()
     return 0
 
 

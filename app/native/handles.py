@@ -132,6 +132,7 @@ class Model:
                  vocab_only: bool = False) -> None:
         self.lib = llama()
         self.path = path
+        self.load_mtp = load_mtp and not vocab_only
         if not path.is_file():
             raise ModelLoadError(f"The model file {path} does not exist.")
         if load_mtp and not vocab_only:
