@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 
@@ -102,6 +102,23 @@ def default_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or HUB_URL).rstrip("/")
 
 
+def web_origin(url: str) -> tuple[str, str, int | None]:
+    """Scheme, host and port (the default one filled in): two URLs with the same are the same origin."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port or {"https": 443, "http": 80}.get(scheme)
+
+
+def token_allowed(url: str) -> bool:
+    """Whether the hub token may go to ``url``: the hub's own origin (``HF_ENDPOINT``, else huggingface.co), and
+    only over https. Any other endpoint (``--endpoint``, a mirror, a page a hub's answer links to) never sees it."""
+    return web_origin(url)[0] == "https" and web_origin(url) == web_origin(default_endpoint())
+
+
 def origin_from_path(path: Path) -> HubOrigin | None:
     """The hub origin a file's path names: the HF cache (``models--org--name/snapshots/<rev>/<file>``) or LM
     Studio's ``<publisher>/<repo>/<file>`` under a ``models`` folder (revision ``main``); None otherwise."""
@@ -131,24 +148,31 @@ def hub_file_info(origin: HubOrigin, endpoint: str | None = None, token: str | N
                   timeout: float = 30.0) -> HubFileInfo:
     """Ask the hub for the LFS sha256 and size of ``origin``'s file (its folder's tree listing, page by page).
 
+    ``token`` is sent only where :func:`token_allowed` says (the hub's own https origin), and every page must come
+    from ``endpoint``'s origin: a ``Link`` to another origin (or from https down to http) is refused.
+
     Raises:
         DownloadError: the hub cannot be reached or answers with an error (exit code 3).
-        VerificationError: the hub lists no such file, or reports no content hash for it (not an LFS file).
+        VerificationError: the hub lists no such file, or reports no content hash for it (not an LFS file), or a
+            next-page link leaves the endpoint's origin.
     """
     base = (endpoint or default_endpoint()).rstrip("/")
     folder = origin.path_in_repo.rpartition("/")[0]
     url: str | None = (f"{base}/api/models/{origin.repo}/tree/{quote(origin.revision, safe='')}"
                        + (f"/{quote(folder)}" if folder else ""))
     headers = {"User-Agent": f"fastmtp-chat/{__version__}", "Accept": "application/json"}
-    host = urlsplit(base).netloc
+    if token and token_allowed(base):
+        headers["Authorization"] = f"Bearer {token}"
+    home = web_origin(base)
     pages = 0
     with httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=False) as client:
         while url is not None and pages < _MAX_PAGES:
             pages += 1
-            sent = dict(headers)
-            if token and urlsplit(url).netloc == host:  # the token goes to the hub's own origin only
-                sent["Authorization"] = f"Bearer {token}"
-            entries, url = _tree_page(client, url, sent, origin)
+            if web_origin(url) != home:  # a page elsewhere is not the hub's answer, and never sees the token
+                raise VerificationError(f"The hub at {base} sent a next-page link to {url}, which is on another "
+                                        "origin; a listing is only read from the hub's own origin.",
+                                        "Check the endpoint (`--endpoint`, HF_ENDPOINT); nothing was changed.")
+            entries, url = _tree_page(client, url, headers, origin)
             for entry in entries:
                 if isinstance(entry, dict) and entry.get("path") == origin.path_in_repo:
                     return _info_of(entry, origin)
@@ -188,7 +212,7 @@ def _tree_page(client: httpx.Client, url: str, headers: dict[str, str],
     if not isinstance(entries, list):
         raise VerificationError(f"The hub's answer for {url} is not a file listing.", "Check the endpoint.")
     following = re.search(r'<([^>]+)>\s*;\s*rel="next"', link)
-    return entries, following.group(1) if following else None
+    return entries, urljoin(url, following.group(1)) if following else None
 
 
 def _info_of(entry: dict[str, Any], origin: HubOrigin) -> HubFileInfo:
