@@ -4,15 +4,17 @@
 A reply's token events never wait on the window: the client's own thread drains the worker's pipe, the reply's
 background op takes the events off it and queues them here, and the GUI thread is woken once for all the tokens
 queued since its last delivery (``tokens``: one signal per batch, however fast the tokens come or however busy
-the window is).
+the window is), at most once every ``DELIVERY_INTERVAL_MS`` (the first token of a reply at once).
 """
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from typing import Any
 
-from PySide6.QtCore import QMetaMethod, QObject, Signal
+from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal
 
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
@@ -22,6 +24,8 @@ from app.errors import FastMTPError
 from app.gui.ops import Report
 from app.gui.page_ops import OwnedOps
 from app.remote_servers import RemoteServer
+
+DELIVERY_INTERVAL_MS = 16  # token batches reach the GUI thread at most this often (the chat view draws every 33 ms)
 
 
 def _error_event(exc: Exception) -> dict[str, Any]:
@@ -58,6 +62,11 @@ class EngineBridge(QObject):
         self._pending: list[dict[str, Any]] = []  # token events not yet delivered to the GUI thread
         self._pending_lock = threading.Lock()
         self._token_signal = QMetaMethod.fromSignal(self.token)
+        self._last_delivery = 0.0  # time.monotonic() of the last batch delivered
+        self._delivery_timer = QTimer(self)  # the next delivery, while a batch waits for its interval
+        self._delivery_timer.setSingleShot(True)
+        self._delivery_timer.setTimerType(Qt.TimerType.PreciseTimer)
+        self._delivery_timer.timeout.connect(self._deliver)
         # set off the GUI thread when the engine's side of the reply is over (its ``done`` or ``error`` came),
         # before the window has necessarily seen it
         self.reply_received = threading.Event()
@@ -106,14 +115,27 @@ class EngineBridge(QObject):
                 self.reply_received.set()
             return last
 
-        self.ops.start(work, self._finished, self._failed, lambda _wake: self._deliver())
+        self.ops.start(work, self._finished, self._failed, lambda _wake: self._wake())
+
+    def _wake(self) -> None:
+        """Tokens are waiting (the queue was empty before them): deliver them now, or one interval after the last
+        delivery. Until then the queue stays non-empty, so the reply's thread does not wake this thread again."""
+        if self._delivery_timer.isActive():
+            return
+        since = (time.monotonic() - self._last_delivery) * 1000
+        if since >= DELIVERY_INTERVAL_MS:
+            self._deliver()
+        else:
+            self._delivery_timer.start(math.ceil(DELIVERY_INTERVAL_MS - since))
 
     def _deliver(self) -> None:
         """On the GUI thread: every token event queued since the last delivery, as one ``tokens`` batch."""
+        self._delivery_timer.stop()
         with self._pending_lock:
             batch, self._pending = self._pending, []
         if not batch:
             return
+        self._last_delivery = time.monotonic()
         self.tokens.emit(batch)
         if self.isSignalConnected(self._token_signal):
             for event in batch:
