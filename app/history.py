@@ -61,6 +61,7 @@ MIGRATIONS: list[tuple[int, str]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 EXPORT_FORMAT = "fastmtp-chat-history/1"
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another process's lock before it gives up
+EXPORT_MAX_BYTES = 256 << 20  # an import file is refused beyond this, unread (an export of years of chats is MiBs)
 _CONVERSATION_COLUMNS = "id, title, system_prompt, settings, created, updated, pinned"  # ``_conversation``'s order
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions of a database file, kept with it
 _DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -433,9 +434,19 @@ class HistoryStore:
 
 def read_export(path: Path) -> Any:
     """The parsed JSON of an export file, or a :class:`HistoryError` that says why it cannot be read."""
+    from app.regular_files import NotRegularFile, open_regular
+
     advice = "Pick a JSON file exported by FastMTP Chat (`python -m app history export`)."
     try:
-        text = path.read_text(encoding="utf-8")
+        handle, size = open_regular(path)
+        with handle:
+            if size > EXPORT_MAX_BYTES:
+                raise HistoryError(f"{path} is larger than {EXPORT_MAX_BYTES >> 20} MiB, far more than a history "
+                                   "export holds; it was not read, nothing was imported.", advice)
+            text = handle.read(EXPORT_MAX_BYTES + 1).decode("utf-8")
+    except NotRegularFile as exc:
+        raise HistoryError(f"{path} is not a regular file ({exc.strerror}), so it is not a history export; it was "
+                           "not read, nothing was imported.", advice) from None
     except OSError as exc:
         raise HistoryError(f"{path} cannot be read ({exc.strerror or type(exc).__name__}).", advice) from None
     except UnicodeDecodeError:

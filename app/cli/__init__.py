@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from app.cli import backend, bench, depth_memory, engine, gguf, gpu, history, models, release, remote, update
-from app.cli.common import command, report_error
+from app.cli.common import command, permission_denied, report_error
 from app.errors import FastMTPError
 
 
@@ -74,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except FastMTPError as exc:
         return report_error(args, exc)
+    except PermissionError as exc:  # a file the user named, or one of ours, that this user may not read or write
+        return report_error(args, permission_denied(exc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

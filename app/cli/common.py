@@ -103,6 +103,14 @@ def report_error(args: argparse.Namespace, exc: FastMTPError) -> int:
     return exc.exit_code
 
 
+def permission_denied(exc: PermissionError) -> FastMTPError:
+    """A file or folder the command needed but may not use (its mode bits, an ACL): a message naming it, exit 1."""
+    name = exc.filename if exc.filename is not None else "A file or folder the command needs"
+    return FastMTPError(f"{name} cannot be used: permission denied.",
+                        "Check the permissions of that file and of the folders above it (`ls -l`), or run as a "
+                        "user who may read it.")
+
+
 # ----------------------------------------------------------------------------- long jobs
 
 

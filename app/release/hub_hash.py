@@ -16,7 +16,6 @@ file nothing vouches for). Files in the Hugging Face cache name their repository
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Callable
@@ -28,8 +27,8 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 
-from app import __version__
-from app.errors import DownloadError, VerificationError
+from app import __version__, bounded_http
+from app.errors import DownloadError, FastMTPError, VerificationError
 
 State = Literal["publisher-signed", "hub-hash-matches", "hub-hash-mismatch", "unverified"]
 STATES: tuple[State, ...] = ("publisher-signed", "hub-hash-matches", "hub-hash-mismatch", "unverified")
@@ -49,6 +48,7 @@ EXPLANATIONS: dict[State, str] = {
 }
 HUB_URL = "https://huggingface.co"
 _API_MAX_BYTES = 8 << 20  # a tree listing page is a few KiB; a hostile endpoint must not fill the memory
+_API_DEADLINE_S = 120.0  # one listing page, however slowly it trickles
 _MAX_PAGES = 20
 
 
@@ -195,24 +195,36 @@ def _tree_page(client: httpx.Client, url: str, headers: dict[str, str],
             if response.status_code != 200:
                 raise DownloadError(f"The hub answered HTTP {response.status_code} for {url}.",
                                     "Try again later; the file's state stays as it was.")
-            body = b""
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > _API_MAX_BYTES:
-                    raise VerificationError(f"The hub's listing at {url} is larger than any listing should be.",
-                                            "Check the endpoint; nothing was changed.")
+            body = _read_listing(response, url)
             link = response.headers.get("link", "")
     except httpx.HTTPError as exc:
         raise DownloadError(f"The hub at {url} cannot be reached: {exc}.",
                             "Check the network (or the endpoint), then verify again.") from exc
     try:
-        entries = json.loads(body)
+        entries = bounded_http.loads(body)
     except ValueError as exc:
-        raise VerificationError(f"The hub's answer for {url} is not JSON.", "Check the endpoint.") from exc
+        raise VerificationError(f"The hub's answer for {url} is not JSON"
+                                + (f" ({exc})." if isinstance(exc, bounded_http.TooDeep) else "."),
+                                "Check the endpoint.") from None
     if not isinstance(entries, list):
         raise VerificationError(f"The hub's answer for {url} is not a file listing.", "Check the endpoint.")
     following = re.search(r'<([^>]+)>\s*;\s*rel="next"', link)
     return entries, urljoin(url, following.group(1)) if following else None
+
+
+def _read_listing(response: httpx.Response, url: str) -> bytes:
+    """One listing page through the bounded reader: at most 8 MiB, within the listing deadline."""
+    reader = bounded_http.BoundedRead(f"The hub's listing at {url}", max_body=_API_MAX_BYTES,
+                                      deadline_at=bounded_http.deadline_in(_API_DEADLINE_S),
+                                      advice="Check the endpoint; nothing was changed.")
+    try:
+        return reader.body(response)
+    except bounded_http.TooSlow as exc:
+        raise DownloadError(exc.message, "Try again later; the file's state stays as it was.") from None
+    except bounded_http.ReadLimitError as exc:
+        raise VerificationError(exc.message, exc.advice) from None
+    finally:
+        reader.finish()
 
 
 def _info_of(entry: dict[str, Any], origin: HubOrigin) -> HubFileInfo:
@@ -240,6 +252,18 @@ def sha256_with_progress(path: Path, on_bytes: Callable[[int, int], None] | None
     return digest.hexdigest()
 
 
+def _readable_size(path: Path) -> int:
+    from app.regular_files import open_regular
+
+    try:
+        handle, size = open_regular(path)  # a pipe or a device is refused, not waited on
+        handle.close()
+        return size
+    except OSError as exc:
+        raise FastMTPError(f"{path} cannot be read: {exc.strerror or type(exc).__name__}.",
+                           "Check the file's permissions (and those of its folders).") from None
+
+
 def verify_against_hub(path: Path, origin: HubOrigin, endpoint: str | None = None, token: str | None = None,
                        on_bytes: Callable[[int, int], None] | None = None) -> HubCheck:
     """Compare ``path`` with the hub's LFS sha256 and size for ``origin``: ``hub-hash-matches`` or
@@ -251,8 +275,8 @@ def verify_against_hub(path: Path, origin: HubOrigin, endpoint: str | None = Non
         DownloadError, VerificationError: the hub could not say (see :func:`hub_file_info`).
     """
     base = (endpoint or default_endpoint()).rstrip("/")
+    size = _readable_size(path)  # before asking the hub: a file that cannot be read is said so at once
     info = hub_file_info(origin, base, token)
-    size = path.stat().st_size
     actual = "" if info.size is not None and info.size != size else sha256_with_progress(path, on_bytes)
     state: State = "hub-hash-matches" if actual == info.sha256 else "hub-hash-mismatch"
     return HubCheck(state=state, path=str(path), origin=origin, endpoint=base, expected_sha256=info.sha256,

@@ -25,7 +25,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from app import __version__, paths, settings_file
+from app import __version__, bounded_http, paths, settings_file
 from app.errors import DownloadError, StorageError, VerificationError
 from app.release import signing, trust
 from app.release.app_feed import AppDownload, AppFeed, AppVersion, current_platform, parse_app_version, parse_feed
@@ -208,17 +208,17 @@ class _Reader:
         too_big = VerificationError(f"The {what} at {url} is larger than {self._limit} bytes, far more than any "
                                     f"{what} holds; it was not read further.",
                                     "Nothing was trusted. The server may be misconfigured or hostile.")
-        announced = response.headers.get("content-length", "")
-        if announced.isdigit() and int(announced) > self._limit:
-            raise too_big
-        body = bytearray()
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > self._limit:
-                raise too_big
-            if time.monotonic() > self._deadline:
-                raise DownloadError(f"The {what} at {url} came too slowly.", "Try again later.")
-        return bytes(body)
+        reader = bounded_http.BoundedRead(f"The {what} at {url}", max_body=self._limit, deadline_at=self._deadline)
+        try:
+            return reader.body(response)
+        except bounded_http.TooLarge:
+            raise too_big from None
+        except bounded_http.TooSlow:
+            raise DownloadError(f"The {what} at {url} came too slowly.", "Try again later.") from None
+        except bounded_http.ReadLimitError as exc:
+            raise VerificationError(exc.message, "Nothing was trusted.") from None
+        finally:
+            reader.finish()
 
 
 def fetch_feed(source: UpdateSource, *, trust_fingerprint: str | None = None, confirm: trust.Confirm | None = None,
