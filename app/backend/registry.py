@@ -109,7 +109,7 @@ def list_backends() -> list[BackendManifest]:
                 manifest = BackendManifest.read(entry)
             except BackendError:
                 continue
-            if manifest.id == entry.name:  # a manifest naming another folder (or a path) is not this backend
+            if manifest.id == entry.name and safe_paths.is_name(manifest.id):  # else not a backend we installed
                 found.append(manifest)
     return found
 
