@@ -268,7 +268,8 @@ def add_commands(sub: Subparsers) -> None:
     v.add_argument("--trust-fingerprint", help="trust the publisher key with this fingerprint (no prompt)")
     v.add_argument("--revision", default="main", help="FILE: the revision on the hub (default main)")
     v.add_argument("--path-in-repo", help="FILE: its path in the repository (default: its file name)")
-    v.add_argument("--endpoint", help="FILE: the hub to ask (default HF_ENDPOINT or huggingface.co)")
+    v.add_argument("--endpoint", help="FILE: the hub to ask (default HF_ENDPOINT or huggingface.co); the stored token "
+                                      "goes only to that default hub, over https")
 
     tsub = group(sub, "trust", "publisher keys trusted for releases")
     command(tsub, "list", cmd_trust_list, "list trusted publisher keys")
