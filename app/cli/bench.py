@@ -17,6 +17,13 @@ if TYPE_CHECKING:
     from app.gguftools.demo_model import DemoModel, Size
 
 
+def write_json(path: Path | None, data: Any) -> None:
+    """``--out``: the result as indented JSON (nothing without the option)."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
 def bench_demo(size: Size, acceptance: float | None = None) -> DemoModel:
     """The demo model a benchmark runs on, kept in the cache (written once); the default acceptance unless given."""
     from app.builtin_demo import ensure_demo_model
@@ -160,9 +167,7 @@ def cmd_bench_ops(args: argparse.Namespace) -> int:
                      bandwidth_gbs=args.bandwidth_gbs, log=log_stderr)
     result.model = name
     data = result.to_dict()
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_json(args.out, data)
     emit(args, data, result.markdown)
     if args.record:
         record(args.record, f"Per-op profile of a target pass ({name})", this_command(), result.markdown(),
@@ -178,8 +183,7 @@ def cmd_bench_gui(args: argparse.Namespace) -> int:
 
     result = gui.run(tokens=args.tokens, rate=args.rate)
     emit(args, result.to_dict(), result.markdown)
-    if args.out:
-        args.out.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_json(args.out, result.to_dict())
     if args.record:
         record(args.record, f"GUI responsiveness ({args.tokens}-token markdown reply)", this_command(),
                result.markdown(),
@@ -197,8 +201,7 @@ def cmd_bench_sampler(args: argparse.Namespace) -> int:
     result = sampler.run(target, runs=args.runs, rows=args.rows, n_threads=args.threads, gpu_layers=args.gpu_layers,
                          decode_tokens=args.decode_tokens)
     emit(args, result.to_dict(), result.markdown)
-    if args.out:
-        args.out.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_json(args.out, result.to_dict())
     if args.record:
         record(args.record, f"Sampling: host time per emitted token ({target.name})", this_command(),
                result.markdown(), "Each sample: one native chain picking every row of one batched pass, as the "
@@ -216,9 +219,7 @@ def cmd_bench_window(args: argparse.Namespace) -> int:
                           draft=d2t if args.mode == "d2t" else None, draft_depth=args.depth, n_threads=args.threads)
     result = window.run(config, name, max_tokens=args.tokens, samples=args.runs, log=log_stderr)
     data = result.to_dict()
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_json(args.out, data)
     emit(args, data, result.markdown)
     if args.record:
         record(args.record, f"The window's speed ({name})", this_command(), result.markdown())

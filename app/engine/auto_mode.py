@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.engine.depth_memory import forget_records
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition, Sample, Verdict, compare
 from app.settings_file import load_json_object, write_json
 
@@ -216,7 +217,4 @@ class AutoMemory:
 
     def forget(self) -> int:
         """Delete every record (damaged ones too); how many there were."""
-        paths = list(self.folder.glob(f"*{SUFFIX}")) if self.folder.is_dir() else []
-        for path in paths:
-            path.unlink(missing_ok=True)
-        return len(paths)
+        return forget_records(self.folder, SUFFIX)

@@ -107,7 +107,12 @@ class DepthMemory:
 
     def forget(self) -> int:
         """Delete every record (damaged ones too); how many there were."""
-        paths = list(self.folder.glob(f"*{SUFFIX}")) if self.folder.is_dir() else []
-        for path in paths:
-            path.unlink(missing_ok=True)
-        return len(paths)
+        return forget_records(self.folder, SUFFIX)
+
+
+def forget_records(folder: Path, suffix: str) -> int:
+    """Delete the records ending in ``suffix`` in ``folder`` (damaged ones too); how many there were."""
+    paths = list(folder.glob(f"*{suffix}")) if folder.is_dir() else []
+    for path in paths:
+        path.unlink(missing_ok=True)
+    return len(paths)
