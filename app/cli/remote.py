@@ -225,17 +225,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.backend.rpc import parse_endpoints
 
     if args.stop:
-        state = serve.stop_detached()
-        emit(args, {"stopped": state is not None, "server": state},
-             f"Stopped the server at {state['url']}." if state else "No detached server is running.")
+        state, stale = serve.stop_detached_checked()
+        emit(args, {"stopped": state is not None, "server": state, "stale": stale},
+             f"Stopped the server at {state['url']}." if state else _not_running(stale))
         return 0
     if args.status:
-        state = serve.running()
-        emit(args, {"running": state is not None, "server": state},
-             f"Serving at {state['url']} (pid {state['pid']})." if state else "No detached server is running.")
+        state, stale = serve.find_running()
+        emit(args, {"running": state is not None, "server": state, "stale": stale},
+             f"Serving at {state['url']} (pid {state['pid']})." if state else _not_running(stale))
         return 0
-    if serve.running() is not None:
+    running, stale = serve.find_running()
+    if running is not None:
         raise serve.ServeError("A detached server is already running.", "Stop it first: `python -m app serve --stop`.")
+    if stale:
+        print(f"note: {stale}; nothing was signalled.", file=sys.stderr)
     warning = serve.check_host(args.host, allow_public=args.i_understand_no_tls)
     rpc = parse_endpoints(args.rpc) if args.rpc else []
     target, draft = _default_model(args)
@@ -256,6 +259,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.detach:
         return 0
     return _serve_until_stopped(server, args)
+
+
+def _not_running(stale: str | None) -> str:
+    if stale is None:
+        return "No detached server is running."
+    return f"No detached server is running: {stale}. Nothing was signalled."
 
 
 def _url_host(host: str) -> str:
