@@ -7,8 +7,12 @@ embedded MTP head each predict the next token along that text (teacher-forced, `
 they get right is their one-token acceptance.
 
 The corpus is any mix of the built-in prompt sets (``resources/prompts``), the user's own chats (the
-history's user and assistant messages) and text files. Cancelling, from any step, leaves no file behind:
-the sidecar is written to ``<out>.partial`` and renamed only when complete.
+history's user and assistant messages) and text files (the first 64 MiB of each). It is tokenized in pieces of
+about 1 MiB (``app.gguftools.counts.text_pieces``, cut only where the tokenizer splits anyway, so the counts are
+those of each text whole) and counted as it goes: memory holds one piece, whatever the corpus's size. A corpus file
+that is not a regular file (a FIFO, a device, a folder) is refused before anything is loaded. Cancelling (Ctrl-C,
+SIGTERM, the window), from any step, takes effect at the next piece or tensor and leaves no file behind: the
+sidecar is written to ``<out>.partial`` and renamed only when complete.
 
 This module tokenizes and probes through the native backend, so the window runs it in a child process
 (``python -m app sidecar make --json``, see ``app.child_job``): a native failure cannot take the window down.
@@ -17,19 +21,25 @@ This module tokenizes and probes through the native backend, so the window runs 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from app.errors import FastMTPError, SidecarError
 from app.resources import resources_dir
+
+if TYPE_CHECKING:
+    from app.gguftools.counts import TokenCounts
+    from app.gguftools.tokenizer import Tokenize
 
 Step = Literal["tokenizing", "counting", "slicing", "writing", "checking"]
 STEPS: tuple[Step, ...] = ("tokenizing", "counting", "slicing", "writing", "checking")
 VOCAB_SIZES = (16384, 32768, 65536)
 CHECK_TOKENS = 48
 _MAX_FILE_BYTES = 64 << 20  # a corpus file larger than this is read in part: counts settle long before
+_READ_BYTES = 1 << 20  # a corpus file is read in blocks of this size
 
 
 class JobCancelled(FastMTPError):
@@ -160,24 +170,131 @@ def history_texts(path: Path | None = None) -> list[str]:
 
 
 def corpus_texts(corpus: Corpus, history_path: Path | None = None) -> list[str]:
-    """The corpus as texts, in order: prompt sets, chat history, files.
+    """The corpus as texts, in order: prompt sets, chat history, files (whole, in memory: for small corpora;
+    ``make_sidecar`` streams them through :func:`count_corpus`).
 
     Raises:
         SidecarError: a prompt set or a file cannot be read.
     """
-    texts: list[str] = []
-    for name in corpus.prompt_sets:
-        texts += prompt_texts(name)
-    if corpus.history:
-        texts += history_texts(history_path)
+    return [b"".join(text.blocks()).decode("utf-8", errors="replace") for text in _texts(corpus, history_path)]
+
+
+@dataclass(frozen=True)
+class _Text:
+    """One text of the corpus, tokenized on its own: its size in bytes and its bytes block by block."""
+
+    size: int
+    blocks: Callable[[], Iterator[bytes]]
+
+
+def check_corpus_files(corpus: Corpus) -> None:
+    """Refuse a corpus file that is missing, unreadable or not a regular file, before any work is done.
+
+    Raises:
+        SidecarError: with the file's name and what it is instead.
+    """
     for file in corpus.files:
+        handle, _ = _open_corpus_file(Path(file))
+        handle.close()
+
+
+def _open_corpus_file(file: Path) -> tuple[Any, int]:
+    from app.regular_files import NotRegularFile, open_regular
+
+    try:
+        return open_regular(file)  # never waits on a FIFO, never reads a device
+    except NotRegularFile as exc:
+        raise SidecarError(f"The corpus file {file} is not a regular file ({exc.strerror}); it was not read.",
+                           "A corpus is text files: choose a file, or save what the pipe or device gives into one "
+                           "first.") from None
+    except OSError as exc:
+        raise SidecarError(f"The corpus file {file} cannot be read: {exc.strerror or exc}.",
+                           "Choose a readable text file.") from None
+
+
+def _file_text(file: Path) -> _Text:
+    handle, size = _open_corpus_file(file)
+    handle.close()
+
+    def blocks() -> Iterator[bytes]:
+        stream, _ = _open_corpus_file(file)  # opened again, and checked again, when it is read
+        left = _MAX_FILE_BYTES
         try:
-            with Path(file).open("rb") as handle:
-                texts.append(handle.read(_MAX_FILE_BYTES).decode("utf-8", errors="replace"))
+            with stream:
+                while left > 0 and (block := stream.read(min(_READ_BYTES, left))):
+                    left -= len(block)
+                    yield block
         except OSError as exc:
             raise SidecarError(f"The corpus file {file} cannot be read: {exc.strerror or exc}.",
                                "Choose a readable text file.") from None
+
+    return _Text(min(size, _MAX_FILE_BYTES), blocks)
+
+
+def _str_text(text: str) -> _Text:
+    def blocks() -> Iterator[bytes]:
+        for start in range(0, len(text), _READ_BYTES):
+            yield text[start:start + _READ_BYTES].encode("utf-8", errors="replace")
+
+    return _Text(len(text.encode("utf-8", errors="replace")) if len(text) < _READ_BYTES else len(text), blocks)
+
+
+def _texts(corpus: Corpus, history_path: Path | None = None) -> list[_Text]:
+    """The corpus's texts, in order: prompt sets, chat history, files (read only when counted)."""
+    texts = [_str_text(t) for name in corpus.prompt_sets for t in prompt_texts(name)]
+    if corpus.history:
+        texts += [_str_text(t) for t in history_texts(history_path)]
+    texts += [_file_text(Path(file)) for file in corpus.files]
     return texts
+
+
+@dataclass(frozen=True)
+class CorpusCount:
+    """What counting a corpus gave: the counts (None for an empty corpus), the number of tokens, and how many pieces
+    had to be cut where no boundary was proven (text without spaces, line breaks or digits for MiBs)."""
+
+    counts: TokenCounts | None
+    tokens: int
+    forced_cuts: int
+
+
+def count_corpus(tokenize: Tokenize, corpus: Corpus, *, history_path: Path | None = None,
+                 on_progress: OnProgress = lambda _p: None, control: Control | None = None,
+                 piece_bytes: int | None = None) -> CorpusCount:
+    """Tokenize the corpus piece by piece (about ``piece_bytes``, 1 MiB by default) and count the tokens; the
+    memory holds one piece and the counts. ``control`` is checked before every piece.
+
+    Raises:
+        JobCancelled: ``control`` was cancelled.
+        SidecarError: a prompt set or a corpus file cannot be read, or is not a regular file.
+    """
+    from app.gguftools.counts import PIECE_BYTES, TokenCounts, text_pieces
+
+    control = control or Control()
+    texts = _texts(corpus, history_path)
+    if not texts:
+        return CorpusCount(None, 0, 0)
+    target = piece_bytes or PIECE_BYTES
+    total = sum(t.size for t in texts)
+    counter: Counter[int] = Counter()
+    tokens = forced = done = 0
+    on_progress(Progress("tokenizing", 0, total, f"Tokenizing the corpus ({_mib(total)})"))
+    for text in texts:
+        for piece in text_pieces(text.blocks(), target=target, most=4 * target):
+            control.check()
+            ids = tokenize(piece.data.decode("utf-8", errors="replace"))
+            counter.update(ids)
+            tokens += len(ids)
+            forced += piece.forced
+            done += len(piece.data)
+            on_progress(Progress("tokenizing", min(done, total), total,
+                                 f"Tokenizing the corpus: {_mib(done)} of {_mib(total)}"))
+    control.check()
+    return CorpusCount(TokenCounts(counter), tokens, forced)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.0f} KiB"
 
 
 def default_out(target: Path, vocab_size: int) -> Path:
@@ -195,22 +312,18 @@ def make_sidecar(target: Path, out: Path, vocab_size: int = 32768, corpus: Corpu
         SidecarError, GGUFError: the target cannot give a sidecar, or a file cannot be read or written.
         ModelLoadError, BackendError: the backend cannot tokenize or load the pair for the check.
     """
-    from app.gguftools.counts import TokenCounts
     from app.gguftools.sidecar import SidecarSource, build_sidecar
 
     control = control or Control()
     target, out = Path(target), Path(out)
     if out.exists():
         raise SidecarError(f"{out} already exists.", "Choose another file name, or remove the old sidecar first.")
+    check_corpus_files(corpus)  # a FIFO or a device is refused now, not waited on later
     source = SidecarSource(target)  # refuses a non-qwen35 or MTP-less target before any work
-    texts = corpus_texts(corpus, history_path)
-    counts = None
-    total_tokens = 0
-    if texts:
-        ids = _tokenize_all(target, texts, on_progress, control)
-        total_tokens = len(ids)
+    counted = _count_with_model(target, corpus, history_path, on_progress, control)
+    counts, total_tokens = counted.counts, counted.tokens
+    if counts is not None:
         on_progress(Progress("counting", 0, 1, f"Counting {total_tokens:,} tokens"))
-        counts = TokenCounts.from_token_ids(ids)
         control.check()
         on_progress(Progress("counting", 1, 1, f"{len(counts):,} distinct tokens in the corpus"))
     head_name = "output.weight"
@@ -224,6 +337,10 @@ def make_sidecar(target: Path, out: Path, vocab_size: int = 32768, corpus: Corpu
 
     report = build_sidecar(source, out, vocab_size=vocab_size, counts=counts, on_write=written)
     warnings = []
+    if counted.forced_cuts:
+        warnings.append(f"{counted.forced_cuts:,} stretch(es) of the corpus ran for MiBs without a space, line break "
+                        "or digit and were cut there: the tokens at those cuts may differ slightly from counting the "
+                        "text whole.")
     if counts is not None and len(counts) < vocab_size:
         warnings.append(f"The corpus has only {len(counts):,} distinct tokens; the other "
                         f"{vocab_size - len(counts):,} draft tokens are the lowest token ids. A larger corpus picks "
@@ -239,17 +356,21 @@ def make_sidecar(target: Path, out: Path, vocab_size: int = 32768, corpus: Corpu
                        corpus_tokens=total_tokens, report=report.to_dict(), check=result_check, warnings=warnings)
 
 
-def _tokenize_all(target: Path, texts: list[str], on_progress: OnProgress, control: Control) -> list[int]:
+def _count_with_model(target: Path, corpus: Corpus, history_path: Path | None, on_progress: OnProgress,
+                      control: Control) -> CorpusCount:
+    """:func:`count_corpus` with the target's own tokenizer (llama.cpp's, the vocabulary only)."""
     from app.native.handles import Model
 
-    ids: list[int] = []
+    if not (corpus.prompt_sets or corpus.history or corpus.files):
+        return CorpusCount(None, 0, 0)
     with Model(target, vocab_only=True) as model:
-        for index, text in enumerate(texts):
-            control.check()
-            on_progress(Progress("tokenizing", index, len(texts), f"Tokenizing text {index + 1} of {len(texts)}"))
-            ids += model.tokenize(text, add_special=False, parse_special=False)
-    on_progress(Progress("tokenizing", len(texts), len(texts), f"Tokenized {len(texts)} texts"))
-    return ids
+        def tokenize(text: str) -> list[int]:
+            return model.tokenize(text, add_special=False, parse_special=False)
+
+        counted = count_corpus(tokenize, corpus, history_path=history_path, on_progress=on_progress,
+                               control=control)
+    on_progress(Progress("tokenizing", 1, 1, f"Tokenized {counted.tokens:,} tokens"))
+    return counted
 
 
 def check_sidecar(target: Path, sidecar: Path, *, n_new: int = CHECK_TOKENS, on_progress: OnProgress = lambda _p: None,

@@ -1,11 +1,30 @@
-"""Token frequency counts: the evidence a draft vocabulary is chosen from."""
+"""Token frequency counts: the evidence a draft vocabulary is chosen from, and the pieces a corpus is counted in.
+
+A corpus is tokenized piece by piece (:func:`text_pieces`), so counting it needs memory for one piece, not for
+the corpus. The pieces give exactly the tokens of the whole text: a piece ends only where the Qwen pre-tokenizer
+(the ``qwen2``/``qwen35`` pre-tokenizer regex of llama.cpp's llama-vocab.cpp) always splits, whatever follows,
+and BPE never merges across its splits:
+
+- after an ASCII digit (``\\p{N}`` is a pre-token of one character, and nothing else holds a digit);
+- after ``\\n`` when a printable ASCII character (not a space) follows: no pre-token holds a line break followed by
+  anything but more whitespace;
+- before a single space between two printable ASCII characters: the space starts the next pre-token, and the one
+  before it ends with a character whose pre-token does not look ahead.
+
+Each of these leaves an ASCII byte at the end of the piece, so decoding the pieces as UTF-8 (with replacement)
+gives the text of decoding the whole. A stretch of ``most`` bytes with none of them (a wall of CJK text without
+spaces or digits) is cut at a character boundary instead, and said so (``forced``): the tokens around such a cut
+may differ from the whole text's by a token or two.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +139,69 @@ class TokenCounts:
 
 
 _REBUILD = "Count the corpus again to rebuild the token counts file."
+
+# ----------------------------------------------------------------------------- pieces of a corpus
+
+PIECE_BYTES = 1 << 20  # a piece's usual size: about a second of tokenizing on a busy core, a few MB of memory
+MAX_PIECE_BYTES = 4 << 20  # a piece never grows beyond this, boundary or not
+_SEARCH = 64 << 10  # the tail of a piece where the last boundary is looked for first
+_BOUNDARY = re.compile(rb"(?<=[0-9])|(?<=\n)(?=[\x21-\x7e])|(?<=[\x21-\x7e])(?= [\x21-\x7e])")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Bytes of a text to tokenize on their own; ``forced``: it ends where no boundary was proven."""
+
+    data: bytes
+    forced: bool = False
+
+
+def text_pieces(blocks: Iterable[bytes], *, target: int = PIECE_BYTES, most: int = MAX_PIECE_BYTES) -> Iterator[Piece]:
+    """One text, given as consecutive ``blocks`` of bytes, in pieces of about ``target`` bytes (at most ``most``)
+    that tokenize to the tokens of the whole text (see the module's doc). The pieces join to the input."""
+    most = max(most, target)
+    buffer = bytearray()
+    for block in blocks:
+        buffer += block
+        while len(buffer) >= target:
+            cut = _last_boundary(buffer, target) or _first_boundary(buffer, target, most)
+            forced = False
+            if cut is None:
+                if len(buffer) <= most:
+                    break  # read on: a boundary may come before ``most`` (and the byte after it says where to cut)
+                cut, forced = _character_boundary(buffer, most), True
+            yield Piece(bytes(buffer[:cut]), forced)
+            del buffer[:cut]
+    if buffer:
+        yield Piece(bytes(buffer))
+
+
+def _last_boundary(buffer: bytearray, end: int) -> int | None:
+    """The last boundary in ``(0, end]``: in the last 64 KiB first (any prose has one), else anywhere before."""
+    for start in (max(1, end - _SEARCH), 1):
+        found = None
+        for match in _BOUNDARY.finditer(buffer, start, min(len(buffer), end + 2)):
+            if match.start() > end:
+                break
+            found = match.start()
+        if found:
+            return found
+        if start == 1:
+            break
+    return None
+
+
+def _first_boundary(buffer: bytearray, start: int, most: int) -> int | None:
+    match = _BOUNDARY.search(buffer, start, min(len(buffer), most + 2))
+    return match.start() if match is not None and 0 < match.start() <= most else None
+
+
+def _character_boundary(buffer: bytearray, end: int) -> int:
+    """The last position at or before ``end`` that starts a UTF-8 character (not a continuation byte)."""
+    cut = end
+    while cut > end - 4 and cut > 1 and 0x80 <= buffer[cut] < 0xC0:
+        cut -= 1
+    return cut
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
