@@ -67,8 +67,9 @@ def settings_path() -> Path:
 
 
 def load(path: Path | None = None) -> Settings:
-    """The saved settings, or the defaults where there are none."""
-    data = settings_file.load_json_object(path or settings_path())  # None: missing or damaged
+    """The saved settings, or the defaults where there are none (a damaged file is set aside as
+    ``settings.json.bad``, with a warning: ``settings_file.load_state``); a value of the wrong type its default."""
+    data = settings_file.load_state(path or settings_path())  # None: missing or damaged
     if data is None:
         return Settings()
     settings = Settings()

@@ -128,15 +128,16 @@ def test_a_missing_settings_file_reads_as_none(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"x":' * 200_000 + "1" + "}" * 200_000, "\udcff"])
-def test_a_damaged_settings_file_is_named_or_read_as_missing_and_left_as_it_is(tmp_path: Path, text: str) -> None:
+def test_a_damaged_settings_file_is_named_or_read_as_missing_and_set_aside(tmp_path: Path, text: str) -> None:
     file = tmp_path / "settings.json"
     file.write_bytes(text.encode("utf-8", "surrogateescape"))
     before = file.read_bytes()
     with pytest.raises(settings_file.DamagedFile):
         settings_file.read_json(file)
     assert settings_file.load_json(file) is None
-    assert app_settings.load(file) == app_settings.Settings()
     assert file.read_bytes() == before
+    assert app_settings.load(file) == app_settings.Settings()
+    assert not file.exists() and (tmp_path / "settings.json.bad").read_bytes() == before  # kept for a person
 
 
 def test_a_folder_in_place_of_the_file_is_damaged(tmp_path: Path) -> None:

@@ -428,7 +428,7 @@ class AdaptiveDepth:
             tested = [float(v) for v in state["tested"]]
             accepted = [float(v) for v in state["accepted"]]
             current = int(state.get("current", -1))
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):  # OverflowError: int(inf)
             return False
         costs = [*rest.values(), *(v for v in (first, step) if v is not None)]
         counts_sane = len(tested) == len(accepted) and all(

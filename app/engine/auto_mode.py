@@ -31,7 +31,7 @@ from typing import Any
 
 from app.engine.depth_memory import forget_records
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition, Sample, Verdict, compare
-from app.settings_file import load_json_object, write_json
+from app.settings_file import load_json_object, load_state, write_json
 
 CANDIDATES = ("off", "embedded", "d2t")  # what Auto measures, in this order (those the model has files for)
 SUFFIX = ".auto.json"
@@ -186,7 +186,7 @@ class AutoMemory:
 
     def recall(self, key: AutoKey, candidates: Sequence[str]) -> AutoDrafting:
         """What was measured and decided for ``key``, or a cold start (none saved, or a damaged record)."""
-        record = load_json_object(self.path(key))
+        record = load_state(self.path(key))  # damaged: set aside as .bad, a cold start
         state = record.get("state") if record is not None and record.get("key") == json.loads(
             json.dumps(asdict(key))) else None
         found = AutoDrafting.from_dict(state, candidates) if isinstance(state, dict) else None

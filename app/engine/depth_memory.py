@@ -7,8 +7,9 @@ model files, on the same backend, with the same threads and GPU layers, starts f
 
 One small JSON file per such combination, named by a digest of it, in the app's data folder (``python -m app
 depth-memory list`` / ``forget``). A record that cannot be read, or that another version wrote, is a cold start,
-never an error: it is rewritten by the next save. Qt-free, and nothing native: the decoder hands in the
-backend's id.
+never an error: it is rewritten by the next save; a damaged one (not a regular file, not JSON, a number that is
+not finite) is moved aside as ``<name>.bad`` with a warning (``settings_file.load_state``). Qt-free, and
+nothing native: the decoder hands in the backend's id.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.config import EngineConfig
-from app.settings_file import load_json_object, write_json
+from app.settings_file import load_json_object, load_state, write_json
 
 SUFFIX = ".depth.json"
 
@@ -66,6 +67,11 @@ def key_for(config: EngineConfig, backend: str, threads: int) -> MemoryKey:
                      platform.node())
 
 
+def _check_record(record: dict[str, Any]) -> None:
+    if not isinstance(record.get("key"), dict) or not isinstance(record.get("state"), dict):
+        raise ValueError("it is not a depth-memory record (no key and state)")
+
+
 class DepthMemory:
     """The folder of records; each record is ``{"key": MemoryKey fields, "saved_at", "state"}``."""
 
@@ -78,7 +84,7 @@ class DepthMemory:
     def recall(self, key: MemoryKey) -> dict[str, Any] | None:
         """The state saved under ``key``, or None: none saved, or a record that is damaged or not for this key
         (then the next save replaces it)."""
-        record = load_json_object(self.path(key))
+        record = load_state(self.path(key), _check_record)  # damaged: set aside as .bad, a cold start
         if record is None or record.get("key") != json.loads(json.dumps(asdict(key))):
             return None
         state = record.get("state")

@@ -3,19 +3,27 @@ sits and whether it is folded, the drafting mode, and the chat that was open.
 
 A JSON file next to the settings (``window-state.json`` in the config folder). It is not part of
 ``settings.json`` because none of it is a preference the Settings page edits: it is where the user left
-things. Reading never fails (a damaged or missing file gives the defaults, a bad value its default), and
-neither does writing: losing the window's place is not worth an error in the user's face.
+things. Reading never fails and never blocks: it goes through ``settings_file.load_state`` (a regular file only,
+size-capped), and a file that is damaged or holds a value the window could not use (a geometry or splitter that
+is not ASCII base64, a chat id outside SQLite's range, a value of the wrong type) is logged, moved aside as
+``window-state.json.bad``, and the window starts from the defaults. Neither does writing fail: losing the
+window's place is not worth an error in the user's face.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from app import paths, settings_file
 from app.errors import StorageError
 
 FILE_NAME = "window-state.json"
+MAX_BLOB = 64 * 1024  # a saved geometry or splitter is under 100 bytes
+MAX_ID = 2**63 - 1  # SQLite's largest rowid
 
 
 @dataclass
@@ -33,19 +41,39 @@ def state_path() -> Path:
     return paths.config_dir() / FILE_NAME
 
 
+def _check(data: dict[str, Any]) -> None:
+    """``ValueError`` naming the first value the window could not use."""
+    defaults = WindowState()
+    for f in fields(WindowState):
+        if f.name not in data:
+            continue
+        value, default = data[f.name], getattr(defaults, f.name)
+        if type(value) is not type(default):  # bool is not int here, and int is not bool
+            raise ValueError(f"{f.name} is not a {type(default).__name__}")
+    for name in ("geometry", "splitter"):
+        blob = data.get(name, "")
+        if len(blob) > MAX_BLOB or not blob.isascii():
+            raise ValueError(f"{name} is not a saved Qt state (ASCII base64)")
+        try:
+            base64.b64decode(blob, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"{name} is not a saved Qt state (ASCII base64)") from None
+    if not 0 <= data.get("conversation", 0) <= MAX_ID:
+        raise ValueError("conversation is not a chat id")
+
+
 def load(path: Path | None = None) -> WindowState:
-    """The remembered state, or the defaults where there is none or it cannot be read."""
+    """The remembered state, or the defaults where there is none or it cannot be used (then set aside)."""
     try:
-        data = settings_file.load_json_object(path or state_path())  # None: missing or damaged
+        data = settings_file.load_state(path or state_path(), _check)  # None: missing or damaged
     except StorageError:  # no usable config folder
         return WindowState()
     state = WindowState()
     if data is None:
         return state
     for f in fields(WindowState):
-        value, default = data.get(f.name), getattr(state, f.name)
-        if type(value) is type(default):  # bool is not int here, and int is not bool
-            setattr(state, f.name, value)
+        if f.name in data:
+            setattr(state, f.name, data[f.name])
     return state
 
 
