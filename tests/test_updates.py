@@ -8,6 +8,7 @@ parameter: no test waits for time to pass.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +42,7 @@ NOW = datetime(2025, 7, 1, 12, 0, tzinfo=UTC)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Own config folder per test: trusted keys and the update state start empty."""
     monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))  # the rollback floor
     monkeypatch.delenv(updates.URL_ENV, raising=False)
 
 
@@ -216,6 +218,28 @@ def test_an_older_feed_after_a_newer_one_is_refused(tmp_path: Path, key: KeyPair
             srv.put(name, data)
         result = check(srv)
     assert result.status == "unverified" and "older than the one verified before" in result.message
+
+
+def test_the_rollback_floor_lives_in_the_data_folder_moves_there_once_and_survives_damaged_state(
+        tmp_path: Path, key: KeyPair) -> None:
+    from app import paths
+
+    old = make_feed(tmp_path / "old", key, "0.2.0", now=NOW - timedelta(days=30))
+    config, data = paths.config_dir(), paths.data_dir()
+    # an older version kept the floor in the update state: it moves to the data folder on first use
+    (config / updates.STATE_FILE).write_text(json.dumps({"feeds": {REPO: {"date": NOW.isoformat(), "sha256": ""}}}))
+    with ReleaseServer(old) as srv:
+        result = check(srv, trust_fingerprint=key.fingerprint)
+    assert result.status == "unverified" and "older than the one verified before" in result.message
+    assert REPO in json.loads((data / updates.FLOOR_FILE).read_text())
+    assert "feeds" not in json.loads((config / updates.STATE_FILE).read_text())
+    # a damaged update state (a FIFO) is set aside and does not drop the floor
+    (config / updates.STATE_FILE).unlink()
+    os.mkfifo(config / updates.STATE_FILE)
+    with ReleaseServer(old) as srv:
+        again = check(srv, trust_fingerprint=key.fingerprint)
+    assert again.status == "unverified" and "older than the one verified before" in again.message
+    assert (config / (updates.STATE_FILE + ".bad")).is_fifo()
 
 
 def test_an_oversized_or_endless_feed_is_not_read(server: ReleaseServer, key: KeyPair) -> None:

@@ -13,6 +13,7 @@ so a window can show it and an offline machine is not an error. Each check is re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -36,6 +37,7 @@ Status = Literal["up_to_date", "available", "unverified", "unreachable"]
 STATUSES: tuple[Status, ...] = ("up_to_date", "available", "unverified", "unreachable")
 CHECK_INTERVAL = timedelta(hours=24)
 STATE_FILE = "update-state.json"
+FLOOR_FILE = "update-floor.json"  # in the data folder: not a cache, it guards against replayed old feeds
 URL_ENV = "FASTMTP_UPDATE_URL"
 DEFAULT_TIMEOUT = 15.0
 _MAX_REDIRECTS = 5
@@ -325,30 +327,63 @@ def _state_path() -> Path:
     return paths.config_dir() / STATE_FILE
 
 
+def _floor_path() -> Path:
+    return paths.data_dir() / FLOOR_FILE
+
+
 def _read_state() -> dict[str, Any]:
-    """The saved state; a missing or damaged file reads as empty (it is a cache, rewritten on the next check)."""
-    return settings_file.load_json_object(_state_path()) or {}
+    """The saved state; a missing or damaged file reads as empty (it is a cache, rewritten on the next check; a
+    damaged one is set aside as ``update-state.json.bad`` with a warning)."""
+    return settings_file.load_state(_state_path()) or {}
+
+
+def _check_floors(data: dict[str, Any]) -> None:
+    for repo, entry in data.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("date"), str):
+            raise ValueError(f"the entry for {str(repo)[:80]!r} has no date")
+
+
+def _read_floors() -> dict[str, Any]:
+    """The date of the last feed verified, per repository (the rollback floor), from the data folder. Once, the
+    floor an older version kept in the update state (config folder) moves here. A damaged file is set aside as
+    ``update-floor.json.bad`` with a warning (and the floor starts again from the next verified feed)."""
+    path = _floor_path()
+    floors = settings_file.load_state(path, _check_floors)
+    if floors is not None or os.path.lexists(path) or os.path.lexists(path.with_name(FLOOR_FILE + ".bad")):
+        return floors or {}
+    state = _read_state()
+    old = state.pop("feeds", None)
+    if not isinstance(old, dict):
+        return {}
+    migrated = {repo: entry for repo, entry in old.items() if isinstance(entry, dict)
+                and isinstance(entry.get("date"), str)}
+    with contextlib.suppress(OSError):
+        settings_file.write_json(path, migrated)
+        settings_file.write_json(_state_path(), state)
+    return migrated
 
 
 def _remember(result: UpdateCheck, verified: VerifiedFeed | None, repo: str) -> None:
+    floors = _read_floors()  # first: moves an older version's floor out of the state
     data = _read_state()
     data["last_check"] = result.to_dict()
+    data.pop("feeds", None)  # the floor lives in the data folder
+    targets: list[tuple[Path, dict[str, Any], str]] = []
     if verified is not None:
-        floors: dict[str, Any] = data["feeds"] if isinstance(data.get("feeds"), dict) else {}
         floors[repo] = {"date": _iso(verified.feed.date), "sha256": verified.sha256}
-        data["feeds"] = floors
-    path = _state_path()
-    try:
-        settings_file.write_json(path, data)
-    except OSError as exc:
-        raise StorageError(f"Cannot write {path}: {exc.strerror or type(exc).__name__}.",
-                           "Check that the config folder is writable and the disk is not full.") from None
+        targets.append((_floor_path(), floors, "data"))
+    targets.append((_state_path(), data, "config"))
+    for path, body, folder in targets:
+        try:
+            settings_file.write_json(path, body)
+        except OSError as exc:
+            raise StorageError(f"Cannot write {path}: {exc.strerror or type(exc).__name__}.",
+                               f"Check that the {folder} folder is writable and the disk is not full.") from None
 
 
 def _check_floor(repo: str, feed: AppFeed) -> None:
     """Refuse a feed signed before the last one verified: a replayed old feed would hide a newer release."""
-    floor = _read_state().get("feeds", {})
-    entry = floor.get(repo) if isinstance(floor, dict) else None
+    entry = _read_floors().get(repo)
     if not isinstance(entry, dict):
         return
     try:
