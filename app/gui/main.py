@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self._owns_history = history is None
         self.history = history or HistoryStore(recover=True)  # a damaged file is copied aside, a new one started
         self.settings = settings or app_settings.load()
+        self._settings_reload_due = False  # engine settings were saved while a model was loaded: reload it
 
         self.status = StatusLabel()
         self.status.setStyleSheet("color: #6b7280;")
@@ -327,9 +328,17 @@ class MainWindow(QMainWindow):
             self.chat_page.load(config)
 
     def apply_settings(self, settings: Settings) -> None:
-        """New settings from the Settings page: the theme now, engine sizes at the next load."""
+        """New settings from the Settings page: the theme now; a change to what the engine loads with (depth,
+        context, threads, GPU layers, …) reloads the chat's model at once when it is idle, else as soon as its
+        reply or load ends (``_reload_for_settings``), and the page says which."""
         folder_changed = settings.models_path() != self.settings.models_path()
+        engine_changed = app_settings.engine_fields(settings) != app_settings.engine_fields(self.settings)
         self.settings = settings
+        if engine_changed:
+            self._settings_reload_due = self.bridge.config is not None and self.bridge.remote is None
+            self.settings_page.note.setText(self.settings_page.note.text() + " " + self._settings_reload_note())
+            if self._settings_reload_due and not self.bridge.busy:
+                self._reload_for_settings()
         self.models_page.set_context_size(settings.context_size)  # the fit advice sizes what the engine loads
         app = QApplication.instance()
         if isinstance(app, QApplication):
@@ -338,6 +347,22 @@ class MainWindow(QMainWindow):
             self.nav.set_palette(colours)  # the rail's icons and the pin marks follow the theme
         if folder_changed:
             self.model_selector.refresh()
+
+    def _settings_reload_note(self) -> str:
+        if not self._settings_reload_due:
+            return "The engine settings apply when a model is loaded."
+        if self.bridge.busy:
+            return "The model reloads with the new engine settings as soon as the reply or load under way ends."
+        return "The model reloads now with the new engine settings."
+
+    def _reload_for_settings(self) -> None:
+        """Load the chat's model again with the saved engine settings (once; nothing while the engine is busy)."""
+        if not self._settings_reload_due or self.bridge.busy or self.bridge.remote is not None:
+            return
+        self._settings_reload_due = False
+        self.reload()
+        if self.bridge.busy:
+            self.status.setText("Reloading the model with the new settings…")
 
     def add_remote_server(self) -> None:
         """"Remote server…": the dialog; a server added is listed and chosen, a cancel goes back to the model before."""
@@ -361,6 +386,8 @@ class MainWindow(QMainWindow):
 
     def _busy_changed(self, busy: bool) -> None:
         self.model_selector.set_busy(busy, self.bridge.remote is not None)
+        if not busy and self._settings_reload_due:  # saved while a reply streamed: reload before the next one
+            QTimer.singleShot(0, self._reload_for_settings)
         # Esc: only while streaming
         self.stop_action.setEnabled(busy and self.chat_page.chat.streaming_entry() is not None)
 

@@ -163,7 +163,7 @@ class SettingsPage(QWidget):
             return
         app_settings.save(settings)
         self._settings = settings
-        self.note.setText(f"Saved to {app_settings.settings_path()}. Engine sizes apply from the next model load.")
+        self.note.setText(f"Saved to {app_settings.settings_path()}.")  # the window adds when the engine reloads
         self.saved.emit(settings)
 
     def forget_learned_depths(self) -> None:
