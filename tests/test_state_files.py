@@ -75,8 +75,10 @@ def test_window_state_keeps_good_values_and_refuses_what_qt_or_sqlite_could_not_
     state = window_state.load(path)
     assert (state.geometry, state.hud_corner, state.conversation) == ("AdnQywADAAA=", "bottom-left", 7)
     assert path.exists()
-    for bad in ({"conversation": -1}, {"conversation": 2**63}, {"hud_collapsed": 1}, {"geometry": "not base64!"},
-                {"geometry": "A" * 70_000}):
+    path.write_text(json.dumps({"hud_collapsed": 1, "geometry": "not base64!", "hud_corner": "bottom-left"}))
+    state = window_state.load(path)  # a wrong type is that field's default; ASCII Qt ignores where not base64
+    assert (state.hud_collapsed, state.geometry, state.hud_corner) == (False, "not base64!", "bottom-left")
+    for bad in ({"conversation": -1}, {"conversation": 2**63}, {"splitter": "caf\u00e9"}, {"geometry": "A" * 70_000}):
         path.write_text(json.dumps(bad))
         assert window_state.load(path) == window_state.WindowState()
         assert not path.exists() and json.loads(path.with_name("window-state.json.bad").read_text()) == bad

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.engine.depth_memory import forget_records
+from app.engine.depth_memory import forget_records, set_aside_records
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition, Sample, Verdict, compare
 from app.settings_file import load_json_object, load_state, write_json
 
@@ -213,6 +213,7 @@ class AutoMemory:
                           "gpu_layers": key.get("gpu_layers"), "saved_at": record.get("saved_at"),
                           "winner": auto.winner, "status": auto.status(),
                           "samples": sum(1 for s in auto.samples if s.warm)})
+        found += [{"file": str(path), "damaged": True} for path in set_aside_records(self.folder, SUFFIX)]
         return found
 
     def forget(self) -> int:

@@ -109,6 +109,7 @@ class DepthMemory:
                           "mode": key.get("mode"), "backend": key.get("backend"), "threads": key.get("threads"),
                           "gpu_layers": key.get("gpu_layers"), "saved_at": record.get("saved_at"),
                           "depth": state.get("current"), "rounds": state.get("rounds")})
+        found += [{"file": str(path), "damaged": True} for path in set_aside_records(self.folder, SUFFIX)]
         return found
 
     def forget(self) -> int:
@@ -116,9 +117,15 @@ class DepthMemory:
         return forget_records(self.folder, SUFFIX)
 
 
+def set_aside_records(folder: Path, suffix: str) -> list[Path]:
+    """The damaged records ``load_state`` moved aside (``<record>.bad``), for ``list`` to name as damaged."""
+    return sorted(folder.glob(f"*{suffix}.bad")) if folder.is_dir() else []
+
+
 def forget_records(folder: Path, suffix: str) -> int:
-    """Delete the records ending in ``suffix`` in ``folder`` (damaged ones too); how many there were."""
-    paths = list(folder.glob(f"*{suffix}")) if folder.is_dir() else []
+    """Delete the records ending in ``suffix`` in ``folder`` (damaged ones too, and those set aside as
+    ``.bad``); how many there were."""
+    paths = [*folder.glob(f"*{suffix}"), *set_aside_records(folder, suffix)] if folder.is_dir() else []
     for path in paths:
         path.unlink(missing_ok=True)
     return len(paths)
