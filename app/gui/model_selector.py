@@ -103,7 +103,7 @@ class ModelSelector(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(QLabel("Model:"))
         layout.addWidget(self.model_box)
-        layout.addSpacing(16)
+        layout.addSpacing(10)
         layout.addWidget(QLabel("Drafting:"))
         layout.addWidget(self.mode_box)
 

@@ -21,11 +21,13 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -100,7 +102,7 @@ class SettingsPage(QWidget):
 
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
-        self.models_dir.setMinimumWidth(460)
+        self.models_dir.setMinimumWidth(320)
         for box in (self.context_size, self.gpu_layers, self.threads, self.draft_depth, self.p_min, self.theme):
             box.setMinimumWidth(160)
         form.addRow("Models folder", folder)
@@ -111,7 +113,8 @@ class SettingsPage(QWidget):
         form.addRow("", adaptive_row)
         form.addRow("Draft confidence p_min", self.p_min)
         form.addRow("Theme", self.theme)
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        layout = QVBoxLayout(content)
         layout.setContentsMargins(24, 18, 24, 18)
         title = QLabel("Settings")
         title.setStyleSheet("font-size: 16px; font-weight: 600;")
@@ -125,6 +128,13 @@ class SettingsPage(QWidget):
         row.addWidget(self.note, 1)
         layout.addLayout(row)
         layout.addStretch(1)
+        self.scroll_area = QScrollArea()  # the window may be shorter (or narrower) than the page: scroll, never squash
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroll_area)
         self.show_settings(settings)
 
     def show_settings(self, settings: Settings) -> None:
