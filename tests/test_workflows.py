@@ -1,0 +1,193 @@
+"""The GitHub workflows (.github/workflows/) call only what exists here: make targets of the Makefile, files of
+the repository, and ``python -m app`` subcommands and options that parse (issue 30). The release workflow
+builds with installers/build.py and smoke-tests with installers/smoke.py, as ``make package-test`` does."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+# Programs of the runner images (not of this repository) that a step may call.
+EXTERNAL = {"sudo", "apt-get", "mkdir", "cp", "rm", "printf", "echo", "gh", "choco", "sha256sum", "cd",
+            "bash", "if", "fi", "for", "done", "[", "test"}
+SHELL_KEYWORDS = ("then", "else", "do")
+PYTHONS = {"python", ".venv/bin/python", ".venv/Scripts/python", "$PY", "$py"}
+REPO_PREFIXES = ("installers/", "tests/", "app/", "resources/", ".github/", "docs/")
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def run_scripts(workflow: dict[str, Any]) -> list[tuple[str, str]]:
+    """(job id, run script) of every step."""
+    return [(job_id, step["run"]) for job_id, job in workflow["jobs"].items()
+            for step in job.get("steps", []) if "run" in step]
+
+
+def commands(script: str) -> list[list[str]]:
+    """The simple commands of a shell script, as words, with leading shell keywords and parentheses removed."""
+    out: list[list[str]] = []
+    for line in script.replace("\\\n", " ").splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()   # a comment (not the # of ${TAG#v})
+        if not line:
+            continue
+        for segment in re.split(r"&&|\|\||;|(?<![|>])\|(?!\|)", line):
+            segment = segment.strip().strip("()").strip()
+            if not segment:
+                continue
+            words = shlex.split(segment)
+            while words and words[0] in SHELL_KEYWORDS:
+                words = words[1:]
+            if words:
+                out.append(words)
+    return out
+
+
+def make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text()
+    return {m.group(1) for m in re.finditer(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", text, re.MULTILINE)}
+
+
+@cache
+def app_help(path: tuple[str, ...]) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "app", *path, "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    return proc.returncode, proc.stdout
+
+
+def repo_path_problems(words: list[str]) -> list[str]:
+    problems = []
+    for word in words:
+        word = word.strip(")")
+        if word.startswith(REPO_PREFIXES) and not any(c in word for c in "*$") and not (ROOT / word).exists():
+            problems.append(f"no file {word}")
+    return problems
+
+
+def problems_of(words: list[str]) -> list[str]:
+    """What in one command does not exist in the repository (empty when all of it does)."""
+    head = words[0]
+    problems = repo_path_problems(words)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", head):
+        return problems                                   # a variable assignment
+    if head == "make":
+        targets = make_targets()
+        problems += [f"no make target {w}" for w in words[1:] if not w.startswith("-") and "=" not in w
+                     and w not in targets]
+        return problems
+    if head in PYTHONS:
+        rest = words[1:]
+        if rest[:2] == ["-m", "app"]:
+            path: list[str] = []
+            for word in rest[2:]:
+                if word.startswith("-"):
+                    break
+                path.append(word)
+            code, text = app_help(tuple(path))
+            if code != 0:
+                return [*problems, f"`python -m app {' '.join(path)}` is not a command"]
+            problems += [f"`python -m app {' '.join(path)}` has no option {w}" for w in rest[2:]
+                         if w.startswith("--") and w.split("=")[0] not in text]
+            return problems
+        if rest[:2] in (["-m", "pip"], ["-m", "venv"]):
+            return problems
+        if rest and rest[0].endswith(".py"):
+            return problems if (ROOT / rest[0]).is_file() else [*problems, f"no script {rest[0]}"]
+        return [*problems, f"unexpected python call: {' '.join(words)}"]
+    if head == "bash" and len(words) > 1 and not (ROOT / words[1]).is_file():
+        return [*problems, f"no script {words[1]}"]
+    if head in EXTERNAL or head.endswith("ISCC.exe"):
+        return problems
+    return [*problems, f"unknown program {head}"]
+
+
+def test_there_are_ci_and_release_workflows() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "release.yml"}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_step_calls_what_exists(path: Path) -> None:
+    problems = [f"{job}: {problem}" for job, script in run_scripts(load(path))
+                for words in commands(script) for problem in problems_of(words)]
+    assert problems == []
+
+
+def test_the_checker_catches_what_does_not_exist() -> None:
+    script = """make venv nope-target PYTHON=python
+    .venv/bin/python installers/missing.py
+    .venv/bin/python -m app backend frobnicate --json
+    .venv/bin/python -m app backend build --no-such-flag
+    bash installers/macos/missing.sh
+    cp installers/absent.txt out/
+    curl https://example.invalid
+    """
+    found = [p for words in commands(script) for p in problems_of(words)]
+    assert found == [
+        "no make target nope-target",
+        "no file installers/missing.py", "no script installers/missing.py",
+        "`python -m app backend frobnicate` is not a command",
+        "`python -m app backend build` has no option --no-such-flag",
+        "no file installers/macos/missing.sh", "no script installers/macos/missing.sh",
+        "no file installers/absent.txt",
+        "unknown program curl",
+    ]
+
+
+def test_shell_splitting() -> None:
+    assert commands('if [ "$X" = 1 ]; then make unit BIN=a; else make unit; fi') == [
+        ["if", "[", "$X", "=", "1", "]"], ["make", "unit", "BIN=a"], ["make", "unit"], ["fi"]]
+    assert commands("(cd release && sha256sum -c SHA256SUMS)  # check") == [
+        ["cd", "release"], ["sha256sum", "-c", "SHA256SUMS"]]
+
+
+def test_ci_runs_make_test_on_linux_and_the_unit_tier_on_windows_and_macos() -> None:
+    ci = load(ROOT / ".github" / "workflows" / "ci.yml")
+    jobs = ci["jobs"]
+    assert jobs["test"]["runs-on"] == "ubuntu-latest"
+    assert any(w[:2] == ["make", "test"] for _, s in run_scripts({"jobs": {"test": jobs["test"]}})
+               for w in commands(s))
+    assert set(jobs["unit"]["strategy"]["matrix"]["os"]) == {"windows-latest", "macos-latest"}
+    assert any(w[:2] == ["make", "unit"] for _, s in run_scripts({"jobs": {"unit": jobs["unit"]}})
+               for w in commands(s))
+    tier = (ROOT / "tests" / "unit-tier.txt").read_text().split()
+    assert tier and all((ROOT / t).is_file() for t in tier)
+    assert "tests/test_workflows.py" in tier
+
+
+def test_release_builds_and_smoke_tests_with_the_projects_scripts() -> None:
+    release = load(ROOT / ".github" / "workflows" / "release.yml")
+    jobs = release["jobs"]
+    for job_id, runner in (("linux", "ubuntu-latest"), ("windows", "windows-latest"), ("macos", "macos-latest")):
+        assert jobs[job_id]["runs-on"] == runner
+        calls = [w for _, s in run_scripts({"jobs": {job_id: jobs[job_id]}}) for w in commands(s)]
+        scripts = [w[1] for w in calls if w[0] in PYTHONS and len(w) > 1]
+        assert scripts.index("installers/build.py") < scripts.index("installers/smoke.py"), job_id
+        assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in jobs[job_id]["steps"])
+    cuda = jobs["cuda-backend"]
+    assert cuda["strategy"]["matrix"]["arch"] == ["75", "86", "89", "90", "120"]
+    assert set(cuda["strategy"]["matrix"]["os"]) == {"ubuntu-latest", "windows-latest"}
+    cuda_calls = [w for _, s in run_scripts({"jobs": {"c": cuda}}) for w in commands(s)]
+    app_calls = [w[3:5] for w in cuda_calls if w[1:3] == ["-m", "app"]]
+    assert app_calls == [["backend", "build"], ["backend", "pack"], ["release", "sign-backend"]]
+    build = next(w for w in cuda_calls if w[3:5] == ["backend", "build"])
+    assert "--fetch-cuda-toolkit" in build and "--cuda" in build and "--cuda-arch" in build
+    final = jobs["release"]
+    assert set(final["needs"]) == {"linux", "windows", "macos", "cuda-backend"}
+    final_calls = [w for _, s in run_scripts({"jobs": {"r": final}}) for w in commands(s)]
+    assert any(w[1:5] == ["-m", "app", "release", "sign"] for w in final_calls)
+    assert ["sha256sum", "-c", "SHA256SUMS"] in final_calls
+    assert "secrets.FASTMTP_RELEASE_KEY" in (ROOT / ".github" / "workflows" / "release.yml").read_text()
