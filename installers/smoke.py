@@ -1,5 +1,7 @@
 """Smoke test of the packaged Linux app, run by `make test` after `installers/build.py`.
 
+On Windows and macOS (the release workflow) it runs the steps of the one-folder app: 1, 3 and 4.
+
 Every run uses a clean environment (``env -i`` style: a fresh HOME, data, config and cache folder, no
 venv on PATH), as a person who just installed the package has:
 
@@ -43,6 +45,21 @@ HIDDEN_TOOLS = {"cmake", "ninja", "ctest", "cpack", "ccmake", "cmake-gui", "ninj
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++")
 
 
+WINDOWS_ENV = ("SYSTEMROOT", "WINDIR", "COMSPEC", "PATHEXT")
+
+
+def system_path() -> str:
+    """The system's own programs and nothing else: no venv, no compiler's folder."""
+    if sys.platform == "win32":
+        return str(Path(os.environ.get("SYSTEMROOT", r"C:\Windows")) / "System32")
+    return "/usr/bin:/bin"
+
+
+def app_program(folder: Path) -> Path:
+    """The console program of the one-folder app on this system."""
+    return folder / (f"{APP_NAME}.exe" if sys.platform == "win32" else APP_NAME)
+
+
 class SmokeFailure(Exception):
     pass
 
@@ -63,10 +80,14 @@ class Machine:
         self.extra: dict[str, str] = {}
 
     def env(self) -> dict[str, str]:
-        return {"HOME": str(self.home), "PATH": self.path, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                "TMPDIR": str(self.home / "tmp"), "FASTMTP_DATA_DIR": str(self.home / "data"),
-                "FASTMTP_CONFIG_DIR": str(self.home / "config"), "FASTMTP_CACHE_DIR": str(self.home / "cache"),
-                "QT_QPA_PLATFORM": "offscreen", **self.extra}
+        env = {"HOME": str(self.home), "PATH": self.path, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "TMPDIR": str(self.home / "tmp"), "FASTMTP_DATA_DIR": str(self.home / "data"),
+               "FASTMTP_CONFIG_DIR": str(self.home / "config"), "FASTMTP_CACHE_DIR": str(self.home / "cache"),
+               "QT_QPA_PLATFORM": "offscreen"}
+        if sys.platform == "win32":  # what any Windows program needs (Python's sockets and random read SYSTEMROOT)
+            env.update({name: os.environ[name] for name in WINDOWS_ENV if name in os.environ})
+            env.update({"USERPROFILE": str(self.home), "TEMP": str(self.home / "tmp"), "TMP": str(self.home / "tmp")})
+        return {**env, **self.extra}
 
     def run(self, program: Path, *args: str, timeout: float = 600, expect: int = 0) -> subprocess.CompletedProcess[str]:
         done = subprocess.run([str(program), *args], env=self.env(), cwd=self.home, capture_output=True, text=True,
@@ -125,7 +146,7 @@ def check_quickstart(result: dict[str, Any], backend_id: str | None) -> str:
 
 
 def step_help_and_demo(app: Path, base: Path) -> str:
-    user = Machine(base, "help", "/usr/bin:/bin")
+    user = Machine(base, "help", system_path())
     done = user.run(app, "--help")
     check("usage:" in done.stdout and "quickstart" in done.stdout, "--help does not list the commands")
     demo = user.home / "demo"
@@ -148,7 +169,7 @@ def step_tarball(tarball: Path, backend_id: str, base: Path) -> str:
 
 
 def step_verify(app: Path, base: Path) -> str:
-    user = Machine(base, "verify", "/usr/bin:/bin")
+    user = Machine(base, "verify", system_path())
     keys = user.run_json(app, "release", "keygen", "--out", str(user.home / "keys"))
     release = user.home / "release"
     user.run(app, "demo-model", "--out", str(release), "--size", "tiny")
@@ -167,7 +188,7 @@ def step_verify(app: Path, base: Path) -> str:
 
 
 def step_window(app: Path, base: Path) -> str:
-    user = Machine(base, "window", "/usr/bin:/bin")
+    user = Machine(base, "window", system_path())
     done = user.run(app, "window", "--check", timeout=120)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     check(bool(lines), f"the window reported nothing: {done.stdout[-300:]} {done.stderr[-300:]}")
@@ -225,23 +246,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave out step 5 (a full backend compile: minutes)")
     args = parser.parse_args(argv)
     folder = args.dist / APP_NAME
-    app = folder / APP_NAME
-    arch = debian.debian_arch()
+    app = app_program(folder)
+    # Windows and macOS (the release workflow): the one-folder app's steps; the tarball, the .deb and the build
+    # with the system's /usr/bin are Linux's.
+    linux = sys.platform.startswith("linux")
+    arch = debian.debian_arch() if linux else ""
     tarballs = sorted(args.dist.glob(f"{APP_NAME}-{__version__}-linux-*.tar.gz"))
     deb = args.dist / f"{APP_NAME}_{__version__}_{arch}.deb"
-    if not app.is_file() or not tarballs or not deb.is_file():
-        print(f"error: build the packages first (`python installers/build.py`); missing under {args.dist}",
-              file=sys.stderr)
+    missing = [str(app.relative_to(args.dist))] if not app.is_file() else []
+    if linux:
+        missing += [] if tarballs else [f"{APP_NAME}-{__version__}-linux-*.tar.gz"]
+        missing += [] if deb.is_file() else [deb.name]
+    if missing:
+        print(f"error: build the packages first (`python installers/build.py`); missing under {args.dist}: "
+              f"{', '.join(missing)}", file=sys.stderr)
         return 1
     backend_id = bundled_backend_id(folder)
     steps: list[tuple[str, Callable[[Path], str]]] = [
-        ("--help, demo-model, gguf inspect", lambda base: step_help_and_demo(app, base)),
-        ("tarball: quickstart, no compiler", lambda base: step_tarball(tarballs[-1], backend_id, base)),
-        ("release sign + verify", lambda base: step_verify(app, base)),
-        ("window (offscreen) first-run panel", lambda base: step_window(app, base)),
-        (".deb: install, launcher, remove", lambda base: step_deb(deb, backend_id, base)),
-    ]
-    if not args.skip_build_step:
+        ("--help, demo-model, gguf inspect", lambda base: step_help_and_demo(app, base))]
+    if linux:
+        steps.append(("tarball: quickstart, no compiler", lambda base: step_tarball(tarballs[-1], backend_id, base)))
+    steps += [("release sign + verify", lambda base: step_verify(app, base)),
+              ("window (offscreen) first-run panel", lambda base: step_window(app, base))]
+    if linux:
+        steps.append((".deb: install, launcher, remove", lambda base: step_deb(deb, backend_id, base)))
+    if linux and not args.skip_build_step:
         steps.append(("backend build with bundled tools", lambda base: step_build(app, base)))
     results: list[dict[str, Any]] = []
     failed = False

@@ -191,3 +191,38 @@ def test_release_builds_and_smoke_tests_with_the_projects_scripts() -> None:
     assert any(w[1:5] == ["-m", "app", "release", "sign"] for w in final_calls)
     assert ["sha256sum", "-c", "SHA256SUMS"] in final_calls
     assert "secrets.FASTMTP_RELEASE_KEY" in (ROOT / ".github" / "workflows" / "release.yml").read_text()
+
+
+@pytest.mark.parametrize(("platform", "wanted"), [
+    ("linux", ["fastmtp-chat/fastmtp-chat", "-linux-*.tar.gz", "_amd64.deb"]),
+    ("darwin", ["fastmtp-chat/fastmtp-chat"]),
+    ("win32", ["fastmtp-chat/fastmtp-chat.exe"]),
+])
+def test_smoke_asks_for_each_systems_packages(platform: str, wanted: list[str], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The release workflow runs installers/smoke.py on Windows and macOS too: there it needs the one-folder
+    app, not the Linux tarball and .deb."""
+    from installers import smoke
+
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setattr(smoke.debian, "debian_arch", lambda: "amd64")
+    assert smoke.main(["--dist", str(tmp_path), "--report", str(tmp_path / "r.json")]) == 1
+    missing = capsys.readouterr().err.split("missing under", 1)[1].split(": ", 1)[1].strip().split(", ")
+    assert len(missing) == len(wanted)
+    assert all(m.replace("\\", "/").endswith(w) or w in m for m, w in zip(missing, wanted, strict=True))
+
+
+def test_smoke_machine_on_windows_keeps_what_windows_programs_need(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from installers import smoke
+
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setenv("SYSTEMROOT", r"C:\Windows")
+    monkeypatch.setenv("SECRET_OF_THE_BUILDER", "x")
+    env = smoke.Machine(tmp_path, "user", smoke.system_path()).env()
+    assert env["SYSTEMROOT"] == r"C:\Windows" and env["PATH"].endswith("System32")
+    assert env["USERPROFILE"] == str(tmp_path / "user") and "SECRET_OF_THE_BUILDER" not in env
+    monkeypatch.setattr(sys, "platform", "linux")
+    env = smoke.Machine(tmp_path, "user2", smoke.system_path()).env()
+    assert "SYSTEMROOT" not in env and env["PATH"] == "/usr/bin:/bin"
