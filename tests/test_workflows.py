@@ -20,7 +20,8 @@ WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 
 # Programs of the runner images (not of this repository) that a step may call.
 EXTERNAL = {"sudo", "apt-get", "mkdir", "cp", "rm", "printf", "echo", "gh", "choco", "sha256sum", "cd",
-            "bash", "if", "fi", "for", "done", "[", "test", "xargs"}
+            "bash", "if", "fi", "for", "done", "[", "test", "xargs",
+            "command"}
 SHELL_KEYWORDS = ("then", "else", "do")
 PYTHONS = {"python", ".venv/bin/python", ".venv/Scripts/python", "$PY", "$py"}
 REPO_PREFIXES = ("installers/", "tests/", "app/", "resources/", ".github/", "docs/")
