@@ -98,9 +98,29 @@ class SidecarCheck:
     positions: int
     sidecar_acceptance: float
     embedded_acceptance: float
+    current_acceptance: float | None = None  # the model's d2t sidecar until now, on the same text (when it had one)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def replaces_current(check: SidecarCheck | None, current: Path | None, new: Path) -> tuple[bool, str]:
+    """Whether the new sidecar becomes the model's d2t drafting mode, and why (issue 29 item 4): it does when the
+    model had none, or when it measured at least as well as the current one along the same text; a new sidecar
+    that measured worse, or was not measured, is kept beside the current one, which stays the d2t mode."""
+    if current is None:
+        return True, f"{new.name} is this model's FastMTP d2t drafting mode."
+    if check is None or check.current_acceptance is None:
+        return False, (f"{current.name} stays this model's d2t drafting mode: {new.name} was not measured against "
+                       "it. It is kept beside it; attach it to use it anyway.")
+    if check.sidecar_acceptance >= check.current_acceptance:
+        return True, (f"{new.name} replaces {current.name} as this model's d2t drafting mode: it measured "
+                      f"{check.sidecar_acceptance:.1%} one-token acceptance, {current.name} "
+                      f"{check.current_acceptance:.1%}, along the same text.")
+    return False, (f"{current.name} stays this model's d2t drafting mode: it measured "
+                   f"{check.current_acceptance:.1%} one-token acceptance, {new.name} only "
+                   f"{check.sidecar_acceptance:.1%}, along the same text. The new file is kept beside it; "
+                   "attach it to use it anyway.")
 
 
 @dataclass(frozen=True)
@@ -304,8 +324,10 @@ def default_out(target: Path, vocab_size: int) -> Path:
 
 def make_sidecar(target: Path, out: Path, vocab_size: int = 32768, corpus: Corpus = Corpus(), *,
                  check: bool = True, on_progress: OnProgress = lambda _p: None, control: Control | None = None,
-                 history_path: Path | None = None, n_threads: int | None = None) -> SidecarMade:
-    """Build a d2t sidecar of ``vocab_size`` draft tokens chosen by ``corpus``, then (``check``) measure it.
+                 history_path: Path | None = None, n_threads: int | None = None,
+                 current: Path | None = None) -> SidecarMade:
+    """Build a d2t sidecar of ``vocab_size`` draft tokens chosen by ``corpus``, then (``check``) measure it (and
+    ``current``, the model's d2t sidecar until now, on the same text: see :func:`replaces_current`).
 
     Raises:
         JobCancelled: ``control`` was cancelled; no file was left at ``out`` or ``out.partial``.
@@ -348,7 +370,8 @@ def make_sidecar(target: Path, out: Path, vocab_size: int = 32768, corpus: Corpu
     result_check = None
     if check:
         try:
-            result_check = check_sidecar(target, out, on_progress=on_progress, control=control, n_threads=n_threads)
+            result_check = check_sidecar(target, out, on_progress=on_progress, control=control, n_threads=n_threads,
+                                         current=current)
         except JobCancelled:
             out.unlink(missing_ok=True)  # cancel means nothing is kept, also once the file was complete
             raise
@@ -374,9 +397,11 @@ def _count_with_model(target: Path, corpus: Corpus, history_path: Path | None, o
 
 
 def check_sidecar(target: Path, sidecar: Path, *, n_new: int = CHECK_TOKENS, on_progress: OnProgress = lambda _p: None,
-                  control: Control | None = None, n_threads: int | None = None) -> SidecarCheck:
-    """One-token acceptance of ``sidecar`` and of the target's embedded head along the target's greedy reply to
-    a built-in prompt (the demo model's own table for the demo model).
+                  control: Control | None = None, n_threads: int | None = None,
+                  current: Path | None = None) -> SidecarCheck:
+    """One-token acceptance of ``sidecar``, of the target's embedded head and of ``current`` (another sidecar of
+    the target, when given) along the target's greedy reply to a built-in prompt (the demo model's own table for
+    the demo model).
 
     Raises:
         SidecarError: the sidecar does not fit the target.
@@ -407,6 +432,11 @@ def check_sidecar(target: Path, sidecar: Path, *, n_new: int = CHECK_TOKENS, on_
         sidecar_rate = draft_probe.probe(model, sequence, sidecar, n_threads).acceptance(len(prompt))
         control.check()
         embedded_rate = draft_probe.probe(model, sequence, None, n_threads).acceptance(len(prompt))
+        current_rate = None
+        if current is not None and Path(current).is_file():
+            control.check()
+            current_probe = draft_probe.probe(model, sequence, Path(current), n_threads)
+            current_rate = round(current_probe.acceptance(len(prompt)), 4)
     on_progress(Progress("checking", 3, 3, "Checked"))
     return SidecarCheck(positions=len(generated), sidecar_acceptance=round(sidecar_rate, 4),
-                        embedded_acceptance=round(embedded_rate, 4))
+                        embedded_acceptance=round(embedded_rate, 4), current_acceptance=current_rate)

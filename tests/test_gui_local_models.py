@@ -311,6 +311,40 @@ def test_a_sidecar_made_in_the_window_drafts_in_a_chat(qtbot: QtBot, window: Mai
     assert window.model_selector.bench_model() is not None and window.model_selector.bench_model().d2t == made  # type: ignore[union-attr]
 
 
+def test_a_worse_sidecar_is_kept_beside_the_good_one_until_the_user_chooses_it(
+        qtbot: QtBot, window: MainWindow, demo: DemoModel, places: Path) -> None:
+    """Issue 29 item 4: a model that drafts with its d2t sidecar is not advised to make one; a new sidecar that
+    measures worse along the same text does not become its d2t mode (the dialog says why) unless "Use it anyway"."""
+    folder = places / "home" / "keep"
+    target = _link(demo.target, folder / "Keep-Q8_0.gguf")
+    good = _link(demo.sidecar_d2t, folder / "Keep-FastMTP-d2t.gguf")
+    panel = window.models_page.local
+    panel.add_path(target)
+    _wait_idle(qtbot, window)
+    assert panel.model(target).sidecar_d2t == good  # type: ignore[union-attr]
+    assert "make a FastMTP sidecar" not in panel.status.text() and "Keep-FastMTP-d2t.gguf" in panel.status.text()
+    junk = folder / "junk.txt"
+    junk.write_text("zzqx 7741 ##@@ qqq " * 400)  # a corpus unlike anything the model writes: a worse sidecar
+    dialog = _make_dialog(qtbot, window, target)
+    for box in dialog.prompt_boxes.values():
+        box.setChecked(False)
+    dialog.files.addItem(str(junk))
+    qtbot.mouseClick(dialog.make_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dialog.running, timeout=WAIT_MS)
+    assert dialog.last_error is None, dialog.result_label.text()
+    made = Path(dialog.outcome["path"])
+    check = dialog.outcome["check"]
+    assert check["sidecar_acceptance"] < check["current_acceptance"]
+    assert "Keep-FastMTP-d2t.gguf stays" in dialog.result_label.text()
+    assert f"{check['current_acceptance']:.1%}" in dialog.result_label.text()
+    assert panel.model(target).sidecar_d2t == good and made.is_file()  # type: ignore[union-attr]
+    assert dialog.use_anyway_button.isVisible()
+    qtbot.mouseClick(dialog.use_anyway_button, Qt.MouseButton.LeftButton)
+    assert panel.model(target).sidecar_d2t == made  # type: ignore[union-attr]
+    assert not dialog.use_anyway_button.isVisible() and "As you chose" in dialog.result_label.text()
+    dialog.accept()
+
+
 def test_the_benchmark_page_runs_a_tiny_matrix_exports_it_and_cancels(qtbot: QtBot, window: MainWindow,
                                                                       demo: DemoModel, places: Path) -> None:
     window.use_demo(demo)

@@ -99,18 +99,24 @@ def _demo_sequence(args: argparse.Namespace, target: Any) -> list[int]:
 def cmd_sidecar_make(args: argparse.Namespace) -> int:
     """The window's "Make FastMTP sidecar": with ``--json`` one event per line, then ``{"kind": "result", ...}``."""
     from app import local_models
-    from app.sidecar_job import Corpus, default_out, make_sidecar
+    from app.sidecar_job import Corpus, default_out, make_sidecar, replaces_current
 
     control = stop_on_signals(Control())
     out = args.out or default_out(args.target.absolute(), args.vocab)
     corpus = Corpus(prompt_sets=tuple(args.prompts or ()), history=args.history, files=tuple(args.corpus or ()))
+    model = local_models.find(args.target.absolute())
+    current = model.sidecar_d2t if model is not None else None  # measured beside the new one, kept unless beaten
     made = make_sidecar(args.target, out, args.vocab, corpus, check=not args.no_check, control=control,
-                        history_path=args.history_file,
+                        history_path=args.history_file, current=current,
                         on_progress=lambda p: emit_line(args, p.to_dict(), f"[{p.fraction:5.1%}] {p.message}"))
-    attached = False
-    if local_models.find(args.target.absolute()) is not None:
-        local_models.attach_sidecar(args.target.absolute(), Path(made.path))
-        attached = True
+    attached, attach_note = False, ""
+    if model is not None:
+        better, attach_note = replaces_current(made.check, current, Path(made.path))
+        if better or args.attach:
+            local_models.attach_sidecar(args.target.absolute(), Path(made.path))
+            attached = True
+            if not better:
+                attach_note = f"{Path(made.path).name} is this model's d2t drafting mode (--attach). {attach_note}"
 
     def text() -> None:
         print(f"wrote {made.path}: {made.vocab_size} draft tokens from {made.corpus}")
@@ -119,8 +125,10 @@ def cmd_sidecar_make(args: argparse.Namespace) -> int:
                   f"{made.check.sidecar_acceptance:.1%}, the embedded head {made.check.embedded_acceptance:.1%}")
         for warning in made.warnings:
             print("note: " + warning)
+        if attach_note:
+            print(attach_note)
 
-    emit(args, dict(made.to_dict(), kind="result", attached=attached), text, compact=True)
+    emit(args, dict(made.to_dict(), kind="result", attached=attached, attach_note=attach_note), text, compact=True)
     return 0
 
 
@@ -155,4 +163,6 @@ def add_commands(sub: Subparsers) -> None:
     mk.add_argument("--history-file", type=Path, help="the chat history to read (default: the app's)")
     mk.add_argument("--corpus", type=Path, nargs="+", help="text files")
     mk.add_argument("--no-check", action="store_true", help="skip the acceptance check")
+    mk.add_argument("--attach", action="store_true",
+                    help="make it the model's d2t mode even when it measured worse than the current one")
 

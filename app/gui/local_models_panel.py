@@ -212,7 +212,9 @@ class LocalModelsPanel(QGroupBox):
         check.clicked.connect(lambda _c=False, p=model.path: self.check_with_hub(p))
         make = QPushButton("Make FastMTP sidecar…")
         make.setEnabled(model.facts.mtp_head and model.present)
-        make.setToolTip("Build a trimmed d2t draft head from this model's MTP head" if model.facts.mtp_head
+        make.setToolTip(f"This model already drafts with its d2t sidecar {model.sidecar_d2t.name}: a new one "
+                        "replaces it only if it measures better" if model.sidecar_d2t is not None
+                        else "Build a trimmed d2t draft head from this model's MTP head" if model.facts.mtp_head
                         else "This model has no MTP head to build a sidecar from")
         make.clicked.connect(lambda _c=False, p=model.path: self.make_sidecar(p))
         remove = QPushButton("Remove")
@@ -263,8 +265,11 @@ class LocalModelsPanel(QGroupBox):
         def added(model: LocalModel) -> None:
             self.busy -= 1
             how = f"copied to {model.path.parent}" if model.copied_from else "used where it is, nothing copied"
-            sidecar = f"; FastMTP sidecar found beside it: {model.sidecar_d2t.name}" if model.sidecar_d2t else ""
-            self._set_status(f"Added {model.path.name} ({how}){sidecar}. {model.facts.reason}")
+            if model.sidecar_d2t is not None:  # it drafts with that: no advice to make another (issue 29 item 4)
+                self._set_status(f"Added {model.path.name} ({how}); FastMTP sidecar found beside it: "
+                                 f"{model.sidecar_d2t.name}. Usable: drafting with it (FastMTP d2t).")
+            else:
+                self._set_status(f"Added {model.path.name} ({how}). {model.facts.reason}")
             self.refresh()
             self._mark_found_added()
             self.models_changed.emit()

@@ -29,7 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import local_models
 from app.child_job import ChildJob
+from app.errors import FastMTPError
 from app.gui.page_ops import OwnedOps, error_text
 from app.sidecar_job import VOCAB_SIZES, JobCancelled, default_out, prompt_sets
 
@@ -104,10 +106,16 @@ class MakeSidecarDialog(QDialog):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel)
         self.cancel_button.setEnabled(False)
+        self.use_anyway_button = QPushButton("Use it anyway")  # a new sidecar that measured worse: the user's call
+        self.use_anyway_button.setToolTip("Make the new sidecar this model's FastMTP d2t drafting mode although it "
+                                          "measured worse than the current one")
+        self.use_anyway_button.clicked.connect(self.use_anyway)
+        self.use_anyway_button.hide()
         self.close_button = QPushButton("Close")
         self.close_button.clicked.connect(self.reject)
         buttons = QHBoxLayout()
         buttons.addStretch(1)
+        buttons.addWidget(self.use_anyway_button)
         buttons.addWidget(self.make_button)
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.close_button)
@@ -201,10 +209,29 @@ class MakeSidecarDialog(QDialog):
                      f"{check['embedded_acceptance']:.1%}.")
         for warning in result.get("warnings", []):
             text += "\nNote: " + warning
+        if result.get("attach_note"):  # replaced the current d2t sidecar, or kept beside it and why
+            text += "\n" + str(result["attach_note"])
         if result.get("attached"):
             text += "\nThe chat's model selector offers it as the FastMTP d2t drafting mode of this model."
+        self.use_anyway_button.setVisible(bool(result.get("attach_note")) and not result.get("attached"))
         self.result_label.setText(text)
         self.made.emit(str(result["path"]))
+
+    def use_anyway(self) -> None:
+        """The user chose the new sidecar although it measured worse: it becomes the model's d2t drafting mode."""
+        if self.outcome is None:
+            return
+        path = Path(self.outcome["path"])
+        try:
+            local_models.attach_sidecar(self.target, path)
+        except FastMTPError as exc:
+            self.result_label.setText(self.result_label.text() + "\n" + error_text(exc))
+            return
+        self.outcome = dict(self.outcome, attached=True)
+        self.use_anyway_button.hide()
+        self.result_label.setText(self.result_label.text() + f"\nAs you chose, {path.name} is now this model's "
+                                  "FastMTP d2t drafting mode.")
+        self.made.emit(str(path))
 
     def _failed(self, exc: Exception) -> None:
         self.last_error = exc
