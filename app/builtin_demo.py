@@ -12,6 +12,10 @@ import numpy.typing as npt
 from app.gguftools.demo_model import DEMO_SHAPES, DemoModel, Language, Size, read_demo_table, write_demo_model
 from app.gguftools.sidecar import read_d2t_ids
 
+# what the demo model is, said on the first-run card and above its chat (issue 29 item 10)
+DEMO_NATURE = ("Whatever you ask, the demo model answers with the same short passage about FastMTP Chat: it is "
+               "table-driven, not a language model, and shows the app, the live speed HUD and the drafting at work.")
+
 _MARKER = "demo.json"
 # bumped when the writer changes what a demo model is, so a cached older one is written again
 # (2: the 27b follows the word table; its constant-weight predecessor emitted one token forever;

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.builtin_demo import DEMO_NATURE
 from app.chat_settings import ChatSettings
 from app.engine.breakeven import describe_mode, drafting_warning
 from app.engine.chat_template import Message
@@ -85,6 +86,15 @@ class Banner(QFrame):
         self.restart_button.setVisible(event.get("error") == "WorkerCrashed" or bool(event.get("retryable")))
         self.restart_button.setText("Retry" if event.get("retryable") else "Restart engine")
         self.show()
+
+
+class DemoNote(QFrame):
+    """A quiet strip above the chat while the built-in demo model is loaded: what the demo is (``DEMO_NATURE``)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.text, _layout = _alert_strip(self, "demo_note", "#eef2ff", "#6366f1", "#312e81")
+        self.text.setText(DEMO_NATURE)
 
 
 class DraftingBanner(QFrame):
@@ -158,6 +168,7 @@ class ChatPage(QWidget):
         self.banner = Banner()
         self.banner.restart_button.clicked.connect(self._restart)
         self.drafting_banner = DraftingBanner()
+        self.demo_note = DemoNote()  # shown by the window while the demo model is the chat's model
         self.history_banner = Banner()  # stays until closed: engine loads hide ``banner``, not this one
         self.history_banner.restart_button.setText("Close")
         self.history_banner.restart_button.clicked.connect(self.history_banner.hide)
@@ -186,6 +197,7 @@ class ChatPage(QWidget):
         layout.addWidget(self.history_banner)
         layout.addWidget(self.banner)
         layout.addWidget(self.drafting_banner)
+        layout.addWidget(self.demo_note)
         layout.addWidget(self.chat, 1)
         self.chat_splitter = QSplitter()  # sidebar | chat: the user sets the sidebar's width (remembered)
         self.chat_splitter.setChildrenCollapsible(False)

@@ -33,7 +33,7 @@ from app.backend import registry
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.events import BuildEvent, CancelToken
 from app.backend.toolchain import Toolchain, detect, platform_note
-from app.builtin_demo import ensure_demo_model
+from app.builtin_demo import DEMO_NATURE, ensure_demo_model
 from app.errors import FastMTPError
 from app.fit import GIB, fit
 from app.gguftools.demo_model import DemoModel
@@ -186,11 +186,11 @@ class FirstRunPanel(QWidget):
         if manifest is None:
             self.demo_text.setText("A tiny built-in model that answers in a few seconds on any CPU: the way to "
                                    "see the app, the live speed HUD and the drafting at work right now. First "
-                                   "the patched CPU backend is built (a few minutes, once).")
+                                   f"the patched CPU backend is built (a few minutes, once). {DEMO_NATURE}")
         else:
             self.demo_text.setText("A tiny built-in model that answers in a few seconds: the way to see the app, "
                                    f"the live speed HUD and the drafting at work right now. It runs on the active "
-                                   f"{manifest.flavor.upper()} backend.")
+                                   f"{manifest.flavor.upper()} backend. {DEMO_NATURE}")
         self.ops.start(lambda _report: detect(), self._detected, self._detection_failed)
 
     def _detected(self, tools: Toolchain) -> None:

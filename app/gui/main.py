@@ -314,6 +314,7 @@ class MainWindow(QMainWindow):
     def reload(self) -> None:
         """Load the model pair the selector names in its drafting mode (or connect to the chosen remote server)."""
         remote = self.model_selector.chosen_remote()
+        self.chat_page.demo_note.setVisible(remote is None and self.model_selector.key() == DEMO_KEY)
         if remote is not None:
             self.auto.stop()
             self.chat_page.load_remote(remote)
