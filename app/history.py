@@ -66,6 +66,7 @@ _CONVERSATION_COLUMNS = "id, title, system_prompt, settings, created, updated, p
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions of a database file, kept with it
 _DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+_TOO_BIG = 18  # SQLITE_TOOBIG: a string or blob over SQLite's length limit (1e9 bytes by default)
 Spans = Sequence[tuple[int, int]] | Sequence[Sequence[int]]  # [start, end) character ranges
 
 
@@ -164,6 +165,11 @@ class HistoryStore:
         code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
         if code in _DAMAGED_CODES:
             return HistoryDamagedError(*self._damaged_words(str(exc)))
+        if code == _TOO_BIG:
+            return HistoryError(
+                "The message is too long to keep in the chat history: SQLite stores at most about 1 GB in one "
+                "message, and nothing of it was saved.",
+                "Shorten the message, or put the text in a file and give the model the part it needs.")
         if code in _BUSY_CODES:
             return HistoryBusyError(
                 f"The chat history {self.path} is in use by another FastMTP Chat (it holds the database's lock).",

@@ -67,6 +67,7 @@ def cmd_sidecar_build(args: argparse.Namespace) -> int:
 
 def cmd_sidecar_check(args: argparse.Namespace) -> int:
     """Load a target + sidecar pair through the active backend: the check a user runs after a download."""
+    from app.engine.stats import wrong_pair_warning
     from app.gguftools.inspect import inspect_gguf
     from app.gguftools.sidecar import check_pair
     from app.native import draft_probe
@@ -78,10 +79,20 @@ def cmd_sidecar_check(args: argparse.Namespace) -> int:
         text = args.text or "The quick brown fox jumps over the lazy dog. " * 4
         tokens = target.tokenize(text)[: args.tokens] if not args.demo_table else _demo_sequence(args, target)
         probe = draft_probe.probe(target, tokens, args.draft)
+    acceptance = probe.acceptance(1)
+    # the same words the window uses for a sidecar made from another model (its drafts are almost never taken)
+    warning = wrong_pair_warning({"drafted": len(tokens), "accepted": round(acceptance * len(tokens)),
+                                  "acceptance": acceptance}, Path(args.draft).name)
     result = {"target": target_report.to_dict(), "sidecar": sidecar_report.to_dict(), "loaded": True,
-              "positions": len(tokens), "acceptance_depth1": probe.acceptance(1)}
-    emit(args, result, f"{Path(args.draft).name} loads with {Path(args.target).name}: {sidecar_report.kind}, "
-                       f"one-token draft acceptance {result['acceptance_depth1']:.1%} over {len(tokens)} positions")
+              "positions": len(tokens), "acceptance_depth1": acceptance, "warning": warning}
+
+    def for_people() -> None:
+        print(f"{Path(args.draft).name} loads with {Path(args.target).name}: {sidecar_report.kind}, "
+              f"one-token draft acceptance {acceptance:.1%} over {len(tokens)} positions")
+        if warning:
+            print(f"warning: {warning}")
+
+    emit(args, result, for_people)
     return 0
 
 

@@ -122,6 +122,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if args.dir.is_file():  # one model file: its release's signature chain, else the hub's content hash
         return cmd_verify_file(args)
+    _check_release_folder(args.dir)
     result = verify_release(args.dir, repo=args.repo, trust_fingerprint=args.trust_fingerprint,
                             confirm=trust_prompt(args))
 
@@ -135,6 +136,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     emit(args, result.to_dict(), text)
     return 0
+
+
+def _check_release_folder(path: Path) -> None:
+    """``verify PATH`` takes a model file or a release folder: anything else is named for what it is (a pipe is
+    never read, a folder without the manifest is said not to be a release) before the trust chain looks at it."""
+    from app.release.catalog import load_catalog
+
+    if not path.exists():
+        raise VerificationError(f"There is nothing at {path}.", "Give a downloaded model file or release folder.")
+    if not path.is_dir():
+        raise VerificationError(f"{path} is not a regular file or a folder (a pipe, a device or a socket), so "
+                                "there is nothing to verify.", "Give a downloaded model file or release folder.")
+    manifest = load_catalog().integrity.manifest
+    if not (path / manifest).exists():
+        raise VerificationError(f"{path} is not a release folder: it has no {manifest}.",
+                                "Give a model file to check it alone, or the folder a release was downloaded into.")
 
 
 def cmd_verify_file(args: argparse.Namespace) -> int:
