@@ -102,10 +102,12 @@ def _cli(*args: str) -> dict[str, object]:
     return data
 
 
-def test_the_cli_lists_and_forgets_what_the_app_remembers(tmp_path: Path) -> None:
+def test_the_cli_lists_and_forgets_what_the_app_remembers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from app.engine.auto_mode import CANDIDATES, AutoDrafting, AutoMemory, auto_key
     from app.paths import depth_memory_dir
 
+    # a data folder of its own: other tests' replies (Auto drafting's, adaptive depth's) leave records in the session's
+    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
     config = _files(tmp_path)
     DepthMemory(depth_memory_dir()).remember(key_for(config, "backend", 2), STATE)
     AutoMemory(depth_memory_dir()).remember(auto_key(config.target, config.draft, "backend"),
