@@ -402,7 +402,8 @@ def test_settings_page_saves_the_file_and_switches_the_theme(qtbot: QtBot, tmp_p
     store.close()
 
 
-def test_settings_page_forgets_the_learned_depths(qtbot: QtBot, tmp_path: Path) -> None:
+def test_settings_page_forgets_the_learned_depths(qtbot: QtBot, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The button next to "Adaptive depth" empties the depth memory, as `depth-memory forget` does."""
     from app.engine.config import EngineConfig
     from app.engine.depth_memory import DepthMemory, key_for
@@ -410,6 +411,8 @@ def test_settings_page_forgets_the_learned_depths(qtbot: QtBot, tmp_path: Path) 
     from app.paths import depth_memory_dir
     from app.settings import Settings
 
+    # a data folder of its own: the suite's earlier replies leave depth-memory records in the session's
+    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
     target = tmp_path / "target.gguf"
     target.write_bytes(b"t")
     memory = DepthMemory(depth_memory_dir())
