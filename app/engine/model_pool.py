@@ -66,14 +66,12 @@ class ModelPool:
         """Before a load of ``target``: keep what was loaded with it (itself, its sidecars: a switch back to the
         sidecar loads nothing), free everything loaded with another target first, so a GPU's memory holds one
         model's files at a time."""
-        if target == self._target:
-            return
-        for model in self._models.values():
-            model.close()
-        self._models.clear()
-        self._target = target
+        if target != self._target:
+            self.close()
+            self._target = target
 
     def close(self) -> None:
+        """Free every model."""
         for model in self._models.values():
             model.close()
         self._models.clear()

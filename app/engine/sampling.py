@@ -22,10 +22,6 @@ class Sampler:
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
 
-    @property
-    def greedy(self) -> bool:
-        return self.params.temperature <= 0.0
-
     def chain(self, n_vocab: int, for_backend: bool = False) -> SamplerChain:
         """A fresh native chain at the start of the seeded stream (the caller closes it)."""
         p = self.params

@@ -33,6 +33,7 @@ import numpy.typing as npt
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from app.errors import GGUFError
+from app.regular_files import kind_of
 
 VERSIONS = (2, 3)  # what llama.cpp and the gguf package read
 DEFAULT_ALIGNMENT = 32
@@ -215,7 +216,7 @@ def file_key(path: Path) -> tuple[str, int, int]:
     if stat.S_ISDIR(st.st_mode):
         raise GGUFError(f"{path} is a folder, not a GGUF model file.", "Choose the .gguf file inside it.")
     if not stat.S_ISREG(st.st_mode):
-        raise GGUFError(f"{path} is not a regular file (a device, pipe or socket), so not a GGUF model file.",
+        raise GGUFError(f"{path} is not a regular file ({kind_of(st.st_mode)}), so not a GGUF model file.",
                         "Choose a .gguf file (llama.cpp's model format).")
     return str(path.resolve()), st.st_size, st.st_mtime_ns
 

@@ -26,7 +26,7 @@ class SamplerChain:
 
     Greedy (temperature <= 0) picks the first of the highest logits and draws nothing. On the host and without
     a repetition penalty it is one numpy argmax over the row, in place: llama.cpp's greedy sampler picks the
-    same token but first copies the row into its candidate array, 8x the time (``bench sampler``).
+    same token but first copies the row into its candidate array, 5-8x the time (``bench sampler``).
 
     ``for_backend`` makes a chain that can run inside the model's graph (``attach``): on a GPU the picks are
     made there and no logit row is copied to the host. The dist sampler then draws its numbers for a whole
@@ -38,13 +38,12 @@ class SamplerChain:
                  repeat_last_n: int, seed: int, n_vocab: int, for_backend: bool = False) -> None:
         self.lib = llama()
         lib = self.lib
-        self.greedy = temperature <= 0.0
+        greedy = temperature <= 0.0
         self.uses_history = repeat_penalty != 1.0 and repeat_last_n != 0
-        self.seed = seed
         self._open = True
         self._ptr: Any = None
         self._attached: Context | None = None
-        if self.greedy and not self.uses_history and not for_backend:
+        if greedy and not self.uses_history and not for_backend:
             return
         params = lib.llama_sampler_chain_default_params()
         params.no_perf = True
@@ -54,7 +53,7 @@ class SamplerChain:
         links: list[Any] = []
         if self.uses_history:
             links.append(lib.llama_sampler_init_penalties(n_vocab, repeat_last_n, repeat_penalty, 0.0, 0.0))
-        if self.greedy:
+        if greedy:
             links.append(lib.llama_sampler_init_greedy())
         else:
             if top_k > 0:
