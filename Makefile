@@ -52,7 +52,7 @@ lint-workflows:
 test: lint
 	$(call apt_install,$(TEST_DEB_PACKAGES))
 	$(BIN)/python -m app backend fetch --version 0.3.35 --version 0.3.36
-	$(BIN)/python -m app backend cuda-toolkit fetch --cuda 13.0  # the wheels tests/test_cuda_wheels.py builds with
+	$(BIN)/python -m app backend cuda-toolkit fetch --cuda 13.0  # the wheels tests/integration/backend/test_cuda_wheels.py builds with
 	$(BIN)/python -m pytest -ra --durations=15  # the slowest tests named, to keep CI under its hour
 	$(MAKE) package-test
 

@@ -24,7 +24,7 @@ PREBUILT_DIR = ROOT / "build" / "prebuilt-backend"  # where installers/build.py 
 HIDDEN_IMPORTS = [
     "typing_extensions", "diskcache", "jinja2", "jinja2.ext", "jinja2.sandbox",
     "uuid", "fnmatch", "string", "multiprocessing", "ctypes", "ctypes.util",
-    "app.backend.selftest", "app.engine.worker",
+    "app.native.selftest", "app.engine.worker",
 ]
 
 # Never needed at run time; some are importable in the build environment and would bloat the bundle.

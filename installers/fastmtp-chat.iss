@@ -3,7 +3,7 @@
 ;   iscc installers\fastmtp-chat.iss
 ; The version comes from the build: the ProductVersion that the spec writes into fastmtp-chat.exe
 ; (app.__version__). `iscc /DAppVersion=X.Y.Z ...` overrides it.
-; Not built or run here (Linux): tests/test_installers_windows_macos.py checks that the names below are
+; Not built or run here (Linux): tests/unit/installers/test_installers_windows_macos.py checks that the names below are
 ; the ones the spec produces, and that the icon exists.
 ;
 ; A per-user install (no administrator rights) into %LOCALAPPDATA%\Programs\FastMTP Chat. The app keeps
@@ -17,7 +17,7 @@
 #define WindowedExe "FastMTP Chat.exe"
 ; The console program, for the CLI: `fastmtp-chat.exe backend doctor`
 #define ConsoleExe "fastmtp-chat.exe"
-; The app's data folder under %LOCALAPPDATA% (app.paths.APP_NAME, through platformdirs)
+; The app's data folder under %LOCALAPPDATA% (app.core.paths.APP_NAME, through platformdirs)
 #define DataFolder "fastmtp-chat"
 #define AppName "FastMTP Chat"
 

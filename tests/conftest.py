@@ -16,8 +16,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # every Qt test, also one
 
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.registry import BackendManifest, backend_dir
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,7 +13,8 @@ import subprocess
 from dataclasses import dataclass, field
 
 from app import __version__
-from app.backend import cuda_wheels, processes, registry
+from app.backend import cuda_wheels, registry
+from app.core import processes
 
 UNKNOWN = "not known"
 

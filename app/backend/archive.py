@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app import paths, safe_paths
 from app.backend import registry
-from app.errors import BackendError
-from app.safe_paths import UnpackLimits
+from app.core import paths, safe_paths
+from app.core.errors import BackendError
+from app.core.safe_paths import UnpackLimits
 
 SERVER_DIR = "server"
 SERVER_BINARY = "llama-server"
@@ -178,7 +178,7 @@ def staged(archive_path: Path, limits: UnpackLimits | None = None) -> Iterator[P
     Nothing is installed: :func:`place` moves the folder into place, and whatever is still staged when the
     block ends is removed. The archive unpacks within ``limits`` (by default, what
     :meth:`UnpackLimits.for_archive` allows for its size), and its members and links stay inside the staging
-    folder (:func:`app.safe_paths.extract_tar`); the backend's id must be a plain name.
+    folder (:func:`app.core.safe_paths.extract_tar`); the backend's id must be a plain name.
 
     Raises:
         BackendError: the file is not a backend archive, or it is damaged.

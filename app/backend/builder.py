@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from app import paths
-from app.backend import buildlock, patching, processes, registry, source, toolchain
+from app.backend import buildlock, patching, registry, source, toolchain
 from app.backend.events import BuildEvent, CancelToken, EventKind, EventSink, ninja_fraction
-from app.errors import BackendError, BuildCancelled, ToolchainError
+from app.core import paths, processes
+from app.core.errors import BackendError, BuildCancelled, ToolchainError
 
 Flavor = Literal["auto", "cpu", "cuda"]
 
@@ -480,7 +480,7 @@ def run_selftest_subprocess(folder: Path, report: Reporter | None = None,
                             cancel: CancelToken | None = None) -> dict[str, object]:
     """Run the self-test in a child process, so a native crash cannot take the caller down."""
     env = dict(os.environ, FASTMTP_BACKEND_DIR=str(folder), PYTHONDONTWRITEBYTECODE="1")
-    cmd = [processes.child_python(), "-m", "app.backend.selftest", str(folder)]  # Windows app: its console program
+    cmd = [processes.child_python(), "-m", "app.native.selftest", str(folder)]  # Windows app: its console program
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             errors="replace", start_new_session=True, creationflags=processes.creationflags())
     if cancel is not None:

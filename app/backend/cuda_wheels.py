@@ -25,10 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app import paths
-from app.backend import processes
 from app.backend.events import CancelToken
-from app.errors import BuildCancelled, ToolchainError
+from app.core import paths, processes
+from app.core.errors import BuildCancelled, ToolchainError
 
 MARKER = "fastmtp-cuda-toolkit.json"
 TOOLKIT_ENV = "FASTMTP_CUDA_TOOLKIT"  # auto | system | app: which CUDA toolkit a build uses

@@ -8,9 +8,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import PatchError
-from app.hashing import sha256_file
-from app.resources import patches_dir
+from app.core.errors import PatchError
+from app.core.hashing import sha256_file
+from app.core.resources import patches_dir
 
 DEFAULT_PATCH_NAME = "qwen35-d2t-4df29be.patch"
 

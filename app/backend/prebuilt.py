@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from app import paths
 from app.backend import archive, registry
+from app.backend import signing as backend_signing
 from app.backend.events import BuildEvent, CancelToken, EventKind, EventSink
-from app.errors import BackendError, BuildCancelled, DownloadError
-from app.release import backend_signing, trust
-from app.release.backend_signing import BackendClaim, VerifiedClaim
+from app.backend.signing import BackendClaim, VerifiedClaim
+from app.core import paths
+from app.core.errors import BackendError, BuildCancelled, DownloadError
+from app.core.safe_paths import check_name
+from app.release import trust
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchedFile, FetchEvent, FileRequest, fetch_files
 from app.release.verify import INTEGRITY_MAX_BYTES
-from app.safe_paths import check_name
 
 STEP = "install"
 

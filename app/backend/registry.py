@@ -9,9 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app import paths, safe_paths, settings_file
-from app.backend import processes
-from app.errors import BackendError
+from app.core import paths, processes, safe_paths, settings_file
+from app.core.errors import BackendError
 
 MANIFEST = "fastmtp-backend.json"
 _ACTIVE = "active.json"

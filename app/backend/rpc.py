@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from app import netaddr, paths
-from app.backend import processes, registry
+from app.backend import registry
 from app.backend.builder import BuildOptions, active_options, build_program
 from app.backend.events import CancelToken, EventSink
 from app.backend.registry import BackendManifest
-from app.errors import FastMTPError
+from app.core import netaddr, paths, processes
+from app.core.errors import FastMTPError
 
 WORKER_TARGET = "ggml-rpc-server"
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server default

@@ -5,7 +5,7 @@ an Ed25519 signature by a key pinned for the repository (shipped in ``resources/
 with ``trust add``, ``--trust-fingerprint`` or a confirmed first use; :func:`app.release.trust.decide`).
 Beside ``NAME.tar.xz`` the publisher puts ``NAME.tar.xz.manifest.json`` (the archive's size and
 sha256, what it unpacks to, and what the backend inside is) and its detached signature
-``NAME.tar.xz.manifest.json.sig``. The backend id it names must be a plain name (``app.safe_paths``).
+``NAME.tar.xz.manifest.json.sig``. The backend id it names must be a plain name (``app.core.safe_paths``).
 The manifest carries the signer's public key, which, like a release's served ``.pem``, is never
 trusted because it is there.
 """
@@ -22,13 +22,13 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from app import __version__ as app_version
-from app.errors import FastMTPError, VerificationError
-from app.hashing import sha256_file
+from app.core.errors import FastMTPError, VerificationError
+from app.core.hashing import sha256_file
+from app.core.safe_paths import UNPACK_MAX_BYTES, UNPACK_MAX_MEMBERS, UnpackLimits, check_name
 from app.release import signing, trust
 from app.release.catalog import load_catalog
 from app.release.manifest import check_file_name, normalize_sha256
 from app.release.verify import read_capped
-from app.safe_paths import UNPACK_MAX_BYTES, UNPACK_MAX_MEMBERS, UnpackLimits, check_name
 
 FORMAT = "fastmtp-backend-archive/1"
 MANIFEST_SUFFIX = ".manifest.json"

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app import paths
-from app.errors import BackendError
-from app.hashing import sha256_file
+from app.core import paths
+from app.core.errors import BackendError
+from app.core.hashing import sha256_file
 
 LogFn = Callable[[str], None]
 

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
-from app.backend import cuda_wheels, processes
-from app.errors import ToolchainError
+from app.backend import cuda_wheels
+from app.core import processes
+from app.core.errors import ToolchainError
 
 ToolkitMode = Literal["auto", "system", "app"]
 

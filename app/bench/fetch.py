@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TextIO
 
-from app.errors import FastMTPError
+from app.core.errors import FastMTPError
 
 _SOURCE = "bench-source.bin"
 _CHILD = """

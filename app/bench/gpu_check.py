@@ -335,8 +335,8 @@ def prepare_carry(out: Path, *, flavor: str = "cuda", cuda_archs: list[str] | No
     """
     from app.backend import archive, registry
     from app.backend.builder import BuildOptions, build_backend, plan_build
-    from app.backend.upstream_server import build_server
-    from app.errors import BackendError
+    from app.core.errors import BackendError
+    from app.machines.upstream_server import build_server
 
     options = BuildOptions(flavor="cuda" if flavor == "cuda" else "cpu", cuda_archs=cuda_archs or [],
                            portable=True, activate=False)

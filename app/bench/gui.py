@@ -102,8 +102,8 @@ def run(tokens: int = 5000, rate: int = 1000) -> GuiBenchResult:
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.gui.chat_view import ChatView
-    from app.gui.ops import Report, run_in_background
+    from app.gui.chat.chat_view import ChatView
+    from app.gui.shell.ops import Report, run_in_background
 
     app = QApplication.instance() or QApplication([])
     pieces = synthetic_pieces(tokens)

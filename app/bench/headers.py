@@ -112,12 +112,12 @@ def run(size: Size = "small", runs: int = 5, folder: Path | None = None, log: Te
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="fastmtp-bench-gguf-") as tmp:
             return run(size, runs, Path(tmp), log)
-    from app import local_models
     from app.gguftools.demo_model import write_demo_model
     from app.gguftools.header import clear_caches
     from app.gguftools.inspect import inspect_gguf
     from app.gguftools.reader import array_length, open_gguf
     from app.gguftools.vocab import qwen35_vocab_path
+    from app.models import local_models
 
     print(f"writing the {size} demo model into {folder} ...", file=log, flush=True)
     demo = write_demo_model(folder / "model", qwen35_vocab_path(), size)

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from app.bench import spec
+from app.core.errors import FastMTPError
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.verdict import MIN_SAMPLES, Condition, Sample, Verdict, compare
-from app.errors import FastMTPError
-from app.sidecar_job import Control
+from app.models.sidecar_job import Control
 
 MODES = ("off", "embedded", "full", "d2t")
 MODE_LABELS = {"off": "off", "embedded": "embedded head", "full": "full sidecar", "d2t": "FastMTP d2t sidecar"}

@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from app.bench.report import device_description
+from app.core.resources import resources_dir
 from app.engine.breakeven import expected_tokens_per_pass
 from app.engine.chat_template import Message
 from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig, Mode
 from app.engine.depth_memory import DepthMemory
 from app.engine.stats import pooled_decode_tps
-from app.resources import resources_dir
 
 DraftKind = Literal["full", "d2t"]
 Interleave = Literal["prompt", "variant"]
@@ -745,8 +745,8 @@ class _DecisionLog:
 def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> dict[str, Sample]:
     """Each prompt as a fresh chat turn (thinking off, greedy) streamed from a remote server."""
     from app.engine.config import ChatOptions
-    from app.engine.remote import RemoteClient
-    from app.remote_servers import RemoteError
+    from app.machines.remote_client import RemoteClient
+    from app.machines.remote_servers import RemoteError
 
     options = ChatOptions(max_tokens=n_tokens, thinking=False)
     with RemoteClient(server) as client:
@@ -774,7 +774,7 @@ def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> di
 def _run_upstream(variant: Variant, binary: Path, target: Path, sidecars: dict[str, Path],
                   prompts: dict[str, list[list[int]]], n_tokens: int, n_threads: int | None,
                   n_gpu_layers: int) -> dict[str, Sample]:
-    from app.backend.upstream_server import UpstreamServer
+    from app.machines.upstream_server import UpstreamServer
 
     draft = sidecars[variant.draft] if variant.draft else None
     with UpstreamServer(binary, target, draft=draft, draft_depth=variant.draft_depth, threads=n_threads, ctx_size=2048,

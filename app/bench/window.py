@@ -190,15 +190,15 @@ def run(config: EngineConfig, model_name: str, max_tokens: int = 256, samples: i
     from PySide6.QtWidgets import QApplication
 
     from app.bench.report import device_description
-    from app.chat_settings import ChatSettings
+    from app.chats.history import HistoryStore
+    from app.core.errors import EngineError
     from app.engine.chat_template import Message
     from app.engine.client import EngineClient
     from app.engine.verdict import load_average
-    from app.errors import EngineError
-    from app.gui.chat_view import RENDER_INTERVAL_MS
+    from app.gui.chat.chat_view import RENDER_INTERVAL_MS
     from app.gui.main import MainWindow
-    from app.history import HistoryStore
-    from app.settings import Settings
+    from app.settings.app_settings import Settings
+    from app.settings.chat_settings import ChatSettings
 
     say = log or (lambda _line: None)
     app = QApplication.instance() or QApplication([])

@@ -27,8 +27,8 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from app import paths
-from app.errors import FastMTPError
+from app.core import paths
+from app.core.errors import FastMTPError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -440,7 +440,7 @@ class HistoryStore:
 
 def read_export(path: Path) -> Any:
     """The parsed JSON of an export file, or a :class:`HistoryError` that says why it cannot be read."""
-    from app.regular_files import NotRegularFile, open_regular
+    from app.core.regular_files import NotRegularFile, open_regular
 
     advice = "Pick a JSON file exported by FastMTP Chat (`python -m app history export`)."
     try:

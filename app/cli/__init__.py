@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from app.cli import backend, bench, depth_memory, engine, gguf, gpu, history, models, release, remote, update
 from app.cli.common import command, permission_denied, report_error
-from app.errors import FastMTPError
+from app.core.errors import FastMTPError
 
 
 def build_parser() -> argparse.ArgumentParser:

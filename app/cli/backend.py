@@ -15,7 +15,7 @@ from typing import Any
 
 from app.backend.events import BuildEvent, CancelToken
 from app.cli.common import Subparsers, cancel_on_signals, command, cuda_archs, emit, emit_line, group, trust_prompt
-from app.errors import FastMTPError, ToolchainError
+from app.core.errors import FastMTPError, ToolchainError
 
 # ----------------------------------------------------------------------------- build, server
 
@@ -65,7 +65,7 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
 def cmd_backend_server(args: argparse.Namespace) -> int:
     """Build llama.cpp's own llama-server from the same patched tree (the side-by-side peer of bench spec)."""
     from app.backend.builder import BuildOptions
-    from app.backend.upstream_server import build_server
+    from app.machines.upstream_server import build_server
 
     options = BuildOptions(flavor="cuda" if args.cuda else "cpu", version=args.version, jobs=args.jobs,
                            cuda_archs=args.cuda_arch or [], portable=args.portable)
@@ -226,7 +226,7 @@ def cmd_backend_pack(args: argparse.Namespace) -> int:
     server = None
     if args.server:
         from app.backend.builder import BuildOptions
-        from app.backend.upstream_server import build_server
+        from app.machines.upstream_server import build_server
 
         manifest = registry.get(backend_id)
         server = build_server(BuildOptions(flavor="cuda" if manifest.flavor == "cuda" else "cpu",

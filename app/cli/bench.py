@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app import paths
 from app.cli.common import Subparsers, command, emit, emit_line, group, log_stderr, stop_on_signals
+from app.core import paths
 from app.engine.config import DRAFT_DEPTH_MAX
-from app.sidecar_job import Control
+from app.models.sidecar_job import Control
 
 if TYPE_CHECKING:
     from app.gguftools.demo_model import DemoModel, Size
@@ -26,7 +26,7 @@ def write_json(path: Path | None, data: Any) -> None:
 
 def bench_demo(size: Size, acceptance: float | None = None) -> DemoModel:
     """The demo model a benchmark runs on, kept in the cache (written once); the default acceptance unless given."""
-    from app.builtin_demo import ensure_demo_model
+    from app.models.builtin_demo import ensure_demo_model
 
     if acceptance is None:
         folder = paths.cache_dir() / "bench-models" / size
@@ -96,7 +96,7 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
         variants.append(spec.Variant("remote", "off", remote=remote.name))
     server = args.server
     if not args.no_upstream and server is None:
-        from app.backend.upstream_server import build_server
+        from app.machines.upstream_server import build_server
 
         print("building (or reusing) llama-server from the patched tree ...", file=sys.stderr, flush=True)
         server = build_server(BuildOptions(flavor="cuda" if args.gpu_layers != 0 else "cpu"))
@@ -133,7 +133,7 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
 
 def _remote_server(value: str) -> Any:
     """``--remote``: a saved server's name (its key from the keyring), or a URL (no key)."""
-    from app.remote_servers import RemoteServer, check_url, get_server, load_servers
+    from app.machines.remote_servers import RemoteServer, check_url, get_server, load_servers
 
     if any(server.name == value for server in load_servers()) or "://" not in value:
         return get_server(value)

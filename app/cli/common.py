@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeAlias, TypeVar
 
 from app.backend.events import CancelToken
+from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH, DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, MODES, SamplingParams
-from app.errors import FastMTPError
 
 if TYPE_CHECKING:
     from app.engine.chat_template import Message
@@ -200,8 +200,8 @@ def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """What the local engine loads, from the engine options."""
     from app.backend.rpc import parse_endpoints
+    from app.core.paths import depth_memory_dir
     from app.engine.config import EngineConfig
-    from app.paths import depth_memory_dir
 
     if args.model is None:
         raise FastMTPError("No model was given.", "Pass --model TARGET.gguf, or --remote NAME for a remote server.")
@@ -229,7 +229,7 @@ def reply_options(args: argparse.Namespace, options: ChatOptions) -> ChatOptions
     temperature above 0 draws a fresh one (the chat settings' rule, reused)."""
     from dataclasses import replace
 
-    from app.chat_settings import ChatSettings
+    from app.settings.chat_settings import ChatSettings
 
     settings = ChatSettings(temperature=options.sampling.temperature, seed=options.sampling.seed,
                             seed_mode="random" if args.seed is None else "fixed")

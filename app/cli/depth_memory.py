@@ -14,9 +14,9 @@ from app.cli.common import Subparsers, command, emit, group
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from app.core.paths import depth_memory_dir
     from app.engine.auto_mode import AutoMemory
     from app.engine.depth_memory import DepthMemory
-    from app.paths import depth_memory_dir
 
     entries = DepthMemory(depth_memory_dir()).entries()
     auto = AutoMemory(depth_memory_dir()).entries()
@@ -48,9 +48,9 @@ def _auto_line(entry: dict[str, Any]) -> str:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
+    from app.core.paths import depth_memory_dir
     from app.engine.auto_mode import AutoMemory
     from app.engine.depth_memory import DepthMemory
-    from app.paths import depth_memory_dir
 
     forgotten = DepthMemory(depth_memory_dir()).forget()
     auto = AutoMemory(depth_memory_dir()).forget()

@@ -27,8 +27,8 @@ from app.cli.common import (
     reply_options,
     stream_reply,
 )
+from app.core.errors import EngineError, FastMTPError
 from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, DRAFT_DEPTH_MAX, EngineConfig, SamplingParams
-from app.errors import EngineError, FastMTPError
 
 if TYPE_CHECKING:
     from app.engine.auto_mode import AutoDrafting, AutoKey, AutoMemory
@@ -68,9 +68,9 @@ class AutoRun:
 def auto_run(args: argparse.Namespace) -> AutoRun:
     """The modes ``--mtp auto`` measures for ``--model`` (and ``--draft``, the d2t sidecar) and their record."""
     from app.backend.registry import active
+    from app.core.paths import depth_memory_dir
     from app.engine.auto_mode import AutoMemory, auto_key
     from app.gguftools.inspect import inspect_gguf
-    from app.paths import depth_memory_dir
 
     off = replace(engine_config(argparse.Namespace(**{**vars(args), "mtp": "off", "adaptive": False})), draft=None)
     adaptive = replace(off, adaptive=True, draft_depth=DRAFT_DEPTH_MAX, depth_memory=depth_memory_dir())

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import Subparsers, command, emit, emit_line, group, stop_on_signals
-from app.errors import FastMTPError
-from app.sidecar_job import Control
+from app.core.errors import FastMTPError
+from app.models.sidecar_job import Control
 
 
 def cmd_gguf_inspect(args: argparse.Namespace) -> int:
@@ -109,8 +109,8 @@ def _demo_sequence(args: argparse.Namespace, target: Any) -> list[int]:
 
 def cmd_sidecar_make(args: argparse.Namespace) -> int:
     """The window's "Make FastMTP sidecar": with ``--json`` one event per line, then ``{"kind": "result", ...}``."""
-    from app import local_models
-    from app.sidecar_job import Corpus, default_out, make_sidecar, replaces_current
+    from app.models import local_models
+    from app.models.sidecar_job import Corpus, default_out, make_sidecar, replaces_current
 
     control = stop_on_signals(Control())
     out = args.out or default_out(args.target.absolute(), args.vocab)

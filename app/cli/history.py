@@ -16,7 +16,7 @@ from app.cli.common import Subparsers, command, emit, group
 
 def _store() -> Any:
     """The history for a command. A damaged file is reported (exit 1), never replaced: the window does that."""
-    from app.history import HistoryStore
+    from app.chats.history import HistoryStore
 
     return HistoryStore(check=True)
 
@@ -59,7 +59,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         text = json.dumps(store.export_json(ids), indent=2)
     if args.out:
-        from app.errors import FastMTPError
+        from app.core.errors import FastMTPError
 
         try:
             args.out.write_text(text + "\n", encoding="utf-8")
@@ -74,7 +74,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from app.history import read_export
+    from app.chats.history import read_export
 
     data = read_export(Path(args.file))
     ids = _store().import_json(data)
@@ -83,7 +83,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_rename(args: argparse.Namespace) -> int:
-    from app.errors import FastMTPError
+    from app.core.errors import FastMTPError
 
     title = " ".join(args.title.split())
     if not title:

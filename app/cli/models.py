@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import Subparsers, command, emit, emit_line, for_people, group
-from app.errors import FastMTPError
+from app.core.errors import FastMTPError
 
 # ----------------------------------------------------------------------------- models [add | scan | remove]
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     """With ``--dir`` that folder's releases; else the releases and your own added files."""
-    from app.release.installed import list_installed, model_roots
+    from app.models.installed import list_installed, model_roots
 
     models = list_installed(*([args.dir] if args.dir else []))
 
@@ -46,8 +46,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_models_add(args: argparse.Namespace) -> int:
-    from app import local_models
-    from app.release.hub_hash import HubOrigin, origin_from_path
+    from app.models import local_models
+    from app.models.hub_hash import HubOrigin, origin_from_path
 
     origin = None
     if args.repo:
@@ -65,7 +65,7 @@ def cmd_models_add(args: argparse.Namespace) -> int:
 
 
 def cmd_models_scan(args: argparse.Namespace) -> int:
-    from app import local_models
+    from app.models import local_models
 
     roots = local_models.scan_roots(args.dir or [])
     if args.only_dirs:
@@ -89,7 +89,7 @@ def cmd_models_scan(args: argparse.Namespace) -> int:
 
 
 def cmd_models_remove(args: argparse.Namespace) -> int:
-    from app import local_models
+    from app.models import local_models
 
     model = local_models.remove(args.file, delete_copy=args.delete_copy)
     deleted = bool(args.delete_copy and model.copied_from)
@@ -111,13 +111,13 @@ def _print_local(model: Any) -> None:
 
 def local_rows() -> list[dict[str, Any]]:
     """The registered local models as ``models --json`` lists them (``source: local``)."""
-    from app import local_models
+    from app.models import local_models
 
     return [dict(m.to_dict(), source="local") for m in local_models.load_registry()]
 
 
 def print_local_models() -> None:
-    from app import local_models
+    from app.models import local_models
 
     models = local_models.load_registry()
     if models:
@@ -131,7 +131,7 @@ def print_local_models() -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from app import fit
+    from app.models import fit
 
     if args.vram_gib is not None:
         if args.vram_gib <= 0:
@@ -148,7 +148,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_token_set(args: argparse.Namespace) -> int:
-    from app import secrets
+    from app.core import secrets
 
     token = getpass.getpass("Hub token (not shown): ") if sys.stdin.isatty() else sys.stdin.readline()
     secrets.set_token(token)
@@ -157,7 +157,7 @@ def cmd_token_set(args: argparse.Namespace) -> int:
 
 
 def cmd_token_clear(args: argparse.Namespace) -> int:
-    from app import secrets
+    from app.core import secrets
 
     removed = secrets.clear_token()
     emit(args, {"removed": removed}, "Token removed from the keyring." if removed else "No token was stored.")
@@ -165,7 +165,7 @@ def cmd_token_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_token_status(args: argparse.Namespace) -> int:
-    from app import secrets
+    from app.core import secrets
 
     status = secrets.status()
 
@@ -227,7 +227,7 @@ def cmd_demo_model(args: argparse.Namespace) -> int:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    from app import quickstart
+    from app.cli import quickstart
 
     def on_event(event: Any) -> None:
         if event.kind == "step":

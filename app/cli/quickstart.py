@@ -14,16 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app import paths
 from app.backend import registry
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.events import BuildEvent
-from app.builtin_demo import ensure_demo_model
+from app.core import paths
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig
 from app.engine.speculative import Reply
 from app.engine.stats import describe_depth, describe_sampling
 from app.engine.verdict import Condition, Sample, Verdict, compare, load_average
+from app.models.builtin_demo import ensure_demo_model
 
 DRAFT_DEPTH = 3  # the release's recommended --spec-draft-n-max
 ROUNDS = 3  # replies per mode after the warm-up, alternating (the verdict's minimum)

@@ -13,7 +13,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from app.cli.common import Subparsers, command, emit, emit_line, group, trust_prompt
-from app.errors import FastMTPError, VerificationError
+from app.core.errors import FastMTPError, VerificationError
 
 if TYPE_CHECKING:
     from app.release.fetcher import FetchControl, FetchEvent
@@ -29,7 +29,7 @@ class FetchStopped(FastMTPError):
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from app import secrets
+    from app.core import secrets
     from app.release.catalog import endpoints_for, load_catalog
     from app.release.download import FetchPlan, fetch_release
     from app.release.fetcher import FetchControl
@@ -157,9 +157,10 @@ def _check_release_folder(path: Path) -> None:
 def cmd_verify_file(args: argparse.Namespace) -> int:
     """``verify FILE``: a file in a signed release folder is checked through the trust chain; any other file
     against the hub's content hash for its repository (from its path, the registry or ``--repo``)."""
-    from app import local_models, secrets
+    from app.core import secrets
+    from app.models import local_models
+    from app.models.hub_hash import EXPLANATIONS, LABELS, HubOrigin, origin_from_path, verify_against_hub
     from app.release.catalog import load_catalog
-    from app.release.hub_hash import EXPLANATIONS, LABELS, HubOrigin, origin_from_path, verify_against_hub
 
     path = args.dir.absolute()
     if (path.parent / load_catalog().integrity.manifest).is_file():
@@ -257,7 +258,7 @@ def cmd_release_sign(args: argparse.Namespace) -> int:
 
 
 def cmd_release_sign_backend(args: argparse.Namespace) -> int:
-    from app.release.backend_signing import sign_backend_archive
+    from app.backend.signing import sign_backend_archive
 
     signed = sign_backend_archive(args.archive, args.key, repo=args.repo)
     emit(args, signed.to_dict(),

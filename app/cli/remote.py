@@ -24,8 +24,8 @@ from app.cli.common import (
     stream,
     stream_reply,
 )
+from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH
-from app.errors import FastMTPError
 
 # ----------------------------------------------------------------------------- remote servers
 
@@ -40,7 +40,7 @@ def _read_key(args: argparse.Namespace) -> str | None:
 
 
 def cmd_remote_add(args: argparse.Namespace) -> int:
-    from app.remote_servers import add_server
+    from app.machines.remote_servers import add_server
 
     server, warning = add_server(args.name, args.url, _read_key(args), model=args.model or "",
                                  verify_tls=not args.no_verify_tls)
@@ -56,7 +56,7 @@ def cmd_remote_add(args: argparse.Namespace) -> int:
 
 
 def cmd_remote_list(args: argparse.Namespace) -> int:
-    from app.remote_servers import load_servers
+    from app.machines.remote_servers import load_servers
 
     servers = load_servers()
     emit(args, [s.to_dict() for s in servers], lambda: _print_servers(servers))
@@ -78,7 +78,7 @@ def _print_servers(servers: list[Any]) -> None:
 
 
 def cmd_remote_remove(args: argparse.Namespace) -> int:
-    from app.remote_servers import RemoteError, remove_server
+    from app.machines.remote_servers import RemoteError, remove_server
 
     if not remove_server(args.name):
         raise RemoteError(f"There is no remote server named {args.name!r}.", "`python -m app remote list` shows them.")
@@ -90,8 +90,8 @@ def cmd_remote_test(args: argparse.Namespace) -> int:
     """Connect, ask for a few tokens, report what the server is and what the HUD will be able to show."""
     from app.engine.chat_template import Message
     from app.engine.config import ChatOptions
-    from app.engine.remote import RemoteClient
-    from app.remote_servers import get_server
+    from app.machines.remote_client import RemoteClient
+    from app.machines.remote_servers import get_server
 
     with RemoteClient(get_server(args.name)) as client:
         loaded = client.load()
@@ -115,7 +115,7 @@ def cmd_remote_test(args: argparse.Namespace) -> int:
 
 
 def _error_of(event: dict[str, Any]) -> FastMTPError:
-    from app.remote_servers import RemoteError, RemoteNetworkError
+    from app.machines.remote_servers import RemoteError, RemoteNetworkError
 
     kind = RemoteNetworkError if event.get("error") in ("RemoteNetworkError", "RemoteConnectionLost") else RemoteError
     return kind(str(event.get("message", "The remote server failed.")), str(event.get("advice", "")))
@@ -134,8 +134,8 @@ def _status_of(stats: dict[str, Any]) -> str:
 
 def remote_generate(args: argparse.Namespace) -> int:
     """``generate --remote NAME``: one reply streamed from the server."""
-    from app.engine.remote import RemoteClient
-    from app.remote_servers import get_server
+    from app.machines.remote_client import RemoteClient
+    from app.machines.remote_servers import get_server
 
     with RemoteClient(get_server(args.remote)) as client:
         loaded = client.load()
@@ -159,8 +159,8 @@ def remote_generate(args: argparse.Namespace) -> int:
 def remote_chat(args: argparse.Namespace) -> int:
     """``chat --remote NAME``: the terminal chat over a remote server; ``/retry`` asks again after a drop."""
     from app.engine.chat_template import Message
-    from app.engine.remote import NO_TINT_REASON, RemoteClient
-    from app.remote_servers import get_server
+    from app.machines.remote_client import NO_TINT_REASON, RemoteClient
+    from app.machines.remote_servers import get_server
 
     history: list[Message] = [Message("system", args.system)] if args.system else []
     options = chat_options(args)
@@ -212,8 +212,8 @@ def remote_chat(args: argparse.Namespace) -> int:
 def _default_model(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model to serve: ``--model`` (with ``--draft``), else the chat's model from the settings, else the
     built-in demo model, with its d2t sidecar unless ``--no-draft``."""
-    from app import serve
-    from app import settings as app_settings
+    from app.machines import serve
+    from app.settings import app_settings
 
     if args.model is not None:
         return args.model, None if args.no_draft else args.draft
@@ -221,8 +221,8 @@ def _default_model(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from app import serve
     from app.backend.rpc import parse_endpoints
+    from app.machines import serve
 
     if args.stop:
         state, stale = serve.stop_detached_checked()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import Subparsers, command, emit, group, trust_prompt
-from app.errors import FastMTPError
+from app.core.errors import FastMTPError
 
 EXIT_CODES = {"up_to_date": 0, "available": 0, "unreachable": 3, "unverified": 4}
 

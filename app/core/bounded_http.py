@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from app.errors import FastMTPError
+from app.core.errors import FastMTPError
 
 KIB = 1 << 10
 MIB = 1 << 20

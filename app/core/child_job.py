@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.backend import processes
-from app.errors import FastMTPError
-from app.sidecar_job import JobCancelled
+from app.core import processes
+from app.core.errors import FastMTPError
+from app.models.sidecar_job import JobCancelled
 
 OnEvent = Callable[[dict[str, Any]], None]
 

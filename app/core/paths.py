@@ -11,7 +11,7 @@ from pathlib import Path
 
 import platformdirs
 
-from app.errors import StorageError
+from app.core.errors import StorageError
 
 APP_NAME = "fastmtp-chat"
 

@@ -10,7 +10,7 @@ def resources_dir() -> Path:
     bundle = getattr(sys, "_MEIPASS", None)
     if bundle is not None:
         return Path(bundle) / "resources"
-    return Path(__file__).resolve().parent.parent / "resources"
+    return Path(__file__).resolve().parents[2] / "resources"
 
 
 def patches_dir() -> Path:

@@ -14,7 +14,7 @@ absolute, links that could lead out of the folder (absolute, or with a ``..`` an
 links to anything but a file earlier in the archive, members written through an earlier file or link, and
 anything that is not a regular file, a folder or a link (FIFOs, devices, sparse files).
 
-Every refusal is an :class:`~app.errors.UnsafeInputError` (CLI exit code 4) that names the source, the value
+Every refusal is an :class:`~app.core.errors.UnsafeInputError` (CLI exit code 4) that names the source, the value
 and the reason. docs/security.md lists where each boundary is checked. Qt-free.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.errors import UnsafeInputError
+from app.core.errors import UnsafeInputError
 
 MAX_NAME = 200
 """The longest name accepted (a file system allows 255 bytes; a ``.partial`` or ``.old-`` affix must still fit)."""

@@ -17,7 +17,7 @@ import keyring
 import keyring.errors
 from keyring.backends import fail
 
-from app.errors import FastMTPError
+from app.core.errors import FastMTPError
 
 SERVICE = "fastmtp-chat"
 USERNAME = "huggingface-hub-token"

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.regular_files import NotRegularFile, open_regular
+from app.core.regular_files import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
 

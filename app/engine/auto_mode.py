@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.core.settings_file import load_json_object, load_state, write_json
 from app.engine.depth_memory import forget_records, set_aside_records
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition, Sample, Verdict, compare
-from app.settings_file import load_json_object, load_state, write_json
 
 CANDIDATES = ("off", "embedded", "d2t")  # what Auto measures, in this order (those the model has files for)
 SUFFIX = ".auto.json"

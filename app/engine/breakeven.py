@@ -21,7 +21,7 @@ from typing import Any
 
 from app.engine.config import EngineConfig
 from app.engine.stats import wrong_pair_warning
-from app.release.installed import sidecar_kind
+from app.models.installed import sidecar_kind
 
 
 def expected_tokens_per_pass(acceptance: float, depth: int) -> float:

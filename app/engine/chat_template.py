@@ -8,7 +8,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from app.errors import EngineError
+from app.core.errors import EngineError
 
 # The fallback when a GGUF carries no template: Qwen's ChatML.
 CHATML = (

@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, Literal
 
-from app import paths
-from app.backend.processes import child_python, creationflags
+from app.core import paths
+from app.core.errors import EngineError
+from app.core.processes import child_python, creationflags
 from app.engine import protocol
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig
-from app.errors import EngineError
 
 _END = {"loaded", "done", "error", "reset_done"}
 # what a native abort prints: ggml's "file.c:123: GGML_ASSERT(x) failed" / GGML_ABORT, a C++ terminate, an assert

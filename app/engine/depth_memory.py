@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.core.settings_file import load_json_object, load_state, write_json
 from app.engine.config import EngineConfig
-from app.settings_file import load_json_object, load_state, write_json
 
 SUFFIX = ".depth.json"
 

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from app.core.errors import ContextFullError, EngineError, FastMTPError
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
 from app.engine.depth_memory import DepthMemory, MemoryKey, key_for
 from app.engine.model_pool import ModelPool
 from app.engine.sampling import Sampler, draft_pick
 from app.engine.stats import ReplyStats
-from app.errors import ContextFullError, EngineError, FastMTPError
 from app.native.handles import Context, FloatArray, Model, default_threads
 from app.native.sampler import SamplerChain
 

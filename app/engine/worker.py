@@ -12,10 +12,10 @@ import threading
 import traceback
 from typing import Any, TextIO
 
+from app.core.errors import EngineError, FastMTPError
 from app.engine import protocol
 from app.engine.model_pool import ModelPool, target_slot
 from app.engine.session import ChatSession
-from app.errors import EngineError, FastMTPError
 
 
 class Worker:

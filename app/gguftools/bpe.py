@@ -12,7 +12,7 @@ import re
 from functools import lru_cache
 from itertools import pairwise
 
-from app.errors import GGUFError
+from app.core.errors import GGUFError
 from app.gguftools.tokenizer import Tokenizer
 
 # llama.cpp's qwen2 / qwen35 pre-tokenizer (src/llama-vocab.cpp), restricted to ASCII

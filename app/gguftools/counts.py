@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.errors import SidecarError
+from app.core.errors import SidecarError
 from app.gguftools.tokenizer import Tokenize
 
 FORMAT = "fastmtp-token-counts"

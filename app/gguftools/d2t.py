@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from app.errors import GGUFError, SidecarError
+from app.core.errors import GGUFError, SidecarError
 from app.gguftools.header import gguf_header
 
 

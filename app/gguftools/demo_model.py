@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
 
-from app.errors import GGUFError
+from app.core.errors import GGUFError
 from app.gguftools.bpe import encode_ascii
 from app.gguftools.counts import TokenCounts
 from app.gguftools.header import gguf_header
@@ -65,7 +65,7 @@ KEY = "fastmtp.demo."
 FORMAT_VERSION = 2  # 2: fastmtp.demo.language
 END_OF_TURN = "<|im_end|>"  # ChatML's end of turn: the chat template of the Qwen vocabulary (and our fallback)
 # What the English demo says to any prompt. Every token must differ from every other (see the module doc);
-# tests/test_demo_english.py checks that and the reply through the engine.
+# tests/integration/models/test_demo_english.py checks that and the reply through the engine.
 DEMO_PASSAGE = (
     "Hello there - I am FastMTP Chat, an app that runs Qwen models on your own computer. Here's my trick: a "
     "small draft head guesses several next tokens at once (its d2t sidecar keeps only common words so each "

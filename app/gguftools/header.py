@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from app.errors import GGUFError
-from app.regular_files import kind_of
+from app.core.errors import GGUFError
+from app.core.regular_files import kind_of
 
 VERSIONS = (2, 3)  # what llama.cpp and the gguf package read
 DEFAULT_ALIGNMENT = 32

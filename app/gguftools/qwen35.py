@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, LlamaFileType
 
-from app.errors import GGUFError
+from app.core.errors import GGUFError
 from app.gguftools.writer import (
     ChunkSource,
     KVItem,

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGUFReader, GGUFValueType, ReaderField, ReaderTensor
 
-from app.errors import GGUFError
+from app.core.errors import GGUFError
 
 # Keys the reader synthesises from the file header; they are not KV pairs of the file.
 HEADER_KEYS = frozenset({"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"})

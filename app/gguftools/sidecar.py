@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 
-from app.errors import SidecarError
+from app.core.errors import SidecarError
 from app.gguftools.counts import TokenCounts
 from app.gguftools.d2t import check_d2t
 from app.gguftools.inspect import GgufReport

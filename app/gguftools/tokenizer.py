@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gguf import GGUFReader, GGUFValueType
 
-from app.errors import GGUFError
+from app.core.errors import GGUFError
 from app.gguftools.reader import field_value, open_gguf
 from app.gguftools.writer import KVItem, kv_array, kv_bool, kv_str, kv_u32
 

@@ -11,10 +11,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from app import paths
-from app.errors import GGUFError
-from app.hashing import sha256_file
-from app.resources import resources_dir
+from app.core import paths
+from app.core.errors import GGUFError
+from app.core.hashing import sha256_file
+from app.core.resources import resources_dir
 
 VOCAB_NAME = "ggml-vocab-qwen35.gguf"
 VOCAB_SHA256 = "63ed952ff338996cf0bdf24a7b10015124273f75c6dc9bb427356aa3f67ec62c"

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
-from app.errors import GGUFError
+from app.core.errors import GGUFError
 from app.gguftools.reader import HEADER_KEYS
 
 Chunk = npt.NDArray[Any] | bytes | memoryview

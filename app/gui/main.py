@@ -2,8 +2,8 @@
 Chat page's place, the menus, the status bar, the remembered window state, and the wiring between the pages;
 and ``run()``, the entry point.
 
-The chat itself is ``ChatPage`` (app/gui/chat_page.py), the model and drafting-mode choice ``ModelSelector``
-(app/gui/model_selector.py)."""
+The chat itself is ``ChatPage`` (app/gui/chat/chat_page.py), the model and drafting-mode choice ``ModelSelector``
+(app/gui/models/model_selector.py)."""
 
 from __future__ import annotations
 
@@ -33,28 +33,28 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import settings as app_settings
-from app.errors import FastMTPError
+from app.chats.history import HistoryError, HistoryStore
+from app.core.errors import FastMTPError
+from app.core.resources import resources_dir
 from app.gguftools.demo_model import DemoModel
-from app.gui import theme, window_state
-from app.gui.about_dialog import AboutDialog, ShortcutsDialog
-from app.gui.auto_drafting import AutoDraftingView
-from app.gui.backend_page import BackendPage
-from app.gui.benchmark_page import BenchmarkPage
-from app.gui.chat_page import ChatPage
-from app.gui.engine_bridge import EngineBridge
-from app.gui.first_run import FirstRunPanel
-from app.gui.local_models_panel import GgufDrop
-from app.gui.machines import RemoteServerDialog
-from app.gui.model_selector import AUTO_KEY, DEMO_KEY, REMOTE_PREFIX, ModelSelector
-from app.gui.models_page import ModelsPage
-from app.gui.nav_rail import NavRail
-from app.gui.ops import wait_for_all
-from app.gui.settings_page import SettingsPage
-from app.gui.window_state import WindowState
-from app.history import HistoryError, HistoryStore
-from app.resources import resources_dir
-from app.settings import Settings
+from app.gui.backend.backend_page import BackendPage
+from app.gui.benchmark.benchmark_page import BenchmarkPage
+from app.gui.chat.auto_drafting import AutoDraftingView
+from app.gui.chat.chat_page import ChatPage
+from app.gui.chat.first_run import FirstRunPanel
+from app.gui.models.local_models_panel import GgufDrop
+from app.gui.models.model_selector import AUTO_KEY, DEMO_KEY, REMOTE_PREFIX, ModelSelector
+from app.gui.models.models_page import ModelsPage
+from app.gui.settings.machines import RemoteServerDialog
+from app.gui.settings.settings_page import SettingsPage
+from app.gui.shell import theme, window_state
+from app.gui.shell.about_dialog import AboutDialog, ShortcutsDialog
+from app.gui.shell.engine_bridge import EngineBridge
+from app.gui.shell.nav_rail import NavRail
+from app.gui.shell.ops import wait_for_all
+from app.gui.shell.window_state import WindowState
+from app.settings import app_settings
+from app.settings.app_settings import Settings
 
 
 class StatusLabel(QLabel):
@@ -679,7 +679,7 @@ def qt_argv(argv: Sequence[str]) -> list[str]:
 
 def app_icon() -> QIcon:
     """The app's icon from ``resources/icons/`` (the SVG and its PNG sizes); a checkout and a frozen bundle
-    both find it through ``app.resources``."""
+    both find it through ``app.core.resources``."""
     icon = QIcon()
     folder = resources_dir() / "icons"
     for png in sorted(folder.glob(f"{APP_ID}-*.png")):

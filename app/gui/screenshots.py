@@ -25,8 +25,8 @@ from typing import Any
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QScrollArea
 
-from app import paths
-from app.settings import Settings
+from app.core import paths
+from app.settings.app_settings import Settings
 
 README_SIZE = (1280, 800)  # the unsuffixed files, which the README shows
 SIZES = (README_SIZE, (1024, 700), (1920, 1080))  # the smallest window we design for, and a full HD screen
@@ -68,9 +68,9 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     """Write the screenshots into ``out``; returns their paths."""
     from app.backend import registry
     from app.backend.builder import BuildOptions, build_backend
-    from app.builtin_demo import ensure_demo_model
+    from app.chats.history import HistoryStore
     from app.gui.main import MainWindow, make_application
-    from app.history import HistoryStore
+    from app.models.builtin_demo import ensure_demo_model
 
     app = make_application(sys.argv[:1])  # named and with its icon, as ``run()`` sets it up
     out.mkdir(parents=True, exist_ok=True)
@@ -151,9 +151,9 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
     and ``benchmark-run-*.png`` (the Benchmark page after a small matrix on the demo model)."""
     from app.backend import registry
     from app.backend.builder import BuildOptions, build_backend
-    from app.builtin_demo import ensure_demo_model
+    from app.chats.history import HistoryStore
     from app.gui.main import MainWindow, make_application
-    from app.history import HistoryStore
+    from app.models.builtin_demo import ensure_demo_model
 
     app = make_application(sys.argv[:1])
     out.mkdir(parents=True, exist_ok=True)

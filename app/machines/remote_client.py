@@ -17,7 +17,7 @@ tinted token by token (``provenance`` is ``remote``: the stream does not say whi
 A connection that drops mid-reply ends with an ``error`` event (``RemoteConnectionLost``) that carries the text
 streamed so far and ``retryable``; the API key is sent only to the server's own origin, redirects are not followed.
 
-Everything the server sends is read through ``app.bounded_http``: ``/props`` and ``/v1/models`` answers up to
+Everything the server sends is read through ``app.core.bounded_http``: ``/props`` and ``/v1/models`` answers up to
 2 MiB, an error page's first 64 KiB, a reply line up to 2 MiB and the reply within a deadline that grows with
 ``max_tokens``; Stop shuts the connection at once. Each chunk is checked against the shape the client expects (a
 wrong one ends the reply with a ``RemoteError`` that names the server, the text so far kept); a reply longer than
@@ -38,11 +38,21 @@ from typing import Any, Literal
 
 import httpx
 
-from app.bounded_http import KIB, MIB, BoundedRead, ReadCancelled, ReadLimitError, TooDeep, deadline_in, finite, loads
+from app.core.bounded_http import (
+    KIB,
+    MIB,
+    BoundedRead,
+    ReadCancelled,
+    ReadLimitError,
+    TooDeep,
+    deadline_in,
+    finite,
+    loads,
+)
 from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions
 from app.engine.stats import decode_tps
-from app.remote_servers import RemoteError, RemoteServer, check_url, origin_of
+from app.machines.remote_servers import RemoteError, RemoteServer, check_url, origin_of
 
 ServerKind = Literal["llama-server", "openai"]
 CONNECT_TIMEOUT_S = 10.0
@@ -641,7 +651,7 @@ def _error_text(response: _Answer) -> str:
 
 
 def _unreachable(server: RemoteServer, exc: Exception) -> RemoteError:
-    from app.remote_servers import RemoteNetworkError
+    from app.machines.remote_servers import RemoteNetworkError
 
     if isinstance(exc, httpx.ConnectError) and "CERTIFICATE" in str(exc).upper():
         return RemoteError(f"The certificate of {server.host} could not be verified ({exc}).",

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from app import netaddr, paths, secrets, settings_file
-from app.errors import FastMTPError, StorageError
+from app.core import netaddr, paths, secrets, settings_file
+from app.core.errors import FastMTPError, StorageError
 
 FILE_NAME = "remote-servers.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -33,10 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app import netaddr, paths, secrets, settings_file
-from app.backend.upstream_server import UpstreamServer
+from app.core import netaddr, paths, secrets, settings_file
+from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH
-from app.errors import FastMTPError
+from app.machines.upstream_server import UpstreamServer
 
 KEY_NAME = "serve-api-key"
 DEFAULT_PORT = 8080
@@ -99,7 +99,7 @@ def server_binary(rpc: bool, on_event: Any = None) -> Path:
     from app.backend import archive, registry
     from app.backend.builder import active_options
     from app.backend.rpc import rpc_options
-    from app.backend.upstream_server import build_server
+    from app.machines.upstream_server import build_server
 
     options = rpc_options() if rpc else active_options()
     manifest = registry.active()
@@ -114,13 +114,13 @@ def chat_model_files(chat_model: str, draft: bool = True) -> tuple[Path, Path | 
     """The target and d2t sidecar of the chat's model (the settings' ``chat_model``): an installed model, a target
     path, or the built-in demo model (written first when needed)."""
     if chat_model and not chat_model.startswith("remote:"):
-        from app.release.installed import list_installed, model_roots
+        from app.models.installed import list_installed, model_roots
 
         for model in list_installed(*model_roots()):
             if str(model.target) == chat_model:
                 return model.target, model.sidecar_d2t if draft else None
         return Path(chat_model), None
-    from app.builtin_demo import ensure_demo_model
+    from app.models.builtin_demo import ensure_demo_model
 
     demo = ensure_demo_model(paths.demo_model_dir())
     return demo.target, demo.sidecar_d2t if draft else None

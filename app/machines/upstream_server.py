@@ -18,11 +18,11 @@ from typing import Any
 
 import httpx
 
-from app import paths
-from app.backend import archive, processes
+from app.backend import archive
 from app.backend.builder import BuildOptions, build_dir_of, build_program, plan_build
 from app.backend.events import CancelToken, EventSink
-from app.errors import EngineError
+from app.core import paths, processes
+from app.core.errors import EngineError
 from app.gguftools.d2t import check_d2t
 
 TARGET = "llama-server"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.errors import FastMTPError
+from app.core.errors import FastMTPError
 from app.release.catalog import Architecture, Catalog, load_catalog
 
 GIB = 1 << 30

@@ -27,8 +27,9 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 
-from app import __version__, bounded_http
-from app.errors import DownloadError, FastMTPError, VerificationError
+from app import __version__
+from app.core import bounded_http
+from app.core.errors import DownloadError, FastMTPError, VerificationError
 
 State = Literal["publisher-signed", "hub-hash-matches", "hub-hash-mismatch", "unverified"]
 STATES: tuple[State, ...] = ("publisher-signed", "hub-hash-matches", "hub-hash-mismatch", "unverified")
@@ -253,7 +254,7 @@ def sha256_with_progress(path: Path, on_bytes: Callable[[int, int], None] | None
 
 
 def _readable_size(path: Path) -> int:
-    from app.regular_files import open_regular
+    from app.core.regular_files import open_regular
 
     try:
         handle, size = open_regular(path)  # a pipe or a device is refused, not waited on

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from app import paths
-from app.errors import FastMTPError, VerificationError
+from app.core import paths
+from app.core.errors import FastMTPError, VerificationError
 from app.release.catalog import Catalog, load_catalog
 from app.release.manifest import parse_manifest
 from app.release.verify import verify_metadata
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.settings.app_settings import Settings
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class InstalledModel:
 
     def verification(self) -> dict[str, str]:
         """The state shared with ``verify`` and your own files: publisher-signed, or unverified (with why)."""
-        from app.release.hub_hash import EXPLANATIONS, LABELS, State
+        from app.models.hub_hash import EXPLANATIONS, LABELS, State
 
         state: State = "publisher-signed" if self.verified else "unverified"
         return {"state": state, "label": LABELS[state],
@@ -85,7 +85,7 @@ class InstalledModel:
 def model_roots(settings: Settings | None = None) -> list[Path]:
     """Where models are looked for: the models folder of ``settings`` (default: the saved ones), then the one
     downloads go to, when it is another."""
-    from app import settings as app_settings
+    from app.settings import app_settings
 
     roots = [(settings or app_settings.load()).models_path(), paths.models_dir()]
     return [root for i, root in enumerate(roots) if root.resolve() not in (r.resolve() for r in roots[:i])]

@@ -3,7 +3,7 @@
 A file is referenced where it is (``models add FILE``); it is copied into the models folder only when asked
 (``--copy``). The registry is ``local-models.json`` in the config folder: each entry keeps the file's path,
 what ``gguf inspect`` said about it (so listing costs one ``stat`` per file), its FastMTP sidecars, where on
-the hub it comes from (when known) and its verification state (``app.release.hub_hash``), with the size and
+the hub it comes from (when known) and its verification state (``app.models.hub_hash``), with the size and
 modification time the state was established for: a file changed since is ``unverified`` again.
 
 Qt-free; the Models page and the ``models add|scan|remove`` commands both call this module.
@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from app import paths, safe_paths, settings_file
-from app.errors import FastMTPError, GGUFError, StorageError, UnsafeInputError
-from app.hashing import sha256_file
-from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, HubOrigin, State, cached_blob_sha256, origin_from_path
+from app.core import paths, safe_paths, settings_file
+from app.core.errors import FastMTPError, GGUFError, StorageError, UnsafeInputError
+from app.core.hashing import sha256_file
+from app.models.hub_hash import EXPLANATIONS, LABELS, HubCheck, HubOrigin, State, cached_blob_sha256, origin_from_path
 
 FILE_NAME = "local-models.json"
 FORMAT = "fastmtp-local-models"
@@ -328,7 +328,7 @@ def remove(path: Path | str, *, delete_copy: bool = False) -> LocalModel:
 
 
 def _copies_folder() -> Path:
-    from app import settings as app_settings
+    from app.settings import app_settings
 
     return app_settings.load().models_path() / "local"
 
@@ -401,8 +401,8 @@ def attachable_sidecar(target: Path, sidecar: Path, *, strict: bool) -> Literal[
 def _release_state(path: Path) -> Verification | None:
     """``publisher-signed`` for a target in a release folder that checks out (as the chat's release listing checks
     it: signatures with a trusted key and sizes; every hash was checked when it was installed); else None."""
+    from app.models.installed import list_installed
     from app.release.catalog import load_catalog
-    from app.release.installed import list_installed
 
     if not (path.parent / load_catalog().integrity.manifest).is_file():
         return None
@@ -536,7 +536,7 @@ def hf_hub_cache() -> Path:
 def scan_roots(extra: Iterable[Path] = ()) -> list[ScanRoot]:
     """Where models usually are: LM Studio's models folders, the HF hub cache, ~/Downloads, the configured models
     folder, then ``extra``; each once (folders that do not exist are kept, the scan skips them)."""
-    from app import settings as app_settings
+    from app.settings import app_settings
 
     home = Path.home()
     roots = [ScanRoot("LM Studio", home / ".lmstudio" / "models"),

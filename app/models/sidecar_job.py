@@ -15,7 +15,7 @@ SIGTERM, the window), from any step, takes effect at the next piece or tensor an
 sidecar is written to ``<out>.partial`` and renamed only when complete.
 
 This module tokenizes and probes through the native backend, so the window runs it in a child process
-(``python -m app sidecar make --json``, see ``app.child_job``): a native failure cannot take the window down.
+(``python -m app sidecar make --json``, see ``app.core.child_job``): a native failure cannot take the window down.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from app.errors import FastMTPError, SidecarError
-from app.resources import resources_dir
+from app.core.errors import FastMTPError, SidecarError
+from app.core.resources import resources_dir
 
 if TYPE_CHECKING:
     from app.gguftools.counts import TokenCounts
@@ -179,7 +179,7 @@ def prompt_texts(name: str) -> list[str]:
 
 def history_texts(path: Path | None = None) -> list[str]:
     """Every user and assistant message of the saved chats (the user's own kind of text)."""
-    from app.history import HistoryStore
+    from app.chats.history import HistoryStore
 
     store = HistoryStore(path)
     try:
@@ -219,7 +219,7 @@ def check_corpus_files(corpus: Corpus) -> None:
 
 
 def _open_corpus_file(file: Path) -> tuple[Any, int]:
-    from app.regular_files import NotRegularFile, open_regular
+    from app.core.regular_files import NotRegularFile, open_regular
 
     try:
         return open_regular(file)  # never waits on a FIFO, never reads a device

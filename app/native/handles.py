@@ -19,7 +19,7 @@ from typing import Any, Protocol, Self, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from app.errors import FastMTPError, ModelLoadError, SidecarError, UnpatchedBackendError
+from app.core.errors import FastMTPError, ModelLoadError, SidecarError, UnpatchedBackendError
 from app.gguftools.d2t import D2T_ADVICE, check_d2t
 from app.native.loader import import_llama_cpp
 

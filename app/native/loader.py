@@ -10,7 +10,7 @@ from types import ModuleType
 
 from app.backend import registry
 from app.backend.registry import BackendManifest
-from app.errors import BackendError
+from app.core.errors import BackendError
 
 _loaded: tuple[Path, ModuleType] | None = None
 

@@ -1,4 +1,4 @@
-"""The backend self-test, run in a child process right after a build: ``python -m app.backend.selftest DIR``.
+"""The backend self-test, run in a child process right after a build: ``python -m app.native.selftest DIR``.
 
 It loads the built-in tiny demo model through the new backend and proves the three things the app
 relies on: the target decodes as its table says, a d2t sidecar loads and its draft logits are the
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from app import paths
 from app.backend.registry import BackendManifest
-from app.errors import UnpatchedBackendError
+from app.core import paths
+from app.core.errors import UnpatchedBackendError
 
 SELFTEST_TOKENS = 24
 
@@ -31,7 +31,7 @@ def selftest_model_dir(version: str) -> Path:
 
 def run(folder: Path) -> dict[str, Any]:
     os.environ["FASTMTP_BACKEND_DIR"] = str(folder)
-    from app.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
+    from app.models.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
     from app.native import draft_probe
     from app.native.handles import Model, system_info
     from app.native.loader import gpu_devices

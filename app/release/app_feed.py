@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from app.errors import FastMTPError, VerificationError
-from app.hashing import sha256_file
+from app.core.errors import FastMTPError, VerificationError
+from app.core.hashing import sha256_file
 from app.release import signing
 from app.release.manifest import check_file_name, normalize_sha256, parse_time
 

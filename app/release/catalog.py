@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
-from app import paths
-from app.errors import FastMTPError
-from app.resources import resources_dir
-from app.safe_paths import check_repo
+from app.core import paths
+from app.core.errors import FastMTPError
+from app.core.resources import resources_dir
+from app.core.safe_paths import check_repo
 
 EndpointKind = Literal["hf", "plain"]
 HUB_URL = "https://huggingface.co"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from app import paths
-from app.errors import DownloadError, VerificationError
+from app.core import paths
+from app.core.errors import DownloadError, VerificationError
 from app.release import part_state, trust
 from app.release.catalog import Catalog, Endpoint, load_catalog, repo_slug
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchEvent, FileRequest, fetch_files

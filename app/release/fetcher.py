@@ -29,8 +29,8 @@ import httpcore
 import httpx
 
 from app import __version__
-from app.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
-from app.hashing import BackgroundSha256
+from app.core.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
+from app.core.hashing import BackgroundSha256
 from app.release import part_state
 from app.release.part_state import PartState
 from app.release.progress import FetchEvent, Progress

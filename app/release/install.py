@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.errors import DiskSpaceError, FastMTPError, VerificationError
-from app.hashing import sha256_file
+from app.core.errors import DiskSpaceError, FastMTPError, VerificationError
+from app.core.hashing import sha256_file
 from app.release import trust
 from app.release.catalog import repo_slug
 from app.release.verify import ReleaseMetadata
@@ -35,7 +35,7 @@ class Installed:
 
 def default_destination(repo: str) -> Path:
     """``<models folder>/<owner>--<name>/``: the Settings' models folder, else ``<data>/models``."""
-    from app import settings
+    from app.settings import app_settings as settings
 
     return settings.load().models_path() / repo_slug(repo)
 

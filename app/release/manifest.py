@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import VerificationError
-from app.safe_paths import check_name
+from app.core.errors import VerificationError
+from app.core.safe_paths import check_name
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _NAME_KEYS = ("name", "file", "filename", "path")
@@ -71,7 +71,7 @@ class Provenance:
 
 
 def check_file_name(name: object, source: str) -> str:
-    """A plain file name (:func:`app.safe_paths.check_name`): no folders, no ``..``, no absolute paths or drive
+    """A plain file name (:func:`app.core.safe_paths.check_name`): no folders, no ``..``, no absolute paths or drive
     letters, nothing outside ASCII letters, digits and ``. _ + -``. Raises :class:`UnsafeInputError` (exit 4)."""
     return check_name(name, "file name", source,
                       "This looks like a path-traversal attempt or a broken release; nothing was written. Do not use "

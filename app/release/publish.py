@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__ as app_version
-from app.errors import FastMTPError
-from app.hashing import sha256_file
+from app.core.errors import FastMTPError
+from app.core.hashing import sha256_file
 from app.release import signing
 from app.release.catalog import load_catalog
 from app.release.manifest import FileEntry, check_file_name, format_sha256sums, parse_time, parse_version

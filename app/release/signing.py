@@ -16,7 +16,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from app.errors import FastMTPError, TrustError, VerificationError
+from app.core.errors import FastMTPError, TrustError, VerificationError
 
 SIGNATURE_BYTES = 64
 

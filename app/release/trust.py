@@ -16,12 +16,12 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from app import paths, settings_file
-from app.errors import StorageError, TrustError, VerificationError
+from app.core import paths, settings_file
+from app.core.errors import StorageError, TrustError, VerificationError
+from app.core.resources import resources_dir
 from app.release import signing
 from app.release.catalog import repo_slug
 from app.release.manifest import Manifest
-from app.resources import resources_dir
 
 Confirm = Callable[[str, str], bool]
 """Asks the user whether to trust ``fingerprint`` for ``repo``; True only on an explicit yes."""

@@ -26,12 +26,13 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from app import __version__, bounded_http, paths, settings_file
-from app.errors import DownloadError, StorageError, VerificationError
+from app import __version__
+from app.core import bounded_http, paths, settings_file
+from app.core.errors import DownloadError, StorageError, VerificationError
+from app.core.resources import resources_dir
 from app.release import signing, trust
 from app.release.app_feed import AppDownload, AppFeed, AppVersion, current_platform, parse_app_version, parse_feed
 from app.release.catalog import CatalogError, check_url, load_catalog
-from app.resources import resources_dir
 
 Status = Literal["up_to_date", "available", "unverified", "unreachable"]
 STATUSES: tuple[Status, ...] = ("up_to_date", "available", "unverified", "unreachable")

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.errors import VerificationError
-from app.hashing import sha256_file
+from app.core.errors import VerificationError
+from app.core.hashing import sha256_file
 from app.release import signing, trust
 from app.release.catalog import Catalog, load_catalog
 from app.release.manifest import FileEntry, Manifest, Provenance, parse_manifest, parse_provenance, parse_sha256sums
@@ -75,7 +75,7 @@ class VerifiedRelease:
     missing: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        from app.release.hub_hash import EXPLANATIONS, LABELS
+        from app.models.hub_hash import EXPLANATIONS, LABELS
 
         state = {"state": "publisher-signed", "label": LABELS["publisher-signed"],
                  "explanation": EXPLANATIONS["publisher-signed"]}

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from app import paths, settings_file
+from app.core import paths, settings_file
+from app.core.errors import StorageError
 from app.engine.config import DEFAULT_DRAFT_DEPTH, clamp_draft_depth
-from app.errors import StorageError
 
 Theme = Literal["system", "light", "dark"]
 THEMES: tuple[Theme, ...] = ("system", "light", "dark")

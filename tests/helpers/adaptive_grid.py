@@ -1,7 +1,7 @@
 """Adaptive depth against every fixed depth on a grid of simulated cases, as a markdown table.
 
-``python -m tests.adaptive_grid`` prints, for each machine of tests/adaptive_sim.py at high, low and the demo's
-acceptance, in sessions of 2048 tokens (5 seeds), 508 tokens (the first prompt set of a fresh ``bench spec``
+``python -m tests.helpers.adaptive_grid`` prints, for each machine of tests/helpers/adaptive_sim.py at high, low and
+the demo's acceptance, in sessions of 2048 tokens (5 seeds), 508 tokens (the first prompt set of a fresh ``bench spec``
 session, 20 seeds) and 1016 tokens with easy and hard passages (10 seeds), the fastest fixed depth 1..8 and
 adaptive depth's tokens per second against it. docs/benchmarks.md quotes it for the current method and for the
 one before (that file's ``app/engine/adaptive.py`` swapped in). It is a study, not a test: the tests hold the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from tests import adaptive_sim as sim
+from tests.helpers import adaptive_sim as sim
 
 
 def passages(seed: int, length: int = 4000) -> list[tuple[int, float]]:

@@ -1,6 +1,6 @@
 """Run one CLI command in a child process and measure its peak memory: the only honest way to assert a cap.
 
-    python -m tests.peak_rss AS_LIMIT_MIB -- remote test box --json
+    python -m tests.helpers.peak_rss AS_LIMIT_MIB -- remote test box --json
 
 runs ``app.cli.main`` under ``RLIMIT_AS`` (a runaway allocation ends in MemoryError or an abort instead of
 eating the machine) and prints on stderr, as a line of its own, ``peak_rss_kib=N``: the process's peak resident set
@@ -33,8 +33,8 @@ class Measured:
 def run(args: list[str], *, as_limit_mib: int = 2048, timeout: float = 600.0, env: dict[str, str] | None = None,
         cwd: Path | None = None) -> Measured:
     """``python -m app ARGS`` measured in a child; ``timeout`` only guards the test run itself."""
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "tests.peak_rss", str(as_limit_mib), "--", *args],
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "tests.helpers.peak_rss", str(as_limit_mib), "--", *args],
                           capture_output=True, text=True, timeout=timeout, env=env or dict(os.environ),
                           cwd=cwd or root)
     found = re.search(rf"^{_MARK}(\d+)\n", done.stderr, re.M)

@@ -51,17 +51,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import paths
 from app.backend import archive, cuda_wheels, registry
 from app.backend.builder import BuildOptions, Flavor, build_backend, run_selftest_subprocess
 from app.backend.events import BuildEvent, CancelToken, EventKind
 from app.backend.prebuilt import InstalledPrebuilt, install_prebuilt, is_url
 from app.backend.registry import BackendManifest
 from app.backend.toolchain import Tool, Toolchain, ToolkitMode, detect, toolkit_mode
-from app.errors import BuildCancelled, FastMTPError, ToolchainError, VerificationError
-from app.gui.ops import BackgroundOp, Report
-from app.gui.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
-from app.gui.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
+from app.core import paths
+from app.core.errors import BuildCancelled, FastMTPError, ToolchainError, VerificationError
+from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
+from app.gui.shell.ops import BackgroundOp, Report
+from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
 
 LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
 

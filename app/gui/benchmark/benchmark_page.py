@@ -6,7 +6,7 @@ against depth, a line per mode, off dashed), and export the JSON, the markdown a
 interleaved run by run, greedy; "vs off" is a verdict (``app.engine.verdict``) from 3 runs on: the ratio of the
 medians, "no clear difference" when the runs' spreads overlap, and what is missing with fewer runs (its tooltip
 has the medians, spreads and load). The run is the
-``bench matrix`` command in a child process (``app.child_job``): the engine's native code never runs in the
+``bench matrix`` command in a child process (``app.core.child_job``): the engine's native code never runs in the
 window's process, and the page shows exactly what the command measures.
 """
 
@@ -42,13 +42,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import paths
 from app.bench.matrix import MODE_LABELS, depth_series
-from app.child_job import ChildJob
+from app.core import paths
+from app.core.child_job import ChildJob
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.verdict import MIN_SAMPLES
-from app.gui.page_ops import OwnedOps, error_text
-from app.sidecar_job import JobCancelled
+from app.gui.shell.page_ops import OwnedOps, error_text
+from app.models.sidecar_job import JobCancelled
 
 MODE_COLOURS = {"embedded": "#4c78a8", "full": "#f58518", "d2t": "#54a24b", "off": "#8a8f98"}
 COLUMNS = ["variant", "prompts", "tok/s", "acceptance", "tokens / pass", "vs off"]

@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app import paths
+from app.core import paths
 from app.engine.auto_mode import AutoDrafting, AutoKey, AutoMemory, auto_key
 from app.engine.config import EngineConfig
 from app.engine.verdict import condition_for, load_average
-from app.gui.chat_page import ChatPage
-from app.gui.engine_bridge import EngineBridge
-from app.gui.model_selector import ModelSelector
+from app.gui.chat.chat_page import ChatPage
+from app.gui.models.model_selector import ModelSelector
+from app.gui.shell.engine_bridge import EngineBridge
 
 log = logging.getLogger(__name__)
 

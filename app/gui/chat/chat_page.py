@@ -31,19 +31,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.builtin_demo import DEMO_NATURE
-from app.chat_settings import ChatSettings
+from app.chats.history import Conversation, HistoryError, HistoryStore, read_export
 from app.engine.breakeven import describe_mode, drafting_warning
 from app.engine.chat_template import Message
 from app.engine.config import EngineConfig
-from app.engine.remote import NO_TINT_REASON
-from app.gui.chat_settings_dialog import ChatSettingsDialog
-from app.gui.chat_view import ChatEntry, ChatView
-from app.gui.engine_bridge import EngineBridge
-from app.gui.markdown import Palette
-from app.gui.sidebar import Sidebar
-from app.history import Conversation, HistoryError, HistoryStore, read_export
-from app.remote_servers import RemoteServer
+from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
+from app.gui.chat.chat_view import ChatEntry, ChatView
+from app.gui.chat.markdown import Palette
+from app.gui.chat.sidebar import Sidebar
+from app.gui.shell.engine_bridge import EngineBridge
+from app.machines.remote_client import NO_TINT_REASON
+from app.machines.remote_servers import RemoteServer
+from app.models.builtin_demo import DEMO_NATURE
+from app.settings.chat_settings import ChatSettings
 
 SAVE_EVERY_TOKENS = 32  # a streaming reply is saved to the history this often, and every SAVE_INTERVAL_MS
 SAVE_INTERVAL_MS = 1000

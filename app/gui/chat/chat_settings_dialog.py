@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat_settings import CUSTOM, PRESETS, SEED_LIMIT, ChatSettings
+from app.settings.chat_settings import CUSTOM, PRESETS, SEED_LIMIT, ChatSettings
 
 SEED_MODE_LABELS = {"random": "Random for every reply", "fixed": "Fixed"}
 

@@ -57,9 +57,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chats.history import StoredMessage
 from app.engine.chat_template import Message
-from app.gui.hud import CORNERS, Hud, corner_alignment, nearest_corner
-from app.gui.markdown import (
+from app.gui.chat.hud import CORNERS, Hud, corner_alignment, nearest_corner
+from app.gui.chat.markdown import (
     LIGHT,
     THINK_CLOSE,
     THINK_OPEN,
@@ -71,7 +72,6 @@ from app.gui.markdown import (
     mark_drafts,
     split_thinking,
 )
-from app.history import StoredMessage
 
 DRAFT_TINT = QColor(LIGHT.draft_tint)
 RENDER_INTERVAL_MS = 33  # a frame: streamed text and the HUD are drawn at most this often; tokens in between queue

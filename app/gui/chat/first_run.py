@@ -9,7 +9,7 @@
   memory at the configured context. ``backend_build_requested(flavor)`` or ``models_requested`` tell the
   window which page to open.
 
-All slow work (detection, build, demo model) runs through :mod:`app.gui.ops`.
+All slow work (detection, build, demo model) runs through :mod:`app.gui.shell.ops`.
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import paths
 from app.backend import registry
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.events import BuildEvent, CancelToken
 from app.backend.toolchain import Toolchain, detect, platform_note
-from app.builtin_demo import DEMO_NATURE, ensure_demo_model
-from app.errors import FastMTPError
-from app.fit import GIB, fit
+from app.core import paths
+from app.core.errors import FastMTPError
 from app.gguftools.demo_model import DemoModel
-from app.gui.ops import Report
-from app.gui.page_ops import OwnedOps
+from app.gui.shell.ops import Report
+from app.gui.shell.page_ops import OwnedOps
+from app.models.builtin_demo import DEMO_NATURE, ensure_demo_model
+from app.models.fit import GIB, fit
 
 _STYLE = """
 #firstRun QFrame#card { border: 1px solid palette(mid); border-radius: 10px; background: palette(base); }

@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui import icons
-from app.gui.markdown import LIGHT, Palette
-from app.gui.page_ops import confirm_destructive
-from app.history import HistoryError, HistoryStore
+from app.chats.history import HistoryError, HistoryStore
+from app.gui.chat.markdown import LIGHT, Palette
+from app.gui.shell import icons
+from app.gui.shell.page_ops import confirm_destructive
 
 RENAME_KEY = "F2"
 DELETE_KEY = "Del"

@@ -1,6 +1,6 @@
 """Your own model files in the chat's model selector: their items, the files a chosen one loads, the modes it has.
 
-The window's selector lists the demo model, the downloaded releases, then these (``app.local_models``), keyed
+The window's selector lists the demo model, the downloaded releases, then these (``app.models.local_models``), keyed
 by the file's path like the releases. A file the chat cannot use (moved, another architecture, a hub-hash
 mismatch) is listed greyed with the reason; the verification state is part of every label, so a file that is
 not publisher-signed never reads as if it were.
@@ -14,9 +14,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
-from app import local_models
-from app.local_models import LocalModel
-from app.release.hub_hash import LABELS
+from app.models import local_models
+from app.models.hub_hash import LABELS
+from app.models.local_models import LocalModel
 
 SetEnabled = Callable[[QComboBox, int, bool], None]
 

@@ -1,9 +1,9 @@
 """The Models page's "Your own model files": add a GGUF already on disk, scan the usual places, see what each
 file is and how far it is verified, check it against the hub, and make its FastMTP sidecar.
 
-Everything slow goes through the page's :class:`~app.gui.page_ops.OwnedOps`: reading GGUF headers (adding,
+Everything slow goes through the page's :class:`~app.gui.shell.page_ops.OwnedOps`: reading GGUF headers (adding,
 scanning), hashing against the hub, copying. Making a sidecar runs the ``sidecar make`` command in a child
-process (:class:`~app.gui.sidecar_dialog.MakeSidecarDialog`). A ``.gguf`` dropped anywhere on the window
+process (:class:`~app.gui.models.sidecar_dialog.MakeSidecarDialog`). A ``.gguf`` dropped anywhere on the window
 arrives here through :class:`GgufDrop`. ``models_changed`` tells the window to list the chat's models again.
 
 Verification badges never blur the states: *publisher-signed* (green), *hub hash matches* (blue: the hub's
@@ -33,11 +33,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import local_models, secrets
-from app.gui.ops import Report
-from app.gui.page_ops import OwnedOps, error_text
-from app.local_models import FoundFile, LocalModel
-from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, State, verify_against_hub
+from app.core import secrets
+from app.gui.shell.ops import Report
+from app.gui.shell.page_ops import OwnedOps, error_text
+from app.models import local_models
+from app.models.hub_hash import EXPLANATIONS, LABELS, HubCheck, State, verify_against_hub
+from app.models.local_models import FoundFile, LocalModel
 
 BADGE_COLOURS: dict[State, tuple[str, str]] = {  # (background, text)
     "publisher-signed": ("#dcfce7", "#166534"),
@@ -331,7 +332,7 @@ class LocalModelsPanel(QGroupBox):
     # ------------------------------------------------------------------ the scan
 
     def scan(self, roots: list[local_models.ScanRoot] | None = None) -> None:
-        """Look for ``.gguf`` files in the usual places (default :func:`app.local_models.scan_roots`)."""
+        """Look for ``.gguf`` files in the usual places (default :func:`app.models.local_models.scan_roots`)."""
         if self.scanning:
             return
         self.scanning = True
@@ -406,7 +407,7 @@ class LocalModelsPanel(QGroupBox):
 
     def make_sidecar(self, path: Path) -> QWidget | None:
         """Open the "Make FastMTP sidecar" dialog for an added model; the list follows when it made one."""
-        from app.gui.sidecar_dialog import MakeSidecarDialog
+        from app.gui.models.sidecar_dialog import MakeSidecarDialog
 
         model = self.model(path)
         if model is None:

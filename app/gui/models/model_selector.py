@@ -4,7 +4,7 @@ remote server) and which drafting mode, and what that choice means for the engin
 modes the model has files for and uses the fastest (``app.engine.auto_mode``; ``auto_choices`` says which).
 
 Listing the models folder and writing the demo model are background ops owned by the selector
-(:class:`~app.gui.page_ops.OwnedOps`). It decides nothing about loading: it says what the user picked
+(:class:`~app.gui.shell.page_ops.OwnedOps`). It decides nothing about loading: it says what the user picked
 (``model_chosen``, ``mode_changed``, ``add_remote_requested``, ``demo_wanted``) and the window loads it.
 """
 
@@ -17,17 +17,17 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 
-from app import paths
-from app import settings as app_settings
-from app.builtin_demo import ensure_demo_model
+from app.core import paths
 from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig
 from app.gguftools.demo_model import DemoModel
-from app.gui import local_choices
-from app.gui.benchmark_page import BenchModel
-from app.gui.page_ops import OwnedOps
-from app.release.installed import InstalledModel, list_installed, model_roots
-from app.remote_servers import RemoteServer, load_servers
-from app.settings import Settings
+from app.gui.benchmark.benchmark_page import BenchModel
+from app.gui.models import local_choices
+from app.gui.shell.page_ops import OwnedOps
+from app.machines.remote_servers import RemoteServer, load_servers
+from app.models.builtin_demo import ensure_demo_model
+from app.models.installed import InstalledModel, list_installed, model_roots
+from app.settings import app_settings
+from app.settings.app_settings import Settings
 
 # (label, key): key picks the EngineConfig in ``ModelSelector.config_for``; "auto" is the window's (``auto_choices``)
 AUTO_KEY = "auto"

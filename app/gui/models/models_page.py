@@ -1,11 +1,11 @@
 """The models page: the release's quantizations with fit advice, downloads with per-file progress and checks,
-and your own model files (``app.gui.local_models_panel``: add, scan, verify against the hub, make a sidecar).
+and your own model files (``app.gui.models.local_models_panel``: add, scan, verify against the hub, make a sidecar).
 
-Everything slow runs through :mod:`app.gui.ops`: GPU detection, the download (``fetch_release``, the
+Everything slow runs through :mod:`app.gui.shell.ops`: GPU detection, the download (``fetch_release``, the
 same sequence as ``python -m app fetch``) and keyring access. The download belongs to this page, not
 to a dialog, so it keeps running while the user looks at another page. The first-use key question
 of the trust chain comes from the download's worker thread and is answered here by
-:class:`~app.gui.trust_dialog.TrustKeyDialog`; the worker waits for the answer.
+:class:`~app.gui.models.trust_dialog.TrustKeyDialog`; the worker waits for the answer.
 
 Each file's row shows its three checks as the core reports them: *signature* (the signed manifest
 lists it, which is verified before any payload byte is requested), *size* and *sha256* (computed
@@ -45,15 +45,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import secrets
-from app import settings as app_settings
 from app.backend.toolchain import Gpu, detect_gpus
-from app.errors import FastMTPError, VerificationError
-from app.fit import GIB, FitReport, fit
-from app.gui.local_models_panel import LocalModelsPanel
-from app.gui.ops import BackgroundOp, Report
-from app.gui.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
-from app.gui.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
+from app.core import secrets
+from app.core.errors import FastMTPError, VerificationError
+from app.gui.models.local_models_panel import LocalModelsPanel
+from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
+from app.gui.shell.ops import BackgroundOp, Report
+from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
+from app.models.fit import GIB, FitReport, fit
 from app.release import download as release_download
 from app.release import fetcher
 from app.release.catalog import (
@@ -70,6 +69,7 @@ from app.release.download import FetchPlan, fetch_release
 from app.release.fetcher import DownloadCancelled, FetchControl
 from app.release.install import Installed, default_destination
 from app.release.progress import FetchEvent
+from app.settings import app_settings
 
 OK, FAILED, PENDING = "✓", "✗", "…"
 

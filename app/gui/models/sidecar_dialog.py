@@ -1,7 +1,7 @@
 """"Make FastMTP sidecar": draft vocabulary size and corpus, then the build with progress, cancel and the measured
 acceptance next to the embedded head.
 
-The job is the ``sidecar make`` command run as a child process (``app.child_job``): it tokenizes and probes
+The job is the ``sidecar make`` command run as a child process (``app.core.child_job``): it tokenizes and probes
 through llama.cpp, and a native failure must not take the window down. Cancel stops the child; the sidecar
 is written as ``.partial`` and renamed only when complete, and the parent removes anything a killed child
 left, so a cancelled build leaves no file.
@@ -29,11 +29,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import local_models
-from app.child_job import ChildJob
-from app.errors import FastMTPError
-from app.gui.page_ops import OwnedOps, error_text
-from app.sidecar_job import VOCAB_SIZES, JobCancelled, default_out, prompt_sets
+from app.core.child_job import ChildJob
+from app.core.errors import FastMTPError
+from app.gui.shell.page_ops import OwnedOps, error_text
+from app.models import local_models
+from app.models.sidecar_job import VOCAB_SIZES, JobCancelled, default_out, prompt_sets
 
 STEP_WORDS = {"tokenizing": "Tokenizing the corpus", "counting": "Counting tokens", "slicing": "Slicing rows",
               "writing": "Writing", "checking": "Checking"}

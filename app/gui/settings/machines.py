@@ -1,8 +1,8 @@
 """More than one machine, in the window: the "Remote server…" dialog, and the Settings page's group with the remote
 servers, the RPC workers (with the warning that RPC has no authentication) and "Serve this machine".
 
-The server started here is our llama-server (``app.serve``), in a session of its own; it stops with the app unless
-"Keep running after the app closes" is ticked, then ``python -m app serve --stop`` (or unticking it here and
+The server started here is our llama-server (``app.machines.serve``), in a session of its own; it stops with the
+app unless "Keep running after the app closes" is ticked, then ``python -m app serve --stop`` (or unticking it here and
 stopping) ends it.
 """
 
@@ -29,13 +29,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import serve
 from app.backend.rpc import NO_AUTH_WARNING, parse_endpoints
-from app.backend.upstream_server import UpstreamServer
-from app.errors import FastMTPError
-from app.gui.page_ops import OwnedOps, bad_colour, confirm_destructive, error_text, good_colour
-from app.remote_servers import RemoteServer, add_server, check_url, load_servers, remove_server
-from app.settings import Settings
+from app.core.errors import FastMTPError
+from app.gui.shell.page_ops import OwnedOps, bad_colour, confirm_destructive, error_text, good_colour
+from app.machines import serve
+from app.machines.remote_servers import RemoteServer, add_server, check_url, load_servers, remove_server
+from app.machines.upstream_server import UpstreamServer
+from app.settings.app_settings import Settings
 
 RPC_NOTE = (f"{NO_AUTH_WARNING} Use workers only on a network you trust. The GPU layers setting decides how many "
             "layers go to them.")

@@ -33,16 +33,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import __version__, paths
-from app import settings as app_settings
+from app import __version__
+from app.core import paths
+from app.core.errors import FastMTPError
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.depth_memory import DepthMemory
-from app.errors import FastMTPError
-from app.gui.machines import MachinesGroup
-from app.gui.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.gui.settings.machines import MachinesGroup
+from app.gui.shell.page_ops import OwnedOps, bad_colour, error_text, good_colour
 from app.release import updates
 from app.release.updates import UpdateCheck, UpdateSource
-from app.settings import THEMES, Settings
+from app.settings import app_settings
+from app.settings.app_settings import THEMES, Settings
 
 NOTES_SHOWN = 800  # characters of the release notes shown on the page; the link has the rest
 

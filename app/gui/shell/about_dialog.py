@@ -1,7 +1,7 @@
 """The Help menu's two dialogs: the keyboard shortcuts, and About (the versions of the app, its backend, llama.cpp,
 CUDA and the driver, with a Copy button for bug reports).
 
-The versions come from ``app.about`` (the backend registry's manifest and ``nvidia-smi``); asking the driver can
+The versions come from ``app.backend.about`` (the backend registry's manifest and ``nvidia-smi``); asking the driver can
 take a moment, so it runs as a background op and the dialog fills in its rows when the answer is there.
 """
 
@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.about import Versions, collect
-from app.gui.page_ops import OwnedOps
+from app.backend.about import Versions, collect
+from app.gui.shell.page_ops import OwnedOps
 
 ABOUT_TEXT = ("A desktop chat for local LLMs with FastMTP drafting: a trimmed draft head (the d2t sidecar) "
               "drafts tokens ahead and the target model checks them, so replies come faster and stay exactly "

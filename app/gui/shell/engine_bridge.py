@@ -16,14 +16,14 @@ from typing import Any
 
 from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal
 
+from app.core.errors import FastMTPError
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig
-from app.engine.remote import RemoteClient
-from app.errors import FastMTPError
-from app.gui.ops import Report
-from app.gui.page_ops import OwnedOps
-from app.remote_servers import RemoteServer
+from app.gui.shell.ops import Report
+from app.gui.shell.page_ops import OwnedOps
+from app.machines.remote_client import RemoteClient
+from app.machines.remote_servers import RemoteServer
 
 DELIVERY_INTERVAL_MS = 16  # token batches reach the GUI thread at most this often (the chat view draws every 33 ms)
 

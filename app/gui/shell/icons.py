@@ -12,7 +12,7 @@ from PySide6.QtCore import QByteArray, QRectF, Qt
 from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 
-from app.resources import resources_dir
+from app.core.resources import resources_dir
 
 RENDER_PX = (24, 48)  # rendered sizes: 1x and 2x of the rail's 24-pixel icons (Qt scales between them)
 

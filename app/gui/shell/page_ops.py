@@ -15,8 +15,8 @@ from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from app.errors import FastMTPError
-from app.gui.ops import BackgroundOp, Report, run_in_background
+from app.core.errors import FastMTPError
+from app.gui.shell.ops import BackgroundOp, Report, run_in_background
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from app import paths, settings_file
-from app.errors import StorageError
+from app.core import paths, settings_file
+from app.core.errors import StorageError
 
 FILE_NAME = "window-state.json"
 MAX_BLOB = 64 * 1024  # a saved geometry or splitter is under 100 bytes

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app import __version__, about
+from app import __version__
+from app.backend import about
 from app.backend.registry import BackendManifest
 
 SMI = """#!/bin/sh

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from app import paths
 from app.backend import registry, toolchain
 from app.backend.builder import BuildOptions, build_backend, plan_build
 from app.backend.events import BuildEvent, CancelToken, ninja_fraction
 from app.backend.patching import default_patch
 from app.backend.registry import BackendManifest, backend_dir
-from app.errors import BackendError, BuildCancelled, ToolchainError
+from app.core import paths
+from app.core.errors import BackendError, BuildCancelled, ToolchainError
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -220,7 +220,7 @@ def test_selftest_runs_offline_with_an_empty_cache(patched_backend: BackendManif
     """A backend carried to a machine with no sdist and no network still self-tests (the app carries the vocab)."""
     env = dict(os.environ, FASTMTP_CACHE_DIR=str(tmp_path / "cache"), PIP_NO_INDEX="1",
                PIP_INDEX_URL="http://127.0.0.1:9/simple", FASTMTP_BACKEND_DIR=str(backend_dir(patched_backend.id)))
-    done = subprocess.run([sys.executable, "-m", "app.backend.selftest", str(backend_dir(patched_backend.id))],
+    done = subprocess.run([sys.executable, "-m", "app.native.selftest", str(backend_dir(patched_backend.id))],
                           env=env, capture_output=True, text=True, timeout=600)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ok"] is True, result

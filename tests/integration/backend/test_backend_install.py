@@ -22,13 +22,13 @@ import pytest
 
 from app.backend import archive, registry
 from app.backend.registry import BackendManifest
+from app.backend.signing import manifest_name, signature_name
 from app.release import signing
-from app.release.backend_signing import manifest_name, signature_name
 from app.release.catalog import load_catalog
-from tests.module_folders import ModuleFolders
-from tests.release_server import Fault, ReleaseServer
-from tests.signed_backend import PREVIOUS, Signed, last_json, other_machine, run_app, sign_packed
-from tests.signed_backend import installed as installed_in
+from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.release_server import Fault, ReleaseServer
+from tests.helpers.signed_backend import PREVIOUS, Signed, last_json, other_machine, run_app, sign_packed
+from tests.helpers.signed_backend import installed as installed_in
 
 REPO = load_catalog().repo
 

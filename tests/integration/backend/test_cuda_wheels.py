@@ -22,8 +22,8 @@ import pytest
 from app.backend import cuda_wheels, toolchain
 from app.backend.builder import BuildOptions, Reporter, _manifest, plan_build, prepare_source
 from app.backend.events import CancelToken
-from app.errors import BuildCancelled, ToolchainError
-from tests.cuda_index import (
+from app.core.errors import BuildCancelled, ToolchainError
+from tests.helpers.cuda_index import (
     NVIDIA_SMI_HEADER,
     PIN,
     LocalIndex,
@@ -32,7 +32,7 @@ from tests.cuda_index import (
     require_cached_wheelhouse,
     tiny_wheel,
 )
-from tests.module_folders import ModuleFolders
+from tests.helpers.module_folders import ModuleFolders
 
 # ----------------------------------------------------------------------------- fixtures
 
@@ -299,7 +299,7 @@ def test_the_cuda_backend_configures_and_compiles_with_only_the_wheels(app_cache
     empty.mkdir()
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
-    env = dict(os.environ, FASTMTP_CACHE_DIR=str(app_cache), PYTHONPATH=str(Path(__file__).parent.parent))
+    env = dict(os.environ, FASTMTP_CACHE_DIR=str(app_cache), PYTHONPATH=str(Path(__file__).resolve().parents[3]))
     hidden, how = _hide_system_toolkit()
     child = [sys.executable, str(script), str(tree), str(build_dir), str(out)]
     if how == "unshare":

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.backend import patching, source
-from app.errors import PatchError
+from app.core.errors import PatchError
 
 PATCHED_FILES = ["src/llama-model.cpp", "src/models/qwen35.cpp"]
 
@@ -65,7 +65,7 @@ def test_patch_on_a_foreign_tree_is_refused_with_reason(tmp_path: Path) -> None:
 
 
 def test_sdist_with_wrong_hash_is_rejected(tmp_path: Path) -> None:
-    from app.errors import BackendError
+    from app.core.errors import BackendError
 
     fake = tmp_path / "llama_cpp_python-0.3.35.tar.gz"
     fake.write_bytes(b"not the real source")

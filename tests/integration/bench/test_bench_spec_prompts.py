@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from app.bench.spec import PROMPT_SETS, demo_opening, load_prompts, tokenize_prompts
-from app.builtin_demo import ensure_demo_model
 from app.engine.config import EngineConfig
 from app.engine.speculative import SpeculativeDecoder
 from app.gguftools.demo_model import DemoModel
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.models.builtin_demo import ensure_demo_model
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")  # the prompts are rendered with the target's own template
 

@@ -18,11 +18,11 @@ import pytest
 from app.backend import archive
 from app.backend.builder import BuildOptions
 from app.backend.registry import BackendManifest
-from app.backend.upstream_server import UpstreamServer, build_server
 from app.bench import gpu_check
-from app.errors import BackendError
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.core.errors import BackendError
+from app.machines.upstream_server import UpstreamServer, build_server
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 
 def _isolated_env(root: Path) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.backend.registry import BackendManifest
-from tests.demo_copies import DemoCopies
+from tests.helpers.demo_copies import DemoCopies
 
 
 def run_app(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.backend.registry import BackendManifest
+from app.cli.quickstart import ROUNDS, measure, speedup_note
 from app.engine.speculative import Reply
 from app.engine.stats import ReplyStats
 from app.engine.verdict import Condition, Sample, compare
@@ -20,7 +21,6 @@ from app.gguftools.bpe import encode_ascii
 from app.gguftools.demo_model import DEMO_PASSAGE
 from app.gguftools.tokenizer import load_tokenizer
 from app.gguftools.vocab import qwen35_vocab_path
-from app.quickstart import ROUNDS, measure, speedup_note
 from installers.smoke import check_quickstart
 
 REPLY_TOKENS = len(encode_ascii(load_tokenizer(qwen35_vocab_path()), DEMO_PASSAGE)) + 1  # and <|im_end|>

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from app.backend.registry import BackendManifest
-from app.builtin_demo import ensure_demo_model
-from app.history import HistoryError, HistoryStore
-from tests.module_folders import ModuleFolders
+from app.chats.history import HistoryError, HistoryStore
+from app.models.builtin_demo import ensure_demo_model
+from tests.helpers.module_folders import ModuleFolders
 
 
 def _app(*args: str) -> subprocess.CompletedProcess[str]:

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from app import settings as app_settings
-from app import settings_file
-from app.builtin_demo import ensure_demo_model, table_prompt
+from app.core import settings_file
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.sampling import Sampler
 from app.engine.speculative import SpeculativeDecoder
 from app.gguftools.demo_model import DemoModel
-from app.gui import window_state
-from tests.module_folders import ModuleFolders
+from app.gui.shell import window_state
+from app.models.builtin_demo import ensure_demo_model, table_prompt
+from app.settings import app_settings
+from tests.helpers.module_folders import ModuleFolders
 
 
 def _fifo(path: Path) -> None:
@@ -94,7 +94,7 @@ def test_the_helper_refuses_what_is_not_a_small_regular_json_object(tmp_path: Pa
     for name, make in cases.items():
         path = tmp_path / f"{name}.json"
         make(path)
-        with caplog.at_level(logging.WARNING, logger="app.settings_file"):
+        with caplog.at_level(logging.WARNING, logger="app.core.settings_file"):
             data, reason = settings_file.check_state(path)
         assert data is None and reason, name
         assert not os.path.lexists(path) and os.path.lexists(tmp_path / f"{name}.json.bad"), name

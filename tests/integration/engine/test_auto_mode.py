@@ -18,7 +18,7 @@ import pytest
 from app.engine.auto_mode import CANDIDATES, SUFFIX, AutoDrafting, AutoMemory, auto_key
 from app.engine.depth_memory import DepthMemory
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition
-from tests.demo_copies import DemoCopies
+from tests.helpers.demo_copies import DemoCopies
 
 REPLIES_TO_DECIDE = 1 + MIN_SAMPLES * len(CANDIDATES)  # a warm-up, then each mode in turn until 3 each
 

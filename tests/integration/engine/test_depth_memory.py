@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from app.builtin_demo import ensure_demo_model, table_prompt
 from app.engine.adaptive import START_DEPTH
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.depth_memory import DepthMemory, key_for
 from app.engine.sampling import Sampler
 from app.engine.speculative import SpeculativeDecoder
 from app.gguftools.demo_model import DemoModel
-from tests.module_folders import ModuleFolders
+from app.models.builtin_demo import ensure_demo_model, table_prompt
+from tests.helpers.module_folders import ModuleFolders
 
 STATE = {"version": 1, "draft_depth": 8, "rest": {"1": 0.05, "4": 0.09}, "first_pass": 0.01, "step": 0.008,
          "tested": [40.0, 30.0, 20.0, 0, 0, 0, 0, 0], "accepted": [36.0, 25.0, 15.0, 0, 0, 0, 0, 0],
@@ -103,8 +103,8 @@ def _cli(*args: str) -> dict[str, object]:
 
 
 def test_the_cli_lists_and_forgets_what_the_app_remembers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.core.paths import depth_memory_dir
     from app.engine.auto_mode import CANDIDATES, AutoDrafting, AutoMemory, auto_key
-    from app.paths import depth_memory_dir
 
     # a data folder of its own: other tests' replies (Auto drafting's, adaptive depth's) leave records in the session's
     monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))

@@ -18,16 +18,16 @@ import pytest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.chat_settings import ChatSettings
-from app.fit import fit
+from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
-from app.gui.chat_settings_dialog import ChatSettingsDialog
+from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
 from app.gui.main import MainWindow
-from app.gui.models_page import ModelsPage
-from app.history import HistoryStore
-from app.settings import Settings
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.gui.models.models_page import ModelsPage
+from app.models.fit import fit
+from app.settings.app_settings import Settings
+from app.settings.chat_settings import ChatSettings
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 # really random on the demo model (as test_engine's HOT); short replies keep the test quick

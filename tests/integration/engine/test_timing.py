@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from app.builtin_demo import ensure_demo_model, table_prompt
 from app.engine.config import EngineConfig
 from app.engine.speculative import SpeculativeDecoder
 from app.engine.stats import ReplyStats
 from app.gguftools.demo_model import DemoModel
+from app.models.builtin_demo import ensure_demo_model, table_prompt
 from app.native.handles import Context, Model
-from tests.module_folders import ModuleFolders
+from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 

@@ -21,12 +21,13 @@ import pytest
 
 from app.bench import spec
 from app.bench.matrix import MatrixResult, run_order
-from app.engine import remote, stats, verdict
+from app.engine import stats, verdict
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.stats import ReplyStats, decode_tps, describe_depth, describe_sampling, pooled_decode_tps
 from app.engine.verdict import Condition, Sample, SampleLog, alternating_rounds, compare
-from app.gui.benchmark_page import vs_off_text
-from tests.demo_copies import DemoCopies
+from app.gui.benchmark.benchmark_page import vs_off_text
+from app.machines import remote_client as remote
+from tests.helpers.demo_copies import DemoCopies
 
 # ------------------------------------------------------------------------------------------ the one definition
 

@@ -17,15 +17,15 @@ from PySide6.QtCore import Qt, QThread, QUrl
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.chats.history import HistoryStore
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig
 from app.gguftools.demo_model import DemoModel
-from app.gui.chat_view import DRAFT_TINT
+from app.gui.chat.chat_view import DRAFT_TINT
 from app.gui.main import MainWindow
-from app.gui.ops import Report, run_in_background
-from app.history import HistoryStore
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.gui.shell.ops import Report, run_in_background
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
 
@@ -379,8 +379,8 @@ def test_drafting_banner_explains_missing_drafts_and_break_even(demo: DemoModel)
 
 
 def test_settings_page_saves_the_file_and_switches_the_theme(qtbot: QtBot, tmp_path: Path) -> None:
-    from app import settings as app_settings
-    from app.gui.markdown import DARK, LIGHT
+    from app.gui.chat.markdown import DARK, LIGHT
+    from app.settings import app_settings
 
     store = HistoryStore(tmp_path / "history.sqlite3")
     win = MainWindow(history=store)
@@ -405,11 +405,11 @@ def test_settings_page_saves_the_file_and_switches_the_theme(qtbot: QtBot, tmp_p
 def test_settings_page_forgets_the_learned_depths(qtbot: QtBot, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The button next to "Adaptive depth" empties the depth memory, as `depth-memory forget` does."""
+    from app.core.paths import depth_memory_dir
     from app.engine.config import EngineConfig
     from app.engine.depth_memory import DepthMemory, key_for
-    from app.gui.settings_page import SettingsPage
-    from app.paths import depth_memory_dir
-    from app.settings import Settings
+    from app.gui.settings.settings_page import SettingsPage
+    from app.settings.app_settings import Settings
 
     # a data folder of its own: the suite's earlier replies leave depth-memory records in the session's
     monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
@@ -446,7 +446,7 @@ def test_export_and_import_chats_from_the_window(qtbot: QtBot, tmp_path: Path) -
 
 def test_hud_shows_the_depth_adaptive_chose_for_the_latest_round(qtbot: QtBot, demo: DemoModel) -> None:
     from app.engine.stats import ReplyStats
-    from app.gui.hud import Hud
+    from app.gui.chat.hud import Hud
 
     hud = Hud()
     qtbot.addWidget(hud)

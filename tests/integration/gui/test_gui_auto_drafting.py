@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app import paths
 from app.backend.registry import active
+from app.chats.history import HistoryStore
+from app.core import paths
 from app.engine.auto_mode import CANDIDATES, AutoDrafting, AutoMemory, auto_key
 from app.engine.config import DRAFT_DEPTH_MAX
 from app.engine.verdict import Condition
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
-from app.gui.model_selector import AUTO_KEY
-from app.history import HistoryStore
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.gui.models.model_selector import AUTO_KEY
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 

@@ -23,17 +23,17 @@ from pytestqt.qtbot import QtBot
 
 from app.backend import registry
 from app.backend.registry import BackendManifest
-from app.errors import TrustError, VerificationError
-from app.gui.backend_page import BackendPage
+from app.chats.history import HistoryStore
+from app.core.errors import TrustError, VerificationError
+from app.gui.backend.backend_page import BackendPage
 from app.gui.main import MainWindow
-from app.history import HistoryStore
 from app.release import signing, trust
 from app.release.catalog import load_catalog, repo_slug
-from app.settings import Settings
-from tests.cuda_index import PIN, fake_nvidia_smi
-from tests.module_folders import ModuleFolders
-from tests.release_server import ReleaseServer
-from tests.signed_backend import PREVIOUS, Signed, installed, other_machine, run_app, sign_packed
+from app.settings.app_settings import Settings
+from tests.helpers.cuda_index import PIN, fake_nvidia_smi
+from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.release_server import ReleaseServer
+from tests.helpers.signed_backend import PREVIOUS, Signed, installed, other_machine, run_app, sign_packed
 
 WAIT_MS = 300_000  # a self-test (or a cached rebuild) on a busy machine; waits end as soon as they can
 REPO = load_catalog().repo
@@ -112,7 +112,7 @@ def test_a_prebuilt_archive_asks_about_its_key_then_is_self_tested_installed_and
 def test_a_publisher_signed_prebuilt_from_a_url_says_so(qtbot: QtBot, signed: Signed, machine: Path,
                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The packaged app ships the publisher's key in its resources: a backend signed with it needs no question."""
-    from app.resources import resources_dir
+    from app.core.resources import resources_dir
 
     bundle = tmp_path / "bundle"
     (bundle / "resources").mkdir(parents=True)

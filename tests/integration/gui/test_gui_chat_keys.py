@@ -24,12 +24,12 @@ from pytestqt.qtbot import QtBot
 
 from app import __version__
 from app.backend.registry import BackendManifest
+from app.chats.history import HistoryStore
 from app.engine.config import ChatOptions
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
-from app.history import HistoryStore
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 10_000
 ENGINE_WAIT_MS = 60_000

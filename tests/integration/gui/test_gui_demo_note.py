@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
-from app.history import HistoryStore
-from app.settings import Settings
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.settings.app_settings import Settings
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 

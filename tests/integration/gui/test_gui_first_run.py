@@ -13,13 +13,13 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app import settings as app_settings
 from app.backend import registry
 from app.backend.registry import BackendManifest
 from app.backend.toolchain import Gpu, Tool, Toolchain
-from app.gui.first_run import real_model_advice
+from app.chats.history import HistoryStore
+from app.gui.chat.first_run import real_model_advice
 from app.gui.main import MainWindow
-from app.history import HistoryStore
+from app.settings import app_settings
 
 WAIT_MS = 120_000  # a cached backend build re-links and self-tests: seconds, more on a busy machine
 

@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.builtin_demo import ensure_demo_model
 from app.engine import protocol
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.gguftools.demo_model import DemoModel
-from app.gui.chat_view import DRAFT_TINT, RENDER_INTERVAL_MS, ChatView
-from app.gui.engine_bridge import EngineBridge
-from tests.module_folders import ModuleFolders
+from app.gui.chat.chat_view import DRAFT_TINT, RENDER_INTERVAL_MS, ChatView
+from app.gui.shell.engine_bridge import EngineBridge
+from app.models.builtin_demo import ensure_demo_model
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 120_000  # the CI machine may be busy; waits end as soon as the condition holds
 PIPE_BUFFER = 64 * 1024  # a Linux pipe's buffer: a worker whose reader stopped blocks once this much is unread

@@ -25,21 +25,21 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
-from app import local_models
 from app.backend.registry import BackendManifest
+from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
-from app.gui.benchmark_page import MODE_COLOURS
-from app.gui.local_models_panel import A_STATE
+from app.gui.benchmark.benchmark_page import MODE_COLOURS
 from app.gui.main import MainWindow
-from app.history import HistoryStore
+from app.gui.models.local_models_panel import A_STATE
+from app.models import local_models
+from app.models.sidecar_job import JobCancelled
 from app.release.publish import keygen
-from app.settings import Settings
-from app.sidecar_job import JobCancelled
-from tests.demo_copies import DemoCopies
-from tests.demo_release import MODEL, SIDECAR, install_release
-from tests.module_folders import ModuleFolders
-from tests.release_server import ReleaseServer
+from app.settings.app_settings import Settings
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.demo_release import MODEL, SIDECAR, install_release
+from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.release_server import ReleaseServer
 
 WAIT_MS = 120_000  # busy CI machines; every wait ends as soon as its condition holds
 REPO, OTHER_REPO = "someone/Qwen3.8-MTP-GGUF", "someone/Qwen3.8-MTP-GGUF-changed"

@@ -21,18 +21,18 @@ from PySide6.QtGui import QColor, QFontMetrics, QIcon
 from PySide6.QtWidgets import QApplication, QListView, QListWidget, QStyle, QStyledItemDelegate, QStyleOptionViewItem
 from pytestqt.qtbot import QtBot
 
+from app.chats.history import HistoryStore
 from app.engine.breakeven import NO_GAIN_AFTER, PAYS_ABOVE, expected_plain_tps, no_gain_note
 from app.engine.config import EngineConfig, Mode
 from app.gguftools.demo_model import DemoModel
-from app.gui import icons
-from app.gui.chat_view import MAX_LINE_CHARS
-from app.gui.hud import Hud
+from app.gui.chat.chat_view import MAX_LINE_CHARS
+from app.gui.chat.hud import Hud
 from app.gui.main import MainWindow
-from app.gui.nav_rail import PAGES
-from app.history import HistoryStore
-from app.settings import Settings
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.gui.shell import icons
+from app.gui.shell.nav_rail import PAGES
+from app.settings.app_settings import Settings
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 10_000
 ENGINE_WAIT_MS = 60_000

@@ -17,17 +17,17 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app import settings as app_settings
+from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
-from app.gui.model_selector import DEMO_LABEL
-from app.history import HistoryStore
-from app.release.installed import InstalledModel, list_installed
+from app.gui.models.model_selector import DEMO_LABEL
+from app.models.installed import InstalledModel, list_installed
 from app.release.publish import keygen
-from app.settings import Settings
-from tests.demo_copies import DemoCopies
-from tests.demo_release import FULL_SIDECAR, MODEL, SIDECAR, install_release
-from tests.module_folders import ModuleFolders
+from app.settings import app_settings
+from app.settings.app_settings import Settings
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.demo_release import FULL_SIDECAR, MODEL, SIDECAR, install_release
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
 BAD_REPO = "tests/mismatched-pair"

@@ -23,23 +23,30 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QStackedWidget
 from pytestqt.qtbot import QtBot
 
-from app import paths, secrets
 from app.backend import cuda_wheels, registry
 from app.backend.events import BuildEvent
 from app.backend.registry import BackendManifest
 from app.backend.toolchain import Cublas, CudaToolkit, Tool, Toolchain
-from app.errors import BuildCancelled, TrustError
-from app.fit import GIB, fit
-from app.gui.backend_page import TOOLKIT_BUTTON, BackendPage, ToolkitOffer, ToolkitProgress, toolkit_offer
-from app.gui.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
+from app.core import paths, secrets
+from app.core.errors import BuildCancelled, TrustError
+from app.gui.backend.backend_page import TOOLKIT_BUTTON, BackendPage, ToolkitOffer, ToolkitProgress, toolkit_offer
+from app.gui.models.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
+from app.models.fit import GIB, fit
+from app.models.installed import list_installed
 from app.release import signing, trust
 from app.release.catalog import add_user_endpoint, endpoints_for, load_catalog
 from app.release.install import default_destination
-from app.release.installed import list_installed
 from app.release.publish import KeyPair, keygen, sign_release
-from tests.cuda_index import PIN, LocalIndex, fake_nvidia_smi, isolate_pip, require_cached_wheelhouse, tiny_wheel
-from tests.module_folders import ModuleFolders
-from tests.release_server import Fault, ReleaseServer
+from tests.helpers.cuda_index import (
+    PIN,
+    LocalIndex,
+    fake_nvidia_smi,
+    isolate_pip,
+    require_cached_wheelhouse,
+    tiny_wheel,
+)
+from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.release_server import Fault, ReleaseServer
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
 BUILD_WAIT_MS = 300_000  # a cached rebuild takes seconds; a busy machine may still need minutes
@@ -616,8 +623,8 @@ def test_cuda_toolkit_errors_are_shown_in_words(qtbot: QtBot, toolkit_page: Back
 
 
 def test_the_window_has_the_models_and_backend_pages(qtbot: QtBot, folders: Path) -> None:
+    from app.chats.history import HistoryStore
     from app.gui.main import MainWindow
-    from app.history import HistoryStore
 
     history = HistoryStore(folders / "history.sqlite3")
     window = MainWindow(history=history)

@@ -19,19 +19,19 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDialog, QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app import settings as app_settings
 from app.backend.builder import BuildOptions
-from app.backend.upstream_server import UpstreamServer, build_server
-from app.engine.remote import NO_TINT_REASON
+from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
-from app.gui.machines import RemoteServerDialog
 from app.gui.main import MainWindow
-from app.gui.model_selector import ADD_REMOTE_KEY
-from app.history import HistoryStore
-from app.remote_servers import get_server
-from tests.chat_server import WORDS, ChatFault, ChatServer
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.gui.models.model_selector import ADD_REMOTE_KEY
+from app.gui.settings.machines import RemoteServerDialog
+from app.machines.remote_client import NO_TINT_REASON
+from app.machines.remote_servers import get_server
+from app.machines.upstream_server import UpstreamServer, build_server
+from app.settings import app_settings
+from tests.helpers.chat_server import WORDS, ChatFault, ChatServer
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 
@@ -160,12 +160,12 @@ def test_the_settings_page_says_rpc_has_no_authentication_and_checks_workers(win
 
 @pytest.mark.usefixtures("patched_backend")
 def test_serve_this_machine_from_settings_stops_with_the_window_unless_kept(qtbot: QtBot, window: MainWindow) -> None:
-    from app import serve
-    from app.backend.upstream_server import free_port
     from app.engine.chat_template import Message
     from app.engine.config import ChatOptions
-    from app.engine.remote import RemoteClient
-    from app.remote_servers import RemoteServer
+    from app.machines import serve
+    from app.machines.remote_client import RemoteClient
+    from app.machines.remote_servers import RemoteServer
+    from app.machines.upstream_server import free_port
 
     machines = window.settings_page.machines
     machines.serve_port.setValue(free_port())

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.chats.history import SCHEMA_VERSION, HistoryStore
 from app.gguftools.demo_model import DemoModel
-from app.gui.chat_view import DRAFT_TINT, ChatView
+from app.gui.chat.chat_view import DRAFT_TINT, ChatView
 from app.gui.main import MainWindow
-from app.history import SCHEMA_VERSION, HistoryStore
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 

@@ -16,14 +16,14 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 import app.gui
+from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
 from app.gui import main as gui_main
-from app.gui.chat_page import ChatPage
+from app.gui.chat.chat_page import ChatPage
 from app.gui.main import MainWindow
-from app.gui.model_selector import ModelSelector
-from app.history import HistoryStore
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.gui.models.model_selector import ModelSelector
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 GUI = Path(app.gui.__file__).parent
@@ -37,8 +37,8 @@ def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
 
 
 def test_the_chat_page_and_the_model_selector_are_their_own_classes_in_their_own_modules() -> None:
-    assert ChatPage.__module__ == "app.gui.chat_page"
-    assert ModelSelector.__module__ == "app.gui.model_selector"
+    assert ChatPage.__module__ == "app.gui.chat.chat_page"
+    assert ModelSelector.__module__ == "app.gui.models.model_selector"
     for chat_behaviour in ("send", "regenerate", "resend_edited", "new_chat", "open_conversation", "load",
                            "export_chats", "import_chats", "set_chat_settings"):
         assert hasattr(ChatPage, chat_behaviour) and not hasattr(MainWindow, chat_behaviour), chat_behaviour
@@ -94,7 +94,7 @@ def _thread_uses(source: str) -> list[str]:
 
 
 def test_no_gui_module_but_ops_starts_threads() -> None:
-    assert _thread_uses((GUI / "ops.py").read_text(encoding="utf-8"))  # the check sees the one that does
-    starts = {path.name: uses for path in sorted(GUI.glob("*.py")) if path.name != "ops.py"
+    assert _thread_uses((GUI / "shell" / "ops.py").read_text(encoding="utf-8"))  # the check sees the one that does
+    starts = {path.name: uses for path in sorted(GUI.rglob("*.py")) if path.name != "ops.py"
               if (uses := _thread_uses(path.read_text(encoding="utf-8")))}
     assert starts == {}

@@ -15,12 +15,12 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
-from app.gui.chat_page import WAITING_NOTE
+from app.gui.chat.chat_page import WAITING_NOTE
 from app.gui.main import MainWindow
-from app.history import HistoryStore
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 

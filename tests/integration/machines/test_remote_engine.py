@@ -17,16 +17,24 @@ import pytest
 from keyrings.alt.file import PlaintextKeyring
 
 from app.backend.builder import BuildOptions
-from app.backend.upstream_server import UpstreamServer, build_server, free_port
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
-from app.engine.remote import NO_TINT_REASON, RemoteClient
 from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
-from app.remote_servers import RemoteError, RemoteServer, add_server, check_url, get_server, load_servers, remove_server
-from tests.chat_server import TIMINGS, WORDS, ChatFault, ChatServer
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.machines.remote_client import NO_TINT_REASON, RemoteClient
+from app.machines.remote_servers import (
+    RemoteError,
+    RemoteServer,
+    add_server,
+    check_url,
+    get_server,
+    load_servers,
+    remove_server,
+)
+from app.machines.upstream_server import UpstreamServer, build_server, free_port
+from tests.helpers.chat_server import TIMINGS, WORDS, ChatFault, ChatServer
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
 OPTIONS = ChatOptions(max_tokens=40, sampling=SamplingParams(temperature=0.0))

@@ -27,14 +27,14 @@ from app.backend.rpc import (
     parse_endpoints,
     require_rpc,
 )
-from app.backend.upstream_server import free_port
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.machines.upstream_server import free_port
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
 OPTIONS = ChatOptions(max_tokens=40, sampling=SamplingParams(temperature=0.0))
@@ -233,8 +233,8 @@ def test_a_cpu_variants_backend_loads_its_rpc_module_and_splits_the_model(worker
 def test_serve_with_rpc_workers_answers_with_the_unsplit_tokens(worker_binary: Path, demo: DemoModel,
                                                                 unsplit: list[int], tmp_path: Path) -> None:
     """``serve --rpc``: the backend's own llama-server (llama.cpp offers --rpc only with the RPC backend built in)."""
-    from app.engine.remote import RemoteClient
-    from app.remote_servers import RemoteServer
+    from app.machines.remote_client import RemoteClient
+    from app.machines.remote_servers import RemoteServer
 
     env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
            "XDG_DATA_HOME": str(tmp_path / "xdg"), "FASTMTP_CONFIG_DIR": str(tmp_path / "config"),

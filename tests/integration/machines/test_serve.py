@@ -15,16 +15,16 @@ import httpx
 import pytest
 
 from app.backend.registry import BackendManifest
-from app.backend.upstream_server import free_port
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
-from app.engine.remote import RemoteClient
 from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
-from app.remote_servers import RemoteServer
-from app.serve import ServeError, check_host
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.machines.remote_client import RemoteClient
+from app.machines.remote_servers import RemoteServer
+from app.machines.serve import ServeError, check_host
+from app.machines.upstream_server import free_port
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
 OPTIONS = ChatOptions(max_tokens=32, sampling=SamplingParams(temperature=0.0))

@@ -15,13 +15,13 @@ import pytest
 
 from app.backend.builder import BuildOptions, build_dir_of, plan_build
 from app.backend.registry import BackendManifest, backend_dir
-from app.backend.upstream_server import UpstreamServer, build_server
-from app.builtin_demo import ensure_demo_model, table_prompt
+from app.core.errors import EngineError
 from app.engine.config import EngineConfig, Mode
 from app.engine.speculative import SpeculativeDecoder
-from app.errors import EngineError
 from app.gguftools.demo_model import DemoModel
-from tests.module_folders import ModuleFolders
+from app.machines.upstream_server import UpstreamServer, build_server
+from app.models.builtin_demo import ensure_demo_model, table_prompt
+from tests.helpers.module_folders import ModuleFolders
 
 N_TOKENS = 96
 

@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.builtin_demo import ensure_demo_model
+from app.core.errors import GGUFError
 from app.engine.chat_template import Message, render
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, Mode, SamplingParams
 from app.engine.session import ChatSession
-from app.errors import GGUFError
 from app.gguftools.bpe import encode_ascii
 from app.gguftools.demo_model import DEMO_PASSAGE, END_OF_TURN, DemoModel, make_passage_table, read_demo_table
 from app.gguftools.tokenizer import Tokenizer, load_tokenizer
+from app.models.builtin_demo import ensure_demo_model
 from app.native import draft_probe
 from app.native.handles import Context, Model
-from tests.module_folders import ModuleFolders
+from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 

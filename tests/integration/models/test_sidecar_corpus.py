@@ -23,12 +23,12 @@ import pytest
 
 from app.backend.registry import BackendManifest
 from app.gguftools.demo_model import DemoModel
-from app.sidecar_job import Corpus
-from tests import peak_rss
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.models.sidecar_job import Corpus
+from tests.helpers import peak_rss
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 OVER_BASELINE_MIB = 300  # the stated cap: docs/security.md, "Sidecar corpus"
 AS_LIMIT_MIB = 3072  # today's whole-corpus tokenizing needs 4.4 GB for 64 MiB: it dies here instead
 TRICKY = ("a\u00a0b  c\n\n\n  x 1234 5,6  \t\r\n 'se 's 'S Ünïcödé 中文字符 ‘quotes’ \u3000 wide space\n"
@@ -81,8 +81,8 @@ def test_pieces_join_to_the_input_and_cut_only_at_proven_boundaries() -> None:
 
 def test_streamed_counts_equal_the_counts_of_the_whole_text(patched_backend: BackendManifest, demo: DemoModel,
                                                              tmp_path: Path) -> None:
+    from app.models.sidecar_job import corpus_texts, count_corpus
     from app.native.handles import Model
-    from app.sidecar_job import corpus_texts, count_corpus
 
     data = _real_corpus()
     corpus_file = tmp_path / "corpus.txt"

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from app.backend.registry import BackendManifest
-from app.child_job import ChildJob
+from app.core.child_job import ChildJob
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
-from app.sidecar_job import Control, Corpus, JobCancelled, Progress, make_sidecar
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.models.sidecar_job import Control, Corpus, JobCancelled, Progress, make_sidecar
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_the_window_s_child_job_cancels_with_nothing_left(patched_backend: Backe
 
 
 def test_an_existing_file_is_never_overwritten(demo: DemoModel, tmp_path: Path) -> None:
-    from app.errors import SidecarError
+    from app.core.errors import SidecarError
 
     out = tmp_path / "there.gguf"
     out.write_bytes(b"mine")

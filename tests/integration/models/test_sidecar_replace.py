@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from app import local_models
 from app.backend.registry import BackendManifest
 from app.cli import main
 from app.gguftools.demo_model import DemoModel
-from app.sidecar_job import SidecarCheck, replaces_current
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from app.models import local_models
+from app.models.sidecar_job import SidecarCheck, replaces_current
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 
 @pytest.fixture(scope="module")

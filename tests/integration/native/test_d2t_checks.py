@@ -24,18 +24,18 @@ from gguf import ReaderTensor
 from pytestqt.qtbot import QtBot
 
 from app.backend.registry import BackendManifest, backend_dir
-from app.builtin_demo import d2t_ids, ensure_demo_model
+from app.core.errors import SidecarError
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
-from app.errors import SidecarError
 from app.gguftools.d2t import check_d2t
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
 from app.gguftools.reader import architecture, open_gguf
 from app.gguftools.sidecar import check_pair
 from app.gguftools.writer import KVItem, TensorPlan, kv_from_reader, kv_u32, plan_array, write_gguf
-from tests.module_folders import ModuleFolders
+from app.models.builtin_demo import d2t_ids, ensure_demo_model
+from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
@@ -248,7 +248,7 @@ def test_every_other_command_refuses_a_bad_d2t_sidecar_with_exit_1(command: str,
 
 
 def test_llama_server_is_not_started_with_a_bad_d2t_sidecar(demo: DemoModel, bad: dict[str, Path]) -> None:
-    from app.backend.upstream_server import UpstreamServer
+    from app.machines.upstream_server import UpstreamServer
 
     server = UpstreamServer(Path("/nonexistent/llama-server"), demo.target, bad["duplicate"])
     try:
@@ -261,8 +261,8 @@ def test_llama_server_is_not_started_with_a_bad_d2t_sidecar(demo: DemoModel, bad
 
 def test_the_window_shows_a_bad_d2t_pair_in_words(qtbot: QtBot, demo: DemoModel, bad: dict[str, Path],
                                                   tmp_path: Path) -> None:
+    from app.chats.history import HistoryStore
     from app.gui.main import MainWindow
-    from app.history import HistoryStore
 
     win = MainWindow(history=HistoryStore(tmp_path / "history.sqlite3"))
     try:

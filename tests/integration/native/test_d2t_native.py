@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from gguf import GGUFReader, GGUFWriter
 
-from app.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
-from app.errors import SidecarError
+from app.core.errors import SidecarError
 from app.gguftools.demo_model import DemoModel
+from app.models.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
 from app.native import draft_probe
 from app.native.handles import Model
-from tests.module_folders import ModuleFolders
+from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
@@ -139,7 +139,7 @@ def test_d2t_sidecar_without_output_weight_fails_with_a_clear_message(demo: Demo
 
 
 def test_the_classic_shape_error_line_is_recognised_in_both_spacings() -> None:
-    from app.errors import UnpatchedBackendError
+    from app.core.errors import UnpatchedBackendError
     from app.native.handles import explain_load_failure
 
     for line in ("llama_model_load: error loading model: check_tensor_dims: tensor 'output.weight' has wrong shape; "

@@ -24,10 +24,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from app.backend import registry
+from app.backend.signing import CLAIMED, FORMAT, manifest_name, signature_name
 from app.release import signing
-from app.release.backend_signing import CLAIMED, FORMAT, manifest_name, signature_name
 from app.release.catalog import load_catalog
-from tests.signed_backend import last_json, run_app
+from tests.helpers.signed_backend import last_json, run_app
 
 REPO = load_catalog().repo
 PREVIOUS = "previous-backend"
@@ -180,7 +180,7 @@ def test_a_signed_manifest_naming_a_path_is_refused_before_the_archive_is_downlo
         key: Ed25519PrivateKey, machine: dict[str, str], tmp_path: Path) -> None:
     """The signed manifest's own id is checked as soon as its signature holds: from a URL, the archive's bytes
     are never fetched."""
-    from tests.release_server import ReleaseServer
+    from tests.helpers.release_server import ReleaseServer
 
     archive = backend_tar(tmp_path / "dist" / "fastmtp-backend-cpu.tar.gz", "../models")
     sign(archive, key, "../models")

@@ -15,9 +15,10 @@ from pathlib import Path, PureWindowsPath
 
 import pytest
 
-from app.backend import processes, toolchain
+from app.backend import toolchain
 from app.backend.builder import BuildOptions, Reporter, configure, plan_build
 from app.backend.events import BuildEvent, CancelToken
+from app.core import processes
 
 # What `cmd /s /c "call vcvarsall.bat x64 >nul && set"` prints (shortened; CRLF line ends), with cmd's hidden
 # per-drive entry, a value holding '=' and the mixed-case names Windows uses.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.history import SCHEMA_VERSION, HistoryError, HistoryStore
+from app.chats.history import SCHEMA_VERSION, HistoryError, HistoryStore
 
 STATS = {"decode_tps": 97.5, "acceptance": 0.9, "tokens_per_pass": 3.3}
 
@@ -70,7 +70,7 @@ def test_history_survives_a_sigkill_mid_writing(tmp_path: Path) -> None:
     writer = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from app.history import HistoryStore\n"
+        "from app.chats.history import HistoryStore\n"
         f"s = HistoryStore(Path({str(db)!r}))\n"
         "c = s.create_conversation('long chat')\n"
         "i = 0\n"

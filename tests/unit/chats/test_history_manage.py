@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.history import SCHEMA_VERSION, HistoryError, HistoryStore
+from app.chats.history import SCHEMA_VERSION, HistoryError, HistoryStore
 
 
 def _old_version_2(path: Path) -> None:

@@ -24,7 +24,7 @@ from app.engine.config import (
     SamplingParams,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CLI = ROOT / "app" / "cli"
 GROUPS = sorted(p.stem for p in CLI.glob("*.py") if p.stem not in ("__init__", "common"))
 COMMANDS = ["window", "backend", "gpu-check", "gpu-prepare", "gguf", "sidecar", "models", "fit", "token", "mirror",

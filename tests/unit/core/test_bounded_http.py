@@ -1,4 +1,4 @@
-"""The one bounded reader (app/bounded_http.py) against real servers on 127.0.0.1: the hub's endless listing read
+"""The one bounded reader (app/core/bounded_http.py) against real servers on 127.0.0.1: the hub's endless listing read
 by ``verify FILE`` stays under its memory cap (measured in a child), a trickling answer ends at its total deadline
 (a silent socket too, not one read timeout after another), a small gzip answer that would expand to a GiB is cut
 at the cap in bounded steps, and a cancel from another thread ends a read blocked on a silent server at once."""
@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.bounded_http import BoundedRead, ReadCancelled, TooDeep, TooLarge, TooSlow, deadline_in, finite, loads
-from tests import peak_rss
-from tests.release_server import Fault, ReleaseServer
+from app.core.bounded_http import BoundedRead, ReadCancelled, TooDeep, TooLarge, TooSlow, deadline_in, finite, loads
+from tests.helpers import peak_rss
+from tests.helpers.release_server import Fault, ReleaseServer
 
 REPO = "org/model-GGUF"
 

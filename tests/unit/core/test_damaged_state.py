@@ -30,17 +30,17 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app import history as history_module
-from app import secrets
-from app.errors import TrustError
+from app.chats import history as history_module
+from app.chats.history import EXPORT_FORMAT, HistoryBusyError, HistoryDamagedError, HistoryStore
+from app.core import secrets
+from app.core.errors import TrustError
 from app.gui import main as gui_main
 from app.gui.main import MainWindow
-from app.history import EXPORT_FORMAT, HistoryBusyError, HistoryDamagedError, HistoryStore
 from app.release import signing, trust
 from app.release.catalog import load_catalog
 from app.release.publish import KeyPair, keygen, sign_release
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 INTEG = load_catalog().integrity
 REPO = load_catalog().repo
 RELEASE_FILES = {load_catalog().quant("Q4_K_P").file: b"GGUF" + bytes(range(256)) * 8,

@@ -1,9 +1,9 @@
 """Names from outside are names, never paths: the one validator and the one unpacker, attacked by generated input.
 
 Hypothesis throws generated names (separators, dots, drive letters, control and look-alike characters, very
-long ones) at :func:`app.safe_paths.child`, and generated tar archives (``..`` and absolute member names, links
+long ones) at :func:`app.core.safe_paths.child`, and generated tar archives (``..`` and absolute member names, links
 in and out of the folder, hard links, FIFOs and devices, too many bytes or members) at
-:func:`app.safe_paths.extract_tar`, each in a sandbox with a file of ours beside the destination. Whatever
+:func:`app.core.safe_paths.extract_tar`, each in a sandbox with a file of ours beside the destination. Whatever
 passes must stay inside its folder; whatever fails must fail with a clear error (exit code 4), never a
 traceback; and the file beside the destination is never touched.
 """
@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.errors import FastMTPError, UnsafeInputError
-from app.safe_paths import MAX_NAME, UnpackLimits, check_name, child, extract_tar, inside
+from app.core.errors import FastMTPError, UnsafeInputError
+from app.core.safe_paths import MAX_NAME, UnpackLimits, check_name, child, extract_tar, inside
 
 PIECES = ["", ".", "..", "/", "\\", "a", "b", "lib", "model.gguf", "C:", "c:\\", "~", " ", "\x00", "\n", "\t",
           "CON", "nul.txt", "x.", "-", "%2e%2e", "\u2024\u2024", "\uff0e\uff0e", "\uff0f", "\u202e", ":", "*", "?"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.release_server import ReleaseServer
+from tests.helpers.release_server import ReleaseServer
 
 REPO, REVISION = "org/model-GGUF", "main"
 _PR_CAPBSET_DROP = 24

@@ -1,4 +1,4 @@
-"""Adaptive depth against simulated machines and text (tests/adaptive_sim.py), no engine.
+"""Adaptive depth against simulated machines and text (tests/helpers/adaptive_sim.py), no engine.
 
 The machine cases run sessions of two ``bench spec`` runs' worth of text (16 prompts of 128 tokens) with
 seeded draws, adaptive depth and every fixed depth meeting the same load, stalls, jitter and text at the same
@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from app.engine.adaptive import START_DEPTH, WARM_TESTS, AdaptiveDepth, RoundTiming
-from tests.adaptive_sim import (
+from tests.helpers.adaptive_sim import (
     DEMO,
     EASY_START,
     FAST_CPU,

@@ -29,7 +29,7 @@ from app.gguftools.inspect import inspect_gguf
 from app.gguftools.qwen35 import QWEN35_27B, check_plans
 from app.gguftools.reader import field_value, open_gguf, tensors_by_name
 from app.gguftools.tokenizer import NEWLINE, load_tokenizer
-from tests.module_folders import ModuleFolders
+from tests.helpers.module_folders import ModuleFolders
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
 
-from app.errors import GGUFError
+from app.core.errors import GGUFError
 from app.gguftools.d2t import read_header
 from app.gguftools.demo_model import DemoModel, read_demo_table
 from app.gguftools.header import ArrayRef, clear_caches, gguf_header, read_gguf_header
@@ -26,8 +26,8 @@ from app.gguftools.reader import HEADER_KEYS, open_gguf
 from app.gguftools.sidecar import build_sidecar, read_d2t_ids
 from app.gguftools.tokenizer import Tokenizer, TokenType
 from app.gguftools.writer import KVItem, TensorPlan, kv_array, kv_bool, kv_f32, kv_str, kv_u32, write_gguf
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 SHAPE = Qwen35Shape(
     n_embd=64, n_ff=64, n_head=2, n_head_kv=1, head_dim=32, n_trunk=4,
@@ -420,8 +420,8 @@ def test_errors_are_not_cached(files: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_bench_gguf_times_every_variant_and_leaves_the_registry_alone(tmp_path: Path) -> None:
-    from app import local_models
     from app.bench import headers
+    from app.models import local_models
 
     before = local_models.load_registry()
     config = os.environ.get("FASTMTP_CONFIG_DIR")

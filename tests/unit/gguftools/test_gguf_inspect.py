@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, LlamaFileType
 
-from app.errors import GGUFError
+from app.core.errors import GGUFError
 from app.gguftools.inspect import inspect_gguf
 from app.gguftools.qwen35 import Qwen35Shape, constant, neutral_plans, write_qwen35
 from app.gguftools.sidecar import build_sidecar
 from app.gguftools.tokenizer import Tokenizer, TokenType
 from app.gguftools.writer import TensorPlan, kv_u32, write_gguf
-from tests.module_folders import ModuleFolders
+from tests.helpers.module_folders import ModuleFolders
 
 F32 = GGMLQuantizationType.F32
 SHAPE = Qwen35Shape(

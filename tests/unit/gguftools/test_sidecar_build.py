@@ -10,7 +10,7 @@ import pytest
 from gguf import GGMLQuantizationType, LlamaFileType
 from gguf import quants as gq
 
-from app.errors import GGUFError, SidecarError
+from app.core.errors import GGUFError, SidecarError
 from app.gguftools.counts import TokenCounts
 from app.gguftools.inspect import inspect_gguf
 from app.gguftools.qwen35 import Qwen35Shape, constant, hparams_kv, neutral_plans, write_qwen35
@@ -18,7 +18,7 @@ from app.gguftools.reader import open_gguf, tensors_by_name
 from app.gguftools.sidecar import build_sidecar, check_pair
 from app.gguftools.tokenizer import NEWLINE, Tokenizer, TokenType
 from app.gguftools.writer import TensorPlan, kv_u32, write_gguf
-from tests.module_folders import ModuleFolders
+from tests.helpers.module_folders import ModuleFolders
 
 Q8_0 = GGMLQuantizationType.Q8_0
 Q4_K = GGMLQuantizationType.Q4_K

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from app.backend import source
-from app.errors import GGUFError
+from app.core.errors import GGUFError
+from app.core.hashing import sha256_file
 from app.gguftools import vocab
-from app.hashing import sha256_file
 
 
 def test_the_carried_vocab_is_the_sdists_own() -> None:

@@ -17,8 +17,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 from pytestqt.qtbot import QtBot
 
-from app.gui.chat_view import ChatView
-from app.history import StoredMessage
+from app.chats.history import StoredMessage
+from app.gui.chat.chat_view import ChatView
 
 WAIT_MS = 5_000  # waits end as soon as the condition holds
 TOKENS = 300

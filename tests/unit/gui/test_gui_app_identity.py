@@ -18,11 +18,11 @@ from PySide6.QtCore import QSize
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.chats.history import HistoryStore
+from app.core.resources import resources_dir
 from app.gui.main import APP_ID, MainWindow, app_icon, configure_application, qt_argv
-from app.history import HistoryStore
-from app.resources import resources_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_application_is_named_for_the_desktop_entry_and_has_the_icon(qapp: QApplication) -> None:
@@ -67,7 +67,7 @@ import os, subprocess, sys
 os.environ["QT_QPA_PLATFORM"] = "xcb"
 from pathlib import Path
 from app.gui.main import MainWindow, make_application
-from app.history import HistoryStore
+from app.chats.history import HistoryStore
 app = make_application([sys.argv[1]])  # what ``python -m app`` passes: .../app/__main__.py
 window = MainWindow(history=HistoryStore(Path(sys.argv[2])))
 window.show()

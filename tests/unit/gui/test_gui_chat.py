@@ -16,8 +16,8 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.gui.chat_view import DRAFT_TINT, ChatView
-from app.gui.markdown import BlockSplitter, DraftSpans, MarkdownRenderer, mark_drafts, split_thinking
+from app.gui.chat.chat_view import DRAFT_TINT, ChatView
+from app.gui.chat.markdown import BlockSplitter, DraftSpans, MarkdownRenderer, mark_drafts, split_thinking
 
 REPLY = (
     "# Plan\n\nFirst some **bold** words and `inline()` code.\n\n"

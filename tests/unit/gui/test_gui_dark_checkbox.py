@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 from pytestqt.qtbot import QtBot
 
-from app.gui import theme
+from app.gui.shell import theme
 
 CONTRAST = 60  # the dark outline's lightness differs from the window's by at least this much (0..255)
 LIGHT_CONTRAST = 40  # Fusion's light outline, unchanged (about 50)

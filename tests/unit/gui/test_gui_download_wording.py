@@ -2,7 +2,7 @@
 press Download again (never "run the same command"), a gated repository points at the page's own token box,
 and the download panel names the quantization it fetches and its size.
 
-The real fetcher and trust chain against a signed release on 127.0.0.1 (``tests.release_server``), fresh data
+The real fetcher and trust chain against a signed release on 127.0.0.1 (``tests.helpers.release_server``), fresh data
 and config folders and a file-backed keyring per test, as in ``test_gui_models_hostile.py``.
 """
 
@@ -23,14 +23,14 @@ from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app import secrets
-from app.errors import DiskSpaceError, DownloadError
-from app.gui import models_page
-from app.gui.models_page import ModelsPage, window_advice
+from app.core import secrets
+from app.core.errors import DiskSpaceError, DownloadError
+from app.gui.models import models_page
+from app.gui.models.models_page import ModelsPage, window_advice
 from app.release import download, fetcher, signing, trust
 from app.release.catalog import load_catalog, user_endpoints
 from app.release.publish import keygen, sign_release
-from tests.release_server import Fault, ReleaseServer
+from tests.helpers.release_server import Fault, ReleaseServer
 
 WAIT_MS = 60_000
 CATALOG = load_catalog()

@@ -18,11 +18,11 @@ from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QTextCursor
 from pytestqt.qtbot import QtBot
 
-from app.gui import window_state
-from app.gui.chat_view import ChatView
-from app.gui.hud import CORNERS
+from app.chats.history import HistoryStore, StoredMessage
+from app.gui.chat.chat_view import ChatView
+from app.gui.chat.hud import CORNERS
 from app.gui.main import MainWindow
-from app.history import HistoryStore, StoredMessage
+from app.gui.shell import window_state
 
 WAIT_MS = 5_000
 

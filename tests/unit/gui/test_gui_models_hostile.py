@@ -22,14 +22,14 @@ from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app import paths, secrets
-from app.errors import VerificationError
-from app.gui.models_page import ModelsPage
+from app.core import paths, secrets
+from app.core.errors import VerificationError
+from app.gui.models.models_page import ModelsPage
 from app.release import signing, trust
 from app.release.catalog import load_catalog, repo_slug
 from app.release.install import default_destination
 from app.release.publish import KeyPair, keygen, sign_release
-from tests.release_server import Fault, ReleaseServer
+from tests.helpers.release_server import Fault, ReleaseServer
 
 WAIT_MS = 60_000
 CATALOG = load_catalog()

@@ -12,7 +12,7 @@ from typing import Any
 
 from pytestqt.qtbot import QtBot
 
-from app.gui.ops import BackgroundOp, run_in_background, wait_for_all
+from app.gui.shell.ops import BackgroundOp, run_in_background, wait_for_all
 
 
 def test_many_ops_deliver_progress_then_result_on_the_gui_thread_while_workers_collect(qtbot: QtBot) -> None:
@@ -75,7 +75,7 @@ def test_an_op_cannot_be_started_twice_while_it_runs(qtbot: QtBot) -> None:
 def test_a_page_is_shut_down_when_the_window_holding_it_closes(qtbot: QtBot) -> None:
     from PySide6.QtWidgets import QMainWindow, QStackedWidget, QWidget
 
-    from app.gui.page_ops import ShutdownWithWindow
+    from app.gui.shell.page_ops import ShutdownWithWindow
 
     calls: list[str] = []
     window = QMainWindow()
@@ -100,7 +100,7 @@ def test_a_page_is_shut_down_when_the_window_holding_it_closes(qtbot: QtBot) -> 
 def test_every_gui_job_goes_through_the_owned_operation_helper() -> None:
     from pathlib import Path
 
-    gui = Path(__file__).resolve().parents[1] / "app" / "gui"
-    direct = sorted(path.name for path in gui.glob("*.py")
+    gui = Path(__file__).resolve().parents[3] / "app" / "gui"
+    direct = sorted(path.name for path in gui.rglob("*.py")
                     if path.name not in {"ops.py", "page_ops.py"} and "run_in_background(" in path.read_text("utf-8"))
     assert direct == []  # each goes through OwnedOps, whose callbacks are skipped once their owner is gone

@@ -17,11 +17,11 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.chats.history import HistoryStore
 from app.gui import main as gui_main
-from app.gui import window_state
 from app.gui.main import MainWindow
-from app.gui.window_state import WindowState
-from app.history import HistoryStore
+from app.gui.shell import window_state
+from app.gui.shell.window_state import WindowState
 
 WAIT_MS = 5_000
 

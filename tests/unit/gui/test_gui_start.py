@@ -16,7 +16,7 @@ import pytest
 from app import cli
 from app.gui import main as gui_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 STUBBED_APP = ("import sys, app.cli.models as m\n"
                "m.cmd_quickstart = lambda args: (print('QUICKSTART RAN', flush=True), 7)[1]\n"
                "from app.cli import main\nsys.exit(main(sys.argv[1:]))\n")

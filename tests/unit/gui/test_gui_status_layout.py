@@ -16,10 +16,10 @@ from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
-from app.gui.chat_page import WAITING_STATUS
+from app.chats.history import HistoryStore
+from app.gui.chat.chat_page import WAITING_STATUS
 from app.gui.main import MainWindow
-from app.history import HistoryStore
-from app.settings import Settings
+from app.settings.app_settings import Settings
 
 
 def _geometries(win: MainWindow) -> dict[str, QRect]:

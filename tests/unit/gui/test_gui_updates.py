@@ -19,16 +19,16 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app import __version__
-from app import settings as app_settings
+from app.chats.history import HistoryStore
 from app.gui.main import MainWindow
-from app.gui.settings_page import SettingsPage
-from app.history import HistoryStore
+from app.gui.settings.settings_page import SettingsPage
 from app.release import signing, trust, updates
 from app.release.app_feed import FEED_NAME, current_platform, sign_feed
 from app.release.publish import KeyPair, keygen
 from app.release.updates import UpdateSource
-from app.settings import Settings
-from tests.release_server import ReleaseServer
+from app.settings import app_settings
+from app.settings.app_settings import Settings
+from tests.helpers.release_server import ReleaseServer
 
 WAIT_MS = 30_000
 REPO = updates.default_source().repo

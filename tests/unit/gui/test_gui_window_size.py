@@ -14,9 +14,9 @@ from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 from pytestqt.qtbot import QtBot
 
+from app.chats.history import HistoryStore
 from app.gui.main import MainWindow
-from app.history import HistoryStore
-from app.settings import Settings
+from app.settings.app_settings import Settings
 
 
 def _inside_window(win: MainWindow, widget: QWidget) -> bool:

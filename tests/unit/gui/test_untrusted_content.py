@@ -24,11 +24,11 @@ from PySide6.QtCore import QByteArray, QUrl
 from PySide6.QtGui import QTextDocument
 from pytestqt.qtbot import QtBot
 
-from app.gui.chat_view import ChatView
-from app.gui.markdown import MarkdownRenderer
-from app.history import HistoryStore
+from app.chats.history import HistoryStore
+from app.gui.chat.chat_view import ChatView
+from app.gui.chat.markdown import MarkdownRenderer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Recorder:
@@ -98,9 +98,9 @@ resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QApplication
-from app.gui.chat_view import ChatView
+from app.gui.chat.chat_view import ChatView
 from app.gui.main import MainWindow
-from app.history import EXPORT_FORMAT, HistoryStore, StoredMessage
+from app.chats.history import EXPORT_FORMAT, HistoryStore, StoredMessage
 
 qt = QApplication([])
 url, work, text = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
@@ -203,7 +203,7 @@ import os, resource, sys
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 from PySide6.QtWidgets import QApplication
-from app.gui.chat_view import ChatView
+from app.gui.chat.chat_view import ChatView
 qt = QApplication([])
 view = ChatView()
 view.resize(800, 600)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from app import resources
+from app.core import resources
 from installers import bundle
 from installers.entry import _prepare_frozen_environment
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "installers" / "fastmtp-chat.spec"
 
 

@@ -17,7 +17,7 @@ import pytest
 from installers import bundle, debian
 from installers.entry import main as entry_main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_the_frozen_entry_runs_a_probe_given_with_dash_c(tmp_path: Path, monkeyp
 def test_the_packaged_app_says_it_cannot_pip_the_cuda_toolkit(monkeypatch: pytest.MonkeyPatch) -> None:
     from app.backend import cuda_wheels
     from app.backend.events import CancelToken
-    from app.errors import ToolchainError
+    from app.core.errors import ToolchainError
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     with pytest.raises(ToolchainError) as failure:

@@ -23,13 +23,12 @@ from typing import Any
 import pytest
 
 import app
-from app import paths
-from app.backend import processes
 from app.backend.toolchain import Toolchain, platform_note
-from app.gui.first_run import real_model_advice
+from app.core import paths, processes
+from app.gui.chat.first_run import real_model_advice
 from installers import bundle
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "installers" / "fastmtp-chat.spec"
 ISS = ROOT / "installers" / "fastmtp-chat.iss"
 MAKE_DMG = ROOT / "installers" / "macos" / "make_dmg.sh"
@@ -79,7 +78,7 @@ def test_every_app_module_is_listed_for_the_bundle() -> None:
     listed = bundle.app_modules()
     walked = {"app"} | {module.name for module in pkgutil.walk_packages(app.__path__, "app.")}
     assert set(listed) == walked
-    assert {"app.engine.worker", "app.backend.selftest", "app.gui.main"} <= set(listed)  # reached by -m or lazily
+    assert {"app.engine.worker", "app.native.selftest", "app.gui.main"} <= set(listed)  # reached by -m or lazily
     assert all(importlib.util.find_spec(name) is not None for name in listed)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 
 # Programs of the runner images (not of this repository) that a step may call.
@@ -166,7 +166,7 @@ def test_ci_runs_make_test_on_linux_and_the_unit_tier_on_windows_and_macos() -> 
                for w in commands(s))
     tier = (ROOT / "tests" / "unit-tier.txt").read_text().split()
     assert tier and all((ROOT / t).is_file() for t in tier)
-    assert "tests/test_workflows.py" in tier
+    assert "tests/unit/installers/test_workflows.py" in tier
 
 
 def test_release_builds_and_smoke_tests_with_the_projects_scripts() -> None:

@@ -19,10 +19,10 @@ import pytest
 
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, SamplingParams
-from app.engine.remote import RemoteClient
-from app.remote_servers import RemoteServer, add_server
-from tests import peak_rss
-from tests.chat_server import WORDS, ChatFault, ChatServer
+from app.machines.remote_client import RemoteClient
+from app.machines.remote_servers import RemoteServer, add_server
+from tests.helpers import peak_rss
+from tests.helpers.chat_server import WORDS, ChatFault, ChatServer
 
 MESSAGES = [Message("user", "Hello there")]
 OPTIONS = ChatOptions(max_tokens=40, sampling=SamplingParams(temperature=0.0))

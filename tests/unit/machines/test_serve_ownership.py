@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from app import serve
+from app.machines import serve
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The installed-models listing (``app.release.installed``) and ``python -m app models`` on real signed releases
+"""The installed-models listing (``app.models.installed``) and ``python -m app models`` on real signed releases
 of the tiny demo model, installed as ``fetch`` installs them."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from app.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
+from app.models.builtin_demo import ensure_demo_model
+from app.models.installed import list_installed, sidecar_kind
 from app.release import trust
-from app.release.installed import list_installed, sidecar_kind
 from app.release.publish import KeyPair, keygen
-from tests.demo_copies import DemoCopies
-from tests.demo_release import CATALOG, FULL_SIDECAR, MODEL, SIDECAR, install_release
-from tests.module_folders import ModuleFolders
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.demo_release import CATALOG, FULL_SIDECAR, MODEL, SIDECAR, install_release
+from tests.helpers.module_folders import ModuleFolders
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app import local_models
 from app.cli import main
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.writer import kv_u32, plan_array, write_gguf
-from app.release.hub_hash import HubOrigin, origin_from_path
+from app.models import local_models
+from app.models.hub_hash import HubOrigin, origin_from_path
 from app.release.publish import KeyPair, keygen
-from tests.demo_copies import DemoCopies
-from tests.demo_release import MODEL, SIDECAR, install_release
-from tests.module_folders import ModuleFolders
-from tests.release_server import ReleaseServer
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.demo_release import MODEL, SIDECAR, install_release
+from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.release_server import ReleaseServer
 
 REPO = "someone/Qwen3.8-27B-MTP-GGUF"
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -44,7 +44,7 @@ def own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
     # the configured models folder is scanned too: its own, not the session's (other tests install models there)
-    from app import settings as app_settings
+    from app.settings import app_settings
 
     app_settings.save(app_settings.Settings(models_dir=str(tmp_path / "models")))
     yield config
@@ -132,7 +132,7 @@ def test_add_in_place_attaches_the_sidecar_beside_it_and_remove_forgets_it(
 
 def test_add_with_copy_copies_into_the_models_folder(demo: DemoModel, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from app import settings as app_settings
+    from app.settings import app_settings
 
     models_dir = tmp_path / "models"
     app_settings.save(app_settings.Settings(models_dir=str(models_dir)))
@@ -192,7 +192,7 @@ def test_the_hub_not_listing_the_file_is_an_error_not_a_state(demo: DemoModel, t
 
 
 def test_a_changed_file_is_unverified_again(demo: DemoModel, tmp_path: Path) -> None:
-    from app.release.hub_hash import verify_against_hub
+    from app.models.hub_hash import verify_against_hub
 
     mine = tmp_path / "mine" / "model.gguf"
     mine.parent.mkdir()

@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[1] / "app"
+APP = Path(__file__).resolve().parents[3] / "app"
 
 _PROBE = """
 import importlib, json, pkgutil, sys
-import app.engine.client, app.engine.config, app.engine.protocol, app.chat_settings, app.gui
+import app.engine.client, app.engine.config, app.engine.protocol, app.settings.chat_settings, app.gui
 for info in pkgutil.iter_modules(app.gui.__path__):
     importlib.import_module("app.gui." + info.name)
 loaded = sorted(sys.modules)

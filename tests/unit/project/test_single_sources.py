@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app import settings as app_settings
-from app import settings_file
 from app.bench import spec
-from app.chat_settings import ChatSettings
+from app.core import settings_file
+from app.core.errors import EngineError
 from app.engine import breakeven, verdict
 from app.engine.config import (
     CHAT_MAX_TOKENS,
@@ -28,12 +27,13 @@ from app.engine.config import (
     DRAFT_DEPTH_MIN,
     EngineConfig,
 )
-from app.errors import EngineError
-from app.gui import hud
-from app.gui.chat_settings_dialog import ChatSettingsDialog
-from app.gui.settings_page import SettingsPage
+from app.gui.chat import hud
+from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
+from app.gui.settings.settings_page import SettingsPage
+from app.settings import app_settings
+from app.settings.chat_settings import ChatSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # ------------------------------------------------------------------------------------------ the draft-depth range
 

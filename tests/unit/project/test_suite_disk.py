@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.demo_copies import DemoCopies
-from tests.module_folders import ModuleFolders
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[2]
 
 
 def test_a_passed_tests_folder_is_removed_when_it_ends(pytestconfig: pytest.Config) -> None:
@@ -25,7 +25,7 @@ def test_a_passed_tests_folder_is_removed_when_it_ends(pytestconfig: pytest.Conf
 
 def test_module_fixtures_write_into_folders_removed_with_the_module() -> None:
     """``tmp_path_factory`` folders live as long as the session: only conftest's session fixtures may use it."""
-    users = sorted(p.name for p in TESTS.glob("*.py")
+    users = sorted(p.name for p in TESTS.rglob("*.py")
                    if p.name not in ("conftest.py", "module_folders.py", Path(__file__).name)
                    and re.search(r"\btmp_path_factory\b", p.read_text(encoding="utf-8")))
     assert users == []

@@ -25,21 +25,21 @@ import pytest
 from keyring.backends import fail
 from keyrings.alt.file import PlaintextKeyring
 
-from app import secrets
 from app.cli import main
+from app.core import secrets
 from app.release.catalog import Endpoint, load_catalog, repo_slug
 from app.release.download import FetchPlan, fetch_release, token_hosts
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchEvent
 from app.release.install import Installed
 from app.release.publish import KeyPair, keygen, sign_release
-from tests.release_server import Fault, ReleaseServer
+from tests.helpers.release_server import Fault, ReleaseServer
 
 CATALOG = load_catalog()
 INTEG = CATALOG.integrity
 MODEL = CATALOG.quant("Q4_K_P").file
 SIDECAR = CATALOG.sidecar.file
 PAYLOAD = {MODEL: os.urandom(300_000), SIDECAR: os.urandom(50_000), INTEG.patch: b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n"}
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import DiskSpaceError, DownloadError, VerificationError
+from app.core.errors import DiskSpaceError, DownloadError, VerificationError
 from app.release import part_state
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchEvent, FileRequest, fetch_files
-from tests.release_server import Fault, ReleaseServer
+from tests.helpers.release_server import Fault, ReleaseServer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 NAME = "model.gguf"
 DATA = bytes(range(256)) * 4096 + os.urandom(1000)  # 1 MiB and a bit: many network pieces
 FAST = {"backoff_base": 0.01, "stall_timeout": 2.0, "connect_timeout": 2.0}

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from app import paths
 from app.cli import main
-from app.errors import TrustError, VerificationError
+from app.core import paths
+from app.core.errors import TrustError, VerificationError
 from app.release import signing, trust
 from app.release.catalog import Endpoint, load_catalog
 from app.release.install import default_destination, install

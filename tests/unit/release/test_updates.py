@@ -18,7 +18,7 @@ import pytest
 
 from app import __version__
 from app.cli import main
-from app.errors import FastMTPError, VerificationError
+from app.core.errors import FastMTPError, VerificationError
 from app.release import trust, updates
 from app.release.app_feed import (
     FEED_NAME,
@@ -29,7 +29,7 @@ from app.release.app_feed import (
 )
 from app.release.publish import KeyPair, keygen
 from app.release.updates import UpdateCheck, UpdateSource, check_due, check_for_update, check_if_due, last_check
-from tests.release_server import Fault, ReleaseServer
+from tests.helpers.release_server import Fault, ReleaseServer
 
 REPO = "test-publisher/fastmtp-chat"
 CATALOG_REPO = updates.default_source().repo  # what `update check` without --url options trusts
@@ -222,7 +222,7 @@ def test_an_older_feed_after_a_newer_one_is_refused(tmp_path: Path, key: KeyPair
 
 def test_the_rollback_floor_lives_in_the_data_folder_moves_there_once_and_survives_damaged_state(
         tmp_path: Path, key: KeyPair) -> None:
-    from app import paths
+    from app.core import paths
 
     old = make_feed(tmp_path / "old", key, "0.2.0", now=NOW - timedelta(days=30))
     config, data = paths.config_dir(), paths.data_dir()

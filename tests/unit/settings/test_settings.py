@@ -6,9 +6,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from app import settings as app_settings
-from app.chat_settings import CUSTOM, PRESETS, ChatSettings
-from app.settings import Settings
+from app.settings import app_settings
+from app.settings.app_settings import Settings
+from app.settings.chat_settings import CUSTOM, PRESETS, ChatSettings
 
 
 def test_settings_round_trip_in_the_config_folder(tmp_path: Path, monkeypatch: object) -> None:
