@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Literal
 
 from app.backend import buildlock, patching, registry, source, toolchain
-from app.backend.events import BuildEvent, CancelToken, EventKind, EventSink, ninja_fraction
+from app.backend.events import BuildEvent, EventKind, EventSink, ninja_fraction
 from app.core import paths, processes
+from app.core.cancel import CancelToken
 from app.core.errors import BackendError, BuildCancelled, ToolchainError
 
 Flavor = Literal["auto", "cpu", "cuda"]

@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.backend.events import CancelToken
 from app.core import paths, processes
+from app.core.cancel import CancelToken
 from app.core.errors import BuildCancelled, ToolchainError
 
 MARKER = "fastmtp-cuda-toolkit.json"

@@ -19,9 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from app.backend import archive, registry
 from app.backend import signing as backend_signing
-from app.backend.events import BuildEvent, CancelToken, EventKind, EventSink
+from app.backend.events import BuildEvent, EventKind, EventSink
 from app.backend.signing import BackendClaim, VerifiedClaim
 from app.core import paths
+from app.core.cancel import CancelToken
 from app.core.errors import BackendError, BuildCancelled, DownloadError
 from app.core.safe_paths import check_name
 from app.release import trust

@@ -24,9 +24,10 @@ from types import TracebackType
 
 from app.backend import registry
 from app.backend.builder import BuildOptions, active_options, build_program
-from app.backend.events import CancelToken, EventSink
+from app.backend.events import EventSink
 from app.backend.registry import BackendManifest
 from app.core import netaddr, paths, processes
+from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
 
 WORKER_TARGET = "ggml-rpc-server"

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.backend.events import BuildEvent, CancelToken
+from app.backend.events import BuildEvent
 from app.cli.common import Subparsers, cancel_on_signals, command, cuda_archs, emit, emit_line, group, trust_prompt
+from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError, ToolchainError
 
 # ----------------------------------------------------------------------------- build, server

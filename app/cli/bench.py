@@ -26,7 +26,7 @@ def write_json(path: Path | None, data: Any) -> None:
 
 def bench_demo(size: Size, acceptance: float | None = None) -> DemoModel:
     """The demo model a benchmark runs on, kept in the cache (written once); the default acceptance unless given."""
-    from app.models.builtin_demo import ensure_demo_model
+    from app.gguftools.builtin_demo import ensure_demo_model
 
     if acceptance is None:
         folder = paths.cache_dir() / "bench-models" / size

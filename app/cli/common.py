@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeAlias, TypeVar
 
-from app.backend.events import CancelToken
+from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH, DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, MODES, SamplingParams
 

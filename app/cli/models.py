@@ -47,7 +47,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_models_add(args: argparse.Namespace) -> int:
     from app.models import local_models
-    from app.models.hub_hash import HubOrigin, origin_from_path
+    from app.release.hub_hash import HubOrigin, origin_from_path
 
     origin = None
     if args.repo:

@@ -23,7 +23,7 @@ from app.engine.config import ChatOptions, EngineConfig
 from app.engine.speculative import Reply
 from app.engine.stats import describe_depth, describe_sampling
 from app.engine.verdict import Condition, Sample, Verdict, compare, load_average
-from app.models.builtin_demo import ensure_demo_model
+from app.gguftools.builtin_demo import ensure_demo_model
 
 DRAFT_DEPTH = 3  # the release's recommended --spec-draft-n-max
 ROUNDS = 3  # replies per mode after the warm-up, alternating (the verdict's minimum)

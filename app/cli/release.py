@@ -30,6 +30,7 @@ class FetchStopped(FastMTPError):
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from app.core import secrets
+    from app.models.installed import default_destination
     from app.release.catalog import endpoints_for, load_catalog
     from app.release.download import FetchPlan, fetch_release
     from app.release.fetcher import FetchControl
@@ -37,7 +38,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     plan = FetchPlan(quant=args.quant or catalog.default_quant, repo=args.repo or catalog.repo,
                      revision=args.revision or catalog.revision,
-                     endpoints=endpoints_for(args.endpoint, args.base_url), dest=args.dest,
+                     endpoints=endpoints_for(args.endpoint, args.base_url),
+                     dest=args.dest or default_destination(args.repo or catalog.repo),
                      trust_fingerprint=args.trust_fingerprint)
     control = FetchControl()
     last = [-1.0]
@@ -159,8 +161,8 @@ def cmd_verify_file(args: argparse.Namespace) -> int:
     against the hub's content hash for its repository (from its path, the registry or ``--repo``)."""
     from app.core import secrets
     from app.models import local_models
-    from app.models.hub_hash import EXPLANATIONS, LABELS, HubOrigin, origin_from_path, verify_against_hub
     from app.release.catalog import load_catalog
+    from app.release.hub_hash import EXPLANATIONS, LABELS, HubOrigin, origin_from_path, verify_against_hub
 
     path = args.dir.absolute()
     if (path.parent / load_catalog().integrity.manifest).is_file():

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core import processes
-from app.core.errors import FastMTPError
-from app.models.sidecar_job import JobCancelled
+from app.core.errors import FastMTPError, JobCancelled
 
 OnEvent = Callable[[dict[str, Any]], None]
 

@@ -92,3 +92,9 @@ class EngineError(FastMTPError):
 
 class ContextFullError(EngineError):
     """The conversation no longer fits in the context window."""
+
+
+class JobCancelled(FastMTPError):
+    """The user stopped the job; nothing was kept (CLI exit code 130)."""
+
+    exit_code = 130

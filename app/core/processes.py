@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from app.backend.events import CancelToken
 from app.core import paths
+from app.core.cancel import CancelToken
 
 CREATE_NO_WINDOW = 0x08000000  # winbase.h; ``subprocess`` only defines the name on Windows
 CONSOLE_PROGRAM = f"{paths.APP_NAME}.exe"  # the frozen Windows app's console program (installers/bundle.py)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine.config import EngineConfig
+from app.engine.modes import sidecar_kind
 from app.engine.stats import wrong_pair_warning
-from app.models.installed import sidecar_kind
 
 
 def expected_tokens_per_pass(acceptance: float, depth: int) -> float:

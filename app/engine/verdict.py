@@ -86,7 +86,7 @@ def mode_name(config: EngineConfig) -> str:
     """A configuration's drafting mode as a side of a comparison: ``off``, ``embedded``, ``d2t`` or ``full``."""
     if config.mode != "sidecar":
         return config.mode
-    from app.models.installed import sidecar_kind
+    from app.engine.modes import sidecar_kind
 
     return sidecar_kind(config.draft.name) if config.draft is not None else "full"
 

@@ -69,8 +69,8 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     from app.backend import registry
     from app.backend.builder import BuildOptions, build_backend
     from app.chats.history import HistoryStore
+    from app.gguftools.builtin_demo import ensure_demo_model
     from app.gui.main import MainWindow, make_application
-    from app.models.builtin_demo import ensure_demo_model
 
     app = make_application(sys.argv[:1])  # named and with its icon, as ``run()`` sets it up
     out.mkdir(parents=True, exist_ok=True)
@@ -152,8 +152,8 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
     from app.backend import registry
     from app.backend.builder import BuildOptions, build_backend
     from app.chats.history import HistoryStore
+    from app.gguftools.builtin_demo import ensure_demo_model
     from app.gui.main import MainWindow, make_application
-    from app.models.builtin_demo import ensure_demo_model
 
     app = make_application(sys.argv[:1])
     out.mkdir(parents=True, exist_ok=True)

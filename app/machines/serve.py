@@ -120,7 +120,7 @@ def chat_model_files(chat_model: str, draft: bool = True) -> tuple[Path, Path | 
             if str(model.target) == chat_model:
                 return model.target, model.sidecar_d2t if draft else None
         return Path(chat_model), None
-    from app.models.builtin_demo import ensure_demo_model
+    from app.gguftools.builtin_demo import ensure_demo_model
 
     demo = ensure_demo_model(paths.demo_model_dir())
     return demo.target, demo.sidecar_d2t if draft else None

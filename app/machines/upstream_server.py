@@ -20,8 +20,9 @@ import httpx
 
 from app.backend import archive
 from app.backend.builder import BuildOptions, build_dir_of, build_program, plan_build
-from app.backend.events import CancelToken, EventSink
+from app.backend.events import EventSink
 from app.core import paths, processes
+from app.core.cancel import CancelToken
 from app.core.errors import EngineError
 from app.gguftools.d2t import check_d2t
 

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from app.core import paths
 from app.core.errors import FastMTPError, VerificationError
-from app.release.catalog import Catalog, load_catalog
+from app.engine.modes import sidecar_kind
+from app.release.catalog import Catalog, load_catalog, repo_slug
 from app.release.manifest import parse_manifest
 from app.release.verify import verify_metadata
 
@@ -75,7 +76,7 @@ class InstalledModel:
 
     def verification(self) -> dict[str, str]:
         """The state shared with ``verify`` and your own files: publisher-signed, or unverified (with why)."""
-        from app.models.hub_hash import EXPLANATIONS, LABELS, State
+        from app.release.hub_hash import EXPLANATIONS, LABELS, State
 
         state: State = "publisher-signed" if self.verified else "unverified"
         return {"state": state, "label": LABELS[state],
@@ -171,17 +172,15 @@ def _sidecars(catalog: Catalog, present: dict[str, Path]) -> tuple[Path | None, 
     return (present[d2t] if d2t else None), (present[full] if full else None)
 
 
-def sidecar_kind(name: str) -> Literal["d2t", "full"]:
-    """What a sidecar file is, from its name: the catalog's sidecar (``…-FastMTP-32K.gguf``) and names with
-    ``d2t`` or ``32K`` are the trimmed d2t sidecar; names with ``full``, and any other, a full sidecar."""
-    lowered = name.lower()
-    if "full" not in lowered and (name == load_catalog().sidecar.file or "d2t" in lowered or "32k" in lowered):
-        return "d2t"
-    return "full"
-
-
 def _quant_of(name: str, catalog: Catalog) -> str:
     for quant in catalog.quants:
         if name == quant.file or quant.name.lower() in name.lower():
             return quant.name
     return Path(name).stem
+
+
+def default_destination(repo: str) -> Path:
+    """``<models folder>/<owner>--<name>/``: the Settings' models folder, else ``<data>/models``."""
+    from app.settings import app_settings
+
+    return app_settings.load().models_path() / repo_slug(repo)

@@ -3,7 +3,7 @@
 A file is referenced where it is (``models add FILE``); it is copied into the models folder only when asked
 (``--copy``). The registry is ``local-models.json`` in the config folder: each entry keeps the file's path,
 what ``gguf inspect`` said about it (so listing costs one ``stat`` per file), its FastMTP sidecars, where on
-the hub it comes from (when known) and its verification state (``app.models.hub_hash``), with the size and
+the hub it comes from (when known) and its verification state (``app.release.hub_hash``), with the size and
 modification time the state was established for: a file changed since is ``unverified`` again.
 
 Qt-free; the Models page and the ``models add|scan|remove`` commands both call this module.
@@ -23,7 +23,7 @@ from typing import Any, Literal
 from app.core import paths, safe_paths, settings_file
 from app.core.errors import FastMTPError, GGUFError, StorageError, UnsafeInputError
 from app.core.hashing import sha256_file
-from app.models.hub_hash import EXPLANATIONS, LABELS, HubCheck, HubOrigin, State, cached_blob_sha256, origin_from_path
+from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, HubOrigin, State, cached_blob_sha256, origin_from_path
 
 FILE_NAME = "local-models.json"
 FORMAT = "fastmtp-local-models"

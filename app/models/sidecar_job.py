@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from app.core.errors import FastMTPError, SidecarError
+from app.core.errors import JobCancelled, SidecarError
 from app.core.resources import resources_dir
 
 if TYPE_CHECKING:
@@ -40,12 +40,6 @@ VOCAB_SIZES = (16384, 32768, 65536)
 CHECK_TOKENS = 48
 _MAX_FILE_BYTES = 64 << 20  # a corpus file larger than this is read in part: counts settle long before
 _READ_BYTES = 1 << 20  # a corpus file is read in blocks of this size
-
-
-class JobCancelled(FastMTPError):
-    """The user stopped the job; nothing was kept (CLI exit code 130)."""
-
-    exit_code = 130
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def selftest_model_dir(version: str) -> Path:
 
 def run(folder: Path) -> dict[str, Any]:
     os.environ["FASTMTP_BACKEND_DIR"] = str(folder)
-    from app.models.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
+    from app.gguftools.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
     from app.native import draft_probe
     from app.native.handles import Model, system_info
     from app.native.loader import gpu_devices

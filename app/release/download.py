@@ -38,7 +38,7 @@ class FetchPlan:
     repo: str
     revision: str
     endpoints: list[Endpoint]
-    dest: Path | None = None
+    dest: Path  # where the verified files are installed (the caller decides: the models folder, or --dest)
     trust_fingerprint: str | None = None
     max_workers: int = 3
 

@@ -16,7 +16,6 @@ from typing import Any
 from app.core.errors import DiskSpaceError, FastMTPError, VerificationError
 from app.core.hashing import sha256_file
 from app.release import trust
-from app.release.catalog import repo_slug
 from app.release.verify import ReleaseMetadata
 
 
@@ -31,13 +30,6 @@ class Installed:
     def to_dict(self) -> dict[str, Any]:
         return {"folder": str(self.folder), "files": self.files, "version": self.version,
                 "fingerprint": self.fingerprint, "warnings": self.warnings}
-
-
-def default_destination(repo: str) -> Path:
-    """``<models folder>/<owner>--<name>/``: the Settings' models folder, else ``<data>/models``."""
-    from app.settings import app_settings as settings
-
-    return settings.load().models_path() / repo_slug(repo)
 
 
 def _move(src: Path, target: Path, expected_sha256: str | None) -> None:
@@ -68,13 +60,13 @@ def _move(src: Path, target: Path, expected_sha256: str | None) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def install(meta: ReleaseMetadata, files: dict[str, Path], dest: Path | None = None) -> Installed:
-    """Move verified payload ``files`` (name -> staged path) and the release's integrity files into ``dest``.
+def install(meta: ReleaseMetadata, files: dict[str, Path], dest: Path) -> Installed:
+    """Move verified payload ``files`` (name -> staged path) and the release's integrity files into ``dest``
+    (the caller says where: :func:`app.models.installed.default_destination` is the Settings' models folder).
 
     Every payload file's size is checked again right before the first move (a staged file touched after
     verification is refused with nothing moved); the version is recorded for rollback protection last.
     """
-    dest = dest or default_destination(meta.repo)
     for name, path in files.items():  # cheap re-check: nothing was swapped or truncated since verification
         size = meta.entry(name).size
         if path.is_symlink() or not path.is_file() or (size is not None and path.stat().st_size != size):

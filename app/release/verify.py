@@ -75,7 +75,7 @@ class VerifiedRelease:
     missing: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        from app.models.hub_hash import EXPLANATIONS, LABELS
+        from app.release.hub_hash import EXPLANATIONS, LABELS
 
         state = {"state": "publisher-signed", "label": LABELS["publisher-signed"],
                  "explanation": EXPLANATIONS["publisher-signed"]}

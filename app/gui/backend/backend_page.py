@@ -53,11 +53,12 @@ from PySide6.QtWidgets import (
 
 from app.backend import archive, cuda_wheels, registry
 from app.backend.builder import BuildOptions, Flavor, build_backend, run_selftest_subprocess
-from app.backend.events import BuildEvent, CancelToken, EventKind
+from app.backend.events import BuildEvent, EventKind
 from app.backend.prebuilt import InstalledPrebuilt, install_prebuilt, is_url
 from app.backend.registry import BackendManifest
 from app.backend.toolchain import Tool, Toolchain, ToolkitMode, detect, toolkit_mode
 from app.core import paths
+from app.core.cancel import CancelToken
 from app.core.errors import BuildCancelled, FastMTPError, ToolchainError, VerificationError
 from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report

@@ -45,10 +45,10 @@ from PySide6.QtWidgets import (
 from app.bench.matrix import MODE_LABELS, depth_series
 from app.core import paths
 from app.core.child_job import ChildJob
+from app.core.errors import JobCancelled
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.verdict import MIN_SAMPLES
 from app.gui.shell.page_ops import OwnedOps, error_text
-from app.models.sidecar_job import JobCancelled
 
 MODE_COLOURS = {"embedded": "#4c78a8", "full": "#f58518", "d2t": "#54a24b", "off": "#8a8f98"}
 COLUMNS = ["variant", "prompts", "tok/s", "acceptance", "tokens / pass", "vs off"]

@@ -35,6 +35,7 @@ from app.chats.history import Conversation, HistoryError, HistoryStore, read_exp
 from app.engine.breakeven import describe_mode, drafting_warning
 from app.engine.chat_template import Message
 from app.engine.config import EngineConfig
+from app.gguftools.builtin_demo import DEMO_NATURE
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat.chat_view import ChatEntry, ChatView
 from app.gui.chat.markdown import Palette
@@ -42,7 +43,6 @@ from app.gui.chat.sidebar import Sidebar
 from app.gui.shell.engine_bridge import EngineBridge
 from app.machines.remote_client import NO_TINT_REASON
 from app.machines.remote_servers import RemoteServer
-from app.models.builtin_demo import DEMO_NATURE
 from app.settings.chat_settings import ChatSettings
 
 SAVE_EVERY_TOKENS = 32  # a streaming reply is saved to the history this often, and every SAVE_INTERVAL_MS

@@ -30,14 +30,15 @@ from PySide6.QtWidgets import (
 
 from app.backend import registry
 from app.backend.builder import BuildOptions, build_backend
-from app.backend.events import BuildEvent, CancelToken
+from app.backend.events import BuildEvent
 from app.backend.toolchain import Toolchain, detect, platform_note
 from app.core import paths
+from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
+from app.gguftools.builtin_demo import DEMO_NATURE, ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 from app.gui.shell.ops import Report
 from app.gui.shell.page_ops import OwnedOps
-from app.models.builtin_demo import DEMO_NATURE, ensure_demo_model
 from app.models.fit import GIB, fit
 
 _STYLE = """

@@ -15,8 +15,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
 from app.models import local_models
-from app.models.hub_hash import LABELS
 from app.models.local_models import LocalModel
+from app.release.hub_hash import LABELS
 
 SetEnabled = Callable[[QComboBox, int, bool], None]
 

@@ -37,8 +37,8 @@ from app.core import secrets
 from app.gui.shell.ops import Report
 from app.gui.shell.page_ops import OwnedOps, error_text
 from app.models import local_models
-from app.models.hub_hash import EXPLANATIONS, LABELS, HubCheck, State, verify_against_hub
 from app.models.local_models import FoundFile, LocalModel
+from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, State, verify_against_hub
 
 BADGE_COLOURS: dict[State, tuple[str, str]] = {  # (background, text)
     "publisher-signed": ("#dcfce7", "#166534"),

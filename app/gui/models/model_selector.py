@@ -19,12 +19,12 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 
 from app.core import paths
 from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig
+from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 from app.gui.benchmark.benchmark_page import BenchModel
 from app.gui.models import local_choices
 from app.gui.shell.page_ops import OwnedOps
 from app.machines.remote_servers import RemoteServer, load_servers
-from app.models.builtin_demo import ensure_demo_model
 from app.models.installed import InstalledModel, list_installed, model_roots
 from app.settings import app_settings
 from app.settings.app_settings import Settings

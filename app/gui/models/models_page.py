@@ -53,6 +53,7 @@ from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
 from app.models.fit import GIB, FitReport, fit
+from app.models.installed import default_destination
 from app.release import download as release_download
 from app.release import fetcher
 from app.release.catalog import (
@@ -67,7 +68,7 @@ from app.release.catalog import (
 )
 from app.release.download import FetchPlan, fetch_release
 from app.release.fetcher import DownloadCancelled, FetchControl
-from app.release.install import Installed, default_destination
+from app.release.install import Installed
 from app.release.progress import FetchEvent
 from app.settings import app_settings
 
@@ -405,7 +406,8 @@ class ModelsPage(QWidget):
             self.last_error = exc
             self._set_step("Nothing was downloaded. " + error_text(exc), error=True)
             return
-        plan = FetchPlan(quant=quant, repo=self.catalog.repo, revision=self.catalog.revision, endpoints=endpoints)
+        plan = FetchPlan(quant=quant, repo=self.catalog.repo, revision=self.catalog.revision, endpoints=endpoints,
+                         dest=default_destination(self.catalog.repo))
         control = self.control = FetchControl()
         self.download_quant = quant
         self.chat_button.hide()

@@ -30,10 +30,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.child_job import ChildJob
-from app.core.errors import FastMTPError
+from app.core.errors import FastMTPError, JobCancelled
 from app.gui.shell.page_ops import OwnedOps, error_text
 from app.models import local_models
-from app.models.sidecar_job import VOCAB_SIZES, JobCancelled, default_out, prompt_sets
+from app.models.sidecar_job import VOCAB_SIZES, default_out, prompt_sets
 
 STEP_WORDS = {"tokenizing": "Tokenizing the corpus", "counting": "Counting tokens", "slicing": "Slicing rows",
               "writing": "Writing", "checking": "Checking"}

@@ -13,10 +13,11 @@ import pytest
 
 from app.backend import registry, toolchain
 from app.backend.builder import BuildOptions, build_backend, plan_build
-from app.backend.events import BuildEvent, CancelToken, ninja_fraction
+from app.backend.events import BuildEvent, ninja_fraction
 from app.backend.patching import default_patch
 from app.backend.registry import BackendManifest, backend_dir
 from app.core import paths
+from app.core.cancel import CancelToken
 from app.core.errors import BackendError, BuildCancelled, ToolchainError
 
 

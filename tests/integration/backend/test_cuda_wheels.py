@@ -21,7 +21,7 @@ import pytest
 
 from app.backend import cuda_wheels, toolchain
 from app.backend.builder import BuildOptions, Reporter, _manifest, plan_build, prepare_source
-from app.backend.events import CancelToken
+from app.core.cancel import CancelToken
 from app.core.errors import BuildCancelled, ToolchainError
 from tests.helpers.cuda_index import (
     NVIDIA_SMI_HEADER,

@@ -14,8 +14,8 @@ import pytest
 from app.bench.spec import PROMPT_SETS, demo_opening, load_prompts, tokenize_prompts
 from app.engine.config import EngineConfig
 from app.engine.speculative import SpeculativeDecoder
+from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.models.builtin_demo import ensure_demo_model
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
 

@@ -13,7 +13,7 @@ import pytest
 
 from app.backend.registry import BackendManifest
 from app.chats.history import HistoryError, HistoryStore
-from app.models.builtin_demo import ensure_demo_model
+from app.gguftools.builtin_demo import ensure_demo_model
 from tests.helpers.module_folders import ModuleFolders
 
 

@@ -20,9 +20,9 @@ from app.core import settings_file
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.sampling import Sampler
 from app.engine.speculative import SpeculativeDecoder
+from app.gguftools.builtin_demo import ensure_demo_model, table_prompt
 from app.gguftools.demo_model import DemoModel
 from app.gui.shell import window_state
-from app.models.builtin_demo import ensure_demo_model, table_prompt
 from app.settings import app_settings
 from tests.helpers.module_folders import ModuleFolders
 

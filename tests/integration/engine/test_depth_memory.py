@@ -18,8 +18,8 @@ from app.engine.config import EngineConfig, SamplingParams
 from app.engine.depth_memory import DepthMemory, key_for
 from app.engine.sampling import Sampler
 from app.engine.speculative import SpeculativeDecoder
+from app.gguftools.builtin_demo import ensure_demo_model, table_prompt
 from app.gguftools.demo_model import DemoModel
-from app.models.builtin_demo import ensure_demo_model, table_prompt
 from tests.helpers.module_folders import ModuleFolders
 
 STATE = {"version": 1, "draft_depth": 8, "rest": {"1": 0.05, "4": 0.09}, "first_pass": 0.01, "step": 0.008,

@@ -10,8 +10,8 @@ from app.core.errors import ContextFullError, SidecarError
 from app.engine.config import EngineConfig, Mode, SamplingParams
 from app.engine.sampling import Sampler
 from app.engine.speculative import SpeculativeDecoder
+from app.gguftools.builtin_demo import ensure_demo_model, table_prompt
 from app.gguftools.demo_model import DemoModel
-from app.models.builtin_demo import ensure_demo_model, table_prompt
 from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")

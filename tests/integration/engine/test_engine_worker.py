@@ -12,8 +12,8 @@ from app.engine.chat_template import Message
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
 from app.engine.session import ChatSession
+from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.models.builtin_demo import ensure_demo_model
 from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")

@@ -13,8 +13,8 @@ from app.engine.chat_template import Message
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, Mode, SamplingParams
 from app.engine.model_pool import ModelPool, target_slot
+from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.models.builtin_demo import ensure_demo_model
 from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")

@@ -15,8 +15,8 @@ import pytest
 from app.engine.config import EngineConfig
 from app.engine.speculative import SpeculativeDecoder
 from app.engine.stats import ReplyStats
+from app.gguftools.builtin_demo import ensure_demo_model, table_prompt
 from app.gguftools.demo_model import DemoModel
-from app.models.builtin_demo import ensure_demo_model, table_prompt
 from app.native.handles import Context, Model
 from tests.helpers.module_folders import ModuleFolders
 

@@ -23,10 +23,10 @@ from pytestqt.qtbot import QtBot
 from app.engine import protocol
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
+from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 from app.gui.chat.chat_view import DRAFT_TINT, RENDER_INTERVAL_MS, ChatView
 from app.gui.shell.engine_bridge import EngineBridge
-from app.models.builtin_demo import ensure_demo_model
 from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 120_000  # the CI machine may be busy; waits end as soon as the condition holds

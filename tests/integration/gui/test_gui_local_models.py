@@ -27,13 +27,13 @@ from pytestqt.qtbot import QtBot
 
 from app.backend.registry import BackendManifest
 from app.chats.history import HistoryStore
+from app.core.errors import JobCancelled
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
 from app.gui.benchmark.benchmark_page import MODE_COLOURS
 from app.gui.main import MainWindow
 from app.gui.models.local_models_panel import A_STATE
 from app.models import local_models
-from app.models.sidecar_job import JobCancelled
 from app.release.publish import keygen
 from app.settings.app_settings import Settings
 from tests.helpers.demo_copies import DemoCopies

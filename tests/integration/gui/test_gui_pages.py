@@ -32,10 +32,9 @@ from app.core.errors import BuildCancelled, TrustError
 from app.gui.backend.backend_page import TOOLKIT_BUTTON, BackendPage, ToolkitOffer, ToolkitProgress, toolkit_offer
 from app.gui.models.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
 from app.models.fit import GIB, fit
-from app.models.installed import list_installed
+from app.models.installed import default_destination, list_installed
 from app.release import signing, trust
 from app.release.catalog import add_user_endpoint, endpoints_for, load_catalog
-from app.release.install import default_destination
 from app.release.publish import KeyPair, keygen, sign_release
 from tests.helpers.cuda_index import (
     PIN,

@@ -18,9 +18,9 @@ from app.backend.registry import BackendManifest, backend_dir
 from app.core.errors import EngineError
 from app.engine.config import EngineConfig, Mode
 from app.engine.speculative import SpeculativeDecoder
+from app.gguftools.builtin_demo import ensure_demo_model, table_prompt
 from app.gguftools.demo_model import DemoModel
 from app.machines.upstream_server import UpstreamServer, build_server
-from app.models.builtin_demo import ensure_demo_model, table_prompt
 from tests.helpers.module_folders import ModuleFolders
 
 N_TOKENS = 96

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from app.gguftools.builtin_demo import d2t_ids, table_agreement, table_prompt
 from app.gguftools.demo_model import DemoModel, write_demo_model
 from app.gguftools.inspect import inspect_gguf
-from app.models.builtin_demo import d2t_ids, table_agreement, table_prompt
 from app.native import draft_probe
 from app.native.handles import Model
 from tests.helpers.module_folders import ModuleFolders

@@ -21,9 +21,9 @@ from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, Mode, SamplingParams
 from app.engine.session import ChatSession
 from app.gguftools.bpe import encode_ascii
+from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DEMO_PASSAGE, END_OF_TURN, DemoModel, make_passage_table, read_demo_table
 from app.gguftools.tokenizer import Tokenizer, load_tokenizer
-from app.models.builtin_demo import ensure_demo_model
 from app.native import draft_probe
 from app.native.handles import Context, Model
 from tests.helpers.module_folders import ModuleFolders

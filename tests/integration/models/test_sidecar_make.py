@@ -10,9 +10,10 @@ import pytest
 
 from app.backend.registry import BackendManifest
 from app.core.child_job import ChildJob
+from app.core.errors import JobCancelled
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
-from app.models.sidecar_job import Control, Corpus, JobCancelled, Progress, make_sidecar
+from app.models.sidecar_job import Control, Corpus, Progress, make_sidecar
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
 

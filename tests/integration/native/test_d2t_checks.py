@@ -28,13 +28,13 @@ from app.core.errors import SidecarError
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
+from app.gguftools.builtin_demo import d2t_ids, ensure_demo_model
 from app.gguftools.d2t import check_d2t
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
 from app.gguftools.reader import architecture, open_gguf
 from app.gguftools.sidecar import check_pair
 from app.gguftools.writer import KVItem, TensorPlan, kv_from_reader, kv_u32, plan_array, write_gguf
-from app.models.builtin_demo import d2t_ids, ensure_demo_model
 from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")

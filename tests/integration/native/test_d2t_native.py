@@ -13,8 +13,8 @@ import pytest
 from gguf import GGUFReader, GGUFWriter
 
 from app.core.errors import SidecarError
+from app.gguftools.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
 from app.gguftools.demo_model import DemoModel
-from app.models.builtin_demo import d2t_ids, ensure_demo_model, table_agreement, table_prompt
 from app.native import draft_probe
 from app.native.handles import Model
 from tests.helpers.module_folders import ModuleFolders

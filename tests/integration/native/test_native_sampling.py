@@ -12,9 +12,9 @@ from app.backend.builder import BuildOptions
 from app.engine.config import EngineConfig, Mode, SamplingParams
 from app.engine.sampling import Sampler
 from app.engine.speculative import Reply, SpeculativeDecoder
+from app.gguftools.builtin_demo import ensure_demo_model, table_prompt
 from app.gguftools.demo_model import DemoModel
 from app.machines.upstream_server import UpstreamServer, build_server
-from app.models.builtin_demo import ensure_demo_model, table_prompt
 from app.native.handles import Context, Model
 from app.native.sampler import SamplerChain
 from tests.helpers.module_folders import ModuleFolders

@@ -17,8 +17,9 @@ import pytest
 
 from app.backend import toolchain
 from app.backend.builder import BuildOptions, Reporter, configure, plan_build
-from app.backend.events import BuildEvent, CancelToken
+from app.backend.events import BuildEvent
 from app.core import processes
+from app.core.cancel import CancelToken
 
 # What `cmd /s /c "call vcvarsall.bat x64 >nul && set"` prints (shortened; CRLF line ends), with cmd's hidden
 # per-drive entry, a value holding '=' and the mixed-case names Windows uses.

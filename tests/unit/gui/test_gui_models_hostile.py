@@ -25,9 +25,9 @@ from pytestqt.qtbot import QtBot
 from app.core import paths, secrets
 from app.core.errors import VerificationError
 from app.gui.models.models_page import ModelsPage
+from app.models.installed import default_destination
 from app.release import signing, trust
 from app.release.catalog import load_catalog, repo_slug
-from app.release.install import default_destination
 from app.release.publish import KeyPair, keygen, sign_release
 from tests.helpers.release_server import Fault, ReleaseServer
 

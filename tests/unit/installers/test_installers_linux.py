@@ -96,7 +96,7 @@ def test_the_frozen_entry_runs_a_probe_given_with_dash_c(tmp_path: Path, monkeyp
 
 def test_the_packaged_app_says_it_cannot_pip_the_cuda_toolkit(monkeypatch: pytest.MonkeyPatch) -> None:
     from app.backend import cuda_wheels
-    from app.backend.events import CancelToken
+    from app.core.cancel import CancelToken
     from app.core.errors import ToolchainError
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)

@@ -1,6 +1,6 @@
 """The hub token goes to the hub's own https origin only, and the hub's answer comes from that origin only.
 
-``verify FILE`` asks a hub for a file's LFS sha256 (``app.models.hub_hash``). Real servers on 127.0.0.1
+``verify FILE`` asks a hub for a file's LFS sha256 (``app.release.hub_hash``). Real servers on 127.0.0.1
 record the headers they receive: an ``--endpoint`` over plain http, or any endpoint that is not the hub,
 never sees the stored token, and a ``Link: rel="next"`` that points to another origin is refused instead of
 being read as the hub's answer. The hub itself (``HF_ENDPOINT``, here an https server with a certificate

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from app.engine.modes import sidecar_kind
+from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.models.builtin_demo import ensure_demo_model
-from app.models.installed import list_installed, sidecar_kind
+from app.models.installed import list_installed
 from app.release import trust
 from app.release.publish import KeyPair, keygen
 from tests.helpers.demo_copies import DemoCopies

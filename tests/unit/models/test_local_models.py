@@ -18,7 +18,7 @@ from app.cli import main
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.writer import kv_u32, plan_array, write_gguf
 from app.models import local_models
-from app.models.hub_hash import HubOrigin, origin_from_path
+from app.release.hub_hash import HubOrigin, origin_from_path
 from app.release.publish import KeyPair, keygen
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.demo_release import MODEL, SIDECAR, install_release
@@ -192,7 +192,7 @@ def test_the_hub_not_listing_the_file_is_an_error_not_a_state(demo: DemoModel, t
 
 
 def test_a_changed_file_is_unverified_again(demo: DemoModel, tmp_path: Path) -> None:
-    from app.models.hub_hash import verify_against_hub
+    from app.release.hub_hash import verify_against_hub
 
     mine = tmp_path / "mine" / "model.gguf"
     mine.parent.mkdir()

@@ -27,6 +27,7 @@ from keyrings.alt.file import PlaintextKeyring
 
 from app.cli import main
 from app.core import secrets
+from app.models.installed import default_destination
 from app.release.catalog import Endpoint, load_catalog, repo_slug
 from app.release.download import FetchPlan, fetch_release, token_hosts
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchEvent
@@ -163,11 +164,11 @@ def test_bad_usage_exits_2(env: dict[str, str]) -> None:
     assert run_app(env, "fetch", "--quant", "Q9_X", "--base-url", "http://127.0.0.1:9/").returncode == 2
 
 
-def test_the_hub_token_may_go_to_the_hub_only() -> None:
+def test_the_hub_token_may_go_to_the_hub_only(tmp_path: Path) -> None:
     hub = Endpoint("hf", "https://huggingface.co")
     mirror = Endpoint("hf", "https://mirror.example")
-    assert token_hosts(FetchPlan("Q4_K_P", CATALOG.repo, "main", [mirror, hub])) == ["huggingface.co"]
-    assert token_hosts(FetchPlan("Q4_K_P", CATALOG.repo, "main", [mirror])) == []
+    assert token_hosts(FetchPlan("Q4_K_P", CATALOG.repo, "main", [mirror, hub], tmp_path)) == ["huggingface.co"]
+    assert token_hosts(FetchPlan("Q4_K_P", CATALOG.repo, "main", [mirror], tmp_path)) == []
 
 
 # ----------------------------------------------------------------------------- hostile integrity files, cancel, signals
@@ -209,7 +210,7 @@ def test_hostile_integrity_files_exit_4_and_leave_nothing(env: dict[str, str], s
 
 def plan_for(server: ReleaseServer, key: KeyPair) -> FetchPlan:
     return FetchPlan("Q4_K_P", CATALOG.repo, "main", [Endpoint("plain", server.url("").rstrip("/"))],
-                     trust_fingerprint=key.fingerprint)
+                     default_destination(CATALOG.repo), trust_fingerprint=key.fingerprint)
 
 
 @pytest.fixture

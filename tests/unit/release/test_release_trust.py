@@ -16,9 +16,10 @@ import pytest
 from app.cli import main
 from app.core import paths
 from app.core.errors import TrustError, VerificationError
+from app.models.installed import default_destination
 from app.release import signing, trust
 from app.release.catalog import Endpoint, load_catalog
-from app.release.install import default_destination, install
+from app.release.install import install
 from app.release.manifest import parse_manifest, parse_sha256sums
 from app.release.publish import KeyPair, keygen, sign_release
 from app.release.verify import VerifiedRelease, verified_release_patch, verify_metadata, verify_release
@@ -67,7 +68,7 @@ def resign_manifest(folder: Path, key: KeyPair, manifest: dict[str, Any]) -> Non
 def check_and_install(folder: Path, **kwargs: Any) -> VerifiedRelease:
     """Verify, then install what verified: the same order ``fetch`` uses."""
     result = verify_release(folder, **kwargs)
-    install(result.metadata, {n: p for n, p in result.files.items()})
+    install(result.metadata, {n: p for n, p in result.files.items()}, default_destination(CATALOG.repo))
     return result
 
 
@@ -278,7 +279,7 @@ def test_file_changed_after_verification_is_not_installed(release: Path, key: Ke
     result = verify_release(release, trust_fingerprint=key.fingerprint)
     (release / SIDECAR).write_bytes(b"swapped")
     with pytest.raises(VerificationError, match=r"changed .* after it was verified"):
-        install(result.metadata, result.files)
+        install(result.metadata, result.files, default_destination(CATALOG.repo))
     assert models_dir_is_empty()
 
 

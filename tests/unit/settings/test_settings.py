@@ -52,7 +52,7 @@ def test_chat_settings_make_the_engine_options_and_survive_the_history_format() 
 
 
 def test_downloads_go_to_the_models_folder_chosen_in_settings(tmp_path: Path) -> None:
-    from app.release.install import default_destination
+    from app.models.installed import default_destination
 
     saved = app_settings.load()
     try:
