@@ -11,7 +11,7 @@ QT_DEB_PACKAGES := $(shell cat installers/debian-qt-packages.txt)
 # Only for the tests: a real X server and xprop, so the window's X11 class and icon are checked (not the .deb's).
 TEST_DEB_PACKAGES := xvfb xauth x11-utils
 
-.PHONY: run test unit lint lint-workflows venv clean package package-test gpu-prepare gpu-check
+.PHONY: run test check unit lint lint-workflows venv clean package package-test gpu-prepare gpu-check
 
 venv: $(VENV)/.installed
 
@@ -56,8 +56,14 @@ test: lint
 	$(BIN)/python -m pytest -ra --durations=15  # the slowest tests named, to keep CI under its hour
 	$(MAKE) package-test
 
-# The unit tier: fast tests that build no backend and download nothing (tests/unit-tier.txt), what CI runs on
-# Windows and macOS for every push (.github/workflows/ci.yml). There, BIN=.venv/Scripts on Windows.
+# The fast inner loop: lint and tests/unit/ (no backend built, nothing downloaded), a few minutes on 2 cores.
+check: venv
+	$(BIN)/ruff check app tests
+	$(BIN)/mypy --strict app
+	$(BIN)/python -m pytest -q -ra tests/unit
+
+# The portable part of tests/unit/ (tests/unit-tier.txt): what CI runs on Windows and macOS for every push
+# (.github/workflows/ci.yml). There, BIN=.venv/Scripts on Windows.
 UNIT_TESTS := $(shell cat tests/unit-tier.txt)
 
 unit: venv

@@ -1,5 +1,8 @@
 """Shared fixtures: isolated data/config folders, the real patched and unpatched CPU backends, the demo model.
 
+The tiers are folders: tests/unit/<package>/ build and load no backend (``make check`` runs them alone, in minutes),
+tests/integration/<package>/ may build or load it and start processes; every test there is marked ``integration``.
+
 The cache folder stays the user's own (or ``FASTMTP_CACHE_DIR``), so the backend build trees and the
 pinned sdist are reused between runs: the first run builds (minutes), later runs re-link (seconds).
 """
@@ -18,6 +21,18 @@ from app.backend.builder import BuildOptions, build_backend
 from app.backend.registry import BackendManifest, backend_dir
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
+
+INTEGRATION = Path(__file__).parent / "integration"
+NATIVE_FIXTURES = {"patched_backend", "unpatched_backend", "unpatched_dir"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the integration folder's tests, and refuse a unit test that asks for a built backend."""
+    for item in items:
+        if item.path.is_relative_to(INTEGRATION):
+            item.add_marker(pytest.mark.integration)
+        elif NATIVE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            raise pytest.UsageError(f"{item.nodeid} needs a built backend: move it to tests/integration/.")
 
 
 @pytest.fixture(scope="session", autouse=True)

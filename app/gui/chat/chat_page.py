@@ -38,9 +38,9 @@ from app.engine.config import EngineConfig
 from app.gguftools.builtin_demo import DEMO_NATURE
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat.chat_view import ChatEntry, ChatView
-from app.gui.chat.markdown import Palette
 from app.gui.chat.sidebar import Sidebar
 from app.gui.shell.engine_bridge import EngineBridge
+from app.gui.shell.palette import Palette
 from app.machines.remote_client import NO_TINT_REASON
 from app.machines.remote_servers import RemoteServer
 from app.settings.chat_settings import ChatSettings

@@ -61,17 +61,16 @@ from app.chats.history import StoredMessage
 from app.engine.chat_template import Message
 from app.gui.chat.hud import CORNERS, Hud, corner_alignment, nearest_corner
 from app.gui.chat.markdown import (
-    LIGHT,
     THINK_CLOSE,
     THINK_OPEN,
     BlockSplitter,
     DraftSpans,
     MarkdownRenderer,
-    Palette,
     _hold_back,
     mark_drafts,
     split_thinking,
 )
+from app.gui.shell.palette import LIGHT, Palette
 
 DRAFT_TINT = QColor(LIGHT.draft_tint)
 RENDER_INTERVAL_MS = 33  # a frame: streamed text and the HUD are drawn at most this often; tokens in between queue

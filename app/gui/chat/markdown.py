@@ -20,7 +20,6 @@ import bisect
 import html
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -30,6 +29,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from app.gui.shell.palette import LIGHT, Palette
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 DRAFT_ON = "\ue000"  # private-use marks around drafted characters, turned into tint spans in the HTML
@@ -38,23 +39,6 @@ _MARKS = re.compile(f"[{DRAFT_ON}{DRAFT_OFF}]")
 _WORDS = re.compile(r"[^\W\d_]\w*(?: +\w+)*")  # tintable runs: never markdown syntax, never a list number
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r" {0,3}#{1,6}(?: |$)")
-
-
-@dataclass(frozen=True)
-class Palette:
-    """Colours of one theme."""
-
-    text: str
-    muted: str
-    code_background: str
-    code_border: str
-    draft_tint: str
-    user_background: str
-    pygments_style: str
-
-
-LIGHT = Palette("#111827", "#6b7280", "#f6f8fa", "#d0d7de", "#cdeedd", "#eef2fb", "friendly")
-DARK = Palette("#e5e7eb", "#9ca3af", "#1e232b", "#3a4250", "#1f5138", "#1e2a44", "monokai")
 
 
 def split_thinking(text: str) -> tuple[str | None, str, bool]:

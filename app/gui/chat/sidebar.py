@@ -26,9 +26,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.chats.history import HistoryError, HistoryStore
-from app.gui.chat.markdown import LIGHT, Palette
 from app.gui.shell import icons
 from app.gui.shell.page_ops import confirm_destructive
+from app.gui.shell.palette import LIGHT, Palette
 
 RENAME_KEY = "F2"
 DELETE_KEY = "Del"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QAbstractItemView, QListView, QListWidget, QListWidgetItem, QWidget
 
-from app.gui.chat.markdown import DARK, LIGHT, Palette
 from app.gui.shell import icons
+from app.gui.shell.palette import DARK, LIGHT, Palette
 
 RAIL_WIDTH = 80  # at least; wider when a page's name needs it (``_fit``)
 CELL_HEIGHT = 62

@@ -10,7 +10,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleOption, QWidget
 
-from app.gui.chat.markdown import DARK, LIGHT, Palette
+from app.gui.shell.palette import DARK, LIGHT, Palette
 from app.settings.app_settings import Theme
 
 INDICATOR_OUTLINE_DARK = "#7c8494"  # the outline of check boxes and radio buttons on a dark window

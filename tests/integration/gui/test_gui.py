@@ -379,7 +379,7 @@ def test_drafting_banner_explains_missing_drafts_and_break_even(demo: DemoModel)
 
 
 def test_settings_page_saves_the_file_and_switches_the_theme(qtbot: QtBot, tmp_path: Path) -> None:
-    from app.gui.chat.markdown import DARK, LIGHT
+    from app.gui.shell.palette import DARK, LIGHT
     from app.settings import app_settings
 
     store = HistoryStore(tmp_path / "history.sqlite3")

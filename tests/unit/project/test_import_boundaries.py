@@ -3,6 +3,7 @@ every llama.cpp call goes through ``app/native/``."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -52,3 +53,81 @@ def test_the_engine_records_module_imports_nothing_native() -> None:
     source = (APP / "engine" / "config.py").read_text(encoding="utf-8")
     imports = re.findall(r"^(?:from|import) (\S+)", source, re.M)
     assert imports and all(name in {"__future__", "dataclasses", "pathlib", "typing"} for name in imports)
+
+
+# The layering docs/architecture.md states, bottom to top: a package imports only itself and the ones before it.
+LAYERS = ["core", "gguftools", "release", "backend", "native", "engine", "settings", "chats", "models", "machines",
+          "gui", "bench", "cli"]
+# Inside the window: the shell (ops, theme, state) serves every page; pages may use each other's widgets but not the
+# window (main.py), which composes them.
+GUI_PAGES = ["chat", "models", "backend", "benchmark", "settings"]
+
+
+def _imports(path: Path, app: Path = APP) -> set[str]:
+    """Every ``app...`` module a file imports, at its top or inside a function (a lazy import is an arrow too)."""
+    module = ".".join(path.relative_to(app.parent).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            if base == "app" or base.startswith("app."):
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("app"))
+    return found
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_app_holds_only_the_layer_packages() -> None:
+    loose = sorted(p.name for p in APP.glob("*.py") if p.name not in {"__init__.py", "__main__.py"})
+    packages = sorted(p.name for p in APP.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
+    assert loose == []
+    assert packages == sorted(LAYERS)
+
+
+def test_every_import_points_down_the_layers() -> None:
+    upward = []
+    for path in sorted(APP.rglob("*.py")):
+        own = _layer(".".join(path.relative_to(APP.parent).with_suffix("").parts))
+        if own is None:
+            continue
+        for target in _imports(path):
+            other = _layer(target)
+            if other is not None and LAYERS.index(other) > LAYERS.index(own):
+                upward.append(f"{path.relative_to(APP.parent)} -> {target}")
+    assert upward == []
+
+
+def test_the_window_shell_imports_no_page_and_no_page_imports_the_window() -> None:
+    gui = APP / "gui"
+    wrong = []
+    for path in sorted(gui.rglob("*.py")):
+        room = path.relative_to(gui).parts[0] if len(path.relative_to(gui).parts) > 1 else path.stem
+        for target in _imports(path):
+            parts = target.split(".")
+            if parts[:2] != ["app", "gui"] or len(parts) < 3:
+                continue
+            if room == "shell" and parts[2] in [*GUI_PAGES, "main", "screenshots"]:
+                wrong.append(f"{path.relative_to(APP.parent)} -> {target}")
+            if room in GUI_PAGES and parts[2] in ("main", "screenshots"):
+                wrong.append(f"{path.relative_to(APP.parent)} -> {target}")
+    assert wrong == []
+
+
+def test_the_checks_see_an_upward_arrow(tmp_path: Path) -> None:
+    """The walker is not blind: a lazy import of the window from the core counts, as does a relative one."""
+    probe = tmp_path / "app" / "core" / "probe.py"
+    probe.parent.mkdir(parents=True)
+    probe.write_text("def f() -> None:\n    from app.gui import main\n    from ..engine import config\n")
+    arrows = _imports(probe, tmp_path / "app")
+    assert {"app.gui.main", "app.engine.config"} <= arrows
+    assert _layer("app.gui.main") == "gui" and LAYERS.index("gui") > LAYERS.index("core")
