@@ -83,20 +83,13 @@ def build_worker(options: BuildOptions, on_event: EventSink | None = None, cance
 # ----------------------------------------------------------------------------- addresses
 
 
+WORKER = netaddr.Listener("The RPC worker", NO_AUTH_WARNING, "the RPC worker has no password",
+                          "pass --i-understand-no-auth if this network is yours alone", RpcError)
+
+
 def check_bind_address(host: str, allow_public: bool = False) -> str | None:
-    """Refuse a worker address reachable from the internet unless ``allow_public``; return the warning to show
-    (None on loopback). ``0.0.0.0`` and ``::`` listen on every network, so they count as public."""
-    kind = netaddr.classify(host)
-    if kind == "loopback":
-        return None
-    if kind == "unresolved":
-        raise RpcError(f"The address {host!r} cannot be resolved on this machine.",
-                       "Give an IP address of this machine, such as 127.0.0.1 or its local-network address.")
-    if kind == "public" and not allow_public:
-        raise RpcError(f"{host} is reachable from outside the local network, and the RPC worker has no password.",
-                       f"{NO_AUTH_WARNING} Bind to 127.0.0.1 or a local-network address (192.168.x.x, 10.x.x.x), "
-                       "or pass --i-understand-no-auth if this network is yours alone.")
-    return f"The RPC worker listens on {host}. {NO_AUTH_WARNING} Run it only on a network you trust."
+    """Where a worker may listen: the one bind rule (``netaddr.check_bind``) in the RPC worker's words."""
+    return netaddr.check_bind(host, allow_public, WORKER)
 
 
 def parse_endpoints(text: str) -> list[str]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from dataclasses import dataclass
 from typing import Literal
+
+from app.core.errors import FastMTPError
 
 Reach = Literal["loopback", "private", "public", "unresolved"]
 EVERY_INTERFACE = ("0.0.0.0", "::")
@@ -52,3 +55,34 @@ def is_loopback(host: str) -> bool:
 def is_private(host: str) -> bool:
     """Loopback or a private network."""
     return classify(host) in ("loopback", "private")
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A server this machine starts, in the words ``check_bind`` needs: what it is, what reaching it exposes,
+    and the flag that accepts a public address."""
+
+    name: str  # "The RPC worker", "llama-server"
+    exposure: str  # a sentence: what anyone who reaches the port gets
+    public_risk: str  # the short reason a public address is refused
+    override: str  # "pass --i-understand-no-auth if this network is yours alone"
+    error: type[FastMTPError]
+
+
+def check_bind(host: str, allow_public: bool, listener: Listener) -> str | None:
+    """The one rule for where a server of ours may listen: loopback quietly, a local network with a warning, a
+    public address (or every interface) only when ``allow_public``; an unresolvable name is refused. Returns the
+    warning to show (None on loopback) or raises ``listener.error`` in words."""
+    reach = classify(host)
+    if reach == "loopback":
+        return None
+    if reach == "unresolved":
+        raise listener.error(f"The address {host!r} cannot be resolved on this machine.",
+                             "Give one of this machine's addresses, such as 127.0.0.1 or its local-network "
+                             "address (192.168.x.x, 10.x.x.x).")
+    if reach == "public" and not allow_public:
+        where = "every network interface" if host in EVERY_INTERFACE else f"the public address {host}"
+        raise listener.error(f"{listener.name} on {where} would let the internet reach it, and {listener.public_risk}.",
+                             f"{listener.exposure} Bind to 127.0.0.1, a local-network address (192.168.x.x, "
+                             f"10.x.x.x) or a VPN address, or {listener.override}.")
+    return f"{listener.name} listens on {host}. {listener.exposure} Use it only on a network you trust."

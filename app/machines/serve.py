@@ -64,21 +64,15 @@ class ServePlan:
     alias: str = "fastmtp"
 
 
+SERVER = netaddr.Listener("llama-server", "llama-server speaks plain HTTP: the API key and the chats cross the "
+                          "network unencrypted.", "llama-server speaks plain HTTP",
+                          "pass --i-understand-no-tls if a firewall or a TLS proxy in front of it protects it",
+                          ServeError)
+
+
 def check_host(host: str, allow_public: bool = False) -> str | None:
-    """Refuse a public address (llama-server speaks plain HTTP) unless ``allow_public``; the warning to show."""
-    reach = netaddr.classify(host)
-    if reach == "loopback":
-        return None
-    if reach == "unresolved":
-        raise ServeError(f"The address {host!r} cannot be resolved on this machine.",
-                         "Give one of this machine's addresses, such as 127.0.0.1 or its 192.168.x.x address.")
-    plain = ("llama-server speaks plain HTTP: the API key and the chats cross the network unencrypted")
-    if reach == "public" and not allow_public:
-        where = "every network interface" if host in netaddr.EVERY_INTERFACE else f"{host}, a public address"
-        raise ServeError(f"Serving on {where} would let the internet reach this server, and {plain}.",
-                         "Use this machine's local-network address (192.168.x.x, 10.x.x.x) or a VPN address, or "
-                         "pass --i-understand-no-tls if a firewall or a TLS proxy in front of it protects it.")
-    return f"Serving on {host}: {plain}. Use it only on a network you trust."
+    """Where the server may listen: the one bind rule (``netaddr.check_bind``) in llama-server's words."""
+    return netaddr.check_bind(host, allow_public, SERVER)
 
 
 def ensure_key(new: bool = False) -> tuple[str, bool]:

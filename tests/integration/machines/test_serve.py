@@ -150,6 +150,6 @@ def test_serve_address_rules() -> None:
     warning = check_host("192.168.1.20")
     assert warning is not None and "plain HTTP" in warning
     for public in ("8.8.8.8", "0.0.0.0", "::"):
-        with pytest.raises(ServeError, match="would let the internet reach this server"):
+        with pytest.raises(ServeError, match="would let the internet reach it"):
             check_host(public)
     assert "plain HTTP" in (check_host("0.0.0.0", allow_public=True) or "")
