@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from app.core.errors import JobCancelled, SidecarError
 from app.core.resources import resources_dir
+from app.engine.chat_template import Message, render
 
 if TYPE_CHECKING:
     from app.gguftools.counts import TokenCounts
@@ -417,7 +418,7 @@ def check_sidecar(target: Path, sidecar: Path, *, n_new: int = CHECK_TOKENS, on_
             prompt = list(table.cycle[:8])
         else:
             text = prompt_texts(prompt_sets()[0])[0] if prompt_sets() else "Write a short essay about rivers."
-            prompt = model.tokenize(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n", parse_special=True)
+            prompt = model.tokenize(render(None, [Message("user", text)]), parse_special=True)  # ChatML
         on_progress(Progress("checking", 1, 3, f"The model writes {n_new} tokens to measure along"))
         generated = draft_probe.greedy(model, prompt, n_new, n_threads)
         control.check()
