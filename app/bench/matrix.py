@@ -23,11 +23,11 @@ from typing import Any
 from app.bench import spec
 from app.core.errors import FastMTPError
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
+from app.engine.modes import DRAFT_MODES, depth_series, mode_colour, mode_label
 from app.engine.verdict import MIN_SAMPLES, Condition, Sample, Verdict, compare
 from app.models.sidecar_job import Control
 
-MODES = ("off", "embedded", "full", "d2t")
-MODE_LABELS = {"off": "off", "embedded": "embedded head", "full": "full sidecar", "d2t": "FastMTP d2t sidecar"}
+MODES = DRAFT_MODES
 
 
 class BenchError(FastMTPError):
@@ -75,7 +75,7 @@ def check_request(request: MatrixRequest) -> None:
                          f"Choose from {', '.join(MODES)}.")
     for mode in ("d2t", "full"):
         if mode in request.modes and mode not in request.sidecars:
-            raise BenchError(f"The {MODE_LABELS[mode]} mode needs that sidecar, and none was given for "
+            raise BenchError(f"The {mode_label(mode)} mode needs that sidecar, and none was given for "
                              f"{request.target.name}.", "Make or attach the sidecar first, or leave the mode out.")
     drafting = any(mode != "off" for mode in request.modes)
     if drafting and (not request.depths or min(request.depths) < DRAFT_DEPTH_MIN
@@ -176,18 +176,6 @@ class MatrixResult(spec.SpecResult):
         return "\n".join(lines) + "\n"
 
 
-def depth_series(summaries: list[dict[str, Any]], prompt_set: str) -> dict[str, list[tuple[int, float]]]:
-    """For the chart: per drafting mode, (depth, median tok/s) points; ``off`` as one point at depth 0."""
-    series: dict[str, list[tuple[int, float]]] = {}
-    for row in summaries:
-        if row["prompt_set"] != prompt_set or row.get("adaptive") or row.get("engine", "ours") != "ours":
-            continue
-        mode = "off" if row["mode"] == "off" else (row["draft"] or "embedded")
-        depth = 0 if mode == "off" else int(row["draft_depth"])
-        series.setdefault(mode, []).append((depth, float(row["decode_tps_median"])))
-    return {mode: sorted(points) for mode, points in series.items()}
-
-
 def chart_png(summaries: list[dict[str, Any]], path: Path, title: str) -> Path:
     """Decode tok/s vs draft depth, one line per mode, off dashed; one panel per prompt set (matplotlib)."""
     import matplotlib
@@ -197,16 +185,15 @@ def chart_png(summaries: list[dict[str, Any]], path: Path, title: str) -> Path:
 
     sets = list(dict.fromkeys(row["prompt_set"] for row in summaries)) or ["document"]
     fig, axes = plt.subplots(1, len(sets), figsize=(6.5 * len(sets), 4.2), squeeze=False)
-    colours = {"embedded": "#4c78a8", "full": "#f58518", "d2t": "#54a24b", "off": "#888888"}
     for ax, prompt_set in zip(axes[0], sets, strict=True):
         series = depth_series(summaries, prompt_set)
         depths = sorted({d for mode, pts in series.items() if mode != "off" for d, _ in pts}) or [1]
         for mode, points in series.items():
             if mode == "off":
-                ax.axhline(points[0][1], color=colours["off"], linestyle="--", label="off")
+                ax.axhline(points[0][1], color=mode_colour("off"), linestyle="--", label=mode_label("off"))
             else:
-                ax.plot([d for d, _ in points], [t for _, t in points], marker="o", color=colours.get(mode),
-                        label=MODE_LABELS.get(mode, mode))
+                ax.plot([d for d, _ in points], [t for _, t in points], marker="o", color=mode_colour(mode),
+                        label=mode_label(mode))
         ax.set_xticks(depths)
         ax.set_xlabel("draft depth")
         ax.set_ylabel("decode tok/s (median)")

@@ -31,12 +31,12 @@ from typing import Any
 
 from app.core.settings_file import load_json_object, load_state, write_json
 from app.engine.depth_memory import forget_records, set_aside_records
+from app.engine.modes import MODES
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition, Sample, Verdict, compare
 
 CANDIDATES = ("off", "embedded", "d2t")  # what Auto measures, in this order (those the model has files for)
 SUFFIX = ".auto.json"
 VERSION = 1
-LABELS = {"off": "drafting off", "embedded": "the embedded MTP head", "d2t": "the FastMTP d2t sidecar"}
 
 
 @dataclass(frozen=True)
@@ -129,14 +129,15 @@ class AutoDrafting:
     def status(self) -> str:
         """Auto's account for the HUD: which mode it uses and by how much it won, or how far the measuring is."""
         if self.winner is not None and not self.verdicts:
-            return "Auto uses drafting off: this model has no draft head or sidecar to try."
+            return f"Auto uses {MODES['off'].phrase}: this model has no draft head or sidecar to try."
         if self.winner == "off":
             tried = ", ".join(f"{m} {v.ratio:.2f}x ({v.outcome})" for m, v in self.verdicts.items())
-            return f"Auto uses drafting off: no draft head was clearly faster here ({tried})."
+            return f"Auto uses {MODES['off'].phrase}: no draft head was clearly faster here ({tried})."
         if self.winner is not None:
             won = self.verdicts[self.winner]
-            return (f"Auto uses {self.winner}: {won.ratio:.2f}x drafting off's speed (median {won.b_median:.0f} "
-                    f"against {won.a_median:.0f} tok/s, {len(won.b_tps)} replies each, {won.sampling}).")
+            return (f"Auto uses {self.winner}: {won.ratio:.2f}x {MODES['off'].phrase}'s speed "
+                    f"(median {won.b_median:.0f} against {won.a_median:.0f} tok/s, {len(won.b_tps)} replies each, "
+                    f"{won.sampling}).")
         counts = self.counts()
         progress = ", ".join(f"{m} {counts[m]}/{MIN_SAMPLES}" for m in self.candidates)
         return f"Auto is measuring ({progress}); next reply: {self.next_mode()}."

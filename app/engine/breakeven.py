@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine.config import EngineConfig
-from app.engine.modes import sidecar_kind
+from app.engine.modes import MODES, sidecar_kind
 from app.engine.stats import wrong_pair_warning
 
 
@@ -37,12 +37,11 @@ def describe_mode(config: EngineConfig | None, depth_now: int | None = None) -> 
     if config is None:
         return "no model"
     if config.mode == "off":
-        return "off (target only)"
+        return MODES["off"].brief
     if config.mode == "embedded":
-        kind = "embedded MTP"
+        kind = MODES["embedded"].brief
     else:
-        d2t = config.draft is not None and sidecar_kind(config.draft.name) == "d2t"
-        kind = "FastMTP d2t" if d2t else "full sidecar"
+        kind = MODES[sidecar_kind(config.draft) if config.draft is not None else "full"].brief
     depth = f"depth {config.draft_depth}"
     if config.adaptive:
         depth = f"depth ≤{config.draft_depth} adaptive"

@@ -88,7 +88,7 @@ def mode_name(config: EngineConfig) -> str:
         return config.mode
     from app.engine.modes import sidecar_kind
 
-    return sidecar_kind(config.draft.name) if config.draft is not None else "full"
+    return sidecar_kind(config.draft) if config.draft is not None else "full"
 
 
 def condition_for(config: EngineConfig, sampling: str, mode: str | None = None) -> Condition:

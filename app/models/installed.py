@@ -165,10 +165,12 @@ def _is_sidecar_name(name: str, catalog: Catalog) -> bool:
 
 
 def _sidecars(catalog: Catalog, present: dict[str, Path]) -> tuple[Path | None, Path | None]:
-    """The d2t sidecar and the full sidecar among the files, by :func:`sidecar_kind` (the first of each)."""
+    """The d2t sidecar and the full sidecar among the files, by :func:`sidecar_kind` (from each file's header;
+    its name only when it cannot be read), the first of each."""
     names = sorted(n for n in present if n.lower().endswith(".gguf") and _is_sidecar_name(n, catalog))
-    d2t = next((n for n in names if sidecar_kind(n) == "d2t"), None)
-    full = next((n for n in names if sidecar_kind(n) == "full"), None)
+    kinds = {n: sidecar_kind(present[n]) for n in names}
+    d2t = next((n for n in names if kinds[n] == "d2t"), None)
+    full = next((n for n in names if kinds[n] == "full"), None)
     return (present[d2t] if d2t else None), (present[full] if full else None)
 
 

@@ -42,15 +42,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.bench.matrix import MODE_LABELS, depth_series
 from app.core import paths
 from app.core.child_job import ChildJob
 from app.core.errors import JobCancelled
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
+from app.engine.modes import DRAFT_MODES, depth_series, mode_colour, mode_label
 from app.engine.verdict import MIN_SAMPLES
 from app.gui.shell.page_ops import OwnedOps, error_text
 
-MODE_COLOURS = {"embedded": "#4c78a8", "full": "#f58518", "d2t": "#54a24b", "off": "#8a8f98"}
 COLUMNS = ["variant", "prompts", "tok/s", "acceptance", "tokens / pass", "vs off"]
 PROMPT_SETS = ("document", "reasoning")
 
@@ -139,8 +138,8 @@ class DepthChart(QWidget):
         painter.restore()
         legend_y = area.top()
         for mode, points in self.series.items():
-            colour = QColor(MODE_COLOURS.get(mode, "#333333"))
-            pen = QPen(colour, 2.2)
+            ink = QColor(mode_colour(mode))
+            pen = QPen(ink, 2.2)
             if mode == "off":
                 pen.setStyle(Qt.PenStyle.DashLine)
                 painter.setPen(pen)
@@ -151,7 +150,7 @@ class DepthChart(QWidget):
                 drawn = [point(d, t) for d, t in points]
                 for a, b in itertools.pairwise(drawn):
                     painter.drawLine(a, b)
-                painter.setBrush(colour)
+                painter.setBrush(ink)
                 for p in drawn:
                     painter.drawEllipse(p, 3.5, 3.5)
                 painter.setBrush(Qt.BrushStyle.NoBrush)
@@ -159,7 +158,7 @@ class DepthChart(QWidget):
             painter.drawLine(QPointF(area.right() + 14, legend_y + 8), QPointF(area.right() + 34, legend_y + 8))
             painter.setPen(text)
             painter.drawText(QRectF(area.right() + 40, legend_y, 135, 16), Qt.AlignmentFlag.AlignVCenter,
-                             MODE_LABELS.get(mode, mode))
+                             mode_label(mode))
             legend_y += 20
         painter.end()
 
@@ -181,8 +180,8 @@ class BenchmarkPage(QWidget):
         self.model_label.setWordWrap(True)
         self.mode_boxes: dict[str, QCheckBox] = {}
         modes = QHBoxLayout()
-        for mode in ("off", "embedded", "full", "d2t"):
-            box = QCheckBox(MODE_LABELS[mode])
+        for mode in DRAFT_MODES:
+            box = QCheckBox(mode_label(mode))
             box.setChecked(mode != "full")
             self.mode_boxes[mode] = box
             modes.addWidget(box)

@@ -28,9 +28,9 @@ from pytestqt.qtbot import QtBot
 from app.backend.registry import BackendManifest
 from app.chats.history import HistoryStore
 from app.core.errors import JobCancelled
+from app.engine.modes import MODES
 from app.gguftools.demo_model import DemoModel
 from app.gguftools.inspect import inspect_gguf
-from app.gui.benchmark.benchmark_page import MODE_COLOURS
 from app.gui.main import MainWindow
 from app.gui.models.local_models_panel import A_STATE
 from app.models import local_models
@@ -373,7 +373,7 @@ def test_the_benchmark_page_runs_a_tiny_matrix_exports_it_and_cancels(qtbot: QtB
     assert [d for d, _ in page.chart.series["d2t"]] == [1, 2]
     image = page.chart.grab().toImage()
     drawn = {image.pixelColor(x, y).name() for x in range(0, image.width(), 2) for y in range(image.height())}
-    assert {MODE_COLOURS["d2t"], MODE_COLOURS["embedded"], MODE_COLOURS["off"]} <= drawn  # a line per mode
+    assert {MODES["d2t"].colour, MODES["embedded"].colour, MODES["off"].colour} <= drawn  # a line per mode
     exported = {kind: page.export(kind, places / f"bench.{kind}") for kind in ("json", "markdown", "png")}
     assert json.loads(exported["json"].read_text())["rows"][0]["variant"] == "off"
     assert "| d2t sidecar k=2 |" in exported["markdown"].read_text()
