@@ -226,6 +226,23 @@ def cmd_bench_window(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_mode_switch(args: argparse.Namespace) -> int:
+    from app.bench import mode_switch
+    from app.bench.report import record, this_command
+    from app.engine.config import EngineConfig
+
+    target, _full, d2t, name = bench_files(args)
+    config = EngineConfig(target, draft=d2t, draft_depth=args.depth, n_threads=args.threads,
+                          n_gpu_layers=args.gpu_layers)
+    result = mode_switch.run(config, name, rounds=args.rounds)
+    data = result.to_dict()
+    write_json(args.out, data)
+    emit(args, data, result.markdown)
+    if args.record:
+        record(args.record, f"Drafting-mode switches ({name})", this_command(), result.markdown())
+    return 0
+
+
 def cmd_bench_lossless(args: argparse.Namespace) -> int:
     from app.bench import lossless
     from app.bench.spec import load_prompts, tokenize_prompts
@@ -334,6 +351,18 @@ def add_commands(sub: Subparsers) -> None:
     wi.add_argument("--threads", type=int)
     wi.add_argument("--out", type=Path, help="write the result JSON here")
     wi.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    ms = command(bsub, "mode-switch", cmd_bench_mode_switch, "seconds a drafting-mode switch (off, embedded "
+                 "head, d2t sidecar) takes through the engine worker, the window's path")
+    ms.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    ms.add_argument("--target", type=Path, help="run real files instead: the target ...")
+    ms.add_argument("--full", type=Path, help="... its full sidecar ...")
+    ms.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    ms.add_argument("--depth", type=int, default=3, help="draft depth")
+    ms.add_argument("--rounds", type=int, default=5, help="times round the three modes; figures are medians")
+    ms.add_argument("--threads", type=int)
+    ms.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
+    ms.add_argument("--out", type=Path, help="write the result JSON here")
+    ms.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     gg = command(bsub, "gguf", cmd_bench_gguf, "read a demo model's GGUF header: the lazy reader vs GGUFReader, "
                  "and `models add` of it (interleaved runs)")
     gg.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to write and read")

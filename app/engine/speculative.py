@@ -82,7 +82,10 @@ class SpeculativeDecoder:
             self._owned.append(loaded)
             return loaded
 
-        self.target = model(config.target, config.mode == "embedded")
+        # with the pool (the window's engine) a target that has an embedded head is loaded with it in every mode, so
+        # a later switch to the head loads nothing: its MTP layers are a small part of the model, a reload is seconds
+        keep_head = config.mode == "embedded" or (models is not None and _has_embedded_head(config.target))
+        self.target = model(config.target, keep_head)
         try:
             self.tctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch, n_threads=config.n_threads,
                                 n_rs_seq=config.draft_depth if drafting else 0, nextn_outputs=drafting,
@@ -402,3 +405,14 @@ def _check_pair(target: Path, draft: Path) -> None:
     from app.gguftools.sidecar import check_pair
 
     check_pair(inspect_gguf(target), inspect_gguf(draft))
+
+
+def _has_embedded_head(target: Path) -> bool:
+    """Whether ``target``'s header declares MTP (nextn) layers; an unreadable one is left to the load to report."""
+    from app.gguftools.inspect import inspect_gguf
+
+    try:
+        report = inspect_gguf(target)
+    except (FastMTPError, OSError):
+        return False
+    return report.kind == "target" and report.nextn_layers > 0

@@ -52,8 +52,8 @@ def test_switching_modes_loads_only_what_changed_and_replies_as_a_fresh_load(dem
             assert event["kind"] == "loaded", event
             loaded.append(event["models_loaded"])
             assert _tokens(client) == fresh[mode], mode
-    # the target, the sidecar, the target again with its MTP layers (the embedded head), then nothing at all
-    assert loaded == [1, 1, 1, 0, 0, 0]
+    # the target (with its MTP layers, though drafting is off), the sidecar, then nothing at all
+    assert loaded == [1, 1, 0, 0, 0, 0]
 
 
 def test_a_changed_file_or_another_target_is_loaded_again(demo: DemoModel, tmp_path: Path) -> None:
