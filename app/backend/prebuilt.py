@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ def _sibling_url(url: str, suffix: str) -> str:
     return urlunsplit(parts._replace(path=parts.path + suffix))
 
 
-class _Events:
+class Events:
     """The install's progress as build events, so the CLI's printer and the Backend page show it as a build."""
 
     def __init__(self, sink: EventSink | None) -> None:
@@ -83,11 +84,14 @@ class _Events:
 
 def install_prebuilt(source: str | Path, *, repo: str | None = None, trust_fingerprint: str | None = None,
                      confirm: trust.Confirm | None = None, activate: bool = True, on_event: EventSink | None = None,
-                     cancel: CancelToken | None = None) -> InstalledPrebuilt:
+                     cancel: CancelToken | None = None,
+                     check_claim: Callable[[BackendClaim], None] | None = None) -> InstalledPrebuilt:
     """Check, self-test, install and (unless told not to) activate the prebuilt backend at ``source``.
 
     ``source`` is a path or an http(s) URL of a ``.tar.xz`` with ``<name>.manifest.json`` and its ``.sig``
     beside it. ``confirm`` answers the first-use question about an unknown key (None refuses it).
+    ``check_claim`` sees the verified claim before the archive is downloaded or read (the backend feed checks
+    that it names the bytes the feed lists); it raises to refuse.
 
     Raises:
         VerificationError: the signature, the key (:class:`TrustError`), the size, the sha256 or the
@@ -96,11 +100,12 @@ def install_prebuilt(source: str | Path, *, repo: str | None = None, trust_finge
         DownloadError: the URL could not be fetched. BuildCancelled: ``cancel`` was triggered.
         BackendError: the archive cannot be unpacked, or the backend failed its self-test here.
     """
-    events = _Events(on_event)
+    events = Events(on_event)
     cancel = cancel or CancelToken()
     registry.cleanup_stale_staging()
     if is_url(source):
-        verified, path, known = _from_url(str(source), repo, trust_fingerprint, confirm, events, cancel)
+        verified, path, known = _from_url(str(source), repo, trust_fingerprint, confirm, events, cancel,
+                                          check_claim)
     else:
         path = Path(source)
         events.emit("step", f"checking the signature of {path.name}", 2)
@@ -108,6 +113,8 @@ def install_prebuilt(source: str | Path, *, repo: str | None = None, trust_finge
             path.with_name(backend_signing.manifest_name(path.name)),
             path.with_name(backend_signing.signature_name(path.name)),
             repo=repo, trust_fingerprint=trust_fingerprint, confirm=confirm)
+        if check_claim is not None:
+            check_claim(verified.claim)
         known = None
     claim = verified.claim
     events.emit("step", f"signed by {verified.fingerprint} ({_trust_words(verified)}); checking the archive's "
@@ -143,7 +150,7 @@ def _check_cancel(cancel: CancelToken) -> None:
                              "Install it again when you want it; a download resumes where it stopped.")
 
 
-def _selftest(staged: Path, events: _Events, cancel: CancelToken) -> registry.BackendManifest:
+def _selftest(staged: Path, events: Events, cancel: CancelToken) -> registry.BackendManifest:
     """Self-test the staged copy in a child process; its result replaces the build machine's in the manifest."""
     from app.backend.builder import Reporter, run_selftest_subprocess
 
@@ -163,7 +170,8 @@ def _selftest(staged: Path, events: _Events, cancel: CancelToken) -> registry.Ba
 
 
 def _from_url(url: str, repo: str | None, trust_fingerprint: str | None, confirm: trust.Confirm | None,
-              events: _Events, cancel: CancelToken) -> tuple[VerifiedClaim, Path, str | None]:
+              events: Events, cancel: CancelToken, check_claim: Callable[[BackendClaim], None] | None = None,
+              ) -> tuple[VerifiedClaim, Path, str | None]:
     """Fetch the signed manifest and its signature (capped, afresh), check them, then fetch the archive with the
     size and sha256 they vouch for into ``<data>/downloads/backends/`` (a ``.part`` there is resumed)."""
     staging = paths.ensure_dir(paths.data_dir() / "downloads" / "backends", "downloads")
@@ -177,14 +185,16 @@ def _from_url(url: str, repo: str | None, trust_fingerprint: str | None, confirm
         shutil.rmtree(integrity, ignore_errors=True)
         requests = [FileRequest(n, [_sibling_url(url, n[len(name):])], max_size=INTEGRITY_MAX_BYTES)
                     for n in (manifest_name, signature_name)]
-        _fetch(requests, integrity, control, events, cancel)
+        fetch_checked(requests, integrity, control, events, cancel)
         events.emit("step", "checking the signature and the publisher key", 6)
         verified = backend_signing.verify_claim(integrity / manifest_name, integrity / signature_name, repo=repo,
                                                 trust_fingerprint=trust_fingerprint, confirm=confirm)
         claim: BackendClaim = verified.claim
+        if check_claim is not None:
+            check_claim(claim)
         events.emit("step", f"downloading {claim.archive} ({claim.size / 1e6:.1f} MB)", 10)
-        fetched = _fetch([FileRequest(claim.archive, [url], claim.size, claim.sha256)], staging, control, events,
-                         cancel)
+        fetched = fetch_checked([FileRequest(claim.archive, [url], claim.size, claim.sha256)], staging, control,
+                                events, cancel)
     finally:
         cancel.set_kill(None)
         shutil.rmtree(integrity, ignore_errors=True)
@@ -192,7 +202,7 @@ def _from_url(url: str, repo: str | None, trust_fingerprint: str | None, confirm
     return verified, got.path, got.sha256
 
 
-def _fetch(requests: list[FileRequest], folder: Path, control: FetchControl, events: _Events,
+def fetch_checked(requests: list[FileRequest], folder: Path, control: FetchControl, events: Events,
            cancel: CancelToken) -> dict[str, FetchedFile]:
     """``fetch_files``; a cancel from ``cancel`` ends as :class:`BuildCancelled`, like a cancelled build."""
     try:

@@ -110,6 +110,7 @@ class Catalog:
     quants: tuple[CatalogFile, ...]
     integrity: Integrity
     architecture: Architecture
+    backend_feed: str | None = None  # the signed index of prebuilt backends ([backend_feed] url)
 
     def quant(self, name: str) -> CatalogFile:
         for quant in self.quants:
@@ -161,7 +162,32 @@ def parse_catalog(data: dict[str, Any]) -> Catalog:
         ),
         architecture=Architecture(**{key: _get(arch, key, int, "architecture")
                                      for key in Architecture.__dataclass_fields__}),
+        backend_feed=_backend_feed(data.get("backend_feed")),
     )
+
+
+def _backend_feed(table: object) -> str | None:
+    """``[backend_feed] url``: optional (a catalog without it offers no feed), but never a non-http(s) URL."""
+    if table is None:
+        return None
+    url = table.get("url") if isinstance(table, dict) else None
+    if not isinstance(url, str):
+        raise CatalogError("resources/catalog.toml: [backend_feed] needs url (str).",
+                           "Reinstall the app: its catalog is damaged.")
+    return check_url(url) if url else None
+
+
+BACKEND_FEED_ENV = "FASTMTP_BACKEND_FEED_URL"
+
+
+def backend_feed_url(url: str | None = None) -> str:
+    """Where the signed backend feed is: ``url`` (``--feed``), else ``FASTMTP_BACKEND_FEED_URL`` (a private
+    mirror, tests), else the catalog's ``[backend_feed] url``."""
+    chosen = url or os.environ.get(BACKEND_FEED_ENV) or load_catalog().backend_feed
+    if not chosen:
+        raise CatalogError("No backend feed is known: the catalog names none.",
+                           f"Give its URL with --feed URL (or set {BACKEND_FEED_ENV}).")
+    return check_url(chosen)
 
 
 @lru_cache(maxsize=1)
