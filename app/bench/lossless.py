@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig, Mode, SamplingParams
+from app.engine.config import DEFAULT_DRAFT_DEPTH, DRAFT_DEPTH_MAX, EngineConfig, Mode, SamplingParams
 from app.engine.sampling import Sampler
 from app.engine.speculative import SpeculativeDecoder
 
@@ -28,7 +28,7 @@ class LosslessVariant:
     label: str
     mode: Mode
     draft: Path | None = None
-    draft_depth: int = 3
+    draft_depth: int = DEFAULT_DRAFT_DEPTH
     adaptive: bool = False
 
 

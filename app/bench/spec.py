@@ -40,7 +40,7 @@ from app.bench.report import device_description
 from app.core.resources import resources_dir
 from app.engine.breakeven import expected_tokens_per_pass
 from app.engine.chat_template import Message
-from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig, Mode
+from app.engine.config import DEFAULT_DRAFT_DEPTH, DRAFT_DEPTH_MAX, EngineConfig, Mode
 from app.engine.depth_memory import DepthMemory
 from app.engine.stats import pooled_decode_tps
 
@@ -55,7 +55,7 @@ class Variant:
     engine: Literal["ours", "upstream", "remote"]
     mode: Mode
     draft: DraftKind | None = None
-    draft_depth: int = 3
+    draft_depth: int = DEFAULT_DRAFT_DEPTH
     adaptive: bool = False
     remote: str = ""  # engine "remote": the server's name (it drafts, or not, its own way)
 
@@ -579,7 +579,8 @@ def _priority(variant: Variant) -> tuple[int, int, int]:
     if variant.mode == "off":
         return 0, 0, engine
     mode = {"d2t": 0, None: 1, "full": 2}[variant.draft]
-    depth = 1 if variant.adaptive else (0 if variant.draft_depth == 3 else 1 + abs(variant.draft_depth - 3))
+    depth = 1 if variant.adaptive else (0 if variant.draft_depth == DEFAULT_DRAFT_DEPTH
+                                         else 1 + abs(variant.draft_depth - DEFAULT_DRAFT_DEPTH))
     return 1 + depth, mode, engine
 
 

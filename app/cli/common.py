@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeAlias, TypeVar
 
+from app.core import defaults
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH, DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, MODES, SamplingParams
@@ -180,7 +181,7 @@ def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft confidence")
     p.add_argument("--adaptive", action="store_true",
                    help="choose the depth round by round from the measured acceptance and costs")
-    p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--ctx", type=int, default=defaults.CONTEXT_SIZE)
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--threads", type=int)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import Subparsers, command, emit, emit_line, group, stop_on_signals
+from app.core import defaults
 from app.core.errors import FastMTPError
 from app.models.sidecar_job import Control
 
@@ -153,7 +154,8 @@ def add_commands(sub: Subparsers) -> None:
     build = command(ssub, "build", cmd_sidecar_build, "write a FastMTP sidecar from a qwen35 target's MTP head")
     build.add_argument("--target", type=Path, required=True)
     build.add_argument("--out", type=Path, required=True)
-    build.add_argument("--vocab", type=int, default=32768, help="draft vocabulary size (default 32768)")
+    build.add_argument("--vocab", type=int, default=defaults.DRAFT_VOCAB,
+                       help=f"draft vocabulary size (default {defaults.DRAFT_VOCAB})")
     build.add_argument("--corpus", type=Path, nargs="+", help="text files whose token frequencies pick the vocabulary")
     build.add_argument("--counts", type=Path, action="append", help="saved token counts (JSON); repeat to merge")
     build.add_argument("--save-counts", type=Path, help="save the (merged) counts for a later rebuild")
@@ -168,7 +170,8 @@ def add_commands(sub: Subparsers) -> None:
                  "acceptance against the embedded head (the window's job)")
     mk.add_argument("--target", type=Path, required=True)
     mk.add_argument("--out", type=Path, help="default: <target>-FastMTP-<N>K.gguf beside the target")
-    mk.add_argument("--vocab", type=int, choices=[16384, 32768, 65536], default=32768, help="draft vocabulary size")
+    mk.add_argument("--vocab", type=int, choices=list(defaults.DRAFT_VOCAB_SIZES), default=defaults.DRAFT_VOCAB,
+                    help="draft vocabulary size")
     mk.add_argument("--prompts", nargs="+", metavar="SET", help="built-in prompt sets (document, reasoning)")
     mk.add_argument("--history", action="store_true", help="your own chats (user and assistant messages)")
     mk.add_argument("--history-file", type=Path, help="the chat history to read (default: the app's)")

@@ -24,6 +24,7 @@ from app.cli.common import (
     stream,
     stream_reply,
 )
+from app.core import defaults
 from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH
 
@@ -387,9 +388,9 @@ def add_commands(sub: Subparsers) -> None:
     sv.add_argument("--draft", type=_path, help="FastMTP sidecar GGUF (default: the model's d2t sidecar)")
     sv.add_argument("--no-draft", action="store_true", help="serve without drafting")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    sv.add_argument("--port", type=int, default=8080)
+    sv.add_argument("--port", type=int, default=defaults.SERVER_PORT)
     sv.add_argument("--parallel", type=int, default=1, help="slots: replies served at once")
-    sv.add_argument("--ctx", type=int, default=4096, help="context size per slot")
+    sv.add_argument("--ctx", type=int, default=defaults.CONTEXT_SIZE, help="context size per slot")
     sv.add_argument("--gpu-layers", type=int, default=0)
     sv.add_argument("--depth", "--n-max", dest="draft_depth", type=depth_argument, default=DEFAULT_DRAFT_DEPTH,
                     help="draft depth")
@@ -405,7 +406,7 @@ def add_commands(sub: Subparsers) -> None:
     rw = command(sub, "rpc-worker", cmd_rpc_worker,
                  "offer this machine's device to another machine's model over llama.cpp's RPC (no authentication)")
     rw.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    rw.add_argument("--port", type=int, default=50052)
+    rw.add_argument("--port", type=int, default=defaults.RPC_PORT)
     rw.add_argument("--threads", type=int, help="CPU threads when the device is the CPU")
     rw.add_argument("--cache", action="store_true", help="cache received tensors on disk (faster reloads)")
     rw.add_argument("--i-understand-no-auth", action="store_true",

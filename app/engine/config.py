@@ -10,15 +10,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import app.core.defaults as defaults
+
 Mode = Literal["off", "embedded", "sidecar"]
 MODES: tuple[Mode, ...] = ("off", "embedded", "sidecar")
 Provenance = Literal["draft", "target"]
 
 # The draft depth (tokens the draft head proposes per round; with adaptive depth, the deepest it may go):
-# the one range the settings file, the Settings page, the CLI and the decoder all check against.
-DRAFT_DEPTH_MIN = 1
-DRAFT_DEPTH_MAX = 8
-DEFAULT_DRAFT_DEPTH = 3
+# the one range the settings file, the Settings page, the CLI and the decoder all check against (its values
+# are written in ``app.core.defaults``).
+DRAFT_DEPTH_MIN = defaults.DRAFT_DEPTH_MIN
+DRAFT_DEPTH_MAX = defaults.DRAFT_DEPTH_MAX
+DEFAULT_DRAFT_DEPTH = defaults.DRAFT_DEPTH
 
 
 def clamp_draft_depth(depth: int) -> int:
@@ -30,20 +33,20 @@ def clamp_draft_depth(depth: int) -> int:
 class SamplingParams:
     """How the target picks each token; the defaults are greedy (temperature 0) for exact, repeatable runs."""
 
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    seed: int = 0
+    temperature: float = defaults.GREEDY_TEMPERATURE
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    min_p: float = defaults.MIN_P
+    repeat_penalty: float = defaults.REPEAT_PENALTY
+    repeat_last_n: int = defaults.REPEAT_LAST_N
+    seed: int = defaults.SEED
 
 
 # The one set of defaults for a conversation: the chat settings, the chat-settings dialog and the terminal
 # `chat` command start from these. (`generate` and the benchmarks stay greedy, SamplingParams' own defaults,
 # so a scripted run gives the same tokens every time; their other knobs are these.)
-CHAT_SAMPLING = SamplingParams(temperature=0.7)
-CHAT_MAX_TOKENS = 1024
+CHAT_SAMPLING = SamplingParams(temperature=defaults.CHAT_TEMPERATURE)
+CHAT_MAX_TOKENS = defaults.CHAT_MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class EngineConfig:
     draft_depth: int = DEFAULT_DRAFT_DEPTH  # the draft depth
     p_min: float = 0.0
     adaptive: bool = False
-    n_ctx: int = 4096
+    n_ctx: int = defaults.CONTEXT_SIZE
     n_batch: int = 512
     n_gpu_layers: int = 0
     n_threads: int | None = None
@@ -72,7 +75,7 @@ class EngineConfig:
 
 @dataclass
 class ChatOptions:
-    max_tokens: int = 512
+    max_tokens: int = defaults.ENGINE_MAX_TOKENS
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: tuple[str, ...] = ()
     thinking: bool = True

@@ -33,13 +33,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core import netaddr, paths, secrets, settings_file
+from app.core import defaults, netaddr, paths, secrets, settings_file
 from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH
 from app.machines.upstream_server import UpstreamServer
 
 KEY_NAME = "serve-api-key"
-DEFAULT_PORT = 8080
+DEFAULT_PORT = defaults.SERVER_PORT
 STATE_FILE = "serve.json"
 
 
@@ -56,7 +56,7 @@ class ServePlan:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     parallel: int = 1
-    ctx_size: int = 4096
+    ctx_size: int = defaults.CONTEXT_SIZE
     n_gpu_layers: int = 0
     draft_depth: int = DEFAULT_DRAFT_DEPTH
     threads: int | None = None

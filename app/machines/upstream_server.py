@@ -21,7 +21,7 @@ import httpx
 from app.backend import archive
 from app.backend.builder import BuildOptions, build_dir_of, build_program, plan_build
 from app.backend.events import EventSink
-from app.core import paths, processes
+from app.core import defaults, paths, processes
 from app.core.cancel import CancelToken
 from app.core.errors import EngineError
 from app.gguftools.d2t import check_d2t
@@ -83,8 +83,8 @@ class UpstreamServer:
     of the machine could read it) and RPC workers (``--rpc``: every backend build has llama.cpp's RPC backend).
     """
 
-    def __init__(self, binary: Path, model: Path, draft: Path | None = None, draft_depth: int = 3,
-                 threads: int | None = None, ctx_size: int = 4096, p_min: float = 0.0,
+    def __init__(self, binary: Path, model: Path, draft: Path | None = None, draft_depth: int = defaults.DRAFT_DEPTH,
+                 threads: int | None = None, ctx_size: int = defaults.CONTEXT_SIZE, p_min: float = 0.0,
                  n_gpu_layers: int = 0, extra_args: list[str] | None = None, *, host: str = "127.0.0.1",
                  port: int | None = None, parallel: int = 1, api_key: str | None = None,
                  rpc: list[str] | None = None, alias: str | None = None) -> None:

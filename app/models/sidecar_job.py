@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from app.core import defaults
 from app.core.errors import JobCancelled, SidecarError
 from app.core.resources import resources_dir
 from app.engine.chat_template import Message, render
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 Step = Literal["tokenizing", "counting", "slicing", "writing", "checking"]
 STEPS: tuple[Step, ...] = ("tokenizing", "counting", "slicing", "writing", "checking")
-VOCAB_SIZES = (16384, 32768, 65536)
+VOCAB_SIZES = defaults.DRAFT_VOCAB_SIZES
 CHECK_TOKENS = 48
 _MAX_FILE_BYTES = 64 << 20  # a corpus file larger than this is read in part: counts settle long before
 _READ_BYTES = 1 << 20  # a corpus file is read in blocks of this size
@@ -317,7 +318,7 @@ def default_out(target: Path, vocab_size: int) -> Path:
     return target.with_name(f"{target.stem}-FastMTP-{vocab_size // 1024}K.gguf")
 
 
-def make_sidecar(target: Path, out: Path, vocab_size: int = 32768, corpus: Corpus = Corpus(), *,
+def make_sidecar(target: Path, out: Path, vocab_size: int = defaults.DRAFT_VOCAB, corpus: Corpus = Corpus(), *,
                  check: bool = True, on_progress: OnProgress = lambda _p: None, control: Control | None = None,
                  history_path: Path | None = None, n_threads: int | None = None,
                  current: Path | None = None) -> SidecarMade:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from app.core import paths, settings_file
+from app.core import defaults, paths, settings_file
 from app.core.errors import StorageError
 from app.engine.config import DEFAULT_DRAFT_DEPTH, clamp_draft_depth
 
@@ -24,7 +24,7 @@ FILE_NAME = "settings.json"
 @dataclass
 class Settings:
     models_dir: str = ""  # "" means the default, ``paths.models_dir()``
-    context_size: int = 4096
+    context_size: int = defaults.CONTEXT_SIZE
     gpu_layers: int = -1  # -1: everything that fits on the GPU (ignored by CPU backends)
     threads: int = 0  # 0: let llama.cpp choose
     draft_depth: int = DEFAULT_DRAFT_DEPTH
@@ -36,7 +36,7 @@ class Settings:
     check_for_updates: bool = False  # ask the signed release feed once a day at start; off: no network unasked
     rpc_workers: str = ""  # "host:port,host:port": llama.cpp RPC workers that take the offloaded layers
     serve_host: str = "127.0.0.1"  # "Serve this machine": the address llama-server listens on
-    serve_port: int = 8080
+    serve_port: int = defaults.SERVER_PORT
     serve_parallel: int = 1  # slots: replies served at once
     serve_keep_running: bool = False  # the server outlives the window (else it stops with the app)
 

@@ -145,7 +145,7 @@ class ChatPage(QWidget):
         self._waiting_entry: ChatEntry | None = None  # its place in the transcript, marked as waiting
         # Auto drafting's hook (the window's): the configuration to load before the next message is sent, or None
         self.switch_before_send: Callable[[], EngineConfig | None] | None = None
-        self.chat_settings = ChatSettings(max_tokens=256)
+        self.chat_settings = ChatSettings()  # the declared chat defaults (max tokens: CHAT_MAX_TOKENS)
         self.options = self.chat_settings.options()
         self._reply_seed = self.chat_settings.seed  # the seed of the reply under way (kept with its stats)
         self._save_timer = QTimer(self)

@@ -32,7 +32,7 @@ from app.backend import registry
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.events import BuildEvent
 from app.backend.toolchain import Toolchain, detect, platform_note
-from app.core import paths
+from app.core import defaults, paths
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
 from app.gguftools.builtin_demo import DEMO_NATURE, ensure_demo_model
@@ -95,7 +95,7 @@ class FirstRunPanel(QWidget):
     backend_build_requested = Signal(str)
     models_requested = Signal()
 
-    def __init__(self, context: int = 4096, parent: QWidget | None = None) -> None:
+    def __init__(self, context: int = defaults.CONTEXT_SIZE, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.ops = OwnedOps(self)
         self.setObjectName("firstRun")
