@@ -53,7 +53,7 @@ def junk(module_tmp: ModuleFolders) -> Path:
 
 def _real_corpus() -> bytes:
     """Our own prose and code, the prompt sets, tricky whitespace and scripts, and 256 KiB of invalid UTF-8."""
-    parts = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "app" / "engine" / "remote.py",
+    parts = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "app" / "machines" / "remote_client.py",
              *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "resources" / "prompts").glob("*.txt"))]
     rng = random.Random(5)
     return b"".join([*(p.read_bytes() for p in parts), TRICKY.encode() * 50, rng.randbytes(256 << 10),
