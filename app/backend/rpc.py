@@ -26,12 +26,12 @@ from app.backend import registry
 from app.backend.builder import BuildOptions, active_options, build_program
 from app.backend.events import EventSink
 from app.backend.registry import BackendManifest
-from app.core import netaddr, paths, processes
+from app.core import defaults, netaddr, paths, processes
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
 
 WORKER_TARGET = "ggml-rpc-server"
-DEFAULT_PORT = 50052  # llama.cpp's rpc-server default
+DEFAULT_PORT = defaults.RPC_PORT
 START_TIMEOUT_S = 60.0
 NO_AUTH_WARNING = ("llama.cpp's RPC protocol has no password and no encryption: anyone who can reach the port can "
                    "run work on this machine's device and read the model data sent to it.")

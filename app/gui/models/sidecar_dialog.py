@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core import defaults
 from app.core.child_job import ChildJob
 from app.core.errors import FastMTPError, JobCancelled
 from app.gui.shell.page_ops import OwnedOps, error_text
@@ -58,9 +59,9 @@ class MakeSidecarDialog(QDialog):
 
         self.vocab = QComboBox()
         for size in VOCAB_SIZES:
-            note = " (the release's size)" if size == 32768 else ""
+            note = " (the release's size)" if size == defaults.DRAFT_VOCAB else ""
             self.vocab.addItem(f"{size // 1024}K ({size:,} draft tokens){note}", size)
-        self.vocab.setCurrentIndex(VOCAB_SIZES.index(32768))
+        self.vocab.setCurrentIndex(VOCAB_SIZES.index(defaults.DRAFT_VOCAB))
         self.vocab.currentIndexChanged.connect(lambda _i: self._show_out())
         self.prompt_boxes: dict[str, QCheckBox] = {}
         corpus = QVBoxLayout()

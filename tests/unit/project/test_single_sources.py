@@ -190,9 +190,6 @@ SINGLE_LITERALS = {
 ALLOWED: dict[tuple[str, str], str] = {
     # The Benchmark page's tokens-per-prompt ceiling (its runs load their own small context), not a context size.
     ("context size", "app/gui/benchmark/benchmark_page.py"): "the tokens-per-prompt ceiling",
-    # Held by another engineer's open change while the defaults moved; must become defaults.RPC_PORT (the test
-    # below checks the two agree until then).
-    ("RPC port", "app/backend/rpc.py"): "pending: backend/rpc.py DEFAULT_PORT",
 }
 
 
