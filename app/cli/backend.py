@@ -254,18 +254,91 @@ def cmd_backend_unpack(args: argparse.Namespace) -> int:
 
 
 def cmd_backend_install(args: argparse.Namespace) -> int:
-    """A signed prebuilt backend: signature, sha256 and self-test, then activate."""
+    """A signed prebuilt backend: signature, sha256 and self-test, then activate; ``--feed``: the one for this
+    machine from the signed backend feed."""
     from app.backend.prebuilt import install_prebuilt
 
     def on_event(event: BuildEvent) -> None:
         emit_line(args, event.to_json(), f"==> {event.message}" if event.kind in ("step", "done") else None)
 
+    if args.feed is not None or args.source is None:
+        return _install_from_feed(args, on_event)
+    if args.gpu_arch is not None or args.driver is not None:
+        raise FastMTPError("--gpu-arch and --driver choose an archive from the feed.",
+                           "Use them with --feed URL (or without ARCHIVE|URL: the catalog's feed).")
     got = install_prebuilt(args.source, repo=args.repo, trust_fingerprint=args.trust_fingerprint,
                            confirm=trust_prompt(args), activate=not args.no_activate,
                            on_event=on_event, cancel=cancel_on_signals())
     state = "active now" if got.active else "installed, not active (`backend use` makes it active)"
     emit(args, dict(got.to_dict(), kind="result"),
          f"{got.manifest.id}: {state}; {got.origin.describe()}; self-test passed here.", compact=True)
+    return 0
+
+
+def _gpu_archs(text: str) -> list[str]:
+    """``--gpu-arch 89,90`` (``sm_89``, ``8.9`` too); ``none`` or ``cpu``: act as a machine without a GPU."""
+    if text.strip().lower() in ("none", "cpu"):
+        return []
+    from app.backend.feed import normalize_arch
+    from app.core.errors import VerificationError
+
+    try:
+        return [normalize_arch(part) for part in text.split(",") if part.strip()] or [normalize_arch(text)]
+    except VerificationError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _install_from_feed(args: argparse.Namespace, on_event: Callable[[BuildEvent], None]) -> int:
+    """Fetch and verify the feed, say which archive fits this machine and why, install it; none fits: the reason
+    and "build here" (exit 1, ``kind`` no-fitting-archive in ``--json``)."""
+    from app.backend.feed import Selection, detect_machine, install_from_feed
+
+    def on_selection(selection: Selection) -> None:
+        chosen = selection.archive
+        text = (f"==> picked {chosen.name} ({chosen.label()}) for {selection.machine.describe()}: {selection.reason}"
+                if chosen else f"==> no archive fits {selection.machine.describe()}: {selection.reason}")
+        if args.verbose:
+            text += "".join(f"\n    passed over {line}" for line in selection.passed_over)
+        emit_line(args, {"kind": "selection", **selection.to_dict()}, text)
+
+    machine = detect_machine(args.gpu_arch, args.driver)
+    got = install_from_feed(args.feed, machine=machine, repo=args.repo, trust_fingerprint=args.trust_fingerprint,
+                            confirm=trust_prompt(args), activate=not args.no_activate, on_event=on_event,
+                            on_selection=on_selection, cancel=cancel_on_signals())
+    installed = got.installed
+    state = "active now" if installed.active else "installed, not active (`backend use` makes it active)"
+    emit(args, dict(got.to_dict(), kind="result"),
+         f"{installed.manifest.id} from {got.selection.archive.name if got.selection.archive else '?'}: {state}; "
+         f"{installed.origin.describe()}; self-test passed here.", compact=True)
+    return 0
+
+
+def cmd_backend_sign_feed(args: argparse.Namespace) -> int:
+    """The publisher's side: one signed feed listing signed archives (their claims say what each holds)."""
+    from app.backend.feed import feed_entry, write_feed
+    from app.backend.signing import manifest_name, signature_name, verify_claim
+    from app.release import signing
+
+    key = signing.load_private_key(args.key)
+    fp = signing.fingerprint(key.public_key())
+    entries = []
+    for item in args.archive:
+        platform, _, named = item.rpartition("=") if item.split("=", 1)[0] in ("linux", "windows") else ("", "", item)
+        platform = platform or args.platform
+        if platform is None:
+            raise FastMTPError(f"Which platform is {item} for?", "Give it as linux=PATH or windows=PATH, or pass "
+                                                                  "--platform for all of them.")
+        path = Path(named)
+        verified = verify_claim(path.with_name(manifest_name(path.name)), path.with_name(signature_name(path.name)),
+                                repo=args.repo, trust_fingerprint=fp)
+        if verified.fingerprint != fp:
+            raise FastMTPError(f"{path.name} is signed with {verified.fingerprint}, not with the feed's key {fp}.",
+                               "Sign every archive with the key that signs the feed (`release sign-backend`).")
+        entries.append(feed_entry(path, verified.claim, platform="windows" if platform == "windows" else "linux",
+                                  min_driver=args.min_driver))
+    written = write_feed(entries, key, args.out, repo=args.repo)
+    emit(args, written.to_dict(), f"Signed the backend feed {written.feed} ({len(entries)} archives) with {fp}; "
+                                  "publish it and its .sig beside the archives.")
     return 0
 
 
@@ -390,11 +463,32 @@ def add_commands(sub: Subparsers) -> None:
     up.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
     ins = command(bsub, "install", cmd_backend_install,
                   "install a signed prebuilt backend (file or URL): signature, sha256, self-test, then activate")
-    ins.add_argument("source", metavar="ARCHIVE|URL",
-                     help="a .tar.xz from `backend pack` with its signed manifest beside it, or its http(s) URL")
+    ins.add_argument("source", metavar="ARCHIVE|URL", nargs="?",
+                     help="a .tar.xz from `backend pack` with its signed manifest beside it, or its http(s) URL "
+                          "(without it: the archive for this machine from the catalog's signed backend feed)")
+    ins.add_argument("--feed", metavar="URL",
+                     help="the signed backend feed to pick from (default: the catalog's [backend_feed])")
+    ins.add_argument("--gpu-arch", type=_gpu_archs, metavar="ARCHS",
+                     help="with the feed: these GPU architectures (e.g. 89 or sm_86,sm_89; none: no GPU) instead of "
+                          "the detected ones")
+    ins.add_argument("--driver", metavar="VERSION",
+                     help="with the feed: this NVIDIA driver version (e.g. 550.54.14) instead of the detected one")
+    ins.add_argument("-v", "--verbose", action="store_true", help="with the feed: say why each other archive "
+                                                                  "was passed over")
     ins.add_argument("--repo", help="repository whose trusted key must have signed it (default: the catalog's)")
     ins.add_argument("--trust-fingerprint", help="trust the signing key with this fingerprint (no prompt)")
     ins.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
+    sf = command(bsub, "sign-feed", cmd_backend_sign_feed,
+                 "publisher: write and sign the backend feed listing signed archives (fastmtp-backends.json)")
+    sf.add_argument("archive", nargs="+", metavar="[PLATFORM=]ARCHIVE.tar.xz",
+                    help="archives signed by `release sign-backend` with the same key, each with its platform "
+                         "(linux=… or windows=…) unless --platform names it for all")
+    sf.add_argument("--platform", choices=["linux", "windows"], help="the platform of archives named without one")
+    sf.add_argument("--min-driver", help="the oldest NVIDIA driver they run on (default: what the CUDA version "
+                                         "they were built with needs)")
+    sf.add_argument("--key", type=Path, required=True, metavar="PRIVATE.pem")
+    sf.add_argument("--out", type=Path, required=True, help="folder for the feed and its .sig")
+    sf.add_argument("--repo", help="repository id whose key signs it (default: the catalog's)")
 
     ct = command(bsub, "cuda-toolkit", cmd_cuda_toolkit,
                  "the CUDA toolkit (nvcc, cuBLAS) as NVIDIA's pip wheels in the app's cache, for machines "
