@@ -102,8 +102,8 @@ def test_the_next_frame_waits_a_frame_interval_after_the_last(qtbot: QtBot) -> N
     view.flush_render()  # a frame was just drawn
     drawn = view.frames_drawn
     view.append_token({"kind": "token", "piece": " More", "provenance": "target", "stats": {}})
-    assert view._render_timer.isActive()
-    assert 0 < view._render_timer.remainingTime() <= RENDER_INTERVAL_MS  # not at once: one frame after the last
+    assert view._live.pacer.timer.isActive()
+    assert 0 < view._live.pacer.timer.remainingTime() <= RENDER_INTERVAL_MS  # not at once: one frame after the last
     assert view.frames_drawn == drawn
     qtbot.waitUntil(lambda: view.frames_drawn == drawn + 1, timeout=WAIT_MS)
     assert "More" in view.transcript_text()
@@ -119,7 +119,7 @@ def test_frames_draw_the_same_text_and_tint_as_rendering_every_token(qtbot: QtBo
     cut = len(events) // 3
     paced.append_tokens(events[:cut])  # two batches, then the frames
     paced.append_tokens(events[cut:])
-    qtbot.waitUntil(lambda: not paced._render_timer.isActive() and paced.frames_drawn > 0, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not paced._live.pacer.timer.isActive() and paced.frames_drawn > 0, timeout=WAIT_MS)
     assert paced.frames_drawn < per_token.frames_drawn / 10
     assert paced.transcript_text() == per_token.transcript_text()
     assert _fragments(paced) == _fragments(per_token)

@@ -25,8 +25,8 @@ from app.chats.history import HistoryStore
 from app.engine.breakeven import NO_GAIN_AFTER, PAYS_ABOVE, expected_plain_tps, no_gain_note
 from app.engine.config import EngineConfig, Mode
 from app.gguftools.demo_model import DemoModel
-from app.gui.chat.chat_view import MAX_LINE_CHARS
 from app.gui.chat.hud import Hud
+from app.gui.chat.stream_render import MAX_LINE_CHARS
 from app.gui.main import MainWindow
 from app.gui.shell import icons
 from app.gui.shell.nav_rail import PAGES

@@ -91,7 +91,7 @@ def test_scrolled_up_the_view_stays_put_and_offers_a_jump_to_latest(qtbot: QtBot
         assert view.jump_button.isVisible()
     assert bar.maximum() > grown_from + view.transcript.viewport().height()  # the reply ran on below
     view.finish_reply({"kind": "done", "text": "", "stop_reason": "length", "stats": {"generated": TOKENS}})
-    qtbot.waitUntil(lambda: not view._render_timer.isActive(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not view._live.pacer.timer.isActive(), timeout=WAIT_MS)
     assert bar.value() == held and view.jump_button.isVisible()  # the reply's end does not jump either
     bar.setValue(bar.maximum())  # scrolling back down to the bottom by hand hides the button
     qtbot.waitUntil(lambda: not view.jump_button.isVisible(), timeout=WAIT_MS)

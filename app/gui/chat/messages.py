@@ -1,0 +1,109 @@
+"""The conversation as the chat view shows it: its messages, each with its pieces' provenance and a stats footer.
+
+Qt-free (the view draws it, the chat page saves it): an entry keeps where each piece of a reply came from (an
+accepted draft or the target's own pick), which the history stores and the view tints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.chats.history import StoredMessage
+from app.gui.chat.markdown import DraftSpans, split_thinking
+
+
+@dataclass
+class ChatEntry:
+    """One message of the conversation as shown: its pieces with provenance, and a stats footer."""
+
+    role: str
+    pieces: list[tuple[str, str]] = field(default_factory=list)  # (text, "user" | "draft" | "target")
+    footer: str = ""
+    final: str | None = None
+    message_id: int | None = None  # its row in the history, once saved
+    thinking_open: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.final if self.final is not None else "".join(piece for piece, _ in self.pieces)
+
+    @property
+    def answer(self) -> str:
+        """The text without its thinking block."""
+        return split_thinking(self.text)[1] if self.role == "assistant" else self.text
+
+    def draft_spans(self) -> DraftSpans:
+        spans = DraftSpans()
+        if self.final is None:
+            at = 0
+            for piece, provenance in self.pieces:
+                if provenance == "draft":
+                    spans.add(at, at + len(piece))
+                at += len(piece)
+        return spans
+
+    def settle(self, text: str) -> None:
+        """The engine's final text of this reply. The streamed pieces stay (their provenance is the tint) when
+        the final text is the streamed one with its end cut off (the end-of-turn token's piece, blanks);
+        otherwise the final text replaces them."""
+        streamed = self.text
+        final = text.strip()
+        if final == streamed.strip():
+            return
+        start = len(streamed) - len(streamed.lstrip())
+        if not streamed[start:].startswith(final):
+            self.final = final
+            return
+        keep, kept = start + len(final), []
+        for piece, provenance in self.pieces:
+            if keep <= 0:
+                break
+            kept.append((piece[:keep], provenance))
+            keep -= len(piece)
+        self.pieces = kept
+
+    def draft_ranges(self) -> list[tuple[int, int]] | None:
+        """The accepted-draft ranges of ``text``, as the history stores them; None when the pieces no longer
+        describe the text (the final text replaced the streamed one)."""
+        if self.final is not None:
+            return None
+        return self.draft_spans().within(0, len(self.text))
+
+
+def entry_from_stored(message: StoredMessage) -> ChatEntry:
+    """A saved message as shown: its text, with the accepted drafts its saved provenance names (so the tint
+    comes back), and for a reply the footer its saved stats give."""
+    own = "user" if message.role == "user" else "target"
+    pieces: list[tuple[str, str]] = []
+    at = 0
+    for start, end in message.drafts or ():
+        if start > at:
+            pieces.append((message.content[at:start], own))
+        pieces.append((message.content[start:end], "draft"))
+        at = end
+    if at < len(message.content) or not pieces:
+        pieces.append((message.content[at:], own))
+    entry = ChatEntry(message.role, pieces, message_id=message.id)
+    if message.role == "assistant" and message.stats:
+        entry.footer = describe_reply({"stats": message.stats, "stop_reason": message.stats.get("stop_reason")})
+    return entry
+
+
+def describe_reply(event: dict[str, Any]) -> str:
+    """The footer of a finished reply: the drafting mode that produced it, tokens, speed, acceptance, tokens
+    per pass, why it stopped."""
+    stats = event.get("stats") or {}
+    parts = [f"{stats.get('generated', len(event.get('tokens', [])))} tokens",
+             f"{stats.get('decode_tps') or 0:.1f} tok/s"]
+    if isinstance(stats.get("mode"), str) and stats["mode"]:
+        parts.insert(0, stats["mode"].replace(" · ", ", "))
+    if stats.get("time_to_first_token") is not None:
+        parts.append(f"first token {stats['time_to_first_token'] * 1000:.0f} ms")
+    if stats.get("acceptance") is not None:
+        parts.append(f"acceptance {stats['acceptance'] * 100:.0f}%")
+    if stats.get("tokens_per_pass") is not None:
+        parts.append(f"{stats['tokens_per_pass']:.2f} tokens/pass")
+    if event.get("stop_reason"):
+        parts.append(str(event["stop_reason"]))
+    return " · ".join(parts)
