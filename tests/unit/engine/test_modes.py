@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from app.engine.modes import DRAFT_MODES, MODES, depth_series, mode_colour, mode_label, sidecar_kind
-from app.gguftools.demo_model import DemoModel
+from app.gguftools.builtin_demo import ensure_demo_model
 from tests.helpers.demo_copies import DemoCopies
 
 
@@ -22,12 +22,12 @@ def test_every_mode_has_its_words_and_a_colour_of_its_own() -> None:
 
 
 def test_a_sidecar_is_judged_by_its_contents_not_its_name(tmp_path: Path, default_demo: DemoCopies) -> None:
-    demo: DemoModel = default_demo.copy_to(tmp_path / "demo")
+    demo = ensure_demo_model(default_demo.master).target.parent  # read in place: only the sidecars are copied
     misnamed_d2t = tmp_path / "sidecar-full.gguf"  # a name that says "full"
     misnamed_full = tmp_path / "sidecar-d2t-32K.gguf"  # a name that says "d2t"
-    shutil.copyfile(demo.sidecar_d2t, misnamed_d2t)
-    shutil.copyfile(demo.sidecar_full, misnamed_full)
-    assert sidecar_kind(demo.sidecar_d2t) == "d2t" and sidecar_kind(demo.sidecar_full) == "full"
+    shutil.copyfile(demo / "sidecar-d2t.gguf", misnamed_d2t)
+    shutil.copyfile(demo / "sidecar-full.gguf", misnamed_full)
+    assert sidecar_kind(demo / "sidecar-d2t.gguf") == "d2t" and sidecar_kind(demo / "sidecar-full.gguf") == "full"
     assert sidecar_kind(misnamed_d2t) == "d2t" and sidecar_kind(misnamed_full) == "full"
 
 
