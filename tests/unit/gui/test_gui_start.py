@@ -15,6 +15,7 @@ import pytest
 
 from app import cli
 from app.gui import main as gui_main
+from app.gui.shell import startup
 
 ROOT = Path(__file__).resolve().parents[3]
 STUBBED_APP = ("import sys, app.cli.models as m\n"
@@ -44,15 +45,15 @@ def _python_m_app(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_ldd_output_of_the_real_xcb_plugin_is_parsed() -> None:
-    plugin = gui_main.platform_plugin("xcb")
+    plugin = startup.platform_plugin("xcb")
     assert plugin.is_file()
     output = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True, check=True).stdout
     assert "libQt6XcbQpa.so.6" in output
-    assert gui_main.parse_ldd_missing(output) == []  # `make test` installs what the xcb plugin needs
+    assert startup.parse_ldd_missing(output) == []  # `make test` installs what the xcb plugin needs
     broken = output + "\tlibxcb-icccm.so.4 => not found\n\tlibxcb-keysyms.so.1 => not found\n" \
                       "\tlibxcb-icccm.so.4 => not found\n"
-    assert gui_main.parse_ldd_missing(broken) == ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"]
-    assert [gui_main.deb_package(n) for n in ("libxcb-icccm.so.4", "libxcb-keysyms.so.1", "libxcb-cursor.so.0",
+    assert startup.parse_ldd_missing(broken) == ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"]
+    assert [startup.deb_package(n) for n in ("libxcb-icccm.so.4", "libxcb-keysyms.so.1", "libxcb-cursor.so.0",
                                               "libX11-xcb.so.1", "libxkbcommon-x11.so.0", "libX11.so.6",
                                               "libxcb-render-util.so.0", "libglib-2.0.so.0")] == \
         ["libxcb-icccm4", "libxcb-keysyms1", "libxcb-cursor0", "libx11-xcb1", "libxkbcommon-x11-0", "libx11-6",
@@ -63,13 +64,13 @@ def test_the_platform_qt_will_use(monkeypatch: pytest.MonkeyPatch) -> None:
     names = {"offscreen": "offscreen", "wayland;xcb": "wayland", "xcb:foo=1": "xcb"}
     for value, name in names.items():
         monkeypatch.setenv("QT_QPA_PLATFORM", value)
-        assert gui_main.qt_platform_name() == name
+        assert startup.qt_platform_name() == name
     monkeypatch.delenv("QT_QPA_PLATFORM")
     monkeypatch.setenv("WAYLAND_DISPLAY", "wayland-0")
     monkeypatch.setenv("XDG_SESSION_TYPE", "wayland")
-    assert gui_main.qt_platform_name() == "wayland"
+    assert startup.qt_platform_name() == "wayland"
     monkeypatch.setenv("XDG_SESSION_TYPE", "x11")
-    assert gui_main.qt_platform_name() == "xcb"
+    assert startup.qt_platform_name() == "xcb"
 
 
 def test_missing_libraries_are_named_and_the_quickstart_runs_instead(monkeypatch: pytest.MonkeyPatch,
@@ -78,7 +79,7 @@ def test_missing_libraries_are_named_and_the_quickstart_runs_instead(monkeypatch
 
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
     monkeypatch.setenv("DISPLAY", ":0")
-    monkeypatch.setattr(gui_main, "platform_missing_libraries",
+    monkeypatch.setattr(startup, "platform_missing_libraries",
                         lambda name: ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"] if name == "xcb" else [])
     monkeypatch.setattr(gui_main, "run", lambda: pytest.fail("the window must not start"))
     monkeypatch.setattr(app.cli.models, "cmd_quickstart", lambda args: 7)
@@ -100,16 +101,16 @@ def test_a_display_that_cannot_work_falls_back_without_an_abort() -> None:
 
 def test_a_platform_with_a_really_missing_library_is_named_without_an_abort() -> None:
     """PySide6's wayland plugin links libwayland-cursor.so.0, which `make test` does not install."""
-    missing = gui_main.platform_missing_libraries("wayland")
+    missing = startup.platform_missing_libraries("wayland")
     if not missing:
         pytest.skip("every library of the wayland plugin is installed here")
     done = _python_m_app(_env(QT_QPA_PLATFORM="wayland", WAYLAND_DISPLAY="wayland-0"))
     assert done.returncode == 7, done.stderr
     assert f"needs libraries this machine lacks: {', '.join(missing)}" in done.stderr
-    assert "sudo apt-get install " + gui_main.deb_package(missing[0]) in done.stderr
+    assert "sudo apt-get install " + startup.deb_package(missing[0]) in done.stderr
     assert "QUICKSTART RAN" in done.stdout
 
 
 def test_a_platform_that_works_opens_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
-    assert gui_main.qt_start_problem() is None
+    assert startup.qt_start_problem() is None
