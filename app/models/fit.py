@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.errors import FastMTPError
+from app.core.units import format_bytes
 from app.release.catalog import Architecture, Catalog, load_catalog
 
 GIB = 1 << 30
@@ -78,18 +79,14 @@ def context_cost(arch: Architecture, context: int) -> ContextCost:
         f"KV per token = ({full_layers} full-attention layers [{arch.n_layer}/{arch.full_attention_interval}] + "
         f"{arch.mtp_layers} MTP layer) x 2 (K,V) x {arch.n_head_kv} KV heads x {arch.head_dim} head dim x "
         f"{arch.kv_bytes} bytes (f16) = {per_token} bytes",
-        f"KV cache = {per_token} bytes x {context} tokens = {_gib(per_token * context)}",
+        f"KV cache = {per_token} bytes x {context} tokens = {format_bytes(per_token * context)}",
         f"recurrent state = {linear_layers} delta-net layers x ({arch.linear_v_heads} heads x {arch.linear_key_dim} x "
         f"{arch.linear_value_dim} x 4 bytes + conv {arch.conv_kernel - 1} x 3 x {arch.linear_v_heads} x "
-        f"{arch.linear_value_dim} x 4 bytes) = {_gib(recurrent)}",
+        f"{arch.linear_value_dim} x 4 bytes) = {format_bytes(recurrent)}",
         f"fixed overhead (CUDA context, compute buffers) = {arch.overhead_mib} MiB",
         "needed = model file + sidecar + KV cache + recurrent state + overhead",
     ]
     return ContextCost(per_token, per_token * context, recurrent, overhead, formula)
-
-
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB"
 
 
 def fit(vram_bytes: int, context: int, vram_source: str, catalog: Catalog | None = None) -> FitReport:
@@ -119,13 +116,15 @@ def detected_vram() -> tuple[int, str]:
 
 
 def format_report(report: FitReport) -> list[str]:
-    lines = [f"GPU memory: {_gib(report.vram_bytes)} ({report.vram_source}); context {report.context} tokens", ""]
+    lines = [f"GPU memory: {format_bytes(report.vram_bytes)} ({report.vram_source}); context {report.context} tokens",
+             ""]
     lines += ["  " + line for line in report.cost.formula]
     lines.append("")
     lines.append(f"  {'quant':8} {'file':>10} {'+ sidecar':>10} {'+ context':>10} {'= needed':>10}  fits")
     for q in report.quants:
-        lines.append(f"  {q.name:8} {_gib(q.file_bytes):>10} {_gib(report.sidecar_bytes):>10} "
-                     f"{_gib(report.cost.total):>10} {_gib(q.total_bytes):>10}  {'yes' if q.fits else 'no'}")
+        sizes = (q.file_bytes, report.sidecar_bytes, report.cost.total, q.total_bytes)
+        lines.append(f"  {q.name:8} " + " ".join(f"{format_bytes(n):>10}" for n in sizes)
+                     + f"  {'yes' if q.fits else 'no'}")
     lines.append("")
     lines.append("File sizes are the catalog's estimates; the download checks the exact ones.")
     if report.recommended:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from app.core import defaults
 from app.core.errors import JobCancelled, SidecarError
 from app.core.resources import resources_dir
+from app.core.units import format_bytes
 from app.engine.chat_template import Message, render
 
 if TYPE_CHECKING:
@@ -294,7 +295,7 @@ def count_corpus(tokenize: Tokenize, corpus: Corpus, *, history_path: Path | Non
     total = sum(t.size for t in texts)
     counter: Counter[int] = Counter()
     tokens = forced = done = 0
-    on_progress(Progress("tokenizing", 0, total, f"Tokenizing the corpus ({_mib(total)})"))
+    on_progress(Progress("tokenizing", 0, total, f"Tokenizing the corpus ({format_bytes(total)})"))
     for text in texts:
         for piece in text_pieces(text.blocks(), target=target, most=4 * target):
             control.check()
@@ -304,13 +305,9 @@ def count_corpus(tokenize: Tokenize, corpus: Corpus, *, history_path: Path | Non
             forced += piece.forced
             done += len(piece.data)
             on_progress(Progress("tokenizing", min(done, total), total,
-                                 f"Tokenizing the corpus: {_mib(done)} of {_mib(total)}"))
+                                 f"Tokenizing the corpus: {format_bytes(done)} of {format_bytes(total)}"))
     control.check()
     return CorpusCount(TokenCounts(counter), tokens, forced)
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.0f} KiB"
 
 
 def default_out(target: Path, vocab_size: int) -> Path:

@@ -35,11 +35,12 @@ from app.backend.toolchain import Toolchain, detect, platform_note
 from app.core import defaults, paths
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
+from app.core.units import format_bytes
 from app.gguftools.builtin_demo import DEMO_NATURE, ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 from app.gui.shell.ops import Report
 from app.gui.shell.page_ops import OwnedOps
-from app.models.fit import GIB, fit
+from app.models.fit import fit
 
 _STYLE = """
 #firstRun QFrame#card { border: 1px solid palette(mid); border-radius: 10px; background: palette(base); }
@@ -48,10 +49,6 @@ _STYLE = """
 #firstRun QLabel#muted { color: palette(placeholder-text); }
 #firstRun QPushButton#primary { padding: 6px 14px; font-weight: 600; }
 """
-
-
-def _size(count: int) -> str:
-    return f"{count / GIB:.1f} GiB"
 
 
 def real_model_advice(tools: Toolchain, context: int, platform: str = sys.platform) -> tuple[str, str]:
@@ -78,11 +75,11 @@ def real_model_advice(tools: Toolchain, context: int, platform: str = sys.platfo
         missing = "; ".join(tools.problems(cuda=True)) or "the CUDA build tools are missing"
         flavor, step1 = "cpu", f"1. The CUDA backend cannot be built yet ({missing}). Build the CPU one for now."
     if best is None:
-        step2 = (f"2. No quantization fits {_size(vram)} with a {context}-token context: lower the context in "
+        step2 = (f"2. No quantization fits {format_bytes(vram)} with a {context}-token context: lower the context in "
                  "Settings, or pick one on the Models page to run partly on the CPU.")
     else:
         choice = next(q for q in report.quants if q.name == best)
-        step2 = (f"2. Download {best}: about {_size(choice.total_bytes)} of GPU memory with the FastMTP sidecar "
+        step2 = (f"2. Download {best}: about {format_bytes(choice.total_bytes)} of GPU memory with the FastMTP sidecar "
                  f"and a {context}-token context, so it fits.")
     return f"Found {names}.\n{step1}\n{step2}", flavor
 
