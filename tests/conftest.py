@@ -19,6 +19,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # every Qt test, also one
 
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.registry import BackendManifest, backend_dir
+from app.chats.history import HistoryStore
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
 
@@ -55,6 +56,14 @@ def module_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleFolde
     folders = ModuleFolders(tmp_path_factory)
     yield folders
     folders.remove_all()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[HistoryStore]:
+    """A history file of the test's own, closed after the test (and after any window on it has closed)."""
+    history = HistoryStore(tmp_path / "history.sqlite3")
+    yield history
+    history.close()
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,6 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from pytestqt.qtbot import QtBot
@@ -26,29 +24,16 @@ from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
 from app.gui.models.model_selector import AUTO_KEY
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.gui_windows import open_window, send_and_wait
 from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
 
 
 @pytest.fixture
-def window(qtbot: QtBot, tmp_path: Path) -> Iterator[MainWindow]:
-    store = HistoryStore(tmp_path / "history.sqlite3")
-    win = MainWindow(history=store)
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    win.close()
-    store.close()
-
-
-def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:
-    done: list[dict[str, Any]] = []
-    win.bridge.done.connect(done.append)
-    win.chat_page.send(text)
-    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
-    win.bridge.done.disconnect(done.append)
-    return done[0]
+def window(qtbot: QtBot, store: HistoryStore) -> Iterator[MainWindow]:
+    with open_window(qtbot, store) as win:
+        yield win
 
 
 @pytest.mark.usefixtures("patched_backend")
@@ -63,12 +48,13 @@ def test_a_new_model_in_auto_takes_turns_and_the_hud_says_how_far_it_measured(
     assert hud.auto.text().replace("\n", " ") == ("Auto is measuring (off 0/3, embedded 0/3, d2t 0/3); next reply: "
                                                   "off.")
     qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
-    first = _reply(qtbot, window, "Tell me about lighthouses")
+    first = send_and_wait(qtbot, window, "Tell me about lighthouses")
     assert first["stats"]["generated"] >= 32  # long enough to count
     assert "next reply: embedded" in hud.auto.text().replace("\n", " ")
     assert window.bridge.config == config and window.chat_page.ready  # no reload until a message is sent
 
-    second = _reply(qtbot, window, "And about their keepers?")  # the embedded head is loaded first, then it replies
+    # the embedded head is loaded first, then it replies
+    second = send_and_wait(qtbot, window, "And about their keepers?")
     config = window.bridge.config
     assert config is not None and config.mode == "embedded" and config.adaptive
     assert config.draft_depth == DRAFT_DEPTH_MAX and second["stats"]["drafted"] > 0
@@ -102,5 +88,5 @@ def test_a_remembered_winner_is_loaded_and_the_hud_says_by_how_much_it_won(
     assert window.chat_page.chat.hud.auto.text().replace("\n", " ") == (
         "Auto uses d2t: 1.35x drafting off's speed (median 48 against 36 tok/s, 3 replies each, temperature 0.7).")
     qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
-    reply = _reply(qtbot, window, "Hello")
+    reply = send_and_wait(qtbot, window, "Hello")
     assert window.bridge.config == config and reply["stats"]["drafted"] > 0  # the winner stays

@@ -8,8 +8,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
 
-from pathlib import Path
-from typing import Any
 
 import pytest
 from pytestqt.qtbot import QtBot
@@ -17,8 +15,8 @@ from pytestqt.qtbot import QtBot
 from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
 from app.gui.chat.hud import Hud
-from app.gui.main import MainWindow
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.gui_windows import open_window, send_and_wait
 from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
@@ -35,27 +33,14 @@ def _blank(hud: Hud) -> bool:
             and not hud.sparkline.values)
 
 
-def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:
-    done: list[dict[str, Any]] = []
-    win.bridge.done.connect(done.append)
-    win.chat_page.send(text)
-    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
-    win.bridge.done.disconnect(done.append)
-    return done[0]
-
-
-def test_a_mode_switch_blanks_the_hud_until_the_new_mode_has_numbers(qtbot: QtBot, tmp_path: Path,
+def test_a_mode_switch_blanks_the_hud_until_the_new_mode_has_numbers(qtbot: QtBot, store: HistoryStore,
                                                                       patched_backend: object,
                                                                       demo: DemoModel) -> None:
-    store = HistoryStore(tmp_path / "history.sqlite3")
-    win = MainWindow(history=store)
-    qtbot.addWidget(win)
-    win.model_selector.restore_mode("sidecar-d2t")  # not Auto, the default: this test switches modes itself
-    win.show()
-    try:
+    # not Auto, the default: this test switches modes itself
+    with open_window(qtbot, store, mode="sidecar-d2t") as win:
         win.use_demo(demo)
         qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
-        _reply(qtbot, win, "How does drafting work?")
+        send_and_wait(qtbot, win, "How does drafting work?")
         hud = win.chat_page.chat.hud
         assert "FastMTP d2t" in hud.mode.text() and not _blank(hud)
         assert hud.acceptance.text().endswith(")")  # e.g. "88%  (190/215)"
@@ -67,9 +52,6 @@ def test_a_mode_switch_blanks_the_hud_until_the_new_mode_has_numbers(qtbot: QtBo
         qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
         assert _blank(hud)  # loaded, no reply yet: still nothing to show
 
-        reply = _reply(qtbot, win, "And without drafting?")
+        reply = send_and_wait(qtbot, win, "And without drafting?")
         assert hud.tps.text() != "— tok/s" and hud.tps.text().endswith("tok/s")
         assert reply["stats"]["mode"] == "off (target only) · temperature 0.7"  # and what it was sampled at
-    finally:
-        win.close()
-        store.close()

@@ -12,7 +12,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from app.gui.shell import icons
 from app.gui.shell.nav_rail import PAGES
 from app.settings.app_settings import Settings
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.gui_windows import open_window
 from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 10_000
@@ -39,13 +39,6 @@ ENGINE_WAIT_MS = 60_000
 PARAGRAPH = ("FastMTP Chat runs a large model on your own machine and lets a small draft head guess the next few "
              "tokens, which the target model then checks in a single pass; every guess it agrees with is kept, "
              "so the reply arrives sooner and reads exactly as it would have without any drafting at all. ") * 4
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[HistoryStore]:
-    history = HistoryStore(tmp_path / "history.sqlite3")
-    yield history
-    history.close()
 
 
 def _lightness(icon: QIcon) -> float:
@@ -74,28 +67,27 @@ def _shown_whole(rail: QListWidget, row: int) -> bool:
 
 def test_the_rail_has_an_icon_and_a_tooltip_per_page_in_the_themes_colours(qtbot: QtBot,
                                                                            store: HistoryStore) -> None:
-    win = MainWindow(history=store)
-    qtbot.addWidget(win)
-    assert win.nav.viewMode() == QListView.ViewMode.IconMode and win.nav.width() <= 110  # a rail, not a list
-    assert win.page_names() == ["Chat", "Models", "Backend", "Benchmark", "Settings"]
-    assert {"chat", "models", "backend", "benchmark", "settings", "pin"} <= set(icons.icon_names())
-    for row, name in enumerate(win.page_names()):
-        item = win.nav.item(row)
-        assert not item.icon().isNull()
-        tip = item.toolTip()
-        assert name in tip and PAGES[name][1] in tip and f"Ctrl+{row + 1}" in tip
-    win.show()
-    qtbot.waitExposed(win)
-    for row, name in enumerate(win.page_names()):  # each name shows whole under its icon, never elided
-        assert _shown_whole(win.nav, row), name
-    app = QApplication.instance()
-    assert isinstance(app, QApplication)
-    win.apply_settings(Settings(theme="light"))
-    light = _lightness(win.nav.item(0).icon())
-    win.apply_settings(Settings(theme="dark"))
-    dark = _lightness(win.nav.item(0).icon())
-    assert light < 100 < 160 < dark  # dark strokes on the light rail, light strokes on the dark one
-    win.apply_settings(Settings(theme="light"))
+    with open_window(qtbot, store, show=False) as win:
+        assert win.nav.viewMode() == QListView.ViewMode.IconMode and win.nav.width() <= 110  # a rail, not a list
+        assert win.page_names() == ["Chat", "Models", "Backend", "Benchmark", "Settings"]
+        assert {"chat", "models", "backend", "benchmark", "settings", "pin"} <= set(icons.icon_names())
+        for row, name in enumerate(win.page_names()):
+            item = win.nav.item(row)
+            assert not item.icon().isNull()
+            tip = item.toolTip()
+            assert name in tip and PAGES[name][1] in tip and f"Ctrl+{row + 1}" in tip
+        win.show()
+        qtbot.waitExposed(win)
+        for row, name in enumerate(win.page_names()):  # each name shows whole under its icon, never elided
+            assert _shown_whole(win.nav, row), name
+        app = QApplication.instance()
+        assert isinstance(app, QApplication)
+        win.apply_settings(Settings(theme="light"))
+        light = _lightness(win.nav.item(0).icon())
+        win.apply_settings(Settings(theme="dark"))
+        dark = _lightness(win.nav.item(0).icon())
+        assert light < 100 < 160 < dark  # dark strokes on the light rail, light strokes on the dark one
+        win.apply_settings(Settings(theme="light"))
 
 
 def _long_reply(store: HistoryStore) -> int:
@@ -117,35 +109,34 @@ def _line_lengths(win: MainWindow) -> list[int]:
 
 def test_a_wide_window_holds_the_text_to_a_readable_centred_column(qtbot: QtBot, store: HistoryStore) -> None:
     conversation = _long_reply(store)
-    win = MainWindow(history=store)
-    qtbot.addWidget(win)
-    win.resize(1920, 1080)
-    win.show()
-    qtbot.waitExposed(win)
-    win.chat_page.open_conversation(conversation)
-    root = win.chat_page.chat.transcript.document().rootFrame()
-    qtbot.waitUntil(lambda: root.frameFormat().leftMargin() > 100, timeout=WAIT_MS)
-    lines = _line_lengths(win)
-    assert len(lines) >= 5 and all(75 <= n <= 100 for n in lines), lines  # about MAX_LINE_CHARS a line
-    assert abs(sum(lines) / len(lines) - MAX_LINE_CHARS) <= 8
-    fmt = root.frameFormat()
-    assert fmt.leftMargin() == fmt.rightMargin()  # centred
-    # the column passes beside the HUD
-    assert fmt.topMargin() == win.chat_page.chat.transcript.document().documentMargin()
-    composer = win.chat_page.chat.composer
-    # the message box sits under the column, not across the window
-    assert composer.width() < win.chat_page.chat.width() * 0.7
-    centre = composer.mapTo(win.chat_page.chat, composer.rect().center()).x()
-    assert abs(centre - win.chat_page.chat.width() / 2) < 40
+    with open_window(qtbot, store, show=False) as win:
+        win.resize(1920, 1080)
+        win.show()
+        qtbot.waitExposed(win)
+        win.chat_page.open_conversation(conversation)
+        root = win.chat_page.chat.transcript.document().rootFrame()
+        qtbot.waitUntil(lambda: root.frameFormat().leftMargin() > 100, timeout=WAIT_MS)
+        lines = _line_lengths(win)
+        assert len(lines) >= 5 and all(75 <= n <= 100 for n in lines), lines  # about MAX_LINE_CHARS a line
+        assert abs(sum(lines) / len(lines) - MAX_LINE_CHARS) <= 8
+        fmt = root.frameFormat()
+        assert fmt.leftMargin() == fmt.rightMargin()  # centred
+        # the column passes beside the HUD
+        assert fmt.topMargin() == win.chat_page.chat.transcript.document().documentMargin()
+        composer = win.chat_page.chat.composer
+        # the message box sits under the column, not across the window
+        assert composer.width() < win.chat_page.chat.width() * 0.7
+        centre = composer.mapTo(win.chat_page.chat, composer.rect().center()).x()
+        assert abs(centre - win.chat_page.chat.width() / 2) < 40
 
-    wide_margin = fmt.leftMargin()
-    win.resize(1024, 700)  # the smallest window we design for: the same measure, with little room to spare
-    qtbot.waitUntil(lambda: win.chat_page.chat.transcript.viewport().width() < 700, timeout=WAIT_MS)
-    qtbot.waitUntil(lambda: root.frameFormat().leftMargin() < wide_margin / 4, timeout=WAIT_MS)
-    assert all(75 <= n <= 100 for n in _line_lengths(win))
-    assert root.frameFormat().topMargin() > win.chat_page.chat.hud.sizeHint().height()  # the HUD is over the text: room
-    assert composer.width() > win.chat_page.chat.width() * 0.9
-    win.close()
+        wide_margin = fmt.leftMargin()
+        win.resize(1024, 700)  # the smallest window we design for: the same measure, with little room to spare
+        qtbot.waitUntil(lambda: win.chat_page.chat.transcript.viewport().width() < 700, timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: root.frameFormat().leftMargin() < wide_margin / 4, timeout=WAIT_MS)
+        assert all(75 <= n <= 100 for n in _line_lengths(win))
+        # the HUD is over the text: room
+        assert root.frameFormat().topMargin() > win.chat_page.chat.hud.sizeHint().height()
+        assert composer.width() > win.chat_page.chat.width() * 0.9
 
 
 def _config(mode: Mode = "sidecar") -> EngineConfig:
@@ -269,30 +260,28 @@ def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:
 def test_on_the_cpu_demo_the_hud_refuses_to_judge_drafting_from_one_reply_each_way(qtbot: QtBot, store: HistoryStore,
                                                                              patched_backend: object,
                                                                              demo: DemoModel) -> None:
-    win = MainWindow(history=store)
-    qtbot.addWidget(win)
-    win.show()
-    win.model_selector.mode_box.blockSignals(True)
-    win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("off"))
-    win.model_selector.mode_box.blockSignals(False)
-    win.use_demo(demo)
-    qtbot.waitUntil(lambda: win.chat_page.ready, timeout=ENGINE_WAIT_MS)
-    plain = _reply(qtbot, win, "Hello without drafting")
-    hud = win.chat_page.chat.hud
-    assert hud.note_text() == "" and hud.vs_off.text() == "—"  # nothing to judge with drafting off
-    assert win.chat_page.chat.entries[-1].footer.startswith("off (target only), temperature 0.7 · ")
-    assert hud.measured.text() == "temperature 0.7 · no drafting"
+    with open_window(qtbot, store, show=False) as win:
+        win.show()
+        win.model_selector.mode_box.blockSignals(True)
+        win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("off"))
+        win.model_selector.mode_box.blockSignals(False)
+        win.use_demo(demo)
+        qtbot.waitUntil(lambda: win.chat_page.ready, timeout=ENGINE_WAIT_MS)
+        plain = _reply(qtbot, win, "Hello without drafting")
+        hud = win.chat_page.chat.hud
+        assert hud.note_text() == "" and hud.vs_off.text() == "—"  # nothing to judge with drafting off
+        assert win.chat_page.chat.entries[-1].footer.startswith("off (target only), temperature 0.7 · ")
+        assert hud.measured.text() == "temperature 0.7 · no drafting"
 
-    win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("sidecar-d2t"))
-    qtbot.waitUntil(lambda: win.chat_page.ready and not win.bridge.busy, timeout=ENGINE_WAIT_MS)
-    win.chat_page.new_chat()
-    drafted = _reply(qtbot, win, "Hello with the d2t sidecar")
-    assert win.chat_page.chat.entries[-1].footer.startswith("FastMTP d2t, depth 3, temperature 0.7 · ")
-    for event in (plain, drafted):  # the engine's one definition, with what it was measured at
-        stats = event["stats"]
-        assert stats["decode_tps"] == pytest.approx((stats["generated"] - 1) / stats["decode_span_seconds"])
-        assert stats["sampling"] == "temperature 0.7"
-    # one reply each way (the first of the model being the warm-up) is no verdict, whatever the numbers
-    assert hud.vs_off.text() == "measuring 0/3 · 1/3" and hud.note_text() == ""
-    assert hud.measured.text() == "temperature 0.7 · depth 3"
-    win.close()
+        win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("sidecar-d2t"))
+        qtbot.waitUntil(lambda: win.chat_page.ready and not win.bridge.busy, timeout=ENGINE_WAIT_MS)
+        win.chat_page.new_chat()
+        drafted = _reply(qtbot, win, "Hello with the d2t sidecar")
+        assert win.chat_page.chat.entries[-1].footer.startswith("FastMTP d2t, depth 3, temperature 0.7 · ")
+        for event in (plain, drafted):  # the engine's one definition, with what it was measured at
+            stats = event["stats"]
+            assert stats["decode_tps"] == pytest.approx((stats["generated"] - 1) / stats["decode_span_seconds"])
+            assert stats["sampling"] == "temperature 0.7"
+        # one reply each way (the first of the model being the warm-up) is no verdict, whatever the numbers
+        assert hud.vs_off.text() == "measuring 0/3 · 1/3" and hud.note_text() == ""
+        assert hud.measured.text() == "temperature 0.7 · depth 3"

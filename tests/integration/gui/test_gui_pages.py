@@ -44,6 +44,7 @@ from tests.helpers.cuda_index import (
     require_cached_wheelhouse,
     tiny_wheel,
 )
+from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import Fault, ReleaseServer
 
@@ -93,16 +94,8 @@ def pin(key: KeyPair) -> None:
 
 @pytest.fixture
 def page(qtbot: QtBot, server: ReleaseServer) -> Iterator[ModelsPage]:
-    """The page with the test server added as a mirror through its own mirror settings."""
-    widget = ModelsPage(detect_gpu=False)
-    widget.show()
-    widget.mirror_url.setText(server.url(""))
-    qtbot.mouseClick(widget.add_mirror_button, Qt.MouseButton.LeftButton)
-    yield widget
-    widget.shutdown()
-    qtbot.waitUntil(lambda: widget.ops.idle, timeout=WAIT_MS)
-    widget.close()
-    widget.deleteLater()
+    """The page with this module's test server added as a mirror through its own mirror settings."""
+    yield from mirrored_models_page(qtbot, server)
 
 
 def click_download(qtbot: QtBot, page: ModelsPage, quant: str = "Q4_K_P") -> None:

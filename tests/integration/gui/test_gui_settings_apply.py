@@ -8,7 +8,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
 from app.settings.app_settings import Settings
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.gui_windows import open_window, send_and_wait
 from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
@@ -29,30 +29,17 @@ def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
     return default_demo.copy_to(module_tmp.mktemp("settings-apply-demo"))
 
 
-def _reply(qtbot: QtBot, win: MainWindow, text: str) -> dict[str, Any]:
-    done: list[dict[str, Any]] = []
-    win.bridge.done.connect(done.append)
-    win.chat_page.send(text)
-    qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)
-    win.bridge.done.disconnect(done.append)
-    return dict(done[0]["stats"])
-
-
 def _idle_and_ready(win: MainWindow) -> bool:
     return win.chat_page.ready and not win.bridge.busy
 
 
-def test_a_saved_draft_depth_is_the_next_replys_depth(qtbot: QtBot, tmp_path: Path, patched_backend: object,
+def test_a_saved_draft_depth_is_the_next_replys_depth(qtbot: QtBot, store: HistoryStore, patched_backend: object,
                                                        demo: DemoModel) -> None:
-    store = HistoryStore(tmp_path / "history.sqlite3")
-    win = MainWindow(history=store, settings=Settings(draft_depth=3, first_run_done=True))
-    qtbot.addWidget(win)
-    win.model_selector.restore_mode("sidecar-d2t")  # a fixed depth (Auto chooses its own)
-    win.show()
-    try:
+    settings = Settings(draft_depth=3, first_run_done=True)
+    with open_window(qtbot, store, mode="sidecar-d2t", settings=settings) as win:  # a fixed depth (Auto: its own)
         win.use_demo(demo)
         qtbot.waitUntil(lambda: _idle_and_ready(win), timeout=WAIT_MS)
-        stats = _reply(qtbot, win, "How does drafting work?")
+        stats = send_and_wait(qtbot, win, "How does drafting work?")["stats"]
         assert stats["depth_setting"] == "depth 3" and stats["depth"] == 3
 
         # saved while idle: the model reloads at once, and the page says so
@@ -63,7 +50,7 @@ def test_a_saved_draft_depth_is_the_next_replys_depth(qtbot: QtBot, tmp_path: Pa
         assert "reloads now" in page.note.text()
         assert win.bridge.busy and win.bridge.config is not None and win.bridge.config.draft_depth == 2
         qtbot.waitUntil(lambda: _idle_and_ready(win), timeout=WAIT_MS)
-        stats = _reply(qtbot, win, "And at depth two?")
+        stats = send_and_wait(qtbot, win, "And at depth two?")["stats"]
         assert stats["depth_setting"] == "depth 2" and stats["depth"] == 2
 
         # saved while a reply streams: the reply ends at its depth, the next one runs at the new depth
@@ -78,7 +65,7 @@ def test_a_saved_draft_depth_is_the_next_replys_depth(qtbot: QtBot, tmp_path: Pa
         assert done[0]["stats"]["depth_setting"] == "depth 2"
         qtbot.waitUntil(lambda: _idle_and_ready(win) and win.bridge.config is not None
                         and win.bridge.config.draft_depth == 4, timeout=WAIT_MS)
-        stats = _reply(qtbot, win, "And at depth four?")
+        stats = send_and_wait(qtbot, win, "And at depth four?")["stats"]
         assert stats["depth_setting"] == "depth 4" and stats["depth"] == 4
 
         # a theme change alone does not reload anything
@@ -87,6 +74,3 @@ def test_a_saved_draft_depth_is_the_next_replys_depth(qtbot: QtBot, tmp_path: Pa
         page.theme.setCurrentText("dark")
         page.save_button.click()
         assert not win.bridge.busy and loads == [] and "reload" not in page.note.text()
-    finally:
-        win.close()
-        store.close()

@@ -30,6 +30,7 @@ from app.gui.models.models_page import ModelsPage, window_advice
 from app.release import download, fetcher, signing, trust
 from app.release.catalog import load_catalog, user_endpoints
 from app.release.publish import keygen, sign_release
+from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.release_server import Fault, ReleaseServer
 
 WAIT_MS = 60_000
@@ -63,15 +64,8 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ReleaseS
 
 @pytest.fixture
 def page(qtbot: QtBot, server: ReleaseServer) -> Iterator[ModelsPage]:
-    widget = ModelsPage(detect_gpu=False)
-    widget.show()
-    widget.mirror_url.setText(server.url(""))
-    qtbot.mouseClick(widget.add_mirror_button, Qt.MouseButton.LeftButton)
-    yield widget
-    widget.shutdown()
-    qtbot.waitUntil(lambda: widget.ops.idle, timeout=WAIT_MS)
-    widget.close()
-    widget.deleteLater()
+    """The page with this module's test server added as a mirror through its own mirror settings."""
+    yield from mirrored_models_page(qtbot, server)
 
 
 def _download(qtbot: QtBot, page: ModelsPage) -> None:

@@ -29,6 +29,7 @@ from app.models.installed import default_destination
 from app.release import signing, trust
 from app.release.catalog import load_catalog, repo_slug
 from app.release.publish import KeyPair, keygen, sign_release
+from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.release_server import Fault, ReleaseServer
 
 WAIT_MS = 60_000
@@ -72,15 +73,8 @@ def server(folders: Path, key: KeyPair) -> Iterator[ReleaseServer]:
 
 @pytest.fixture
 def page(qtbot: QtBot, server: ReleaseServer) -> Iterator[ModelsPage]:
-    widget = ModelsPage(detect_gpu=False)
-    widget.show()
-    widget.mirror_url.setText(server.url(""))
-    qtbot.mouseClick(widget.add_mirror_button, Qt.MouseButton.LeftButton)
-    yield widget
-    widget.shutdown()
-    qtbot.waitUntil(lambda: widget.ops.idle, timeout=WAIT_MS)
-    widget.close()
-    widget.deleteLater()
+    """The page with this module's test server added as a mirror through its own mirror settings."""
+    yield from mirrored_models_page(qtbot, server)
 
 
 def partial_files() -> list[Path]:
