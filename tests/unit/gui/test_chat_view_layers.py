@@ -1,0 +1,28 @@
+"""The chat view's split, pinned: the messages it shows are Qt-free data (the history and the chat page can use
+them without a display), and the widget module stays a widget, with drawing and streaming in their own module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+CHAT = ROOT / "app" / "gui" / "chat"
+
+_PROBE = """
+import json, sys
+import app.gui.chat.messages
+print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] == "PySide6")))
+"""
+
+
+def test_the_messages_module_imports_no_qt() -> None:
+    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_chat_view_module_holds_only_the_widget() -> None:
+    lines = (CHAT / "chat_view.py").read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 400, len(lines)
