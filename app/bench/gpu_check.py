@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.words import noun
+
 MAX_FILES = 9
 SUMMARY = "summary.md"
 # the article's figures (27B, GPU): FastMTP vs no MTP, and vs the embedded MTP head
@@ -231,7 +233,8 @@ def run(options: CheckOptions, log: Log = lambda _line: None) -> CheckRun:
                                      "--time-limit", f"{limit:.0f}", "--json"], 0.95, floor=60.0))
         spec = check.steps[-1]
         if spec.ok and isinstance(spec.result, dict) and spec.result.get("cut_short"):
-            spec.note = f"cut short by the budget after {spec.result.get('runs')} complete run(s)"
+            runs = int(spec.result.get("runs") or 0)
+            spec.note = f"cut short by the budget after {runs} complete {noun(runs, 'run')}"
     write_files(check)
     return check
 

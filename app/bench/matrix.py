@@ -22,6 +22,7 @@ from typing import Any
 
 from app.bench import spec
 from app.core.errors import FastMTPError
+from app.core.words import noun, plural
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.modes import DRAFT_MODES, depth_series, mode_colour, mode_label
 from app.engine.verdict import MIN_SAMPLES, Condition, Sample, Verdict, compare
@@ -110,7 +111,8 @@ def run_matrix(request: MatrixRequest, on_progress: Callable[[MatrixProgress], N
     rows: dict[tuple[spec.Variant, str], spec.Row] = {}
     done = 0
     device = ""
-    on_progress(MatrixProgress(0, total, f"Measuring {len(variants)} variants x {request.runs} run(s), interleaved"))
+    on_progress(MatrixProgress(0, total, f"Measuring {plural(len(variants), 'variant')} x "
+                                         f"{plural(request.runs, 'run')}, interleaved"))
     for run_index in range(request.runs):
         for variant in run_order(variants, run_index):
             control.check()
@@ -166,7 +168,8 @@ class MatrixResult(spec.SpecResult):
                     verdict=verdict.to_dict() if verdict is not None else None)
 
     def markdown(self) -> str:
-        lines = [super().markdown(), "", f"**Against off** (greedy, {self.runs} interleaved run(s), a verdict from "
+        lines = [super().markdown(), "", f"**Against off** (greedy, {self.runs} interleaved "
+                 f"{noun(self.runs, 'run')}, a verdict from "
                  f"{MIN_SAMPLES} on: medians, spreads min-max, 'no clear difference' when they overlap)", "",
                  "| variant | prompts | verdict |", "|---|---|---|"]
         for row in self.rows:
@@ -216,7 +219,8 @@ def write_outputs(result: MatrixResult, request: MatrixRequest, folder: Path) ->
     json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     md_path = folder / "matrix.md"
     md_path.write_text(f"# Speculative decoding on this machine: {result.model}\n\n{result.device}, "
-                       f"{result.n_tokens} tokens per prompt, greedy, {result.runs} interleaved run(s); decode tok/s "
+                       f"{result.n_tokens} tokens per prompt, greedy, {result.runs} interleaved "
+                       f"{noun(result.runs, 'run')}; decode tok/s "
                        "is the tokens after each reply's first over the time from its first token to its last\n\n"
                        + result.markdown(), encoding="utf-8")
     png_path = chart_png(data["rows"], folder / "matrix.png", f"{result.model} — {result.device}")

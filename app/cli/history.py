@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import Subparsers, command, emit, group
+from app.core.words import plural
 
 
 def _store() -> Any:
@@ -78,7 +79,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     data = read_export(Path(args.file))
     ids = _store().import_json(data)
-    emit(args, {"imported": ids}, f"imported {len(ids)} conversation(s)")
+    emit(args, {"imported": ids}, f"imported {plural(len(ids), 'conversation')}")
     return 0
 
 

@@ -227,7 +227,7 @@ def test_bench_matrix_gives_a_verdict_per_drafting_row_from_interleaved_runs() -
     assert embedded is not None and embedded["outcome"] == "faster"  # 44-52 against 39-41
     assert result.to_dict()["rows"][2]["decode_tps_median"] == 60.0  # the one definition: 64 tokens over 64/60 s
     table = result.markdown()
-    assert "**Against off** (greedy, 3 interleaved run(s)" in table
+    assert "**Against off** (greedy, 3 interleaved runs" in table
     assert "| d2t sidecar k=3 | document | d2t (depth 3) is faster than off: 1.50x" in table
 
 
@@ -270,4 +270,4 @@ def test_bench_matrix_on_the_engine_interleaves_and_judges_from_three_runs(tmp_p
     verdict = rows["d2t sidecar k=2"]["verdict"]
     assert verdict["samples"] == [3, 3] and verdict["rounds"] == 3 and verdict["sampling"] == "greedy"
     assert verdict["outcome"] in ("faster", "slower", "no clear difference") and verdict["missing"] == []
-    assert "**Against off** (greedy, 3 interleaved run(s)" in (tmp_path / "out" / "matrix.md").read_text()
+    assert "**Against off** (greedy, 3 interleaved runs" in (tmp_path / "out" / "matrix.md").read_text()
