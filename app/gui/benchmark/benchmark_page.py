@@ -13,6 +13,7 @@ window's process, and the page shows exactly what the command measures.
 from __future__ import annotations
 
 import itertools
+import math
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,10 +21,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPen, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QBoxLayout,
     QCheckBox,
     QComboBox,
     QFileDialog,
@@ -45,6 +47,7 @@ from PySide6.QtWidgets import (
 from app.core import paths
 from app.core.child_job import ChildJob
 from app.core.errors import JobCancelled
+from app.core.words import noun
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.modes import DRAFT_MODES, depth_series, mode_colour, mode_label
 from app.engine.verdict import MIN_SAMPLES
@@ -52,6 +55,46 @@ from app.gui.shell.page_ops import OwnedOps, error_text
 
 COLUMNS = ["variant", "prompts", "tok/s", "acceptance", "tokens / pass", "vs off"]
 PROMPT_SETS = ("document", "reasoning")
+# A cancelled matrix keeps nothing (the command writes its files only at the end), so the child need not finish
+# the variant under way: it gets this long to stop on SIGTERM, then it is killed (ChildJob's default is 20 s).
+CANCEL_GRACE_S = 1.0
+CHART_MIN_WIDTH = 420  # below this beside the table, the chart goes under it
+BAR_OUTLINE_DARK = "#7c8494"  # the progress bar's outline on a dark window (as the check boxes' in theme.py)
+
+
+def nice_ticks(top: float, intervals: int = 5) -> list[float]:
+    """Axis ticks from 0 to at least ``top`` in steps of 1, 2, 2.5 or 5 x 10^n, at most ``intervals`` of them,
+    so the tok/s axis reads 0/25/50/75 rather than 0/29/58/86 (``top`` itself is rarely a round number)."""
+    if not math.isfinite(top) or top <= 0:
+        return [0.0, 1.0]
+    raw = top / intervals
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1.0, 2.0, 2.5, 5.0, 10.0) if m * magnitude >= raw * (1 - 1e-9))
+    count = max(1, math.ceil(top / step - 1e-9))
+    return [round(i * step, 10) for i in range(count + 1)]
+
+
+def tick_text(value: float, step: float) -> str:
+    """A tick's label with as many decimals as its step needs (25, 2.5, 0.25)."""
+    decimals = 0
+    while decimals < 6 and abs(step * 10 ** decimals - round(step * 10 ** decimals)) > 1e-9:
+        decimals += 1
+    return f"{value:.{decimals}f}"
+
+
+def bar_style(palette: QPalette) -> str:
+    """The progress bar drawn plainly in both themes: Fusion fills its groove with the base colour and outlines it
+    in the window colour made darker, which on a dark window is all but invisible (an empty or starting bar could
+    not be seen); here the groove is outlined and the chunk is the highlight, lightened on a dark window."""
+    window = palette.color(QPalette.ColorRole.Window)
+    dark = window.lightness() < 128
+    groove = window.lighter(140) if dark else palette.color(QPalette.ColorRole.Base)
+    outline = QColor(BAR_OUTLINE_DARK) if dark else window.darker(150)
+    chunk = palette.color(QPalette.ColorRole.Highlight)
+    if dark:
+        chunk = chunk.lighter(125)
+    return (f"QProgressBar {{ background: {groove.name()}; border: 1px solid {outline.name()}; border-radius: 3px; "
+            f"min-height: 12px; }} QProgressBar::chunk {{ background: {chunk.name()}; border-radius: 2px; }}")
 
 
 def vs_off_text(verdict: dict[str, Any]) -> str:
@@ -110,7 +153,8 @@ class DepthChart(QWidget):
             painter.end()
             return
         depths = sorted({d for mode, pts in self.series.items() if mode != "off" for d, _ in pts}) or [1]
-        top = max(t for pts in self.series.values() for _, t in pts) * 1.15 or 1.0
+        ticks = nice_ticks(max(t for pts in self.series.values() for _, t in pts) * 1.05)
+        top, step = ticks[-1], ticks[1] - ticks[0]
         lo, hi = min(depths), max(depths)
 
         def point(depth: float, tps: float) -> QPointF:
@@ -118,12 +162,12 @@ class DepthChart(QWidget):
             return QPointF(x, area.bottom() - tps / top * area.height())
 
         painter.setPen(QPen(grid, 1))
-        for i in range(5):
-            y = area.bottom() - i / 4 * area.height()
+        for tick in ticks:
+            y = area.bottom() - tick / top * area.height()
             painter.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
             painter.setPen(text)
             painter.drawText(QRectF(0, y - 8, 50, 16), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-                             f"{top * i / 4:.0f}")
+                             tick_text(tick, step))
             painter.setPen(QPen(grid, 1))
         painter.setPen(text)
         for depth in depths:
@@ -175,6 +219,7 @@ class BenchmarkPage(QWidget):
         self.outcome: dict[str, Any] | None = None
         self.last_error: Exception | None = None
         self.progress_seen = 0
+        self.results_at: datetime | None = None  # when the results shown were measured
 
         self.model_label = QLabel()
         self.model_label.setWordWrap(True)
@@ -201,7 +246,8 @@ class BenchmarkPage(QWidget):
         self.runs = QSpinBox()
         self.runs.setRange(1, 20)
         self.runs.setValue(MIN_SAMPLES)
-        self.runs.setSuffix(" run(s), interleaved; figures are medians")
+        self.runs.valueChanged.connect(self._runs_suffix)
+        self._runs_suffix(self.runs.value())
         self.runs.setToolTip(f"Each run measures every variant once, in an order that rotates from run to run. A "
                              f"verdict against off needs {MIN_SAMPLES} runs.")
         self.set_boxes: dict[str, QCheckBox] = {}
@@ -230,6 +276,7 @@ class BenchmarkPage(QWidget):
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
+        self.bar.setStyleSheet(bar_style(self.palette()))
         self.status = QLabel("Measures decode speed with each drafting mode and depth, on this machine.")
         self.status.setWordWrap(True)
         controls = QHBoxLayout()
@@ -242,11 +289,16 @@ class BenchmarkPage(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setWordWrap(False)
         self.table.setMinimumHeight(240)
         self.chart = DepthChart()
         self.chart_set = QComboBox()
+        self.chart_set.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.chart_set.setMinimumContentsLength(max(len(name) for name in PROMPT_SETS))
         self.chart_set.currentIndexChanged.connect(lambda _i: self._draw_chart())
+        self.results_note = QLabel()
+        self.results_note.setWordWrap(True)
+        self.results_note.setVisible(False)
         self.export_buttons: dict[str, QPushButton] = {}
         exports = QHBoxLayout()
         exports.addWidget(QLabel("Chart of"))
@@ -260,11 +312,14 @@ class BenchmarkPage(QWidget):
             exports.addWidget(button)
         results = QGroupBox("Results")
         shown = QVBoxLayout(results)
+        shown.addWidget(self.results_note)
         shown.addLayout(exports)
-        side_by_side = QHBoxLayout()
-        side_by_side.addWidget(self.table, 1)
-        side_by_side.addWidget(self.chart, 1)
-        shown.addLayout(side_by_side, 1)
+        self.side_by_side = QBoxLayout(QBoxLayout.Direction.LeftToRight)
+        self.side_by_side.addWidget(self.table, 1)
+        self.side_by_side.addWidget(self.chart, 1)
+        shown.addLayout(self.side_by_side, 1)
+        self.results_box = results
+        results.installEventFilter(self)
 
         content = QWidget()
         column = QVBoxLayout(content)
@@ -334,16 +389,18 @@ class BenchmarkPage(QWidget):
             self.status.setText("Tick at least one mode.")
             return
         out = paths.cache_dir() / "bench-matrix" / datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        job = self.job = ChildJob(self.command(out))
+        job = self.job = ChildJob(self.command(out), grace_s=CANCEL_GRACE_S,
+                                  leftovers=[out / "matrix.json", out / "matrix.md", out / "matrix.png"])
         self.outcome, self.last_error, self.progress_seen = None, None, 0
         self.bar.setValue(0)
         self.status.setText("Starting…")
         self._set_running(True)
+        self._label_results("a new run is under way")
         self.ops.start(job.run, self._done, self._failed, self._progress)
 
     def cancel(self) -> None:
         if self.job is not None and self.running:
-            self.status.setText("Cancelling after the variant under way…")
+            self.status.setText("Cancelling…")
             self.cancel_button.setEnabled(False)
             self.job.cancel()
 
@@ -362,14 +419,18 @@ class BenchmarkPage(QWidget):
         self._set_running(False)
         self.outcome = result
         self.bar.setValue(1000)
+        runs = int(result.get("runs") or 0)
         self.status.setText(f"Measured on {result.get('device', 'this machine')}: {result.get('n_tokens')} tokens "
-                            f"per prompt, greedy, {result.get('runs')} interleaved run(s); decode tok/s counts from "
+                            f"per prompt, greedy, {runs} interleaved {noun(runs, 'run')}; decode tok/s counts from "
                             "each reply's first token to its last.")
+        self.results_at = datetime.now()
+        self._label_results("")
         self._fill_table(result["rows"])
         self.chart_set.blockSignals(True)
         self.chart_set.clear()
         self.chart_set.addItems(list(dict.fromkeys(row["prompt_set"] for row in result["rows"])))
         self.chart_set.blockSignals(False)
+        self.chart_set.setToolTip(self.chart_set.currentText())
         self._draw_chart()
         for button in self.export_buttons.values():
             button.setEnabled(True)
@@ -380,8 +441,51 @@ class BenchmarkPage(QWidget):
         if isinstance(exc, JobCancelled):
             self.bar.setValue(0)
             self.status.setText("Cancelled: nothing was measured to the end.")
+            self._label_results("the last run was cancelled")
         else:
             self.status.setText("The benchmark failed: " + error_text(exc))
+            self._label_results("the last run failed")
+
+    def _label_results(self, why_older: str) -> None:
+        """Say which run the results shown come from: after a cancel or a failure they are the run before, and
+        must not read as the last one's (``why_older`` empty: they are the last run's)."""
+        if self.results_at is None:
+            self.results_note.setVisible(False)
+            return
+        when = self.results_at.strftime("%H:%M")
+        self.results_note.setText(f"Results of the run at {when} — {why_older}." if why_older
+                                  else f"Results of the run at {when}.")
+        self.results_note.setVisible(True)
+        self.results_box.setTitle(f"Results (the run at {when})" if why_older else "Results")
+
+    def _runs_suffix(self, runs: int) -> None:
+        self.runs.setSuffix(f" {noun(runs, 'run')}, interleaved; figures are medians")
+
+    # ------------------------------------------------------------------ layout
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:  # the theme changed: the bar's colours follow
+            style = bar_style(self.palette())
+            if self.bar.styleSheet() != style:
+                self.bar.setStyleSheet(style)
+        super().changeEvent(event)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.results_box and event.type() == QEvent.Type.Resize:
+            self._fit_results()
+        return super().eventFilter(watched, event)
+
+    def _fit_results(self) -> None:
+        """The table as wide as its columns (no header cut to "vs"), the chart beside it when there is room for
+        both, under it when not (a 1024-pixel window)."""
+        header = self.table.horizontalHeader()
+        needed = header.length() + self.table.verticalScrollBar().sizeHint().width() + 2 * self.table.frameWidth()
+        self.table.setMinimumWidth(needed)
+        room = self.results_box.contentsRect().width()
+        beside = room >= needed + CHART_MIN_WIDTH + self.side_by_side.spacing()
+        direction = QBoxLayout.Direction.LeftToRight if beside else QBoxLayout.Direction.TopToBottom
+        if self.side_by_side.direction() != direction:
+            self.side_by_side.setDirection(direction)
 
     # ------------------------------------------------------------------ results
 
@@ -400,6 +504,8 @@ class BenchmarkPage(QWidget):
                 if c == len(cells) - 1 and verdict:
                     item.setToolTip(str(verdict.get("sentence", "")))
                 self.table.setItem(r, c, item)
+        self.table.resizeColumnsToContents()
+        self._fit_results()
 
     def table_rows(self) -> list[dict[str, str]]:
         """The table's texts by column (what a user reads; for tests and screenshots)."""
