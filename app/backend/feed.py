@@ -442,13 +442,14 @@ class NoFittingArchive(BackendError):
         self.selection = selection
         self.feed_url = feed_url
 
-    def details(self) -> dict[str, Any]:
-        return {"reason": self.selection.reason, "build_command": BUILD_HERE, "feed": self.feed_url,
-                "selection": self.selection.to_dict()}
+    def to_dict(self) -> dict[str, Any]:
+        """The error's words plus the reason, the command that builds here and the whole choice."""
+        return {**super().to_dict(), "reason": self.selection.reason, "build_command": BUILD_HERE,
+                "feed": self.feed_url, "selection": self.selection.to_dict()}
 
     def to_json(self) -> dict[str, Any]:
-        """The CLI's ``--json`` error: the kind, the reason, and the command that builds here."""
-        return {**self.to_dict(), "kind": NO_FIT_KIND, **self.details()}
+        """The CLI's ``--json`` error: :meth:`to_dict` with the machine-readable ``kind``."""
+        return {**self.to_dict(), "kind": NO_FIT_KIND}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ the build tools are detected again.
 
 The other way to a backend is a prebuilt one: ``install_prebuilt`` (the same as ``python -m app backend
 install``) checks a signed archive (a file or a URL) against a trusted key, asking about an unknown key
-with the trust dialog, self-tests it and installs it, again as the page's background op. The installed
+with the trust dialog, self-tests it and installs it, again as the page's background op. Or the page picks
+the archive for this machine's GPU and driver from the signed backend feed (``install_from_feed``, the same as
+``python -m app backend install --feed``; the catalog's feed URL by default): it says which one and why, or why
+none fits, and then offers "Build here" instead. The installed
 backends say where each came from: built here, or prebuilt and signed by which key.
 
 The page watches the backends folder, so a backend built or installed anywhere (the first-run panel, a
@@ -54,6 +57,7 @@ from PySide6.QtWidgets import (
 from app.backend import archive, cuda_wheels, registry
 from app.backend.builder import BuildOptions, Flavor, build_backend, run_selftest_subprocess
 from app.backend.events import BuildEvent, EventKind
+from app.backend.feed import FeedInstall, Machine, NoFittingArchive, Selection, install_from_feed
 from app.backend.prebuilt import InstalledPrebuilt, install_prebuilt, is_url
 from app.backend.registry import BackendManifest
 from app.backend.toolchain import Tool, Toolchain, ToolkitMode, detect, toolkit_mode
@@ -63,6 +67,7 @@ from app.core.errors import BuildCancelled, FastMTPError, ToolchainError, Verifi
 from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
+from app.release.catalog import CatalogError, backend_feed_url
 
 LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
 
@@ -214,6 +219,10 @@ class BackendPage(QWidget):
         self.install_op: BackgroundOp[InstalledPrebuilt] | None = None
         self.installed_prebuilt: InstalledPrebuilt | None = None  # the last prebuilt backend this page installed
         self.trust_dialog: TrustKeyDialog | None = None
+        self.feed_op: BackgroundOp[FeedInstall] | None = None
+        self.feed_install: FeedInstall | None = None  # the last install from the feed
+        self.feed_selection: Selection | None = None  # the last choice the feed made (or why none fits)
+        self.feed_machine: Machine | None = None  # None: detect the GPUs and driver (a test or a user may say)
         ShutdownWithWindow(self, self.shutdown)
         self.manifests: dict[str, BackendManifest] = {}
 
@@ -301,6 +310,26 @@ class BackendPage(QWidget):
         prebuilt.addWidget(self.prebuilt_source, 1)
         prebuilt.addWidget(self.browse_button)
         prebuilt.addWidget(self.install_button)
+        self.feed_url = QLineEdit(self._default_feed_url())
+        self.feed_url.setPlaceholderText("the signed backend feed's https:// URL")
+        self.feed_url.returnPressed.connect(lambda: self.install_from_feed())
+        self.feed_button = QPushButton("Install the one for this machine")
+        self.feed_button.setToolTip("Picks the archive for this machine's NVIDIA GPU and driver (or the CPU one) "
+                                    "from the publisher's signed list of prebuilt backends")
+        self.feed_button.clicked.connect(lambda: self.install_from_feed())
+        feed_row = QHBoxLayout()
+        feed_row.addWidget(QLabel("From the feed:"))
+        feed_row.addWidget(self.feed_url, 1)
+        feed_row.addWidget(self.feed_button)
+        self.feed_label = wrapping_label()  # which archive the feed gave and why, or why none fits
+        self.feed_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.feed_label.hide()
+        self.feed_build_button = QPushButton("Build here")  # offered when no prebuilt archive fits
+        self.feed_build_button.clicked.connect(lambda: self.build_instead())
+        self.feed_build_button.hide()
+        feed_fallback = QHBoxLayout()
+        feed_fallback.addWidget(self.feed_build_button)
+        feed_fallback.addStretch(1)
         self.step_label = wrapping_label("The first build takes a few minutes; later builds with the same inputs "
                                          "reuse the cached build tree and take seconds.")
         self.progress = QProgressBar()
@@ -325,6 +354,10 @@ class BackendPage(QWidget):
         box.addWidget(wrapping_label("Built elsewhere, packed and signed by its publisher: the signature is checked "
                                      "against a trusted publisher key, then the archive's sha256 and what it "
                                      "holds; nothing is installed unless every check passes."))
+        box.addLayout(feed_row)
+        box.addWidget(self.feed_label)
+        box.addLayout(feed_fallback)
+        box.addWidget(wrapping_label("Or a given archive, a file or its URL:"))
         box.addLayout(prebuilt)
         box.addWidget(wrapping_label("Either way, the backend's self-test runs on this machine before it is "
                                      "used."))
@@ -416,7 +449,8 @@ class BackendPage(QWidget):
     def building(self) -> bool:
         """A build, getting the CUDA toolkit or installing a prebuilt backend is running (one at a time: they
         share progress, log and Cancel)."""
-        return any(op is not None and op.running for op in (self.build_op, self.toolkit_op, self.install_op))
+        return any(op is not None and op.running
+                   for op in (self.build_op, self.toolkit_op, self.install_op, self.feed_op))
 
     def build(self, flavor: Flavor) -> None:
         """Build, self-test, install and activate a backend, as ``python -m app backend build --<flavor>``."""
@@ -443,7 +477,7 @@ class BackendPage(QWidget):
         """Cancel the running build, the CUDA toolkit's download and install, or a prebuilt backend's install."""
         if self.cancel_token is not None and self.building:
             getting = self.toolkit_op is not None and self.toolkit_op.running
-            installing = self.install_op is not None and self.install_op.running
+            installing = any(op is not None and op.running for op in (self.install_op, self.feed_op))
             self.step_label.setText("Cancelling the CUDA build tools…" if getting else
                                     "Cancelling the install…" if installing else "Cancelling the build…")
             self.cancel_build_button.setEnabled(False)
@@ -460,7 +494,8 @@ class BackendPage(QWidget):
         self.toolkit_button.setVisible(self.offer is not None)
         self.toolkit_label.setVisible(self.offer is not None)
         self.toolkit_button.setEnabled(not building and self.offer is not None)
-        for widget in (self.prebuilt_source, self.browse_button, self.install_button):
+        for widget in (self.prebuilt_source, self.browse_button, self.install_button, self.feed_url,
+                       self.feed_button, self.feed_build_button):
             widget.setEnabled(not building)
 
     # ------------------------------------------------------------------ the app's CUDA toolkit
@@ -601,8 +636,105 @@ class BackendPage(QWidget):
     def _install_progress(self, value: Any) -> None:
         if isinstance(value, TrustQuestion):
             self._ask_trust(value)
+        elif isinstance(value, Selection):
+            self._show_selection(value)
         else:
             self._event(value)
+
+    # ------------------------------------------------------------------ the backend feed
+
+    @staticmethod
+    def _default_feed_url() -> str:
+        """The catalog's feed (``FASTMTP_BACKEND_FEED_URL`` replaces it); empty when there is none."""
+        try:
+            return backend_feed_url()
+        except CatalogError:
+            return ""
+
+    def install_from_feed(self, url: str | None = None) -> None:
+        """Pick the archive for this machine from the signed feed, say which and why, then check, self-test,
+        install and activate it, as ``python -m app backend install --feed``; none fits: why, and "Build here"."""
+        if self.building:
+            return
+        url = (url if url is not None else self.feed_url.text()).strip()
+        if not url:
+            self._show_feed_text("No backend feed is known. Give the URL of the publisher's signed backend feed.",
+                                 bad=True)
+            return
+        cancel = self.cancel_token = CancelToken()
+        machine = self.feed_machine
+        self.feed_install = None
+        self.feed_selection = None
+        self.installed_prebuilt = None
+        self.last_error = None
+        self.feed_build_button.hide()
+        self.feed_label.hide()
+        self.log.clear()
+        self.progress.setValue(0)
+        self.step_label.setStyleSheet("")
+        self.step_label.setText(f"Reading the backend feed {url}…")
+        asked: list[TrustQuestion] = []
+
+        def work(report: Report) -> FeedInstall:
+            def confirm(repo: str, fingerprint: str) -> bool:
+                question = TrustQuestion(repo, fingerprint)
+                asked.append(question)
+                report(question)
+                question.answered.wait()
+                return question.trusted and not cancel.cancelled
+
+            return install_from_feed(url, machine=machine, confirm=confirm, on_event=report, on_selection=report,
+                                     cancel=cancel)
+
+        def stop(*_args: object) -> None:
+            cancel.cancel()
+            for question in asked:
+                question.answered.set()
+
+        self.feed_op = self.ops.start(work, self._feed_done, self._feed_failed, self._install_progress)
+        self.destroyed.connect(stop)
+        self.cancel_build_button.setText("Cancel install")
+        self._set_building(True)
+
+    def _show_feed_text(self, text: str, *, bad: bool = False) -> None:
+        self.feed_label.setText(text)
+        self.feed_label.setStyleSheet(f"color: {bad_colour(self).name()};" if bad else "")
+        self.feed_label.show()
+
+    def _show_selection(self, selection: Selection) -> None:
+        """Which archive the feed gave this machine and why; or why none fits, with "Build here" offered."""
+        self.feed_selection = selection
+        chosen = selection.archive
+        if chosen is None:
+            self._show_feed_text(f"No prebuilt backend fits this machine ({selection.machine.describe()}): "
+                                 f"{selection.reason} Build here instead: it compiles the backend for this machine.")
+            self.feed_build_button.show()
+        else:
+            self._show_feed_text(f"Picked {chosen.name} ({chosen.label()}) for this machine "
+                                 f"({selection.machine.describe()}). {selection.reason}")
+            self.feed_build_button.hide()
+        self.feed_label.setToolTip("\n".join(selection.passed_over))
+
+    def build_instead(self) -> None:
+        """No prebuilt archive fits: build here, CUDA when this machine can build it, else CPU."""
+        tools = self.toolchain
+        self.build("cuda" if tools is not None and tools.can_build_cuda and tools.gpus else "cpu")
+
+    def _feed_done(self, got: FeedInstall) -> None:
+        self.feed_install = got
+        self._show_selection(got.selection)
+        self._install_done(got.installed)
+
+    def _feed_failed(self, exc: Exception) -> None:
+        if isinstance(exc, NoFittingArchive):
+            self.last_error = exc
+            self.cancel_token = None
+            self._set_building(False)
+            self._show_selection(exc.selection)
+            self.step_label.setText(f"No prebuilt backend fits this machine: {exc.selection.reason} Nothing was "
+                                    "downloaded or installed; the active backend is unchanged. Build here instead.")
+            return
+        self._install_failed(exc)
 
     def _ask_trust(self, question: TrustQuestion) -> None:
         """The trust dialog for a key seen for the first time; closing it, or Cancel, refuses the key."""
