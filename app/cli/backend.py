@@ -316,25 +316,31 @@ def _install_from_feed(args: argparse.Namespace, on_event: Callable[[BuildEvent]
 def cmd_backend_sign_feed(args: argparse.Namespace) -> int:
     """The publisher's side: one signed feed listing signed archives (their claims say what each holds)."""
     from app.backend.feed import feed_entry, write_feed
-    from app.backend.signing import manifest_name, signature_name, verify_claim
+    from app.backend.signing import check_archive, manifest_name, parse_claim, signature_name
     from app.release import signing
+    from app.release.verify import read_capped
 
     key = signing.load_private_key(args.key)
     fp = signing.fingerprint(key.public_key())
     entries = []
     for item in args.archive:
-        platform, _, named = item.rpartition("=") if item.split("=", 1)[0] in ("linux", "windows") else ("", "", item)
+        platform, _, named = item.partition("=") if item.split("=", 1)[0] in ("linux", "windows") else ("", "", item)
         platform = platform or args.platform
         if platform is None:
             raise FastMTPError(f"Which platform is {item} for?", "Give it as linux=PATH or windows=PATH, or pass "
                                                                   "--platform for all of them.")
         path = Path(named)
-        verified = verify_claim(path.with_name(manifest_name(path.name)), path.with_name(signature_name(path.name)),
-                                repo=args.repo, trust_fingerprint=fp)
-        if verified.fingerprint != fp:
-            raise FastMTPError(f"{path.name} is signed with {verified.fingerprint}, not with the feed's key {fp}.",
-                               "Sign every archive with the key that signs the feed (`release sign-backend`).")
-        entries.append(feed_entry(path, verified.claim, platform="windows" if platform == "windows" else "linux",
+        manifest, signature = path.with_name(manifest_name(path.name)), path.with_name(signature_name(path.name))
+        if not manifest.is_file() or not signature.is_file():
+            raise FastMTPError(f"{path.name} has no signed manifest beside it.",
+                               "Sign it first: `python -m app release sign-backend --archive … --key …`.")
+        data = read_capped(manifest, "signed manifest")
+        # signed with this very key (the publisher's own check; the trust store is the users' side)
+        signing.verify(key.public_key(), data, signing.decode_signature(read_capped(signature, "signature"),
+                                                                        signature.name), manifest.name)
+        claim = parse_claim(data, manifest.name)
+        check_archive(claim, path)  # the bytes beside it are the ones signed
+        entries.append(feed_entry(path, claim, platform="windows" if platform == "windows" else "linux",
                                   min_driver=args.min_driver))
     written = write_feed(entries, key, args.out, repo=args.repo)
     emit(args, written.to_dict(), f"Signed the backend feed {written.feed} ({len(entries)} archives) with {fp}; "

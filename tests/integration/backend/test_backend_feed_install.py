@@ -201,3 +201,24 @@ def test_without_a_feed_url_the_catalogs_is_used_and_an_unreachable_one_is_a_net
     assert done.returncode == 3, done.stdout + done.stderr
     assert "127.0.0.1:9" in json.dumps(last_json(done)) and installed(machine) == ([PREVIOUS], PREVIOUS)
     assert os.environ.get("FASTMTP_BACKEND_FEED_URL") is None
+
+
+# ----------------------------------------------------------------------------- the publisher's side
+
+
+def test_sign_feed_lists_signed_archives_from_their_claims(signed: Signed, tmp_path: Path) -> None:
+    copy = signed.copy_to(tmp_path / "dist")
+    done = run_app(dict(os.environ), "backend", "sign-feed", f"windows={copy}", "--key", str(signed.private),
+                   "--out", str(tmp_path / "dist"), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(done.stdout)
+    assert out["fingerprint"] == signed.fingerprint and len(out["archives"]) == 1
+    entry = out["archives"][0]
+    assert entry["name"] == copy.name and entry["platform"] == "windows" and entry["flavor"] == "cpu"
+    assert entry["patch_id"] == signed.backend.patch_sha256 and entry["cuda_archs"] == []
+    data = (tmp_path / "dist" / FEED_NAME).read_bytes()
+    public = signing.load_public_key(signed.public.read_bytes(), "public.pem")
+    signing.verify(public, data, (tmp_path / "dist" / (FEED_NAME + ".sig")).read_bytes(), FEED_NAME)
+    other = run_app(dict(os.environ), "backend", "sign-feed", str(copy), "--key", str(signed.private), "--out",
+                    str(tmp_path / "x"), "--json")
+    assert other.returncode == 1 and "Which platform" in last_json(other)["message"]
