@@ -113,11 +113,13 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
     flavor = auto if options.flavor == "auto" else options.flavor
     problems = tools.problems(cuda=flavor == "cuda")
     if problems:
-        raise ToolchainError("The backend cannot be built on this machine yet.", "\n".join(problems))
+        raise ToolchainError("The backend cannot be built on this machine yet.", "\n".join(problems),
+                             kind="toolchain-missing")
     archs = sorted(set(options.cuda_archs or [gpu.cuda_arch for gpu in tools.gpus])) if flavor == "cuda" else []
     if flavor == "cuda" and not archs:
         raise ToolchainError("No NVIDIA GPU was found, so the CUDA architecture is unknown.",
-                             "Pass --cuda-arch (for example --cuda-arch 89,90) or build with --cpu.")
+                             "Pass --cuda-arch (for example --cuda-arch 89,90) or build with --cpu.",
+                             kind="cuda-arch-unknown")
     args = list(_COMMON_CMAKE_ARGS)
     native = f"-DGGML_NATIVE={'OFF' if options.portable else 'ON'}"
     if flavor == "cuda":
@@ -135,7 +137,8 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
     variants: dict[str, list[str]] = {}
     if options.cpu_variants:
         if flavor != "cpu":
-            raise ToolchainError("CPU variants are for CPU builds.", "Build with --cpu together with --cpu-variants.")
+            raise ToolchainError("CPU variants are for CPU builds.", "Build with --cpu together with --cpu-variants.",
+                                 kind="bad-build-options")
         args = [*args[:-1], "-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=OFF"]
         if _is_x86():
             base = [arg for arg in args if not arg.startswith("-DGGML_NATIVE")]
@@ -254,7 +257,8 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
         manifest.write(staging)
         if not manifest.selftest_ok:
             raise BackendError(f"The new backend failed its self-test: {manifest.selftest.get('error')}",
-                               "Nothing was installed. See the log above; report it with the log attached.")
+                               "Nothing was installed. See the log above; report it with the log attached.",
+                               kind="selftest-failed")
         check_cancel(cancel)
 
         report.start("activate", "installing the backend")
@@ -314,7 +318,8 @@ def build_program(options: BuildOptions, target: str, on_event: EventSink | None
         compile_target(plan, options, tree, build_dir, target, report, cancel)
     binary = build_dir / "bin" / target
     if not binary.is_file():
-        raise BackendError(f"The build finished but {binary} is missing.", f"Delete {build_dir} and build again.")
+        raise BackendError(f"The build finished but {binary} is missing.", f"Delete {build_dir} and build again.",
+                           kind="build-output-missing")
     report.emit("done", f"{target} ready: {binary}", 100.0)
     return binary
 
@@ -331,7 +336,8 @@ def _compile_cpu_variants(plan: BuildPlan, options: BuildOptions, tree: Path, bu
         libs = [p for p in (variant_dir / "bin").iterdir() if re.match(r"^(lib)?ggml-cpu\.(so|dylib|dll)$", p.name)]
         if not libs:
             raise BackendError(f"The {name} CPU variant produced no ggml-cpu library in {variant_dir / 'bin'}.",
-                               "Delete the build cache folder named above and build again.")
+                               "Delete the build cache folder named above and build again.",
+                               kind="build-output-missing")
         built[name] = libs[0]
     return built
 
@@ -418,7 +424,7 @@ def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: Cance
     if code != 0:
         raise BackendError(f"{failure} (exit code {code}). Last lines:\n" + "\n".join(tail),
                            "Nothing was installed. Fix the cause named above and build again; "
-                           "`python -m app backend doctor` checks the tools.")
+                           "`python -m app backend doctor` checks the tools.", kind="build-failed")
 
 
 _SHARED_LIB = re.compile(r"^(lib)?(llama|ggml[\w-]*)\.(so(\.\d+)*|dylib|dll)$")
@@ -438,7 +444,7 @@ def _install(tree: Path, build_dir: Path, staging: Path) -> None:
     built = [p for p in (build_dir / "bin").iterdir() if _SHARED_LIB.match(p.name)]
     if not any(p.name.startswith(("libllama", "llama")) for p in built):
         raise BackendError(f"The build produced no llama library in {build_dir / 'bin'}.",
-                           "Delete the build cache folder named above and build again.")
+                           "Delete the build cache folder named above and build again.", kind="build-output-missing")
     for path in built:
         if path.is_symlink():
             (lib_dir / path.name).symlink_to(os.readlink(path))

@@ -53,7 +53,7 @@ _REQUIRED_FILES = ["bin/nvcc", "nvvm/bin/cicc", "include/cuda_runtime.h", "inclu
 class CudaWheelsUnreachable(ToolchainError):
     """The package index could not be reached: a network problem (CLI exit code 3)."""
 
-    exit_code = 3
+    kind = "cuda-wheels-unreachable"  # exit code 3 (core.errors.EXIT_CODES)
 
 
 @dataclass(frozen=True)

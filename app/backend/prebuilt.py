@@ -163,7 +163,8 @@ def _selftest(staged: Path, events: Events, cancel: CancelToken) -> registry.Bac
         raise BackendError(f"The prebuilt backend {manifest.id} failed its self-test on this machine: "
                            f"{result.get('error', 'no result')}.",
                            "Nothing was installed and the active backend is unchanged. A CUDA backend needs an "
-                           "NVIDIA GPU and driver here; otherwise build one with `python -m app backend build`.")
+                           "NVIDIA GPU and driver here; otherwise build one with `python -m app backend build`.",
+                           kind="selftest-failed")
     manifest = replace(manifest, selftest=dict(result))
     manifest.write(staged)
     return manifest
@@ -209,4 +210,4 @@ def fetch_checked(requests: list[FileRequest], folder: Path, control: FetchContr
         return fetch_files(requests, folder, max_workers=2, on_event=events.download, control=control)
     except DownloadCancelled as exc:
         _check_cancel(cancel)
-        raise DownloadError(exc.message, exc.advice) from exc
+        raise DownloadError(exc.message, exc.advice, kind=exc.kind) from exc

@@ -73,13 +73,19 @@ Spans = Sequence[tuple[int, int]] | Sequence[Sequence[int]]  # [start, end) char
 class HistoryError(FastMTPError):
     """The history database or an import file is not usable."""
 
+    kind = "history"
+
 
 class HistoryDamagedError(HistoryError):
     """The history file is damaged: SQLite cannot read it as a database."""
 
+    kind = "history-damaged"
+
 
 class HistoryBusyError(HistoryError):
     """Another process (another FastMTP Chat) holds the history's lock."""
+
+    kind = "history-busy"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ def cmd_window(args: argparse.Namespace) -> int:
 
     problem = qt_start_problem()
     if problem is not None:
-        raise FastMTPError(problem, "Install the libraries named above, or use the terminal: `quickstart`, `chat`.")
+        raise FastMTPError(problem, "Install the libraries named above, or use the terminal: `quickstart`, `chat`.",
+                           kind="qt-unavailable")
     return run(sys.argv[:1], check=args.check)
 
 

@@ -96,7 +96,7 @@ def trust_prompt(args: argparse.Namespace) -> Confirm | None:
 def report_error(args: argparse.Namespace, exc: FastMTPError) -> int:
     """A failed command: its error as JSON (``--json``) or as "error:" and "what to do:" on stderr."""
     if getattr(args, "json", False):
-        print(json.dumps(exc.to_dict()), flush=True)
+        print(json.dumps(exc.to_json()), flush=True)
     else:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.advice:
@@ -109,7 +109,7 @@ def permission_denied(exc: PermissionError) -> FastMTPError:
     name = exc.filename if exc.filename is not None else "A file or folder the command needs"
     return FastMTPError(f"{name} cannot be used: permission denied.",
                         "Check the permissions of that file and of the folders above it (`ls -l`), or run as a "
-                        "user who may read it.")
+                        "user who may read it.", kind="permission-denied")
 
 
 # ----------------------------------------------------------------------------- long jobs
@@ -205,7 +205,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     from app.engine.config import EngineConfig
 
     if args.model is None:
-        raise FastMTPError("No model was given.", "Pass --model TARGET.gguf, or --remote NAME for a remote server.")
+        raise FastMTPError("No model was given.", "Pass --model TARGET.gguf, or --remote NAME for a remote server.",
+                           kind="no-model")
     return EngineConfig(target=args.model, mode=args.mtp, draft=args.draft, draft_depth=args.draft_depth,
                         p_min=args.p_min, adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch,
                         n_gpu_layers=args.gpu_layers,
@@ -247,7 +248,7 @@ def prompt_messages(args: argparse.Namespace) -> list[Message]:
             return [Message(str(m["role"]), str(m["content"])) for m in data]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FastMTPError(f"{args.messages} is not a JSON list of {{role, content}} messages ({exc}).",
-                               'Write it like [{"role": "user", "content": "Hi"}].') from exc
+                               'Write it like [{"role": "user", "content": "Hi"}].', kind="bad-messages-file") from exc
     messages = [Message("system", args.system)] if args.system else []
     return [*messages, Message("user", args.prompt)]
 

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 class FetchStopped(FastMTPError):
     """``fetch`` was stopped by SIGINT (exit 130) or SIGTERM (exit 1); the message says what was kept."""
 
+    kind = "fetch-stopped"
+
     def __init__(self, message: str, advice: str, exit_code: int) -> None:
         super().__init__(message, advice)
         self.exit_code = exit_code

@@ -52,17 +52,25 @@ def human(n: int) -> str:
 class ReadLimitError(FastMTPError):
     """An answer went past one of its bounds; nothing of it was used."""
 
+    kind = "read-limit"
+
 
 class TooLarge(ReadLimitError):
     """The body is larger than ``max_body``."""
+
+    kind = "too-large"
 
 
 class LineTooLong(ReadLimitError):
     """One line of a streamed answer is longer than ``max_line``."""
 
+    kind = "line-too-long"
+
 
 class TooSlow(ReadLimitError):
     """The answer did not end before its deadline."""
+
+    kind = "too-slow"
 
 
 class TooDeep(ValueError):

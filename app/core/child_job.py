@@ -4,7 +4,7 @@ Jobs that load native code (making a sidecar tokenizes and probes through llama.
 engine) run as ``python -m app <command> --json`` children, so a native abort ends the child, not the window,
 and every such job in the window is the very command a user can run headless. The child prints one JSON
 object per line: ``{"kind": "progress", ...}`` events, then ``{"kind": "result", ...}``, or the CLI's error
-object (``{"error": ..., "message": ..., "advice": ...}``) and a non-zero exit.
+object (``{"error": ..., "kind": ..., "message": ..., "advice": ...}``) and a non-zero exit.
 
 Cancel asks the child to stop (SIGTERM: the command removes what it was writing and exits 130); a child that
 has not ended after ``grace_s`` is killed, and ``leftovers`` (the ``.partial`` files it could have been
@@ -31,10 +31,14 @@ OnEvent = Callable[[dict[str, Any]], None]
 
 
 class ChildJobError(FastMTPError):
-    """The child command failed; message and advice are the child's own words."""
+    """The child command failed; message, advice and kind are the child's own (``error`` is its class name), so
+    the window can choose its wording by ``kind`` as for an error raised in-process."""
 
-    def __init__(self, message: str, advice: str = "", exit_code: int = 1, error: str = "") -> None:
-        super().__init__(message, advice)
+    kind = "child-failed"
+
+    def __init__(self, message: str, advice: str = "", exit_code: int = 1, error: str = "", *,
+                 kind: str | None = None) -> None:
+        super().__init__(message, advice, kind=kind or None)
         self.exit_code = exit_code
         self.error = error
 
@@ -98,13 +102,14 @@ class ChildJob:
             self._clean()
             raise JobCancelled("Stopped: nothing half-written was kept.", "Start it again when you want it.")
         if error is not None:
-            raise ChildJobError(str(error["message"]), str(error.get("advice", "")), code or 1, str(error["error"]))
+            raise ChildJobError(str(error["message"]), str(error.get("advice", "")), code or 1, str(error["error"]),
+                                kind=str(error.get("kind") or "") or None)
         if code != 0 or result is None:
             self._clean()
             tail = "\n".join(self.stderr_tail)
             raise ChildJobError(f"`python -m app {' '.join(self.args)}` ended with code {code} and no result.",
                                 "The last lines it wrote:\n" + tail if tail else "Run the command in a terminal "
-                                "to see what happens.", code or 1)
+                                "to see what happens.", code or 1, kind="child-no-result")
         return result
 
     def cancel(self) -> None:

@@ -28,6 +28,8 @@ T = TypeVar("T")
 class SecretsError(FastMTPError):
     """The keyring cannot store or read the token."""
 
+    kind = "keyring"
+
 
 @dataclass(frozen=True)
 class TokenStatus:

@@ -75,20 +75,21 @@ def check_d2t(path: str | os.PathLike[str], n_vocab: int | None = None) -> int |
     vocab = n_vocab if n_vocab is not None else header.n_vocab
     if d2t.type != GGMLQuantizationType.I64:
         raise SidecarError(f"The d2t sidecar {p} stores its d2t map as {_type_name(d2t.type)}; llama.cpp needs "
-                           "I64 (one 64-bit token id per draft row).", D2T_ADVICE)
+                           "I64 (one 64-bit token id per draft row).", D2T_ADVICE, kind="bad-d2t-map")
     if not d2t.shape or any(d != 1 for d in d2t.shape[1:]):
         raise SidecarError(f"The d2t sidecar {p} has a d2t map of shape {list(d2t.shape)}; it must be 1-D "
-                           "(one token id per draft row).", D2T_ADVICE)
+                           "(one token id per draft row).", D2T_ADVICE, kind="bad-d2t-map")
     count = d2t.shape[0]
     if header.output is None or len(header.output.shape) != 2:
-        raise SidecarError(f"The d2t sidecar {p} has a d2t map but no 2-D LM head (output.weight).", D2T_ADVICE)
+        raise SidecarError(f"The d2t sidecar {p} has a d2t map but no 2-D LM head (output.weight).", D2T_ADVICE,
+                           kind="bad-d2t-map")
     rows = header.output.shape[1]
     if count != rows:
         raise SidecarError(f"The d2t sidecar {p} maps {count} draft rows, but its LM head (output.weight) has "
-                           f"{rows} rows: there must be one id per row.", D2T_ADVICE)
+                           f"{rows} rows: there must be one id per row.", D2T_ADVICE, kind="bad-d2t-map")
     if d2t.offset + 8 * count > p.stat().st_size:
         raise GGUFError(f"{p} is incomplete: its d2t map ends past the end of the file.",
-                        "The download or copy was cut short: fetch the file again.")
+                        "The download or copy was cut short: fetch the file again.", kind="truncated")
     ids = np.fromfile(p, dtype="<i8", count=count, offset=d2t.offset)
     if vocab is not None:
         bad = np.flatnonzero((ids < 0) | (ids >= vocab))
@@ -97,7 +98,7 @@ def check_d2t(path: str | os.PathLike[str], n_vocab: int | None = None) -> int |
             raise SidecarError(
                 f"The d2t sidecar {p} maps draft row {i} to token {int(ids[i])}, outside the target's "
                 f"vocabulary of {vocab} tokens (ids 0 to {vocab - 1}); {bad.size} of its {count} ids are out "
-                "of range. llama.cpp would abort on it.", D2T_ADVICE)
+                "of range. llama.cpp would abort on it.", D2T_ADVICE, kind="bad-d2t-map")
     order = np.argsort(ids, kind="stable")
     repeats = order[1:][ids[order[1:]] == ids[order[:-1]]]  # every later position of an id seen before
     if repeats.size:
@@ -105,7 +106,7 @@ def check_d2t(path: str | os.PathLike[str], n_vocab: int | None = None) -> int |
         first = int(np.flatnonzero(ids == ids[i])[0])
         raise SidecarError(
             f"The d2t sidecar {p} maps draft rows {first} and {i} to the same token {int(ids[i])}; every draft "
-            f"row needs its own token ({repeats.size} repeated ids).", D2T_ADVICE)
+            f"row needs its own token ({repeats.size} repeated ids).", D2T_ADVICE, kind="bad-d2t-map")
     return count
 
 

@@ -155,7 +155,8 @@ class GgufHeader:
         """
         ref = self.value(key)
         if not isinstance(ref, ArrayRef):
-            raise GGUFError(f"{self.path.name} has no array {key!r}.", "This is a bug in FastMTP Chat.")
+            raise GGUFError(f"{self.path.name} has no array {key!r}.", "This is a bug in FastMTP Chat.",
+                            kind="internal-error")
         raw = self._read(ref.offset, ref.nbytes)
         values, _end = _decode_array(raw, 0, ref.item_type, ref.count, self.path.name, key)
         return values
@@ -172,7 +173,8 @@ class GgufHeader:
         """
         tensor = self.tensor(name)
         if tensor is None:
-            raise GGUFError(f"{self.path.name} has no tensor {name!r}.", "This is a bug in FastMTP Chat.")
+            raise GGUFError(f"{self.path.name} has no tensor {name!r}.", "This is a bug in FastMTP Chat.",
+                            kind="internal-error")
         raw = self._read(tensor.data_offset, tensor.n_bytes)
         dtype = _TENSOR_DTYPES.get(tensor.type)
         if dtype is None:
@@ -185,14 +187,15 @@ class GgufHeader:
             with self.path.open("rb") as f:
                 now = os.fstat(f.fileno())
                 if (now.st_size, now.st_mtime_ns) != (self.file_size, self.mtime_ns):
-                    raise GGUFError(f"{self.path.name} changed while it was being read.", "Try again.")
+                    raise GGUFError(f"{self.path.name} changed while it was being read.", "Try again.",
+                                    kind="file-changed")
                 f.seek(offset)
                 raw = f.read(nbytes)
         except OSError as exc:
             raise GGUFError(f"{self.path} cannot be read: {exc.strerror or exc}.",
-                            "Check that the file is still there and readable.") from exc
+                            "Check that the file is still there and readable.", kind="unreadable-file") from exc
         if len(raw) != nbytes:
-            raise GGUFError(f"{self.path.name} changed while it was being read.", "Try again.")
+            raise GGUFError(f"{self.path.name} changed while it was being read.", "Try again.", kind="file-changed")
         return raw
 
 
@@ -209,15 +212,16 @@ def file_key(path: Path) -> tuple[str, int, int]:
         st = path.stat()
     except FileNotFoundError:
         raise GGUFError(f"The model file {path} does not exist.",
-                        "Check the path, or download the file again.") from None
+                        "Check the path, or download the file again.", kind="not-found") from None
     except OSError as exc:
         raise GGUFError(f"{path} cannot be read: {exc.strerror or exc}.",
-                        "Check the file's permissions (and those of its folders).") from None
+                        "Check the file's permissions (and those of its folders).", kind="unreadable-file") from None
     if stat.S_ISDIR(st.st_mode):
-        raise GGUFError(f"{path} is a folder, not a GGUF model file.", "Choose the .gguf file inside it.")
+        raise GGUFError(f"{path} is a folder, not a GGUF model file.", "Choose the .gguf file inside it.",
+                        kind="not-a-file")
     if not stat.S_ISREG(st.st_mode):
         raise GGUFError(f"{path} is not a regular file ({kind_of(st.st_mode)}), so not a GGUF model file.",
-                        "Choose a .gguf file (llama.cpp's model format).")
+                        "Choose a .gguf file (llama.cpp's model format).", kind="not-a-file")
     return str(path.resolve()), st.st_size, st.st_mtime_ns
 
 
@@ -236,14 +240,15 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
             head = f.read(24)
             if len(head) < 4 or head[:4] != b"GGUF":
                 raise GGUFError(f"{p.name} is not a GGUF model file.",
-                                "Choose a .gguf file (llama.cpp's model format).")
+                                "Choose a .gguf file (llama.cpp's model format).", kind="not-gguf")
             if len(head) < 24:
-                raise GGUFError(f"{p.name} is damaged or incomplete: it ends inside its first 24 bytes.", _CUT_ADVICE)
+                raise GGUFError(f"{p.name} is damaged or incomplete: it ends inside its first 24 bytes.", _CUT_ADVICE,
+                                kind="truncated")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 return _Walk(data, len(data), p.name).header(p, st.st_mtime_ns)
     except OSError as exc:
         raise GGUFError(f"{p} cannot be read: {exc.strerror or exc}.",
-                        "Check the file's permissions, or copy it somewhere readable.") from exc
+                        "Check the file's permissions, or copy it somewhere readable.", kind="unreadable-file") from exc
 
 
 class _Walk:
@@ -290,10 +295,11 @@ class _Walk:
         version, n_tensors, n_kv = struct.unpack_from("<IQQ", self.data, 4)
         if version & 0xFFFF == 0 and version:
             raise GGUFError(f"{self.name} is a big-endian GGUF file; llama.cpp on this machine reads little-endian "
-                            "ones only.", "Convert the model again without --bigendian.")
+                            "ones only.", "Convert the model again without --bigendian.", kind="big-endian")
         if version not in VERSIONS:
             raise GGUFError(f"{self.name} is GGUF version {version}; FastMTP Chat reads versions 2 and 3.",
-                            "Convert the model again with a current llama.cpp (convert_hf_to_gguf.py).")
+                            "Convert the model again with a current llama.cpp (convert_hf_to_gguf.py).",
+                            kind="unsupported-gguf-version")
         self.pos = 24
         left = self.size - self.pos
         if n_kv > left // _MIN_KV:
@@ -317,7 +323,7 @@ class _Walk:
         data_end = max((t.data_offset + t.n_bytes for t in placed), default=0)
         if data_end > self.size:
             raise GGUFError(f"{self.name} is incomplete: it is {self.size:,} bytes but its tensors need {data_end:,}.",
-                            "The download or copy was cut short: fetch the file again.")
+                            "The download or copy was cut short: fetch the file again.", kind="truncated")
         return GgufHeader(path, self.size, mtime_ns, version, alignment, data_offset, fields, placed)
 
     def value(self, vtype: int, key: str) -> Field:
@@ -398,7 +404,7 @@ class _Walk:
             except (ValueError, KeyError):
                 raise GGUFError(f"{self.name}: the tensor {name!r} has the type {ttype}, which this version of "
                                 "FastMTP Chat does not know.", "The file is damaged, or newer than the app: update "
-                                "FastMTP Chat, or fetch the file again.") from None
+                                "FastMTP Chat, or fetch the file again.", kind="unknown-tensor-type") from None
             n = math.prod(shape)
             infos.append((name, ttype, tuple(int(d) for d in shape), offset, n, n * type_size // block_size))
         return infos
@@ -426,7 +432,8 @@ def _decode_array(raw: bytes, pos: int, item: GGUFValueType, count: int, name: s
             out.append(values)
         return out, pos
     except (struct.error, UnicodeDecodeError, ValueError) as exc:
-        raise GGUFError(f"{name} is damaged: the array {key!r} cannot be read ({exc}).", _CUT_ADVICE) from None
+        raise GGUFError(f"{name} is damaged: the array {key!r} cannot be read ({exc}).", _CUT_ADVICE,
+                        kind="truncated") from None
 
 
 # ----------------------------------------------------------------------------- the caches

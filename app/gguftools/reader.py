@@ -58,7 +58,8 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFReader:
     """
     p = Path(path)
     if not p.is_file():
-        raise GGUFError(f"The model file {p} does not exist.", "Check the path, or download the file again.")
+        raise GGUFError(f"The model file {p} does not exist.", "Check the path, or download the file again.",
+                        kind="not-found")
     size = p.stat().st_size
     try:
         reader = _Reader(p)
@@ -67,16 +68,19 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFReader:
             raise GGUFError(
                 f"{p.name} is not a GGUF model file.",
                 "Choose a .gguf file (llama.cpp's model format).",
+                kind="not-gguf",
             ) from exc
         raise GGUFError(
             f"{p.name} is damaged or incomplete: its header cannot be read ({exc}).",
             "The download or copy was probably cut short: fetch the file again.",
+            kind="truncated",
         ) from exc
     data_end = max((t.data_offset + t.n_bytes for t in reader.tensors), default=0)
     if data_end > size:
         raise GGUFError(
             f"{p.name} is incomplete: it is {size:,} bytes but its tensors need {data_end:,}.",
             "The download or copy was cut short: fetch the file again.",
+            kind="truncated",
         )
     return reader
 

@@ -64,12 +64,14 @@ class SidecarSource:
             raise SidecarError(
                 f"{name} is a '{arch or 'unknown'}' model; FastMTP sidecars are built from Qwen3.5 (qwen35) models.",
                 "Choose the Qwen3.8-27B target GGUF (or another qwen35 model with an MTP head).",
+                kind="wrong-architecture",
             )
         self.tensors = tensors_by_name(self.reader)
         if "d2t" in self.tensors:
             raise SidecarError(
                 f"{name} is already a trimmed (d2t) sidecar.",
                 "Build from the target model or from an untrimmed (--full) sidecar.",
+                kind="already-trimmed",
             )
         block_count = _int(field_value(self.reader, f"{ARCH}.block_count"))
         nextn = _int(field_value(self.reader, f"{ARCH}.nextn_predict_layers")) or 0
@@ -78,6 +80,7 @@ class SidecarSource:
             raise SidecarError(
                 f"{name} has no MTP (nextn) block, so there is no draft head to extract.",
                 "Use a GGUF converted with its MTP layer (llama.cpp keeps it unless --no-mtp was given).",
+                kind="no-mtp-head",
             )
         self.tokenizer: Tokenizer = tokenizer_from_reader(self.reader, name)
         self.n_vocab = self.tokenizer.n_vocab
@@ -86,6 +89,7 @@ class SidecarSource:
             raise SidecarError(
                 f"{name} has no token embedding matching its {self.n_vocab}-token vocabulary.",
                 "The file is not a complete model; fetch it again.",
+                kind="no-token-embedding",
             )
         self.n_embd = int(embd.shape[0])
 
@@ -124,7 +128,8 @@ def build_sidecar(
     source = target if isinstance(target, SidecarSource) else SidecarSource(target)
     out = Path(out)
     if out.resolve() == source.path.resolve():
-        raise SidecarError("The sidecar would overwrite its target model.", "Choose another output file name.")
+        raise SidecarError("The sidecar would overwrite its target model.", "Choose another output file name.",
+                           kind="would-overwrite-target")
 
     mtp_names = source.mtp_tensor_names()
     shared_head = f"blk.{source.mtp_layer}.nextn.shared_head_head.weight"
@@ -187,17 +192,20 @@ def select_draft_vocab(
         raise SidecarError(
             f"A draft vocabulary of {vocab_size} tokens is impossible for a {n_vocab}-token model.",
             f"Choose a size between 1 and {n_vocab} (32768 is the usual FastMTP size).",
+            kind="bad-draft-vocab",
         )
     if counts is not None and counts.max_id() >= n_vocab:
         raise SidecarError(
             f"The token counts name token {counts.max_id()}, but the model has only {n_vocab} tokens.",
             "The counts come from another model: count the corpus again with this model's tokenizer.",
+            kind="bad-draft-vocab",
         )
     specials = tokenizer.special_ids()
     if len(specials) > vocab_size:
         raise SidecarError(
             f"A draft vocabulary of {vocab_size} tokens cannot hold the model's {len(specials)} chat tokens.",
             f"Choose a size of at least {len(specials)}.",
+            kind="bad-draft-vocab",
         )
     chosen = dict.fromkeys(specials)
     for token in _candidates(tokenizer, counts):
@@ -223,10 +231,11 @@ def explicit_draft_vocab(ids: Sequence[int], n_vocab: int, tokenizer: Tokenizer)
     """
     arr = np.asarray(list(ids), dtype=np.int64)
     if arr.size == 0:
-        raise SidecarError("The draft vocabulary is empty.", "Give at least one token id.")
+        raise SidecarError("The draft vocabulary is empty.", "Give at least one token id.", kind="bad-draft-vocab")
     uniq = np.unique(arr)
     if uniq.size != arr.size:
-        raise SidecarError("The draft vocabulary lists a token more than once.", "Give each token id once.")
+        raise SidecarError("The draft vocabulary lists a token more than once.", "Give each token id once.",
+                           kind="bad-draft-vocab")
     _checked(uniq, n_vocab)
     return _checked(np.union1d(uniq, np.array(tokenizer.special_ids(), dtype=np.int64)), n_vocab)
 
@@ -237,9 +246,11 @@ def _checked(ids: npt.NDArray[np.int64], n_vocab: int) -> npt.NDArray[np.int64]:
         raise SidecarError(
             f"The draft vocabulary names token {bad}, outside the model's {n_vocab} tokens.",
             "Use token ids of this model (0 to vocabulary size - 1).",
+            kind="bad-draft-vocab",
         )
     if np.any(np.diff(ids) <= 0):
-        raise SidecarError("The draft vocabulary has repeated or unsorted ids.", "This is a bug in FastMTP Chat.")
+        raise SidecarError("The draft vocabulary has repeated or unsorted ids.", "This is a bug in FastMTP Chat.",
+                           kind="bad-draft-vocab")
     return ids
 
 
@@ -261,6 +272,7 @@ def check_pair(target: GgufReport, sidecar: GgufReport) -> None:
         raise SidecarError(
             f"{Path(sidecar.path).name} is not an MTP draft sidecar (it looks like: {sidecar.kind}).",
             "Choose the FastMTP sidecar GGUF, or build one from the target.",
+            kind="not-a-sidecar",
         )
     problems = []
     if sidecar.architecture != target.architecture:
@@ -274,6 +286,7 @@ def check_pair(target: GgufReport, sidecar: GgufReport) -> None:
             f"The sidecar {Path(sidecar.path).name} was not made for the model {Path(target.path).name} "
             f"({'; '.join(problems)}).",
             "Use the sidecar released for this model, or build one from it.",
+            kind="sidecar-mismatch",
         )
     check_d2t(sidecar.path, target.vocab_size)
 
@@ -302,7 +315,8 @@ def _copy_plan(tensor: ReaderTensor) -> TensorPlan:
 def _rows_plan(name: str, tensor: ReaderTensor, ids: npt.NDArray[np.int64]) -> TensorPlan:
     """The rows ``ids`` of a 2-D tensor, copied as raw bytes (a row is a whole number of quant blocks)."""
     if len(tensor.shape) != 2:
-        raise SidecarError(f"The LM head {tensor.name} is not a matrix.", "The target model is damaged.")
+        raise SidecarError(f"The LM head {tensor.name} is not a matrix.", "The target model is damaged.",
+                           kind="damaged-model")
 
     def chunks() -> Iterator[npt.NDArray[Any]]:
         rows = _rows(tensor)

@@ -27,11 +27,13 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 class RemoteError(FastMTPError):
     """A remote server cannot be added, reached, or used: its address, its key, or its answer."""
 
+    kind = "remote"
+
 
 class RemoteNetworkError(RemoteError):
     """The remote server could not be reached or the connection dropped (CLI exit code 3)."""
 
-    exit_code = 3
+    kind = "remote-network"  # exit code 3 (core.errors.EXIT_CODES)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ _SCAN_DEPTH = 6  # folders below a scan root (HF cache: models--x/snapshots/<rev
 class LocalModelError(FastMTPError):
     """A local model file cannot be added, found or copied."""
 
+    kind = "local-model"
+
 
 # ----------------------------------------------------------------------------- what a file is
 
@@ -281,14 +283,15 @@ def add(path: Path, *, copy: bool = False, origin: HubOrigin | None = None, side
     source = Path(path).expanduser().absolute()
     given = [Path(s).absolute() for s in sidecars]
     if not source.is_file():
-        raise LocalModelError(f"There is no file at {source}.", "Check the path.")
+        raise LocalModelError(f"There is no file at {source}.", "Check the path.", kind="not-found")
     if source.suffix.lower() != ".gguf":
-        raise LocalModelError(f"{source.name} is not a .gguf file.", "Choose a GGUF model file (llama.cpp's format).")
+        raise LocalModelError(f"{source.name} is not a .gguf file.", "Choose a GGUF model file (llama.cpp's format).",
+                              kind="not-gguf")
     facts = inspect_facts(source)
     if facts.role != "model" or not facts.usable:
         raise LocalModelError(f"{source.name} cannot be added as a model. {facts.reason}",
                               "Add the target model file instead." if facts.role == "sidecar"
-                              else "Choose a Qwen3.5-family GGUF with its MTP head.")
+                              else "Choose a Qwen3.5-family GGUF with its MTP head.", kind="not-a-model")
     target = source
     copied_from = ""
     if copy:
@@ -318,7 +321,8 @@ def remove(path: Path | str, *, delete_copy: bool = False) -> LocalModel:
     """
     model = find(path)
     if model is None:
-        raise LocalModelError(f"{path} is not one of your added model files.", "`python -m app models` lists them.")
+        raise LocalModelError(f"{path} is not one of your added model files.", "`python -m app models` lists them.",
+                              kind="not-registered")
     if delete_copy and model.copied_from:
         _check_own_copy(model.path)
     _save([m for m in load_registry() if m.path != model.path])
@@ -341,7 +345,7 @@ def _check_own_copy(path: Path) -> None:
     except UnsafeInputError:
         raise LocalModelError(f"{path} is outside the folder of the app's copies ({folder}), so it was not deleted "
                               "and is still registered.", "Remove it without --delete-copy, and delete the file "
-                              "yourself if you mean to.") from None
+                              "yourself if you mean to.", kind="outside-copies") from None
 
 
 def attach_sidecar(path: Path | str, sidecar: Path) -> LocalModel:
@@ -352,7 +356,8 @@ def attach_sidecar(path: Path | str, sidecar: Path) -> LocalModel:
     """
     model = find(path)
     if model is None:
-        raise LocalModelError(f"{path} is not one of your added model files.", "Add it first: `models add FILE`.")
+        raise LocalModelError(f"{path} is not one of your added model files.", "Add it first: `models add FILE`.",
+                              kind="not-registered")
     kind = attachable_sidecar(model.path, sidecar, strict=True)
     sidecar = Path(sidecar).absolute()
     updated = replace(model, sidecar_d2t=sidecar) if kind == "d2t" else replace(model, sidecar_full=sidecar)
@@ -393,7 +398,7 @@ def attachable_sidecar(target: Path, sidecar: Path, *, strict: bool) -> Literal[
     except FastMTPError as exc:
         if strict:
             raise LocalModelError(f"{Path(sidecar).name} cannot be used with {target.name}: {exc.message}",
-                                  exc.advice or "Choose the sidecar made for this model.") from exc
+                                  exc.advice or "Choose the sidecar made for this model.", kind=exc.kind) from exc
         return None
     return "d2t" if side.kind == "mtp_sidecar_d2t" else "full"
 
@@ -443,7 +448,8 @@ def copy_into_models(source: Path, on_bytes: Callable[[int, int], None] | None =
     free = shutil.disk_usage(folder).free
     if free < size:
         raise LocalModelError(f"Copying {source.name} needs {size / 1e9:.1f} GB, but {folder} has "
-                              f"{free / 1e9:.1f} GB free.", "Free some space, or add the file in place (no copy).")
+                              f"{free / 1e9:.1f} GB free.", "Free some space, or add the file in place (no copy).",
+                              kind="no-room")
     partial = out.with_name(out.name + ".partial")
     try:
         with source.open("rb") as src, partial.open("wb") as dst:
@@ -455,11 +461,11 @@ def copy_into_models(source: Path, on_bytes: Callable[[int, int], None] | None =
                     on_bytes(done, size)
         if out.exists() or out.is_symlink():
             raise LocalModelError(f"{out} appeared while {source.name} was being copied; it was left alone.",
-                                  "Add the file again.")
+                                  "Add the file again.", kind="copy-conflict")
         os.replace(partial, out)
     except OSError as exc:
         raise LocalModelError(f"{source.name} could not be copied to {folder}: {exc.strerror or exc}.",
-                              "Check free space and permissions; nothing was kept.") from None
+                              "Check free space and permissions; nothing was kept.", kind="copy-failed") from None
     finally:
         partial.unlink(missing_ok=True)
     return out
@@ -479,7 +485,8 @@ def _copy_target(folder: Path, source: Path, size: int) -> Path:
             if sha256_file(out) == source_sha:
                 return out
     raise LocalModelError(f"{folder} already holds 999 other files named like {source.name}.",
-                          "Remove the copies you do not need, or add the file in place (no copy).")
+                          "Remove the copies you do not need, or add the file in place (no copy).",
+                          kind="too-many-copies")
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 

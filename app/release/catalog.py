@@ -28,7 +28,7 @@ HUB_URL = "https://huggingface.co"
 class CatalogError(FastMTPError):
     """The catalog or the user's endpoint list cannot be read, or a name is not in it."""
 
-    exit_code = 2
+    kind = "catalog-invalid"  # exit code 2, bad usage (core.errors.EXIT_CODES)
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ def pick_payload(meta: ReleaseMetadata, catalog: Catalog, quant: str) -> list[st
             return hits[0]
         raise VerificationError(f"The signed manifest {meta.manifest.source} has no {what} "
                                 f"(expected {expected}; found {', '.join(ggufs) or 'no GGUF files'}).",
-                                PICK_QUANT_ADVICE)
+                                PICK_QUANT_ADVICE, kind="quant-missing")
 
     sidecar = find(catalog.sidecar.file, "FastMTP", "FastMTP sidecar")
     model = find(catalog.quant(quant).file, quant, f"{quant} model file", exclude=sidecar)
@@ -139,12 +139,13 @@ def fetch_integrity(plan: FetchPlan, folder: Path, token: str | None, *, control
             names = integ.signature_names(signed)
             if _fetch_first(plan, names, folder, token, control, relay) is None:
                 raise DownloadError(f"The signature of {signed} could not be fetched (tried {', '.join(names)}).",
-                                    "Check the mirror; a release without signatures is never used.")
+                                    "Check the mirror; a release without signatures is never used.",
+                                    kind="signature-unavailable")
         _fetch_first(plan, [integ.public_key], folder, token, control, relay)  # optional when a key is pinned
     except DownloadCancelled as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise DownloadCancelled("Download cancelled while fetching the integrity files; no partial file was kept.",
-                                START_OVER_ADVICE) from exc
+                                START_OVER_ADVICE, kind="download-cancelled-start-over") from exc
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -157,7 +158,7 @@ def _checkpoint(control: FetchControl | None, where: str) -> None:
     control.wait_while_paused()
     if control.cancelled:
         raise DownloadCancelled(f"Download cancelled {where}; nothing was installed.",
-                                KEPT_ADVICE)
+                                KEPT_ADVICE, kind="download-cancelled-kept")
 
 
 def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callable[[FetchEvent], None] | None = None,

@@ -43,7 +43,7 @@ _WRITE_BEHIND = 64 << 20  # bytes between write-behind hints (see _write_behind)
 _MAX_REDIRECTS = 10
 _MAX_BACKOFF = 60.0
 # The advice of the errors a download raises, in words that suit the terminal and the window alike, except
-# TOKEN_ADVICE, which names the command; the Models page puts each in its own words (``window_advice``).
+# TOKEN_ADVICE, which names the command; the Models page chooses its own words by the error's ``kind``.
 TOKEN_ADVICE = ("The repository may be gated or private: accept its terms on the hub, then store a token with "
                 "`python -m app token set` (or set HF_TOKEN). A token that lacks access gives the same error.")
 RESUME_ADVICE = "Start the download again: it resumes where it stopped."
@@ -82,6 +82,8 @@ class FetchedFile:
 
 class DownloadCancelled(DownloadError):
     """The user cancelled; ``.part`` files are kept so the next run resumes."""
+
+    kind = "download-cancelled"
 
 
 ControlChange = Literal["paused", "resumed", "cancelled"]
@@ -269,10 +271,11 @@ class _Retry(Exception):
 class _MirrorFailed(Exception):
     """This mirror cannot serve the file (404, 403, a bad certificate ...): go to the next one."""
 
-    def __init__(self, reason: str, advice: str = "") -> None:
+    def __init__(self, reason: str, advice: str = "", kind: str = "download-refused") -> None:
         super().__init__(reason)
         self.reason = reason
         self.advice = advice
+        self.kind = kind
 
 
 class _Interrupted(Exception):
@@ -316,7 +319,7 @@ class _Download:
             return self._finish()
         except FastMTPError as exc:
             if not isinstance(exc, DownloadCancelled):
-                self.progress.event("error", self.name, exc.message)
+                self.progress.event("error", self.name, exc.message, exc.kind)
             raise
         finally:
             self.hasher.close()
@@ -355,6 +358,7 @@ class _Download:
         """Attempts with backoff on one mirror, then the next; returns when the part holds the whole file."""
         failures: list[str] = []
         advice = ""
+        kind = "download-network"  # unless a mirror's failure gives the advice: then its kind goes with it
         for url in self.request.urls:
             attempt = 0
             high_water = self.done
@@ -367,7 +371,8 @@ class _Download:
                     continue
                 except _MirrorFailed as exc:
                     failures.append(f"{url}: {exc.reason}")
-                    advice = advice or exc.advice
+                    if not advice and exc.advice:
+                        advice, kind = exc.advice, exc.kind
                     break
                 except _Retry as exc:
                     if self.done > high_water:  # progress was made: the link works, just not for long
@@ -385,7 +390,8 @@ class _Download:
                 self.progress.event("retry", self.name, f"{failures[-1]}; trying the next mirror")
         where = failures[0] if len(failures) == 1 else "every mirror failed:\n  " + "\n  ".join(failures)
         raise DownloadError(f"Could not download {self.name}: {where}",
-                            advice or "Check the network connection or try another mirror. " + RESUME_ADVICE)
+                            advice or "Check the network connection or try another mirror. " + RESUME_ADVICE,
+                            kind=kind)
 
     def _finish(self) -> FetchedFile:
         """Check size and hash, then move into place; a mismatch deletes the part."""
@@ -395,12 +401,14 @@ class _Download:
         if self.request.size is not None and size != self.request.size:
             self._discard()
             raise VerificationError(f"{self.name} has the wrong size: expected {self.request.size} bytes, "
-                                    f"got {size}.", "The mirror serves a different file; try another mirror.")
+                                    f"got {size}.", "The mirror serves a different file; try another mirror.",
+                                    kind="size-mismatch")
         if self.request.sha256 is not None and digest != self.request.sha256.lower():
             self._discard()
             raise VerificationError(f"{self.name} failed its sha256 check: expected {self.request.sha256.lower()}, "
                                     f"got {digest}. The download was deleted.",
-                                    "The mirror served corrupted or tampered bytes; try again or another mirror.")
+                                    "The mirror served corrupted or tampered bytes; try again or another mirror.",
+                                    kind="sha256-mismatch")
         os.replace(self.part, self.final)
         part_state.remove(self.state_file)
         _fsync_path(self.final.parent)
@@ -438,7 +446,7 @@ class _Download:
             if _is_certificate_error(exc):
                 raise _MirrorFailed(f"its TLS certificate could not be verified ({exc})",
                                     "The connection may be intercepted; check the system clock and any proxy. "
-                                    "Certificate checks are never turned off.") from exc
+                                    "Certificate checks are never turned off.", "tls-unverified") from exc
             reason = f"no data for {self.settings.stall_timeout:.0f} s (stalled)" \
                 if isinstance(exc, httpx.ReadTimeout) else f"{type(exc).__name__}: {exc or 'connection lost'}"
             raise _Retry(reason) from exc
@@ -488,11 +496,11 @@ class _Download:
             self._restart("the server refused to resume (416); starting again from zero")
             raise _Retry("the server refused to resume (416)", immediate=True)
         if status in (401, 403):
-            raise _MirrorFailed(f"access denied (HTTP {status})", TOKEN_ADVICE)
+            raise _MirrorFailed(f"access denied (HTTP {status})", TOKEN_ADVICE, "download-denied")
         if status in (404, 410):
             raise _MirrorFailed(f"not found (HTTP {status})",
                                 "The file is not on this mirror: check the repository, the revision and the "
-                                "quantization name.")
+                                "quantization name.", "not-found")
         if status in (408, 429) or status >= 500:
             raise _Retry(f"server error (HTTP {status})", retry_after=_retry_after(response))
         if status not in (200, 206):
@@ -531,13 +539,14 @@ class _Download:
             self._discard()
             raise VerificationError(f"{self.name} has the wrong size on {url}: expected {self.request.size} bytes, "
                                     f"the server announces {total}.",
-                                    "The mirror serves a different file; try another mirror.")
+                                    "The mirror serves a different file; try another mirror.", kind="size-mismatch")
         if self.request.max_size is not None and total > self.request.max_size:
             self._discard()
             raise VerificationError(f"{self.name} on {url} is too large: the server announces {total} bytes, "
                                     f"more than the {_human(self.request.max_size)} this file may have; "
                                     "refused before reading it.",
-                                    "The mirror serves something else than a release file; try another mirror.")
+                                    "The mirror serves something else than a release file; try another mirror.",
+                                    kind="too-large")
         if self.expected is None:
             self.expected = total
             self.progress.set_total(self.name, total)
@@ -560,14 +569,14 @@ class _Download:
                         f"{self.name} on {self._url} is too large: the server sent more than the "
                         f"{_human(self.request.max_size)} this file may have; the download was stopped there "
                         "and deleted.",
-                        "The mirror serves something else than a release file; try another mirror.")
+                        "The mirror serves something else than a release file; try another mirror.", kind="too-large")
                 if self.expected is not None and self.done + len(piece) > self.expected:
                     self._write(fd, memoryview(piece)[: self.expected - self.done])
                     self._discard()
                     raise VerificationError(
                         f"{self.name}: the server sent more than the expected {self.expected} bytes; "
                         "the download was cut off there and deleted.",
-                        "The mirror serves a different file; try another mirror.")
+                        "The mirror serves a different file; try another mirror.", kind="size-mismatch")
                 self._write(fd, memoryview(piece))
                 if self.done - behind >= _WRITE_BEHIND:
                     _write_behind(fd, max(0, behind - _WRITE_BEHIND), self.done)
@@ -699,7 +708,7 @@ def _check_names(requests: list[FileRequest]) -> None:
         if (not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
                 or (len(name) > 1 and name[1] == ":")):
             raise VerificationError(f"Refusing to download {name!r}: not a plain file name.",
-                                    "A release may only name files, never folders or paths.")
+                                    "A release may only name files, never folders or paths.", kind="unsafe-name")
         if name in seen:
             raise ValueError(f"{name} is requested twice")
         if not request.urls:
@@ -722,7 +731,7 @@ def _check_disk_space(requests: list[FileRequest], staging: Path) -> None:
     if needed > free:
         raise DiskSpaceError(f"Not enough free space in {staging}: the download needs {_human(needed)}, "
                              f"only {_human(free)} is free.",
-                             NO_ROOM_ADVICE)
+                             NO_ROOM_ADVICE, kind="no-room")
 
 
 def _part_path(staging: Path, name: str) -> Path:

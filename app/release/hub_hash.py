@@ -172,14 +172,15 @@ def hub_file_info(origin: HubOrigin, endpoint: str | None = None, token: str | N
             if web_origin(url) != home:  # a page elsewhere is not the hub's answer, and never sees the token
                 raise VerificationError(f"The hub at {base} sent a next-page link to {url}, which is on another "
                                         "origin; a listing is only read from the hub's own origin.",
-                                        "Check the endpoint (`--endpoint`, HF_ENDPOINT); nothing was changed.")
+                                        "Check the endpoint (`--endpoint`, HF_ENDPOINT); nothing was changed.",
+                                        kind="hub-answer-invalid")
             entries, url = _tree_page(client, url, headers, origin)
             for entry in entries:
                 if isinstance(entry, dict) and entry.get("path") == origin.path_in_repo:
                     return _info_of(entry, origin)
     raise VerificationError(f"The hub does not list {origin.path_in_repo} in {origin.repo} at revision "
                             f"{origin.revision}.", "Check the repository, the revision and the file's name in "
-                            "the repository (`--repo`, `--revision`, `--path-in-repo`).")
+                            "the repository (`--repo`, `--revision`, `--path-in-repo`).", kind="not-found")
 
 
 def _tree_page(client: httpx.Client, url: str, headers: dict[str, str],
@@ -189,26 +190,28 @@ def _tree_page(client: httpx.Client, url: str, headers: dict[str, str],
             if response.status_code in (401, 403):
                 raise DownloadError(f"The hub refused to list {origin.repo} (HTTP {response.status_code}).",
                                     "The repository may be gated or private: store a token with "
-                                    "`python -m app token set` (or set HF_TOKEN).")
+                                    "`python -m app token set` (or set HF_TOKEN).", kind="download-denied")
             if response.status_code == 404:
                 raise VerificationError(f"The hub has no repository {origin.repo} at revision {origin.revision} "
-                                        f"(HTTP 404 for {url}).", "Check the repository name and the revision.")
+                                        f"(HTTP 404 for {url}).", "Check the repository name and the revision.",
+                                        kind="not-found")
             if response.status_code != 200:
                 raise DownloadError(f"The hub answered HTTP {response.status_code} for {url}.",
-                                    "Try again later; the file's state stays as it was.")
+                                    "Try again later; the file's state stays as it was.", kind="hub-http-error")
             body = _read_listing(response, url)
             link = response.headers.get("link", "")
     except httpx.HTTPError as exc:
         raise DownloadError(f"The hub at {url} cannot be reached: {exc}.",
-                            "Check the network (or the endpoint), then verify again.") from exc
+                            "Check the network (or the endpoint), then verify again.", kind="download-network") from exc
     try:
         entries = bounded_http.loads(body)
     except ValueError as exc:
         raise VerificationError(f"The hub's answer for {url} is not JSON"
                                 + (f" ({exc})." if isinstance(exc, bounded_http.TooDeep) else "."),
-                                "Check the endpoint.") from None
+                                "Check the endpoint.", kind="hub-answer-invalid") from None
     if not isinstance(entries, list):
-        raise VerificationError(f"The hub's answer for {url} is not a file listing.", "Check the endpoint.")
+        raise VerificationError(f"The hub's answer for {url} is not a file listing.", "Check the endpoint.",
+                                kind="hub-answer-invalid")
     following = re.search(r'<([^>]+)>\s*;\s*rel="next"', link)
     return entries, urljoin(url, following.group(1)) if following else None
 
@@ -221,9 +224,9 @@ def _read_listing(response: httpx.Response, url: str) -> bytes:
     try:
         return reader.body(response)
     except bounded_http.TooSlow as exc:
-        raise DownloadError(exc.message, "Try again later; the file's state stays as it was.") from None
+        raise DownloadError(exc.message, "Try again later; the file's state stays as it was.", kind=exc.kind) from None
     except bounded_http.ReadLimitError as exc:
-        raise VerificationError(exc.message, exc.advice) from None
+        raise VerificationError(exc.message, exc.advice, kind=exc.kind) from None
     finally:
         reader.finish()
 
@@ -234,7 +237,7 @@ def _info_of(entry: dict[str, Any], origin: HubOrigin) -> HubFileInfo:
     if not isinstance(oid, str) or not re.fullmatch(r"(sha256:)?[0-9a-f]{64}", oid):
         raise VerificationError(f"The hub reports no content hash (LFS sha256) for {origin.path_in_repo} in "
                                 f"{origin.repo}: it is not stored through LFS.",
-                                "Model files always are; check that this is the right file.")
+                                "Model files always are; check that this is the right file.", kind="no-lfs-hash")
     size = lfs.get("size") if isinstance(lfs, dict) else None
     return HubFileInfo(oid.removeprefix("sha256:"), size if isinstance(size, int) else None)
 
@@ -262,7 +265,7 @@ def _readable_size(path: Path) -> int:
         return size
     except OSError as exc:
         raise FastMTPError(f"{path} cannot be read: {exc.strerror or type(exc).__name__}.",
-                           "Check the file's permissions (and those of its folders).") from None
+                           "Check the file's permissions (and those of its folders).", kind="unreadable-file") from None
 
 
 def verify_against_hub(path: Path, origin: HubOrigin, endpoint: str | None = None, token: str | None = None,

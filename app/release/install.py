@@ -46,14 +46,14 @@ def _move(src: Path, target: Path, expected_sha256: str | None) -> None:
         if src.stat().st_size > free:
             raise DiskSpaceError(f"Not enough free space in {target.parent} for {src.name} "
                                  f"({src.stat().st_size} bytes needed, {free} free).",
-                                 "Free some space or pick another folder with --dest.")
+                                 "Free some space or pick another folder with --dest.", kind="install-no-room")
         with src.open("rb") as reader, tmp.open("wb") as writer:
             shutil.copyfileobj(reader, writer, 1 << 20)
             writer.flush()
             os.fsync(writer.fileno())
         if expected_sha256 is not None and sha256_file(tmp) != expected_sha256:
             raise VerificationError(f"{src.name} failed the sha256 check after copying it to {target.parent}.",
-                                    "The disk may be failing; nothing was put in place.")
+                                    "The disk may be failing; nothing was put in place.", kind="sha256-mismatch")
         os.replace(tmp, target)
         src.unlink()
     finally:
@@ -71,11 +71,12 @@ def install(meta: ReleaseMetadata, files: dict[str, Path], dest: Path) -> Instal
         size = meta.entry(name).size
         if path.is_symlink() or not path.is_file() or (size is not None and path.stat().st_size != size):
             raise VerificationError(f"{name} changed in {path.parent} after it was verified.",
-                                    "Nothing was put in place; fetch or verify again.")
+                                    "Nothing was put in place; fetch or verify again.", kind="file-changed")
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise FastMTPError(f"Cannot create the model folder {dest}: {exc}", "Pick a writable folder with --dest.") \
+        raise FastMTPError(f"Cannot create the model folder {dest}: {exc}", "Pick a writable folder with --dest.",
+                           kind="unwritable-folder") \
             from exc
     for name, path in files.items():
         _move(path, dest / name, meta.entry(name).sha256)

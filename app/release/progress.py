@@ -36,6 +36,7 @@ class FetchEvent:
     speed_bps: float
     eta_s: float | None
     message: str = ""
+    error_kind: str = ""  # an "error" event's FastMTPError kind ("sha256-mismatch", …): what a window chooses by
 
     def to_json(self) -> str:
         return json.dumps({"event": "fetch", **asdict(self)})
@@ -120,27 +121,28 @@ class Progress:
             meter.done = meter.tick_bytes = 0
             self._emit("retry", name, message)
 
-    def event(self, kind: EventKind, name: str = "", message: str = "") -> None:
-        """An event now, unthrottled (start, retry, done, error, paused, resumed)."""
+    def event(self, kind: EventKind, name: str = "", message: str = "", error_kind: str = "") -> None:
+        """An event now, unthrottled (start, retry, done, error, paused, resumed); an error carries its kind."""
         with self._lock:
             now = time.monotonic()
             self._batch.sample(now)
             if name:
                 self._files[name].sample(now)
-            self._emit(kind, name, message)
+            self._emit(kind, name, message, error_kind)
 
     def _refresh_total(self) -> None:
         totals = [m.total for m in self._files.values()]
         self._batch.total = None if any(t is None for t in totals) else sum(t for t in totals if t is not None)
 
-    def _emit(self, kind: EventKind, name: str, message: str = "") -> None:
+    def _emit(self, kind: EventKind, name: str, message: str = "", error_kind: str = "") -> None:
         meter = self._files[name] if name else self._batch
         meter.emitted = time.monotonic()
         if self._on_event is None:
             return
         self._on_event(FetchEvent(kind=kind, file=name, bytes_done=meter.done, bytes_total=meter.total,
                                   total_done=self._batch.done, total_bytes=self._batch.total,
-                                  speed_bps=round(meter.speed, 1), eta_s=_round(meter.eta()), message=message))
+                                  speed_bps=round(meter.speed, 1), eta_s=_round(meter.eta()), message=message,
+                                  error_kind=error_kind))
 
 
 def _round(value: float | None) -> float | None:

@@ -68,7 +68,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     except settings_file.DamagedFile as exc:
         if isinstance(exc.error, RecursionError):
             raise _damaged(path, str(exc)) from None
-        raise TrustError(f"Cannot read {path}: {exc}", _RESTORE) from exc.error
+        raise TrustError(f"Cannot read {path}: {exc}", _RESTORE, kind="trust-store-unreadable") from exc.error
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -148,7 +148,8 @@ def remove_key(fingerprint: str) -> list[str]:
     removed = [k["repo"] for k in keys if k.get("fingerprint") == fp]
     if not removed:
         raise TrustError(f"No user-pinned key has the fingerprint {fp}.",
-                         "See `python -m app trust list`; keys shipped with the app cannot be removed.")
+                         "See `python -m app trust list`; keys shipped with the app cannot be removed.",
+                         kind="key-not-pinned")
     data["keys"] = [k for k in keys if k.get("fingerprint") != fp]
     _write_json(_user_keys_file(), data)
     return removed
@@ -193,18 +194,21 @@ def decide(repo: str, served: Ed25519PublicKey | None, *, trust_fingerprint: str
     if served is None:
         if not trusted:
             raise TrustError(f"The release of {repo} has no public key file and no key is trusted for it.",
-                             "Pin the publisher key with `python -m app trust add PUBLIC.pem --repo REPO`.")
+                             "Pin the publisher key with `python -m app trust add PUBLIC.pem --repo REPO`.",
+                             kind="no-key")
         if wanted and all(k.fingerprint != wanted for k in trusted):
             raise TrustError(f"--trust-fingerprint {wanted} is not the key trusted for {repo}.",
-                             "Check the fingerprint; `python -m app trust list` shows the trusted one.")
+                             "Check the fingerprint; `python -m app trust list` shows the trusted one.",
+                             kind="fingerprint-mismatch")
         if len(trusted) == 1:
             return trusted[0].key, False
         raise TrustError(f"Several keys are trusted for {repo} and the release names none.",
-                         "Remove the stale one with `python -m app trust remove FP`.")
+                         "Remove the stale one with `python -m app trust remove FP`.", kind="several-keys")
     fp = signing.fingerprint(served)
     if wanted is not None and wanted != fp:
         raise TrustError(f"The release of {repo} is signed with the key {fp}, not the {wanted} you asked to trust.",
-                         "Check the fingerprint the publisher announced; nothing was installed.")
+                         "Check the fingerprint the publisher announced; nothing was installed.",
+                         kind="fingerprint-mismatch")
     if trusted:
         if any(k.fingerprint == fp for k in trusted):
             return served, False
@@ -217,7 +221,7 @@ def decide(repo: str, served: Ed25519PublicKey | None, *, trust_fingerprint: str
             "Compare the fingerprint with the publisher's announcement, then rerun with "
             f"--trust-fingerprint {fp} (or pin the key: `python -m app trust add PUBLIC.pem`).")
     if not confirm(repo, fp):
-        raise TrustError(f"You did not trust the key {fp} for {repo}.", "Nothing was installed.")
+        raise TrustError(f"You did not trust the key {fp} for {repo}.", "Nothing was installed.", kind="key-refused")
     return served, True
 
 
@@ -257,12 +261,12 @@ def check_freshness(repo: str, manifest: Manifest, manifest_sha256: str, now: da
                 f"{manifest.source} is version {manifest.version.text}, older than version {last.get('version')} "
                 f"verified for {repo} on {last.get('verified_at')}.",
                 "A server offering an older release may be trying to roll you back to known-vulnerable files; "
-                "nothing was installed. Use another mirror.")
+                "nothing was installed. Use another mirror.", kind="version-rollback")
         if manifest.version.key == last_key and last.get("manifest_sha256") not in (None, manifest_sha256):
             raise VerificationError(
                 f"{manifest.source} claims version {manifest.version.text}, which was verified before with "
                 "different contents.", "A signed version must never change; nothing was installed. "
-                "Report this to the publisher.")
+                "Report this to the publisher.", kind="version-changed")
     warnings = []
     if manifest.expires is not None and manifest.expires < (now or datetime.now(UTC)):
         warnings.append(f"{manifest.source} expired on {manifest.expires.date().isoformat()}: the mirror may be "

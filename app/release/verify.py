@@ -35,7 +35,7 @@ def read_capped(path: Path, what: str, limit: int = INTEGRITY_MAX_BYTES) -> byte
     if len(data) > limit:
         raise VerificationError(f"The {what} file {path} is larger than {limit / 2**20:g} MiB, far more than "
                                 f"any {what} holds; it was not read further.",
-                                "Point at the right file; nothing was trusted or installed.")
+                                "Point at the right file; nothing was trusted or installed.", kind="too-large")
     return data
 
 
@@ -58,7 +58,8 @@ class ReleaseMetadata:
             return self.manifest.files[name]
         except KeyError:
             raise VerificationError(f"{name} is not listed in the signed manifest {self.manifest.source}.",
-                                    "Only files the publisher signed are used; this one is refused.") from None
+                                    "Only files the publisher signed are used; this one is refused.",
+                                    kind="not-in-manifest") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"repo": self.repo, "version": self.manifest.version.text, "date": self.manifest.date,
@@ -88,7 +89,8 @@ def _read(folder: Path, name: str, what: str) -> bytes:
     path = folder / name
     if not path.is_file():
         raise VerificationError(f"The release has no {what} ({name} is missing from {folder}).",
-                                f"A release must ship {name}; without it nothing can be verified.")
+                                f"A release must ship {name}; without it nothing can be verified.",
+                                kind="release-file-missing")
     return read_capped(path, what)
 
 
@@ -99,7 +101,7 @@ def find_signature(folder: Path, signed: str, catalog: Catalog) -> Path:
         if (folder / name).is_file():
             return folder / name
     raise VerificationError(f"The signature of {signed} is missing (expected {' or '.join(names)}).",
-                            "An unsigned release cannot be trusted; nothing was installed.")
+                            "An unsigned release cannot be trusted; nothing was installed.", kind="signature-missing")
 
 
 def _check_sums(sums: dict[str, str], manifest: Manifest, folder: Path, sums_name: str,
@@ -108,15 +110,16 @@ def _check_sums(sums: dict[str, str], manifest: Manifest, folder: Path, sums_nam
         listed = sums.get(name)
         if listed is None:
             raise VerificationError(f"{sums_name} does not list {name}, which the manifest lists.",
-                                    "The checksum list and the manifest disagree; the release is not used.")
+                                    "The checksum list and the manifest disagree; the release is not used.",
+                                    kind="checksums-disagree")
         if listed != entry.sha256:
             raise VerificationError(f"{sums_name} gives sha256 {listed} for {name}, but the signed manifest gives "
                                     f"{entry.sha256}.", "The checksum list and the manifest disagree; "
-                                    "the release is not used.")
+                                    "the release is not used.", kind="checksums-disagree")
     for name, path in metadata.items():  # a SHA256SUMS that also lists the integrity files must be right about them
         if name in sums and sha256_file(path) != sums[name]:
             raise VerificationError(f"{sums_name} gives sha256 {sums[name]} for {name}, which does not match the file.",
-                                    "The release folder is inconsistent; fetch it again.")
+                                    "The release folder is inconsistent; fetch it again.", kind="sha256-mismatch")
 
 
 def _check_provenance(provenance: Provenance, manifest: Manifest, catalog: Catalog) -> None:
@@ -124,13 +127,14 @@ def _check_provenance(provenance: Provenance, manifest: Manifest, catalog: Catal
     if provenance.patch_sha256 and patch is not None and provenance.patch_sha256 != patch.sha256:
         raise VerificationError(f"{provenance.source} names the patch sha256 {provenance.patch_sha256}, but the "
                                 f"manifest gives {patch.sha256} for {patch.name}.",
-                                "The provenance and the manifest disagree; the release is not used.")
+                                "The provenance and the manifest disagree; the release is not used.",
+                                kind="provenance-disagrees")
     for name, entry in provenance.files.items():
         listed = manifest.files.get(name)
         if listed is not None and listed.sha256 != entry.sha256:
             raise VerificationError(f"{provenance.source} gives sha256 {entry.sha256} for {name}, the manifest "
                                     f"{listed.sha256}.", "The provenance and the manifest disagree; "
-                                    "the release is not used.")
+                                    "the release is not used.", kind="provenance-disagrees")
 
 
 def verify_metadata(folder: Path, *, repo: str | None = None, trust_fingerprint: str | None = None,
@@ -160,13 +164,14 @@ def verify_metadata(folder: Path, *, repo: str | None = None, trust_fingerprint:
     manifest = parse_manifest(manifest_bytes, integ.manifest)
     if manifest.repo is not None and manifest.repo != repo:
         raise VerificationError(f"{integ.manifest} is for the repository {manifest.repo}, not {repo}.",
-                                "A release signed for another repository is not used here.")
+                                "A release signed for another repository is not used here.", kind="wrong-repository")
     provenance = parse_provenance(provenance_bytes, integ.provenance)
     _check_provenance(provenance, manifest, catalog)
     try:
         sums_text = sums_bytes.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise VerificationError(f"{integ.checksums} is not text.", "Fetch it again.") from exc
+        raise VerificationError(f"{integ.checksums} is not text.", "Fetch it again.",
+                                kind="checksums-unreadable") from exc
     metadata = {integ.manifest: folder / integ.manifest, integ.provenance: folder / integ.provenance, **signatures}
     if served is not None:
         metadata[integ.public_key] = key_path
@@ -185,16 +190,18 @@ def verify_file(meta: ReleaseMetadata, name: str, path: Path, known_sha256: str 
     """Size, then sha256, against the signed manifest. ``known_sha256`` is a hash computed while downloading."""
     entry = meta.entry(name)
     if path.is_symlink() or not path.is_file():
-        raise VerificationError(f"{name}: missing or not a regular file at {path}.", "Fetch it again.")
+        raise VerificationError(f"{name}: missing or not a regular file at {path}.", "Fetch it again.",
+                                kind="file-missing")
     size = path.stat().st_size
     if entry.size is not None and size != entry.size:
         raise VerificationError(f"{name} failed the size check: {size} bytes, the signed manifest says {entry.size}.",
-                                "The file is incomplete or altered; it was not installed. Fetch it again.")
+                                "The file is incomplete or altered; it was not installed. Fetch it again.",
+                                kind="size-mismatch")
     actual = known_sha256 or sha256_file(path)
     if actual != entry.sha256:
         raise VerificationError(f"{name} failed the sha256 check: got {actual}, the signed manifest says "
                                 f"{entry.sha256}.", "The file is corrupted or altered; it was not installed. "
-                                "Fetch it again, from another mirror if this repeats.")
+                                "Fetch it again, from another mirror if this repeats.", kind="sha256-mismatch")
 
 
 def verify_files(meta: ReleaseMetadata, folder: Path, names: Iterable[str],
@@ -214,7 +221,7 @@ def verify_release(folder: Path, *, repo: str | None = None, trust_fingerprint: 
     present = [n for n in meta.manifest.files if (folder / n).exists() or (folder / n).is_symlink()]
     if not present:
         raise VerificationError(f"{folder} holds none of the files the manifest lists.",
-                                "Point at the folder that holds the downloaded model files.")
+                                "Point at the folder that holds the downloaded model files.", kind="no-release-files")
     files = verify_files(meta, folder, present)
     trust.record_verified(meta.repo, meta.manifest, meta.manifest_sha256)
     return VerifiedRelease(meta, files, [n for n in meta.manifest.files if n not in files])

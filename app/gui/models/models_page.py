@@ -12,8 +12,8 @@ lists it, which is verified before any payload byte is requested), *size* and *s
 while streaming, compared with the signed manifest when the file completes).
 
 The panel's heading names the quantization being fetched and its size. The core's advice is written for
-the terminal and the window alike (or names a command); ``window_advice`` puts it in this page's words:
-"press Download again", "the Hub token box below".
+the terminal and the window alike (or names a command); ``window_advice`` chooses this page's words by the
+error's ``kind`` ("press Download again", "the Hub token box below"), never by matching the core's sentences.
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
 from app.models.fit import GIB, FitReport, fit
 from app.models.installed import default_destination
-from app.release import download as release_download
-from app.release import fetcher
 from app.release.catalog import (
     Catalog,
     CatalogFile,
@@ -108,47 +106,52 @@ def human_eta(seconds: float | None) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def plain_failure(message: str) -> tuple[str | None, str]:
-    """Which check a file failed (``"size"``, ``"sha256"`` or None) and one plain sentence for its row."""
-    lowered = message.lower()
-    if "wrong size" in lowered or "size check" in lowered:
-        return "size", "Wrong size: the mirror sent a different file. It was deleted; nothing was installed."
-    if "sha256" in lowered:
-        return "sha256", ("Failed the sha256 check: the bytes differ from what the publisher signed. "
-                          "The file was deleted; nothing was installed.")
-    return None, message.splitlines()[0]
-
-
-# the core's download advice (fetcher, download) in the words of this page
-_WINDOW_ADVICE = {
-    fetcher.TOKEN_ADVICE: "The repository may be gated or private: accept its terms on the hub, then save your hub "
-                          "token in the Hub token box below (or set HF_TOKEN) and press Download again. A token "
-                          "that lacks access gives the same error.",
-    fetcher.RESUME_ADVICE: "Press Download again to resume: it goes on where it stopped.",
-    fetcher.DISK_FULL_ADVICE: "Free some space, then press Download again: the part already downloaded is kept and "
-                              "the download resumes.",
-    fetcher.NO_ROOM_ADVICE: "Free some space on that disk, then press Download again; parts already downloaded are "
-                            "kept.",
-    release_download.START_OVER_ADVICE: "Press Download again to start over.",
-    release_download.KEPT_ADVICE: "Press Download again to resume: model files already downloaded are kept.",
-    release_download.PICK_QUANT_ADVICE: "Pick another quantization in the table above: the release's signed "
-                                        "manifest lists the ones it has.",
+# which check a failed file's row marks, chosen by the error's kind, and the plain sentence for its row
+_FAILED_CHECK: dict[str, str] = {"size-mismatch": "size", "sha256-mismatch": "sha256"}
+_FAILED_WORDS: dict[str, str] = {
+    "size": "Wrong size: the mirror sent a different file. It was deleted; nothing was installed.",
+    "sha256": "Failed the sha256 check: the bytes differ from what the publisher signed. "
+              "The file was deleted; nothing was installed.",
 }
 
 
-def window_advice(advice: str) -> str:
-    """The core's download advice in the window's words (each known sentence replaced where it occurs)."""
-    for core, window in _WINDOW_ADVICE.items():
-        advice = advice.replace(core, window)
-    return advice
+def plain_failure(kind: str, message: str) -> tuple[str | None, str]:
+    """Which check a file failed (``"size"``, ``"sha256"`` or None), from the error's ``kind``, and one plain
+    sentence for its row (the message's first line when the kind names no check)."""
+    check = _FAILED_CHECK.get(kind)
+    if check is None:
+        return None, message.splitlines()[0] if message else ""
+    return check, _FAILED_WORDS[check]
+
+
+# This page's advice for each kind of download error: the core's advice suits the terminal (or names a command);
+# the window says "press Download again" and points at its own boxes. Chosen by kind, never by the core's words.
+WINDOW_ADVICE: dict[str, str] = {
+    "download-denied": "The repository may be gated or private: accept its terms on the hub, then save your hub "
+                       "token in the Hub token box below (or set HF_TOKEN) and press Download again. A token "
+                       "that lacks access gives the same error.",
+    "download-network": "Check the network connection or try another mirror. Press Download again to resume: it "
+                        "goes on where it stopped.",
+    "download-cancelled": "Press Download again to resume: it goes on where it stopped.",
+    "disk-full": "Free some space, then press Download again: the part already downloaded is kept and the download "
+                 "resumes.",
+    "no-room": "Free some space on that disk, then press Download again; parts already downloaded are kept.",
+    "install-no-room": "Free some space on the models folder's disk, then press Download again.",
+    "download-cancelled-start-over": "Press Download again to start over.",
+    "download-cancelled-kept": "Press Download again to resume: model files already downloaded are kept.",
+    "quant-missing": "Pick another quantization in the table above: the release's signed manifest lists the ones "
+                     "it has.",
+}
+
+
+def window_advice(exc: FastMTPError) -> str:
+    """The advice this page shows for ``exc``: its own words for the kinds it knows, else the core's advice."""
+    return WINDOW_ADVICE.get(exc.kind, exc.advice)
 
 
 def download_error_text(exc: Exception) -> str:
     """What went wrong with a download and what to do about it in this window."""
-    if isinstance(exc, FastMTPError):
-        return exc.message + (f"\n{window_advice(exc.advice)}" if exc.advice else "")
-    return error_text(exc)
-
+    return error_text(exc, WINDOW_ADVICE)
 
 
 class ModelsPage(QWidget):
@@ -542,7 +545,7 @@ class ModelsPage(QWidget):
             self._cell(row, F_SHA256, OK, good_colour(self))
             self._cell(row, F_STATUS, "verified")
         elif event.kind == "error":
-            self._mark_failed(event.file, event.message)
+            self._mark_failed(event.file, event.message, event.error_kind)
 
     def _row(self, name: str) -> int:
         """The file's row, added on its first event: payload files are only fetched once the signed
@@ -570,10 +573,10 @@ class ModelsPage(QWidget):
         self.files_table.setItem(row, column, item)
         return item
 
-    def _mark_failed(self, name: str, message: str) -> None:
+    def _mark_failed(self, name: str, message: str, kind: str) -> None:
         row = self._rows[name]
         self._failed.add(name)
-        check, text = plain_failure(message)
+        check, text = plain_failure(kind, message)
         if check == "size":
             self._cell(row, F_SIZE, FAILED, bad_colour(self))
         elif check == "sha256":
@@ -631,7 +634,7 @@ class ModelsPage(QWidget):
         if isinstance(exc, VerificationError):  # a check after the download names its file first
             for name in self._rows:
                 if exc.message.startswith(name) and name not in self._failed:
-                    self._mark_failed(name, exc.message)
+                    self._mark_failed(name, exc.message, exc.kind)
         self.total_label.setText("")
         self._set_title(f"{self.download_quant}: the download failed")
         self._set_step("Nothing was installed. " + download_error_text(exc), error=True)

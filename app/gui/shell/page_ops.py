@@ -7,7 +7,7 @@ after it), and ``idle`` tells a test, or a window about to close, whether any of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import shiboken6
@@ -75,10 +75,15 @@ class OwnedOps:
         return not any(op.running for op in self._ops)
 
 
-def error_text(exc: Exception) -> str:
-    """What went wrong and what to do, for a label; unexpected errors keep their type name."""
+def error_text(exc: Exception, advice_by_kind: Mapping[str, str] | None = None) -> str:
+    """What went wrong and what to do, for a label; unexpected errors keep their type name.
+
+    ``advice_by_kind`` is a page's own advice for the error kinds it knows (the core's advice may name a
+    command): chosen by ``exc.kind`` (a child job's error carries the child's kind), never by the core's words.
+    """
     if isinstance(exc, FastMTPError):
-        return exc.message + (f"\n{exc.advice}" if exc.advice else "")
+        advice = advice_by_kind.get(exc.kind, exc.advice) if advice_by_kind else exc.advice
+        return exc.message + (f"\n{advice}" if advice else "")
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -1,6 +1,7 @@
 """The Models page speaks of the window, not the command line (issue 13, defect 9): a failed download says to
 press Download again (never "run the same command"), a gated repository points at the page's own token box,
-and the download panel names the quantization it fetches and its size.
+and the download panel names the quantization it fetches and its size. The page chooses its words by the
+error's kind (``test_gui_error_wording.py`` rewords the core to prove it).
 
 The real fetcher and trust chain against a signed release on 127.0.0.1 (``tests.helpers.release_server``), fresh data
 and config folders and a file-backed keyring per test, as in ``test_gui_models_hostile.py``.
@@ -132,13 +133,16 @@ def test_a_full_disk_says_to_free_space_and_press_download_again(qtbot: QtBot, p
     _no_command_words(text)
 
 
-@pytest.mark.parametrize("advice", [fetcher.TOKEN_ADVICE, fetcher.RESUME_ADVICE, fetcher.DISK_FULL_ADVICE,
-                                    fetcher.NO_ROOM_ADVICE, download.START_OVER_ADVICE, download.KEPT_ADVICE,
-                                    download.PICK_QUANT_ADVICE,
-                                    "Check the network connection or try another mirror. " + fetcher.RESUME_ADVICE])
-def test_every_download_advice_of_the_core_has_window_words(advice: str) -> None:
-    words = window_advice(advice)
+@pytest.mark.parametrize("kind", sorted(models_page.WINDOW_ADVICE))
+def test_every_download_kind_the_page_knows_has_window_words(kind: str) -> None:
+    words = window_advice(DownloadError("Could not download it.", "Run `python -m app fetch --quant X` again.",
+                                        kind=kind))
     _no_command_words(words)
-    assert words != advice and ("ress Download again" in words or "Pick another quantization in the table" in words)
+    assert "ress Download again" in words or "Pick another quantization in the table" in words
+
+
+def test_an_unknown_kind_keeps_the_core_advice() -> None:
+    assert window_advice(DownloadError("Could not download it.", "Try another mirror.", kind="tls-unverified")) \
+        == "Try another mirror."
     for neutral in (fetcher.RESUME_ADVICE, download.START_OVER_ADVICE, download.KEPT_ADVICE):
         _no_command_words(neutral)  # the core's own words suit a terminal and a window alike
