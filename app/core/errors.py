@@ -8,6 +8,8 @@ the words may change, the kind does not. Each class has a default kind; a raise 
 
 from __future__ import annotations
 
+from typing import Any
+
 # The CLI's exit code of an error, chosen by its kind: the instance's own, else the default kind of its class
 # or of the nearest base class listed here. Kinds not listed (and plain job failures) exit 1.
 # 1 a failure of the job itself, 2 bad usage, 3 the network, 4 verification, 130 cancelled by the user.
@@ -69,9 +71,10 @@ class FastMTPError(Exception):
         so it has no ``kind`` key of its own; :meth:`to_json` is the CLI's error object."""
         return {"error": type(self).__name__, "message": self.message, "advice": self.advice}
 
-    def to_json(self) -> dict[str, str]:
-        """The CLI's ``--json`` error object: :meth:`to_dict` plus the machine-readable ``kind``."""
-        return {"error": type(self).__name__, "kind": self.kind, "message": self.message, "advice": self.advice}
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's ``--json`` error object: :meth:`to_dict` (a subclass's extra fields too) plus the
+        machine-readable ``kind``."""
+        return {**self.to_dict(), "kind": self.kind}
 
 
 class StorageError(FastMTPError):
