@@ -26,6 +26,7 @@ from app.core import paths
 from app.core.cancel import CancelToken
 from app.core.errors import BackendError, BuildCancelled, DownloadError
 from app.core.safe_paths import check_name
+from app.core.units import format_bytes
 from app.release import trust
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchedFile, FetchEvent, FileRequest, fetch_files
 from app.release.verify import INTEGRITY_MAX_BYTES
@@ -76,8 +77,8 @@ class Events:
     def download(self, event: FetchEvent) -> None:
         if event.kind == "progress" and event.file and event.bytes_total:
             fraction = event.bytes_done / event.bytes_total
-            self.emit("progress", f"Downloading {event.file}: {event.bytes_done / 1e6:.1f} of "
-                                  f"{event.bytes_total / 1e6:.1f} MB", round(10 + 55 * fraction, 1))
+            self.emit("progress", f"Downloading {event.file}: {format_bytes(event.bytes_done)} of "
+                                  f"{format_bytes(event.bytes_total)}", round(10 + 55 * fraction, 1))
         elif event.kind in ("retry", "error") and event.message:
             self.emit("log", f"{event.file}: {event.message}")
 
@@ -193,7 +194,7 @@ def _from_url(url: str, repo: str | None, trust_fingerprint: str | None, confirm
         claim: BackendClaim = verified.claim
         if check_claim is not None:
             check_claim(claim)
-        events.emit("step", f"downloading {claim.archive} ({claim.size / 1e6:.1f} MB)", 10)
+        events.emit("step", f"downloading {claim.archive} ({format_bytes(claim.size)})", 10)
         fetched = fetch_checked([FileRequest(claim.archive, [url], claim.size, claim.sha256)], staging, control,
                                 events, cancel)
     finally:

@@ -17,6 +17,7 @@ from app.backend.events import BuildEvent
 from app.cli.common import Subparsers, cancel_on_signals, command, cuda_archs, emit, emit_line, group, trust_prompt
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError, ToolchainError
+from app.core.units import format_bytes
 
 # ----------------------------------------------------------------------------- build, server
 
@@ -237,7 +238,7 @@ def cmd_backend_pack(args: argparse.Namespace) -> int:
     data = {"archive": str(out), "bytes": out.stat().st_size, "backend": backend_id,
             "server": server is not None}
     emit(args, data, lambda: f"packed {backend_id}{' with llama-server' if server else ''} into {out} "
-                             f"({out.stat().st_size / 1e6:.1f} MB)")
+                             f"({format_bytes(out.stat().st_size)})")
     return 0
 
 

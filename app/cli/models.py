@@ -15,6 +15,7 @@ from typing import Any
 
 from app.cli.common import Subparsers, command, emit, emit_line, for_people, group
 from app.core.errors import FastMTPError
+from app.core.units import format_bytes
 
 # ----------------------------------------------------------------------------- models [add | scan | remove]
 
@@ -36,7 +37,7 @@ def cmd_models(args: argparse.Namespace) -> int:
                                                                           ("full", m.sidecar_full))
                                  if path is not None) or "no sidecar"
             state = "verified (publisher-signed)" if m.verified else "NOT VERIFIED"
-            print(f"{m.quant:8} release {m.version}  {m.size_bytes / 1e9:.1f} GB  {state}  {m.target}\n"
+            print(f"{m.quant:8} release {m.version}  {format_bytes(m.size_bytes)}  {state}  {m.target}\n"
                   f"         sidecars: {sidecars}")
             if m.problem:
                 print("         " + m.problem.replace("\n", "\n         "))
@@ -77,7 +78,7 @@ def cmd_models_scan(args: argparse.Namespace) -> int:
             print("No .gguf files in: " + ", ".join(str(r.path) for r in roots if r.path.is_dir()))
         for item in found:
             facts = item.facts
-            summary = (f"{facts.architecture}, {facts.quantization}, {facts.size_bytes / 1e9:.1f} GB, "
+            summary = (f"{facts.architecture}, {facts.quantization}, {format_bytes(facts.size_bytes)}, "
                        f"MTP head {'yes' if facts.mtp_head else 'no'}, sidecar: {facts.sidecar}") if facts \
                 else "unreadable"
             mark = "usable" if item.usable else "not usable"
@@ -103,7 +104,7 @@ def _print_local(model: Any) -> None:
     facts = model.facts
     sidecars = ", ".join(f"{kind} {path.name}" for kind, path in (("d2t", model.sidecar_d2t),
                                                                   ("full", model.sidecar_full)) if path) or "none"
-    print(f"    {facts.architecture}, {facts.quantization}, {facts.size_bytes / 1e9:.1f} GB, MTP head "
+    print(f"    {facts.architecture}, {facts.quantization}, {format_bytes(facts.size_bytes)}, MTP head "
           f"{'yes' if facts.mtp_head else 'no'}; FastMTP sidecars: {sidecars}\n"
           f"    {model.verification.label if model.state == model.verification.state else 'unverified local file'}"
           f"{'' if model.offered else '  NOT OFFERED: ' + model.problem}")

@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from app.core.errors import FastMTPError
+from app.core.units import format_bytes
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -41,12 +42,8 @@ _PIECE = 64 * KIB  # the most one decompression step may produce
 
 
 def human(n: int) -> str:
-    """``4 MiB``, ``64 KiB``, ``512 bytes``: a bound in words."""
-    if n >= MIB and n % MIB == 0:
-        return f"{n // MIB} MiB"
-    if n >= KIB and n % KIB == 0:
-        return f"{n // KIB} KiB"
-    return f"{n} bytes"
+    """``4 MiB``, ``64 KiB``, ``512 bytes``: a bound in words, through the one size helper (exact caps stay whole)."""
+    return format_bytes(n)
 
 
 class ReadLimitError(FastMTPError):

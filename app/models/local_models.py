@@ -23,6 +23,7 @@ from typing import Any, Literal
 from app.core import paths, safe_paths, settings_file
 from app.core.errors import FastMTPError, GGUFError, StorageError, UnsafeInputError
 from app.core.hashing import sha256_file
+from app.core.units import format_bytes
 from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, HubOrigin, State, cached_blob_sha256, origin_from_path
 
 FILE_NAME = "local-models.json"
@@ -111,8 +112,8 @@ def _verdict(architecture: str, kind: str, mtp: bool) -> tuple[bool, str]:
     if kind != "target":
         return False, "Not a complete model (no transformer layers): nothing to chat with."
     if architecture != QWEN35:
-        return False, (f"A '{architecture or 'unknown'}' model: FastMTP Chat runs Qwen3.5-family models (llama.cpp's "
-                       "qwen35 architecture: Qwen3.5, 3.6, 3.8).")
+        return False, (f"A '{architecture or 'unknown'}' model: FastMTP Chat runs Qwen3.8 models (llama.cpp's "
+                       "qwen35 architecture, which Qwen3.8-27B uses).")
     if not mtp:
         return True, ("Usable with drafting off only: it has no MTP head (converted without its nextn layer), so "
                       "there is nothing to draft with and no FastMTP sidecar can be made from it.")
@@ -291,7 +292,7 @@ def add(path: Path, *, copy: bool = False, origin: HubOrigin | None = None, side
     if facts.role != "model" or not facts.usable:
         raise LocalModelError(f"{source.name} cannot be added as a model. {facts.reason}",
                               "Add the target model file instead." if facts.role == "sidecar"
-                              else "Choose a Qwen3.5-family GGUF with its MTP head.", kind="not-a-model")
+                              else "Choose a Qwen3.8 (qwen35 architecture) GGUF with its MTP head.", kind="not-a-model")
     target = source
     copied_from = ""
     if copy:
@@ -447,8 +448,8 @@ def copy_into_models(source: Path, on_bytes: Callable[[int, int], None] | None =
         return out  # the same bytes, copied before
     free = shutil.disk_usage(folder).free
     if free < size:
-        raise LocalModelError(f"Copying {source.name} needs {size / 1e9:.1f} GB, but {folder} has "
-                              f"{free / 1e9:.1f} GB free.", "Free some space, or add the file in place (no copy).",
+        raise LocalModelError(f"Copying {source.name} needs {format_bytes(size)}, but {folder} has "
+                              f"{format_bytes(free)} free.", "Free some space, or add the file in place (no copy).",
                               kind="no-room")
     partial = out.with_name(out.name + ".partial")
     try:

@@ -31,6 +31,7 @@ import httpx
 from app import __version__
 from app.core.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
 from app.core.hashing import BackgroundSha256
+from app.core.units import format_bytes
 from app.release import part_state
 from app.release.part_state import PartState
 from app.release.progress import FetchEvent, Progress
@@ -794,9 +795,5 @@ def _fsync_path(path: Path) -> None:
 
 
 def _human(count: int) -> str:
-    value = float(count)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
+    """Sizes in the download's messages: the one helper the window and the CLI use too."""
+    return format_bytes(count)

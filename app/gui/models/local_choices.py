@@ -14,6 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
+from app.core.units import format_bytes
 from app.models import local_models
 from app.models.local_models import LocalModel
 from app.release.hub_hash import LABELS
@@ -26,12 +27,12 @@ def find(key: str | None) -> LocalModel | None:
 
 
 def add_items(box: QComboBox, set_enabled: SetEnabled) -> None:
-    """Append an item per added file: ``name · Q4_K_M · 16.4 GB · hub hash matches``."""
+    """Append an item per added file: ``name · Q4_K_M · 15.3 GiB · hub hash matches``."""
     for model in local_models.load_registry():
         if box.findData(model.key) >= 0:  # a downloaded release's file: listed already, as the release
             continue
         facts = model.facts
-        box.addItem(f"{model.path.name} · {facts.quantization} · {facts.size_bytes / 1e9:.1f} GB · "
+        box.addItem(f"{model.path.name} · {facts.quantization} · {format_bytes(facts.size_bytes)} · "
                     f"{LABELS[model.state]}", model.key)
         row = box.count() - 1
         sidecar = model.sidecar_d2t.name if model.sidecar_d2t else "none (Models page: Make FastMTP sidecar…)"

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import secrets
+from app.core.units import format_bytes
 from app.gui.shell.ops import Report
 from app.gui.shell.page_ops import OwnedOps, error_text
 from app.models import local_models
@@ -65,10 +66,10 @@ def badge(state: State) -> QLabel:
 
 
 def facts_text(facts: local_models.ModelFacts) -> str:
-    """``qwen35 · Q4_K_M · 16.4 GB · MTP head`` (what gguf inspect said)."""
+    """``qwen35 · Q4_K_M · 15.3 GiB · MTP head`` (what gguf inspect said)."""
     head = "MTP head" if facts.mtp_head else "no MTP head"
     sidecar = {"full": "full sidecar", "d2t": "d2t sidecar"}.get(facts.sidecar, head)
-    return f"{facts.architecture} · {facts.quantization} · {facts.size_bytes / 1e9:.1f} GB · {sidecar}"
+    return f"{facts.architecture} · {facts.quantization} · {format_bytes(facts.size_bytes)} · {sidecar}"
 
 
 class GgufDrop(QObject):
@@ -143,7 +144,7 @@ class LocalModelsPanel(QGroupBox):
         buttons.addWidget(self.scan_button)
         buttons.addWidget(self.copy_box)
         buttons.addStretch(1)
-        self.status = QLabel("Add a Qwen3.5-family GGUF you already have, or let the app look for them.")
+        self.status = QLabel("Add a Qwen3.8 (qwen35 architecture) GGUF you already have, or let the app look for them.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 

@@ -18,6 +18,7 @@ from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 
 from app.core import paths
+from app.core.units import format_bytes
 from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig
 from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
@@ -215,7 +216,7 @@ class ModelSelector(QWidget):
         for model in models:
             where = f" · {model.folder.name}" if several_folders else ""
             signed = " · publisher-signed" if model.verified else ""
-            box.addItem(f"{model.quant} · release {model.version} · {model.size_bytes / 1e9:.1f} GB{where}"
+            box.addItem(f"{model.quant} · release {model.version} · {format_bytes(model.size_bytes)}{where}"
                         f"{signed}", model.key)
             row = box.count() - 1
             tip = f"{model.target}\nFastMTP d2t sidecar: {_name(model.sidecar_d2t)}\n" \

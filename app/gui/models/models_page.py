@@ -48,6 +48,7 @@ from PySide6.QtWidgets import (
 from app.backend.toolchain import Gpu, detect_gpus
 from app.core import secrets
 from app.core.errors import FastMTPError, VerificationError
+from app.core.units import format_bytes
 from app.gui.models.local_models_panel import LocalModelsPanel
 from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
@@ -86,12 +87,9 @@ class _Step:
 
 
 def human_bytes(count: float) -> str:
-    """Decimal units, as download sizes are quoted: 16.5 GB, 48.0 MB/s."""
-    for unit in ("B", "KB", "MB"):
-        if abs(count) < 1000:
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1000
-    return f"{count:.1f} GB"
+    """``15.4 GiB``, ``45.8 MiB/s`` (with ``/s`` added): the one size helper, so a file reads the same size on
+    every page and in the CLI."""
+    return format_bytes(count)
 
 
 def human_eta(seconds: float | None) -> str:

@@ -85,7 +85,7 @@ def test_the_panel_names_the_quantization_and_its_size(qtbot: QtBot, page: Model
     assert page.download_title.text() == ""
     _download(qtbot, page)
     title = page.download_title.text()
-    assert title == "Downloading Q4_K_P (~16.5 GB) and its FastMTP sidecar (~903.0 MB)…"
+    assert title == "Downloading Q4_K_P (~15.4 GiB) and its FastMTP sidecar (~861.2 MiB)…"
     assert page.download_title.isVisible()
     qtbot.waitUntil(lambda: MODEL in page._rows, timeout=WAIT_MS)
     assert page.download_title.text() == title  # the steps below it change; the heading stays
