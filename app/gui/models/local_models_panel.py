@@ -72,6 +72,21 @@ def facts_text(facts: local_models.ModelFacts) -> str:
     return f"{facts.architecture} · {facts.quantization} · {format_bytes(facts.size_bytes)} · {sidecar}"
 
 
+HUB_UNKNOWN_REPO = ("Not available: this file's repository on the Hugging Face hub is not known. Only files in "
+                    "the Hugging Face cache or LM Studio's models folders can be checked (their folders name the "
+                    "repository).")
+
+
+def hub_check_unavailable(model: LocalModel) -> str | None:
+    """Why "Check with the hub" is greyed for ``model`` (its tooltip), or None when it can run: a greyed button
+    with no reason left people guessing whether the app or the file was at fault."""
+    if not model.present:
+        return f"Not available: the file is missing ({model.path}), so there is nothing to hash."
+    if model.origin is None:
+        return HUB_UNKNOWN_REPO
+    return None
+
+
 class GgufDrop(QObject):
     """Accepts ``.gguf`` files dragged onto ``window`` (an event filter) and hands each path to ``on_file``."""
 
@@ -207,10 +222,11 @@ class LocalModelsPanel(QGroupBox):
         row = QHBoxLayout(holder)
         row.setContentsMargins(0, 0, 0, 0)
         check = QPushButton("Check with the hub")
-        check.setEnabled(model.origin is not None and model.present)
-        check.setToolTip(f"Compare the file with the content hash the hub reports for {model.origin.repo}"
-                         if model.origin else "Where on the hub it comes from is not known (`models add FILE "
-                         "--repo ORG/NAME` says it)")
+        why_not = hub_check_unavailable(model)
+        check.setEnabled(why_not is None)
+        check.setToolTip(why_not or f"Compare the file with the content hash the hub reports for "
+                                    f"{model.origin.repo if model.origin else ''}")
+        check.setAccessibleDescription(why_not or "")
         check.clicked.connect(lambda _c=False, p=model.path: self.check_with_hub(p))
         make = QPushButton("Make FastMTP sidecar…")
         make.setEnabled(model.facts.mtp_head and model.present)
