@@ -46,6 +46,7 @@ from app.gui.settings.machines import RemoteServerDialog
 from app.gui.settings.settings_page import SettingsPage
 from app.gui.shell import theme, window_state
 from app.gui.shell.about_dialog import AboutDialog, ShortcutsDialog
+from app.gui.shell.build_job import BuildJob
 from app.gui.shell.engine_bridge import EngineBridge
 from app.gui.shell.nav_rail import NavRail
 from app.gui.shell.ops import wait_for_all
@@ -128,7 +129,8 @@ class MainWindow(QMainWindow):
         self.model_selector.listing_failed.connect(self.chat_page.banner.show_error)
         self.chat_page.status_changed.connect(self.status.setText)
         self.chat_page.state_changed.connect(self.remember_state)
-        self.first_run = FirstRunPanel(self.settings.context_size)
+        self.build_job = BuildJob(self)  # the one backend build, whichever page started it
+        self.first_run = FirstRunPanel(self.settings.context_size, self.build_job)
         self.first_run.demo_ready.connect(self._first_run_demo)
         self.first_run.backend_build_requested.connect(self._first_run_build)
         self.first_run.models_requested.connect(self._first_run_models)
@@ -153,7 +155,7 @@ class MainWindow(QMainWindow):
         self.models_page.local.history_path = self.history.path  # "my chat history" as a sidecar's corpus
         self.models_page.local.models_changed.connect(lambda: self.model_selector.refresh())
         self.add_page("Models", self.models_page)
-        self.backend_page = BackendPage()
+        self.backend_page = BackendPage(self.build_job)
         self.add_page("Backend", self.backend_page)
         self.settings_page = SettingsPage(self.settings)
         self.settings_page.saved.connect(self.apply_settings)
@@ -536,7 +538,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.remember_state()
-        self.first_run.cancel()
+        self.build_job.cancel()  # nothing half-built is installed
         self.settings_page.machines.close_with_app()  # the served llama-server stops unless it should stay
         self.bridge.close()
         wait_for_all(10_000)

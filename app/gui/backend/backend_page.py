@@ -55,7 +55,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend import archive, cuda_wheels, registry
-from app.backend.builder import BuildOptions, Flavor, build_backend, run_selftest_subprocess
+from app.backend.build_estimate import duration_words
+from app.backend.builder import BuildOptions, Flavor, run_selftest_subprocess
 from app.backend.events import BuildEvent, EventKind
 from app.backend.feed import FeedInstall, Machine, NoFittingArchive, Selection, install_from_feed
 from app.backend.prebuilt import InstalledPrebuilt, install_prebuilt, is_url
@@ -65,6 +66,7 @@ from app.core import paths
 from app.core.cancel import CancelToken
 from app.core.errors import BuildCancelled, FastMTPError, ToolchainError, VerificationError
 from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
+from app.gui.shell.build_job import BuildJob
 from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
 from app.release.catalog import CatalogError, backend_feed_url
@@ -202,11 +204,14 @@ def selftest_summary(result: dict[str, Any]) -> str:
 class BackendPage(QWidget):
     """Build tools, builds, and the installed backends."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, build_job: BuildJob | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.ops = OwnedOps(self)
+        # the window's one build (a page on its own gets one of its own): a build started on the first-run
+        # panel shows here too, and none can start beside it
+        self.build_job = build_job if build_job is not None else BuildJob(self)
+        self._job_lines = 0  # the build job's log lines already in this page's log
         self.toolchain: Toolchain | None = None
-        self.build_op: BackgroundOp[BackendManifest] | None = None
         self.toolkit_op: BackgroundOp[cuda_wheels.AppToolkit] | None = None
         self.offer: ToolkitOffer | None = None  # the app's CUDA toolkit, when the page offers it
         self.toolkit: cuda_wheels.AppToolkit | None = None  # the one this page got
@@ -248,8 +253,12 @@ class BackendPage(QWidget):
         self._refresh_timer.timeout.connect(lambda: self.refresh_backends())
         self.watcher = QFileSystemWatcher([str(paths.backends_dir())], self)
         self.watcher.directoryChanged.connect(lambda _path: self._refresh_timer.start())
+        self.build_job.changed.connect(self._job_changed)
+        self.build_job.finished.connect(self._build_done)
+        self.build_job.failed.connect(self._build_failed)
         self.refresh_backends()
         self.refresh_toolchain()
+        self._job_changed()
 
     # ------------------------------------------------------------------ layout
 
@@ -449,32 +458,48 @@ class BackendPage(QWidget):
     def building(self) -> bool:
         """A build, getting the CUDA toolkit or installing a prebuilt backend is running (one at a time: they
         share progress, log and Cancel)."""
-        return any(op is not None and op.running
-                   for op in (self.build_op, self.toolkit_op, self.install_op, self.feed_op))
+        return self.build_job.running or any(op is not None and op.running
+                                             for op in (self.toolkit_op, self.install_op, self.feed_op))
 
     def build(self, flavor: Flavor) -> None:
         """Build, self-test, install and activate a backend, as ``python -m app backend build --<flavor>``."""
         if self.building:
             return
-        options = BuildOptions(flavor=flavor)
-        cancel = self.cancel_token = CancelToken()
         self.built = None
         self.last_error = None
-        self.log.clear()
-        self.progress.setValue(0)
-        self.step_label.setStyleSheet("")
-        self.step_label.setText(f"Starting the {flavor.upper()} build…")
+        self.build_job.start(BuildOptions(flavor=flavor))  # _job_changed shows it, here and on every page
 
-        def work(report: Report) -> BackendManifest:
-            return build_backend(options, report, cancel)
-
-        self.build_op = self.ops.start(work, self._build_done, self._build_failed, self._event)
-        self.destroyed.connect(lambda *_args: cancel.cancel())  # nothing half-built is installed
-        self.cancel_build_button.setText("Cancel build")
-        self._set_building(True)
+    def _job_changed(self) -> None:
+        """Show the window's build: its step, elapsed time and estimate, progress, new log lines and Cancel."""
+        job = self.build_job
+        if not job.running and not job.outcome:
+            return
+        if job.log_count < self._job_lines:  # a new build
+            self._job_lines = 0
+        if self._job_lines == 0:
+            self.log.clear()
+        new = min(job.log_count - self._job_lines, len(job.log))
+        for line in list(job.log)[len(job.log) - new:] if new else []:
+            self.log.appendPlainText(line.rstrip())
+        self._job_lines = job.log_count
+        if job.running:
+            self.progress.setValue(round(job.percent))
+            left = job.remaining()
+            self.step_label.setStyleSheet("")
+            self.step_label.setText(f"Building the {job.flavor.upper()} backend: {job.step_text} · "
+                                    f"{duration_words(job.elapsed())} elapsed"
+                                    + (f" · about {duration_words(left)} left" if left is not None else ""))
+            self.cancel_build_button.setText("Cancel build")
+            self.cancel_token = None
+        self._set_building(self.building)
 
     def cancel_build(self) -> None:
         """Cancel the running build, the CUDA toolkit's download and install, or a prebuilt backend's install."""
+        if self.build_job.running:
+            self.step_label.setText("Cancelling the build…")
+            self.cancel_build_button.setEnabled(False)
+            self.build_job.cancel()
+            return
         if self.cancel_token is not None and self.building:
             getting = self.toolkit_op is not None and self.toolkit_op.running
             installing = any(op is not None and op.running for op in (self.install_op, self.feed_op))
@@ -558,15 +583,15 @@ class BackendPage(QWidget):
 
     def _build_done(self, manifest: BackendManifest) -> None:
         self.built = manifest
-        self.cancel_token = None
-        self._set_building(False)
+        self._set_building(self.building)
         self.progress.setValue(100)
+        self.step_label.setText(f"Backend {manifest.id} built, self-tested and active "
+                                f"({duration_words(self.build_job.elapsed())}).")
         self.refresh_backends(select=manifest.id)
 
     def _build_failed(self, exc: Exception) -> None:
         self.last_error = exc
-        self.cancel_token = None
-        self._set_building(False)
+        self._set_building(self.building)
         if isinstance(exc, BuildCancelled):
             self.step_label.setText("Build cancelled; nothing was installed. Building again resumes from the "
                                     "cached build tree.")

@@ -15,30 +15,27 @@ All slow work (detection, build, demo model) runs through :mod:`app.gui.shell.op
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QProgressBar,
     QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.backend import registry
-from app.backend.builder import BuildOptions, build_backend
-from app.backend.events import BuildEvent
+from app.backend import build_estimate, registry
+from app.backend.builder import BuildOptions
 from app.backend.toolchain import Toolchain, detect, platform_note
 from app.core import defaults, paths
-from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
 from app.core.units import format_bytes
 from app.gguftools.builtin_demo import DEMO_NATURE, ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.gui.shell.ops import Report
+from app.gui.shell.build_job import BuildJob
+from app.gui.shell.build_status import BuildStatus
 from app.gui.shell.page_ops import OwnedOps
 from app.models.fit import fit
 
@@ -92,15 +89,20 @@ class FirstRunPanel(QWidget):
     backend_build_requested = Signal(str)
     models_requested = Signal()
 
-    def __init__(self, context: int = defaults.CONTEXT_SIZE, parent: QWidget | None = None) -> None:
+    def __init__(self, context: int = defaults.CONTEXT_SIZE, build_job: BuildJob | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.ops = OwnedOps(self)
+        # the window's one build: the demo's backend build shows here and on the Backend page alike
+        self.build_job = build_job if build_job is not None else BuildJob(self)
+        self.build_job.finished.connect(self._backend_built)
+        self.build_job.failed.connect(self._backend_failed)
+        self.build_job.changed.connect(self._build_changed)
         self.setObjectName("firstRun")
         self.setStyleSheet(_STYLE)
         self.context = context
         self.toolchain: Toolchain | None = None
         self.flavor = "cpu"  # the backend the real-model card proposes
-        self.cancel_token: CancelToken | None = None
         self.demo_running = False
         self.last_error: Exception | None = None
 
@@ -116,14 +118,12 @@ class FirstRunPanel(QWidget):
         self.demo_button.setDefault(True)
         self.demo_button.clicked.connect(self.try_demo)
         self.demo_text = QLabel()
-        self.demo_progress = QProgressBar()
-        self.demo_progress.setRange(0, 100)
-        self.demo_progress.hide()
+        self.build_status = BuildStatus(self.build_job)  # progress, elapsed, estimate, Cancel and the log
         self.demo_step = QLabel()
         self.demo_step.setObjectName("muted")
         self.demo_step.setWordWrap(True)
         demo_card = self._card("Try the demo model", self.demo_text,
-                               [self.demo_progress, self.demo_step], [self.demo_button])
+                               [self.build_status, self.demo_step], [self.demo_button])
 
         self.real_text = QLabel("Looking for an NVIDIA GPU and the build tools…")
         self.build_button = QPushButton("Set up the real model")
@@ -182,9 +182,10 @@ class FirstRunPanel(QWidget):
         """Say what the demo needs, and look for GPUs and build tools (in the background)."""
         manifest = registry.active()
         if manifest is None:
+            wait = build_estimate.estimate(BuildOptions(flavor="cpu")).words()
             self.demo_text.setText("A tiny built-in model that answers in a few seconds on any CPU: the way to "
                                    "see the app, the live speed HUD and the drafting at work right now. First "
-                                   f"the patched CPU backend is built (a few minutes, once). {DEMO_NATURE}")
+                                   f"the patched CPU backend is built, once: {wait}. {DEMO_NATURE}")
         else:
             self.demo_text.setText("A tiny built-in model that answers in a few seconds: the way to see the app, "
                                    f"the live speed HUD and the drafting at work right now. It runs on the active "
@@ -207,56 +208,54 @@ class FirstRunPanel(QWidget):
     # ------------------------------------------------------------------ demo
 
     def try_demo(self) -> None:
-        """Build the CPU backend if no backend is active, write the demo model, then emit ``demo_ready``."""
+        """Build the CPU backend if no backend is active (the window's one build), write the demo model, then
+        emit ``demo_ready``."""
         if self.demo_running:
             return
         self.demo_running = True
         self.last_error = None
         self.demo_button.setEnabled(False)
-        self.demo_progress.setValue(0)
         self.demo_step.setStyleSheet("")
-        cancel = self.cancel_token = CancelToken()
-        needs_backend = registry.active() is None
-        self.demo_progress.setVisible(needs_backend)
-        self.demo_step.setText("Building the patched CPU backend…" if needs_backend else "Preparing the demo model…")
+        if registry.active() is None:
+            self.demo_step.setText("")
+            if not self.build_job.running:
+                self.build_job.start(BuildOptions(flavor="cpu"))
+            return  # _backend_built writes the demo when the build (this one or the one already running) ends
+        self._write_demo()
 
-        def work(report: Report) -> DemoModel:
-            if registry.active() is None:
-                build_backend(BuildOptions(flavor="cpu"), report, cancel)
-            report("demo")
-            return ensure_demo_model(paths.demo_model_dir())
+    def _write_demo(self) -> None:
+        self.demo_step.setText("Preparing the demo model…")
+        self.ops.start(lambda _report: ensure_demo_model(paths.demo_model_dir()), self._demo_done, self._demo_failed)
 
-        self.ops.start(work, self._demo_done, self._demo_failed, self._demo_event)
+    def _backend_built(self, _manifest: object) -> None:
+        if self.demo_running:
+            self._write_demo()
+
+    def _backend_failed(self, exc: Exception) -> None:
+        if self.demo_running:
+            self._demo_failed(exc)
+
+    def _build_changed(self) -> None:
+        """No second build from this card while one runs (started here or on the Backend page)."""
+        running = self.build_job.running
+        self.demo_button.setEnabled(not running and not self.demo_running)
+        self.build_button.setEnabled(not running and (self.toolchain is None or self.toolchain.can_build_cpu))
 
     def cancel(self) -> None:
-        """Stop a backend build under way (the window is closing)."""
-        if self.cancel_token is not None:
-            self.cancel_token.cancel()
-
-    def _demo_event(self, value: Any) -> None:
-        if value == "demo":
-            self.demo_progress.setValue(100)
-            self.demo_step.setText("Writing the demo model…")
-        elif isinstance(value, BuildEvent):
-            if value.percent is not None:
-                self.demo_progress.setValue(round(value.percent))
-            if value.kind == "step" and value.message:
-                self.demo_step.setText(value.message[:1].upper() + value.message[1:])
+        """Stop the backend build under way (the window is closing)."""
+        self.build_job.cancel()
 
     def _demo_done(self, demo: DemoModel) -> None:
         self.demo_running = False
-        self.cancel_token = None
         self.demo_button.setEnabled(True)
         self.demo_step.setText("Loading the demo model…")
         self.demo_ready.emit(demo)
 
     def _demo_failed(self, exc: Exception) -> None:
         self.demo_running = False
-        self.cancel_token = None
         self.last_error = exc
         self.demo_button.setEnabled(True)
         self.demo_button.setText("Try again")
-        self.demo_progress.hide()
         text = exc.message + (f"\n{exc.advice}" if exc.advice else "") if isinstance(exc, FastMTPError) else str(exc)
         self.demo_step.setText(f"The demo could not be prepared: {text}")
         self.demo_step.setStyleSheet("color: #b91c1c;")

@@ -49,7 +49,7 @@ def test_first_run_tries_the_demo_model_then_a_second_start_goes_straight_to_cha
     assert panel.build_button.text() in ("Build the CPU backend", "Build the CUDA backend")
 
     progress: list[int] = []
-    panel.demo_progress.valueChanged.connect(progress.append)
+    panel.build_status.bar.valueChanged.connect(progress.append)
     qtbot.mouseClick(panel.demo_button, Qt.MouseButton.LeftButton)
     assert panel.demo_running and not panel.demo_button.isEnabled()
     qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
@@ -57,6 +57,7 @@ def test_first_run_tries_the_demo_model_then_a_second_start_goes_straight_to_cha
     manifest = registry.active()
     assert manifest is not None and manifest.flavor == "cpu" and manifest.patched
     assert progress and progress[-1] == 100  # the build's progress, then the demo model
+    assert win.build_job.outcome == "built" and win.build_job.log_count > 0
     assert not win.first_run_visible() and win.chat_page.chat.isVisible()
     assert app_settings.load().first_run_done
     assert win.model_selector.model_box.currentText() == "Demo model (built-in)"
@@ -95,6 +96,39 @@ def test_choosing_a_quantization_opens_the_models_page_and_is_remembered(
     assert app_settings.load().first_run_done
     assert win.settings_page.current().first_run_done  # saving the Settings page keeps it
     assert win.needs_first_run()  # still no backend: the next start offers the panel again
+    win.history.close()
+
+
+def test_a_build_started_on_the_panel_is_the_one_build_every_page_shows(qtbot: QtBot, fresh_machine: Path) -> None:
+    """One build state for the window: the Backend page sees the panel's build (progress, step, log, Cancel; no
+    second build), and its Cancel stops the panel's build."""
+    win = MainWindow(history=HistoryStore(fresh_machine / "history.sqlite3"))
+    qtbot.addWidget(win)
+    win.show()
+    win.start()
+    panel, page, job = win.first_run, win.backend_page, win.build_job
+    assert "the build tree is cached" in panel.demo_text.text()  # the estimate, said before the click
+    qtbot.mouseClick(panel.demo_button, Qt.MouseButton.LeftButton)
+    assert job.running and job.options is not None and job.options.flavor == "cpu"
+    assert page.building and not page.build_cpu_button.isEnabled() and page.cancel_build_button.isEnabled()
+    assert not panel.build_button.isEnabled() and not panel.demo_button.isEnabled()
+    assert panel.build_status.isVisible() and panel.build_status.cancel_button.isVisible()
+    assert "Building the CPU backend" in page.step_label.text() and "elapsed" in page.step_label.text()
+    assert not job.start(job.options)  # no second build beside it
+    page.build("cpu")  # nor from the Backend page's own button
+    assert job.log_count > 0 and page.log.toPlainText().startswith("estimate: about")
+    qtbot.mouseClick(page.cancel_build_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not job.running, timeout=WAIT_MS)
+    assert job.outcome == "cancelled" and registry.active() is None  # nothing half-built is installed
+    assert panel.last_error is not None and panel.demo_button.isEnabled()
+    assert "cancelled" in panel.build_status.title.text() and page.log.toPlainText()  # the log stays
+    assert page.build_cpu_button.isEnabled() == (page.toolchain is None or page.toolchain.can_build_cpu)
+
+    qtbot.mouseClick(panel.demo_button, Qt.MouseButton.LeftButton)  # again, to the end this time
+    qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
+    assert job.outcome == "built" and page.built is not None and page.built.id == registry.active_id()
+    assert "built, self-tested and active" in page.step_label.text()
+    win.close()
     win.history.close()
 
 

@@ -367,7 +367,7 @@ def test_backend_page_shows_a_real_build_then_lists_and_self_tests_it(
     assert re.search(r"^\[\d+/\d+\] Building CXX object .*llama-cparams", log, re.MULTILINE)
     assert "==> checking the build tools" in log and "reusing the cached build tree" in log
     assert "==> self-testing the new backend" in log
-    assert page.step_label.text().startswith(f"Backend {patched_backend.id} ready")
+    assert page.step_label.text().startswith(f"Backend {patched_backend.id} built, self-tested and active")
 
     row = page.row_texts(patched_backend.id)
     assert (row["flavor"], row["patch"], row["selftest"], row["active"]) == ("cpu", "yes", "ok", "● active")
