@@ -42,7 +42,7 @@ def _build_event_printer(args: argparse.Namespace) -> Callable[[BuildEvent], Non
 
 
 def cmd_backend_build(args: argparse.Namespace) -> int:
-    from app.backend.builder import BuildOptions, Flavor, build_backend
+    from app.backend.builder import BuildOptions, Flavor
 
     cancel = cancel_on_signals()
     on_event = _build_event_printer(args)
@@ -59,7 +59,12 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
     if args.fetch_cuda_toolkit:
         fetch_toolkit_for_build(None if args.fetch_cuda_toolkit == "driver" else args.fetch_cuda_toolkit,
                                 on_event, cancel)
-    manifest = build_backend(options, on_event, cancel)
+    from app.backend import build_estimate
+
+    wait = build_estimate.estimate(options)  # said first, as the window's first-run card says it
+    emit_line(args, {"kind": "estimate", **build_estimate.as_dict(wait)}, f"==> the build takes {wait.words()}",
+              file=sys.stdout)
+    manifest = build_estimate.build_and_record(options, on_event, cancel)  # remembered for the next estimate
     emit_line(args, {"kind": "result", "manifest": manifest.to_dict()})  # people saw the "done" event
     return 0
 
