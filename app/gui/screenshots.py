@@ -14,6 +14,7 @@ History and settings live in a temporary folder, so the user's own chats are nei
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -29,7 +30,8 @@ from app.core import paths
 from app.settings.app_settings import Settings
 
 README_SIZE = (1280, 800)  # the unsuffixed files, which the README shows
-SIZES = (README_SIZE, (1024, 700), (1920, 1080))  # the smallest window we design for, and a full HD screen
+LAPTOP = (1366, 768)  # the common laptop screen the window must fit
+SIZES = (README_SIZE, (1024, 700), LAPTOP, (1920, 1080))  # the smallest window we design for, a laptop, full HD
 PROMPT = "Hello! What is FastMTP Chat, and how does its drafting work?"
 PLAIN_PROMPT = "The same without drafting, please."
 
@@ -210,6 +212,76 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
     return written
 
 
+def first_run(out: Path, sizes: tuple[tuple[int, int], ...] = (LAPTOP, (1024, 700))) -> dict[str, Any]:
+    """A new user's first run, scripted on the real window: empty data and config folders (the build cache stays,
+    so the backend build is what a second install on this machine costs), the first-run panel, a click on "Try
+    the demo model", the build with its estimate, the demo loaded, a first message and its streamed reply; shots
+    of each stage at ``sizes``. Returns (and writes as ``first-run.json``) the estimate against the measured build.
+    """
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from app.backend import build_estimate, registry
+    from app.backend.builder import BuildOptions
+    from app.chats.history import HistoryStore
+    from app.gui.main import MainWindow, make_application
+
+    app = make_application(sys.argv[:1])
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="fastmtp-first-run-"))
+    os.environ["FASTMTP_CONFIG_DIR"] = str(scratch / "config")
+    os.environ["FASTMTP_DATA_DIR"] = str(scratch / "data")
+    assert registry.active() is None, "the scripted first run needs an empty data folder"
+    history = HistoryStore(scratch / "history.sqlite3")
+    window = MainWindow(history=history)
+    window.resize(*sizes[0])
+    window.show()
+    window.start()
+    written: list[str] = []
+
+    def grab(stage: str) -> None:
+        for size in sizes:
+            window.resize(*size)
+            settle(app)
+            path = out / f"first-run-{stage}-{size[0]}x{size[1]}.png"
+            window.grab().save(str(path))
+            written.append(str(path))
+            print(path)
+
+    panel = window.first_run
+    wait_until(app, lambda: panel.toolchain is not None, 120, "GPU and build tool detection")
+    said = build_estimate.estimate(BuildOptions(flavor="cpu"))
+    grab("welcome")
+    QTest.mouseClick(panel.demo_button, Qt.MouseButton.LeftButton)
+    job = window.build_job
+    wait_until(app, lambda: job.running and job.percent > 0, 60, "the build to start")
+    grab("building")
+    wait_until(app, lambda: not job.running, 3600, "the backend build")
+    built_s = job.elapsed()
+    wait_until(app, lambda: window.chat_page.ready, 300, "the demo model to load")
+    started = time.monotonic()
+    first_token: list[float] = []
+    done: list[dict[str, Any]] = []
+    window.bridge.token.connect(lambda _event: first_token.append(time.monotonic()) if not first_token else None)
+    window.bridge.done.connect(done.append)
+    window.chat_page.chat.input.setPlainText(PROMPT)
+    QTest.keyClick(window.chat_page.chat.input, Qt.Key.Key_Return)
+    wait_until(app, lambda: bool(done), 300, "the first streamed reply")
+    grab("reply")
+    ratio = round(max(said.seconds, built_s) / max(min(said.seconds, built_s), 0.1), 2)
+    summary: dict[str, Any] = {
+               "estimate_s": round(said.seconds, 1), "estimate_words": said.words(), "basis": said.basis,
+               "build_s": round(built_s, 1), "build_outcome": job.outcome,
+               "ratio": ratio, "within_factor_2": ratio <= 2.0,
+               "first_token_s": round(first_token[0] - started, 2) if first_token else None,
+               "reply_tokens": len(done[0].get("tokens") or []) if done else 0, "screenshots": written}
+    (out / "first-run.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print(summary, file=sys.stderr)
+    window.close()
+    history.close()
+    return summary
+
+
 def parse_size(text: str) -> tuple[int, int]:
     """``1024x700`` -> (1024, 700)."""
     width, _, height = text.lower().partition("x")
@@ -222,13 +294,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--theme", choices=["light", "dark", "both"], default="both")
     parser.add_argument("--own", action="store_true",
                         help="only the pages of your own models: models-own-*.png and benchmark-run-*.png")
+    parser.add_argument("--first-run", action="store_true",
+                        help="a scripted first run from empty folders to the first streamed reply (first-run-*.png, "
+                             "first-run.json: the build's estimate against the measured build)")
     parser.add_argument("--size", action="append", metavar="WxH",
-                        help="only this window size (repeatable; default: 1280x800, 1024x700 and 1920x1080)")
+                        help="only this window size (repeatable; default: 1280x800, 1024x700, 1366x768, 1920x1080)")
     args = parser.parse_args(argv)
     themes = ("light", "dark") if args.theme == "both" else (args.theme,)
     sizes = tuple(parse_size(size) for size in args.size) if args.size else SIZES
     if args.own:
         take_own(args.out, themes, sizes[0])
+        return 0
+    if args.first_run:
+        first_run(args.out, sizes if args.size else (LAPTOP, (1024, 700)))
         return 0
     take(args.out, themes, sizes)
     return 0
