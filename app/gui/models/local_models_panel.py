@@ -188,6 +188,7 @@ class LocalModelsPanel(QGroupBox):
         table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         table.setWordWrap(False)  # one line a file; the whole reason is in the tooltip
+        table.setTextElideMode(Qt.TextElideMode.ElideRight)  # a cut cell ends in "…", never mid-letter
         table.setMinimumHeight(110)
         header = table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -208,8 +209,11 @@ class LocalModelsPanel(QGroupBox):
             item = QTableWidgetItem(model.path.name)
             item.setToolTip(str(model.path) + (f"\ncopied from {model.copied_from}" if model.copied_from else ""))
             table.setItem(row, A_FILE, item)
-            facts = QTableWidgetItem(facts_text(model.facts) if model.present else model.problem)
-            facts.setToolTip(model.problem or model.facts.reason)
+            shown = facts_text(model.facts) if model.present else model.problem
+            facts = QTableWidgetItem(shown)
+            # the column is narrower than the text at 1024x700 (the view elides it): the tooltip has all of it
+            why = model.problem or model.facts.reason
+            facts.setToolTip(shown if why in ("", shown) else f"{shown}\n{why}")
             table.setItem(row, A_FACTS, facts)
             sidecars = ", ".join(f"{kind} {path.name}" for kind, path in (("d2t", model.sidecar_d2t),
                                                                           ("full", model.sidecar_full)) if path)
@@ -391,7 +395,9 @@ class LocalModelsPanel(QGroupBox):
         name.setToolTip(str(found.path))
         table.setItem(row, S_FILE, name)
         table.setItem(row, S_WHERE, QTableWidgetItem(found.where))
-        table.setItem(row, S_FACTS, QTableWidgetItem(facts_text(found.facts) if found.facts else "unreadable"))
+        what = QTableWidgetItem(facts_text(found.facts) if found.facts else "unreadable")
+        what.setToolTip(what.text())  # elided in a narrow window: the whole text here
+        table.setItem(row, S_FACTS, what)
         verdict = QTableWidgetItem(("yes — " if found.usable else "no — ") + found.reason)
         verdict.setToolTip(found.reason)
         table.setItem(row, S_USABLE, verdict)

@@ -13,9 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QHelpEvent, QPaintEvent, QStandardItemModel
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QStyle,
+    QStyleOptionComboBox,
+    QStylePainter,
+    QToolTip,
+    QWidget,
+)
 
 from app.core import paths
 from app.core.units import format_bytes
@@ -51,6 +60,58 @@ def set_item_enabled(box: QComboBox, row: int, enabled: bool) -> None:
         item = model.item(row)
         if item is not None:
             item.setEnabled(enabled)
+
+
+class ElidingComboBox(QComboBox):
+    """A combo box that elides its current text (``target.gguf · F16 · 117.7 MiB · unver…``) instead of cutting it
+    off mid-letter, and whose tooltip then starts with the whole text; its popup is as wide as its longest item.
+
+    At 1024x700 the chat's top bar leaves the model box about 160 pixels, far less than a file's label."""
+
+    def text_rect_width(self) -> int:
+        """The width the current text is drawn in (the edit field of the style's combo box)."""
+        option = QStyleOptionComboBox()
+        self.initStyleOption(option)
+        rect = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                           QStyle.SubControl.SC_ComboBoxEditField, self)
+        return max(0, rect.width() - 2)  # the label is drawn 1 pixel in from each side
+
+    def shown_text(self) -> str:
+        """The current text as painted: whole, or elided to fit."""
+        return self.fontMetrics().elidedText(self.currentText(), Qt.TextElideMode.ElideRight, self.text_rect_width())
+
+    def full_tooltip(self) -> str:
+        """The box's own tooltip, after the whole current text when that is elided."""
+        base = self.toolTip()
+        if self.shown_text() == self.currentText():
+            return base
+        return f"{self.currentText()}\n\n{base}" if base else self.currentText()
+
+    def paintEvent(self, _event: QPaintEvent) -> None:
+        painter = QStylePainter(self)
+        option = QStyleOptionComboBox()
+        self.initStyleOption(option)
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, option)
+        option.currentText = self.shown_text()
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, option)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            tip = self.full_tooltip()
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().event(event)
+
+    def showPopup(self) -> None:
+        """Widen the list to its longest item (up to the screen) so no item reads cut off there either."""
+        view = self.view()
+        wanted = view.sizeHintForColumn(0) + view.frameWidth() * 2 + view.verticalScrollBar().sizeHint().width()
+        screen = self.screen()
+        view.setMinimumWidth(min(wanted, screen.availableGeometry().width()) if screen is not None else wanted)
+        super().showPopup()
 
 
 def _name(path: Path | None) -> str:
@@ -91,7 +152,7 @@ class ModelSelector(QWidget):
         self.installed: list[InstalledModel] = []  # the models folder's models, as last listed
         self._pending_chat: tuple[Path, str] | None = None  # "Chat with it now": folder and quantization
 
-        self.model_box = QComboBox()  # the demo model, then each installed model (``refresh``)
+        self.model_box = ElidingComboBox()  # the demo model, then each installed model (``refresh``)
         self.model_box.setToolTip("The model the chat uses; downloads from the Models page appear here")
         self.model_box.addItem(DEMO_LABEL, DEMO_KEY)
         self.model_box.currentIndexChanged.connect(lambda _i: self._chosen())
