@@ -83,7 +83,7 @@ def problems_of(words: list[str]) -> list[str]:
     """What in one command does not exist in the repository (empty when all of it does)."""
     head = words[0]
     problems = repo_path_problems(words)
-    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", head):
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\+?=.*", head):
         return problems                                   # a variable assignment
     if head == "make":
         targets = make_targets()
@@ -189,7 +189,8 @@ def test_release_builds_and_smoke_tests_with_the_projects_scripts() -> None:
     final = jobs["release"]
     assert set(final["needs"]) == {"linux", "windows", "macos", "cuda-backend"}
     final_calls = [w for _, s in run_scripts({"jobs": {"r": final}}) for w in commands(s)]
-    assert any(w[1:5] == ["-m", "app", "release", "sign"] for w in final_calls)
+    app_steps = [w[3:5] for w in final_calls if w[1:3] == ["-m", "app"]]
+    assert app_steps == [["backend", "sign-feed"], ["release", "sign"]]  # the feed first: SHA256SUMS covers it
     assert ["sha256sum", "-c", "SHA256SUMS"] in final_calls
     assert "secrets.FASTMTP_RELEASE_KEY" in (ROOT / ".github" / "workflows" / "release.yml").read_text()
 
