@@ -48,6 +48,8 @@ _MAX_BACKOFF = 60.0
 TOKEN_ADVICE = ("The repository may be gated or private: accept its terms on the hub, then store a token with "
                 "`python -m app token set` (or set HF_TOKEN). A token that lacks access gives the same error.")
 RESUME_ADVICE = "Start the download again: it resumes where it stopped."
+NETWORK_ADVICE = "Check the network connection or try another mirror."
+RETRY_ADVICE = "Start the download again."  # nothing was kept: there is nothing to resume
 DISK_FULL_ADVICE = ("Free some space, then start the download again: the part already downloaded is kept and "
                     "the download resumes.")
 NO_ROOM_ADVICE = ("Free some space or choose another folder, then start the download again; parts already "
@@ -238,7 +240,12 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
                                 RESUME_ADVICE)
     real = [e for e in errors if not isinstance(e, DownloadCancelled)]
     if real or errors:
-        raise (real or errors)[0]
+        first = (real or errors)[0]
+        if isinstance(first, NetworkDownloadError):
+            first.kept_bytes = sum(_size(_part_path(staging_dir, r.name)) for r in requests)
+            if not first.kept_bytes:  # say "resume" only when there is something to resume
+                first.advice = f"{NETWORK_ADVICE} {RETRY_ADVICE}"
+        raise first
     progress.event("done", "", f"{len(results)} file(s) in {staging_dir}")
     return {r.name: results[r.name] for r in requests}
 
@@ -259,14 +266,60 @@ def _report_change(progress: Progress, change: ControlChange) -> None:
         progress.event("resumed")
 
 
+# Why a mirror could not be reached or read, for machines and the window (which words it, never this module's
+# English): the name does not resolve, nothing listens, no answer, stalled, the connection dropped, a 5xx.
+NetworkCause = Literal["name-not-resolved", "connection-refused", "connect-timeout", "stalled", "connection-lost",
+                       "server-error"]
+
+
+class NetworkDownloadError(DownloadError):
+    """A file could not be fetched because the network or the server failed (not a refusal or a check).
+
+    ``cause`` and ``host`` say what failed where, so a window can say "could not reach huggingface.co (the name
+    does not resolve)" without parsing ``message`` (the technical detail, kept for a tooltip or a log);
+    ``kept_bytes`` is what the batch's ``.part`` files hold, so "resume" is only promised when something was kept.
+    """
+
+    def __init__(self, message: str, advice: str, *, cause: NetworkCause, host: str, kind: str) -> None:
+        super().__init__(message, advice, kind=kind)
+        self.cause: NetworkCause = cause
+        self.host = host
+        self.kept_bytes = 0
+
+    def to_dict(self) -> dict[str, str]:
+        return {**super().to_dict(), "cause": self.cause, "host": self.host, "kept_bytes": str(self.kept_bytes)}
+
+
+def network_cause(exc: BaseException) -> NetworkCause:
+    """The cause of an httpx transport error, from the exception types in its chain (never their text)."""
+    if isinstance(exc, httpx.ReadTimeout):
+        return "stalled"
+    if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return "connect-timeout"
+    seen: BaseException | None = exc
+    for _ in range(8):  # httpx wraps httpcore, which wraps the socket's OSError
+        if seen is None:
+            break
+        if isinstance(seen, socket.gaierror):
+            return "name-not-resolved"
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection-refused"
+        if isinstance(seen, (TimeoutError, socket.timeout)) and isinstance(exc, httpx.ConnectError):
+            return "connect-timeout"
+        seen = seen.__cause__ or seen.__context__
+    return "connection-lost"
+
+
 class _Retry(Exception):
     """This attempt failed in a way worth retrying on the same mirror."""
 
-    def __init__(self, reason: str, *, retry_after: float | None = None, immediate: bool = False) -> None:
+    def __init__(self, reason: str, *, retry_after: float | None = None, immediate: bool = False,
+                 cause: NetworkCause = "connection-lost") -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
         self.immediate = immediate
+        self.cause: NetworkCause = cause
 
 
 class _MirrorFailed(Exception):
@@ -360,6 +413,7 @@ class _Download:
         failures: list[str] = []
         advice = ""
         kind = "download-network"  # unless a mirror's failure gives the advice: then its kind goes with it
+        network: tuple[NetworkCause, str] | None = None  # the first mirror given up on for a network cause
         for url in self.request.urls:
             attempt = 0
             high_water = self.done
@@ -381,6 +435,7 @@ class _Download:
                     attempt += 1
                     if attempt > self.settings.retries:
                         failures.append(f"{url}: {exc.reason} (gave up after {self.settings.retries} retries)")
+                        network = network or (exc.cause, urlsplit(url).hostname or url)
                         break
                     delay = 0.0 if exc.immediate else self._backoff(attempt, exc.retry_after)
                     self.progress.event("retry", self.name,
@@ -390,9 +445,11 @@ class _Download:
             if url != self.request.urls[-1]:
                 self.progress.event("retry", self.name, f"{failures[-1]}; trying the next mirror")
         where = failures[0] if len(failures) == 1 else "every mirror failed:\n  " + "\n  ".join(failures)
-        raise DownloadError(f"Could not download {self.name}: {where}",
-                            advice or "Check the network connection or try another mirror. " + RESUME_ADVICE,
-                            kind=kind)
+        message = f"Could not download {self.name}: {where}"
+        if network is not None and not advice:
+            raise NetworkDownloadError(message, NETWORK_ADVICE + " " + RESUME_ADVICE, cause=network[0],
+                                       host=network[1], kind=kind)
+        raise DownloadError(message, advice or NETWORK_ADVICE + " " + RESUME_ADVICE, kind=kind)
 
     def _finish(self) -> FetchedFile:
         """Check size and hash, then move into place; a mismatch deletes the part."""
@@ -450,7 +507,7 @@ class _Download:
                                     "Certificate checks are never turned off.", "tls-unverified") from exc
             reason = f"no data for {self.settings.stall_timeout:.0f} s (stalled)" \
                 if isinstance(exc, httpx.ReadTimeout) else f"{type(exc).__name__}: {exc or 'connection lost'}"
-            raise _Retry(reason) from exc
+            raise _Retry(reason, cause=network_cause(exc)) from exc
         if self.expected is not None and self.done < self.expected:
             raise _Retry(f"the connection closed early at {self.done} of {self.expected} bytes")
 
@@ -503,7 +560,7 @@ class _Download:
                                 "The file is not on this mirror: check the repository, the revision and the "
                                 "quantization name.", "not-found")
         if status in (408, 429) or status >= 500:
-            raise _Retry(f"server error (HTTP {status})", retry_after=_retry_after(response))
+            raise _Retry(f"server error (HTTP {status})", retry_after=_retry_after(response), cause="server-error")
         if status not in (200, 206):
             raise _MirrorFailed(f"unexpected answer (HTTP {status})")
         etag, modified = response.headers.get("etag"), response.headers.get("last-modified")

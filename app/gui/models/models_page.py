@@ -66,7 +66,7 @@ from app.release.catalog import (
     user_endpoints,
 )
 from app.release.download import FetchPlan, fetch_release
-from app.release.fetcher import DownloadCancelled, FetchControl
+from app.release.fetcher import DownloadCancelled, FetchControl, NetworkDownloadError
 from app.release.install import Installed
 from app.release.progress import FetchEvent
 from app.settings import app_settings
@@ -145,6 +145,28 @@ WINDOW_ADVICE: dict[str, str] = {
 def window_advice(exc: FastMTPError) -> str:
     """The advice this page shows for ``exc``: its own words for the kinds it knows, else the core's advice."""
     return WINDOW_ADVICE.get(exc.kind, exc.advice)
+
+
+# What failed, by the core's structured cause (never its message): "Could not reach HOST (...)".
+NETWORK_CAUSE_WORDS: dict[str, str] = {
+    "name-not-resolved": "Could not reach {host} (the name does not resolve): check the internet connection.",
+    "connection-refused": "Could not reach {host} (nothing answers there: the connection was refused): check the "
+                          "internet connection and the mirror's address.",
+    "connect-timeout": "Could not reach {host} (no answer in time): check the internet connection.",
+    "stalled": "The download from {host} stalled (no data for a long while): check the internet connection.",
+    "connection-lost": "The connection to {host} was lost: check the internet connection.",
+    "server-error": "{host} had a server error and kept failing: try again later or another mirror.",
+}
+
+
+def network_failure_text(exc: NetworkDownloadError) -> str:
+    """A network failure in words (what failed and where), then retry or resume: "resume" only when the
+    download's ``.part`` files hold bytes, since with nothing kept there is nothing to resume."""
+    words = NETWORK_CAUSE_WORDS.get(exc.cause, NETWORK_CAUSE_WORDS["connection-lost"]).format(host=exc.host)
+    if exc.kept_bytes > 0:
+        return (f"{words}\nPress Download again to resume: {human_bytes(exc.kept_bytes)} already downloaded is "
+                "kept and it goes on from there.")
+    return f"{words}\nPress Download again to retry."
 
 
 def download_error_text(exc: Exception) -> str:
@@ -491,8 +513,10 @@ class ModelsPage(QWidget):
         self.download_title.setText(text)
         self.download_title.setVisible(bool(text))
 
-    def _set_step(self, text: str, error: bool = False) -> None:
+    def _set_step(self, text: str, error: bool = False, detail: str = "") -> None:
+        """The step line; ``detail`` (a failure's technical words) goes to its tooltip, not the line."""
         self.step_label.setText(text)
+        self.step_label.setToolTip(detail)
         self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};" if error else "")
 
     def _on_progress(self, value: Any) -> None:
@@ -635,6 +659,9 @@ class ModelsPage(QWidget):
                     self._mark_failed(name, exc.message, exc.kind)
         self.total_label.setText("")
         self._set_title(f"{self.download_quant}: the download failed")
+        if isinstance(exc, NetworkDownloadError):  # in words; the mirror's URL and the exception in the tooltip
+            self._set_step("Nothing was installed. " + network_failure_text(exc), error=True, detail=exc.message)
+            return
         self._set_step("Nothing was installed. " + download_error_text(exc), error=True)
 
     # ------------------------------------------------------------------ mirrors and token
