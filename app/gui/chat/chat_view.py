@@ -10,8 +10,8 @@ On a wide window the text keeps a readable measure: the document's side margins 
 ``MAX_LINE_CHARS`` characters of ordinary text, centred (``_measure_margins``).
 
 The HUD floats over one corner of the transcript (``set_hud_placement``; the user drags it to another or folds
-it to one line). The document keeps a margin on the HUD's side as tall as the HUD, so the first message (HUD
-at the top) or the newest text while following (HUD at the bottom) is never under it.
+it to one line). The document keeps a margin on the HUD's side as wide as the HUD, so no text is ever under it,
+wherever it is scrolled.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from app.gui.chat.markdown import MarkdownRenderer
 from app.gui.chat.messages import ChatEntry as ChatEntry  # app.gui.chat.chat_page imports it from here
 from app.gui.chat.messages import describe_reply, entry_from_stored
 from app.gui.chat.stream_render import RENDER_INTERVAL_MS as RENDER_INTERVAL_MS  # app.bench.window paces by it
-from app.gui.chat.stream_render import Follower, Painter, StreamRenderer, Transcript, readable_width, set_root_margins
+from app.gui.chat.stream_render import Follower, Painter, StreamRenderer, Transcript, fit_column, readable_width
 from app.gui.shell.palette import LIGHT, Palette
 
 DRAFT_TINT = QColor(LIGHT.draft_tint)
@@ -98,7 +98,7 @@ class ChatView(QWidget):
         self._drag_origin: QPoint | None = None  # the carrier's position when a drag of the HUD began
         self.hud.dragged.connect(self._drag_hud)
         self.hud.dropped.connect(self._drop_hud)
-        self.hud.note_changed.connect(self._measure_margins)  # a taller HUD needs a wider margin
+        self.hud.resized.connect(self._measure_margins)  # a wider HUD needs a wider margin
         self.hud.corner_requested.connect(lambda corner: self.set_hud_placement(corner, self.hud.collapsed, True))
         self.hud.collapsed_changed.connect(lambda collapsed: self.set_hud_placement(self.hud_corner, collapsed, True))
         self.jump_button = QPushButton("Jump to latest ↓")
@@ -194,24 +194,13 @@ class ChatView(QWidget):
         self._measure_margins()
 
     def _measure_margins(self) -> None:
-        """Side margins that keep lines at most ``MAX_LINE_CHARS`` characters long, the text centred (none on a
-        window too narrow for that), and on the HUD's side a margin as tall as the HUD where it is over the text
-        column: on a wide window the centred column passes beside the HUD, and the text needs no room above or
-        below it. Set only when something
-        changed (every change lays the document out again)."""
-        document = self.transcript.document()
-        base = document.documentMargin()
+        """Side margins that keep lines at most ``MAX_LINE_CHARS`` characters long, the text centred, and the
+        HUD's side wide enough that the HUD stands beside the text column, never over it (``fit_column``).
+        Set only when something changed (every change lays the document out again)."""
+        base = self.transcript.document().documentMargin()
         measure = readable_width(self.transcript.fontMetrics())
-        side = max(0.0, (self.transcript.viewport().width() - 2 * base - measure) / 2)
         self.composer.setMaximumWidth(round(measure + 2 * base) + self.send_button.sizeHint().width() + 12)
-        clear = float(self.hud.sizeHint().height() + 8) if self._hud_over_text(base + side) else base
-        top = self.hud_corner.startswith("top")
-        set_root_margins(document, (side, side, clear if top else base, base if top else clear))
-
-    def _hud_over_text(self, inset: float) -> bool:
-        """Whether the HUD covers part of a text column ``inset`` pixels in from each side of the viewport: the
-        HUD sits 6 pixels in from its side (clear of the scroll bar), and the text keeps 4 pixels of air."""
-        return inset < self.hud.sizeHint().width() + 6 + 4
+        fit_column(self.transcript, measure, self.hud.sizeHint(), self.hud_corner, self.hud.collapsed)
 
     def _drag_hud(self, offset: QPoint) -> None:
         """The HUD follows the mouse over the transcript (kept inside it) until it is dropped."""

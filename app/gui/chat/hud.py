@@ -1,10 +1,11 @@
 """The heads-up panel over the chat: live decode and prompt speed, time to first token, draft acceptance
 with a bar, tokens per target pass, mode, and a sparkline of tok/s over the reply.
 
-The panel floats over a corner of the transcript, so it must never be in the way for good: its "▴" button
-(or a double click) collapses it to a one-line pill with the headline numbers, "▾" opens it again, and a drag
-moves it to another corner (it snaps to the nearest one on release; the context menu names the corners too).
-The chat view places it and the window remembers where and how it was (``placement_changed``).
+The panel floats over a corner of the transcript, opaque (text behind it would be unreadable through it), in
+the margin beside the text column (the chat view widens that margin for it), and never in the way for good:
+its "▴" button (or a double click) collapses it to a one-line pill with the headline numbers, "▾" opens it
+again, and a drag moves it to another corner (it snaps to the nearest one on release; the context menu names
+the corners too). The chat view places it and the window remembers where and how it was (``placement_changed``).
 
 The words for the drafting mode live in ``app.engine.breakeven``, and whether drafting pays here is a verdict
 from ``app.engine.verdict`` (Qt-free, the same rules as ``quickstart`` and ``bench matrix``): every finished reply
@@ -32,6 +33,7 @@ from PySide6.QtGui import (
     QPaintEvent,
     QPen,
     QPolygonF,
+    QResizeEvent,
 )
 from PySide6.QtWidgets import (
     QApplication,
@@ -51,7 +53,7 @@ from app.engine.config import EngineConfig
 from app.engine.verdict import MIN_SAMPLES, SampleLog, Verdict, condition_for, load_average, mode_name
 
 _STYLE = """
-#hud { background: rgba(24, 28, 36, 215); border: 1px solid rgba(255, 255, 255, 40); border-radius: 8px; }
+#hud { background: rgb(24, 28, 36); border: 1px solid rgb(62, 67, 76); border-radius: 8px; }
 #hud QLabel { color: #e8ecf2; font-size: 11px; }
 #hud QLabel[role="value"] { font-weight: 600; font-family: monospace; }
 #hud QProgressBar { background: rgba(255, 255, 255, 40); border: none; border-radius: 2px; max-height: 4px; }
@@ -121,6 +123,7 @@ class Hud(QFrame):
     dropped = Signal()
     corner_requested = Signal(str)
     note_changed = Signal()  # the "does not pay" line appeared or went: the HUD's height changed
+    resized = Signal()  # the chat view keeps the text column clear of the HUD's width
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -263,6 +266,10 @@ class Hud(QFrame):
         self.adjustSize()
         if by_user:
             self.collapsed_changed.emit(collapsed)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.resized.emit()
 
     def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
         if event.button() == Qt.MouseButton.LeftButton:

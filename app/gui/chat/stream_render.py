@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QByteArray, QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QFont,
     QFontMetrics,
@@ -59,7 +59,7 @@ class Transcript(QTextBrowser):
     answers first; an empty answer (never ``None``, after which QTextDocument opens the file itself) leaves
     nothing to read, locally or over the network. The renderer shows images as links anyway.
 
-    ``resized`` tells the chat view to fit the text's measure to the new width."""
+    ``resized`` tells the chat view to fit the text's measure to the new width (of the browser or its viewport)."""
 
     resized = Signal()
 
@@ -76,10 +76,48 @@ class Transcript(QTextBrowser):
         super().resizeEvent(event)
         self.resized.emit()
 
+    def viewportEvent(self, event: QEvent) -> bool:
+        """The viewport also narrows when the scroll bar appears (the browser keeps its size): measure again."""
+        handled = super().viewportEvent(event)
+        if event.type() == QEvent.Type.Resize:
+            self.resized.emit()
+        return handled
+
 
 def readable_width(metrics: QFontMetrics, chars: int = MAX_LINE_CHARS) -> int:
     """The width of ``chars`` characters of ordinary English text (spaces included) in this font."""
     return round(metrics.horizontalAdvance(_MEASURE_SAMPLE) * chars / len(_MEASURE_SAMPLE))
+
+
+def fit_column(transcript: QTextBrowser, measure: float, hud: QSize, corner: str, folded: bool) -> None:
+    """Set the document's side margins (top and bottom its own): lines at most ``measure`` wide and centred, but
+    never under the HUD (``hud`` its size, in ``corner``), which stands in the margin: scrolling never brings
+    text under it, and a narrow window gets a narrower column beside the HUD rather than text hidden behind it.
+    The HUD ``folded`` to its one-line pill is too wide for a side margin: the viewport gives up a strip as
+    tall as the pill at its top or bottom for it instead, which no text scrolls into.
+
+    The HUD's carrier sits 6 px in from the transcript's side, on the right also clear of the scroll bar's width
+    (shown or not); the text keeps 4 px of air from it."""
+    strip = hud.height() + 12 if folded else 0
+    top = corner.startswith("top")
+    transcript.setViewportMargins(0, strip if top else 0, 0, 0 if top else strip)
+    hud_width, hud_left = (0 if folded else hud.width()), corner.endswith("left")
+    base = transcript.document().documentMargin()  # a root frame's side margin replaces it: at least that much
+    viewport = transcript.viewport().geometry()  # in the transcript's coordinates, like the HUD's carrier
+    width = viewport.width()
+    side = max(base, (width - measure) / 2)
+    reach = hud_width + 6 + 4
+    if hud_left:
+        needed = reach - viewport.x()
+    else:
+        right_edge = transcript.width() - transcript.verticalScrollBar().sizeHint().width()
+        needed = reach - (right_edge - viewport.x() - width)
+    if needed <= side:
+        left = right = side
+    else:  # the column moves over, as wide as still fits
+        other = max(base, width - measure - needed)
+        left, right = (needed, other) if hud_left else (other, needed)
+    set_root_margins(transcript.document(), (left, right, base, base))
 
 
 def set_root_margins(document: QTextDocument, wanted: tuple[float, float, float, float]) -> None:
