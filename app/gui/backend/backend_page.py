@@ -27,9 +27,10 @@ its word-wrapped hints below the height their text needs.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from PySide6.QtCore import QEvent, QFileSystemWatcher, Qt, QTimer
 from PySide6.QtGui import QFont, QFontDatabase
@@ -70,6 +71,7 @@ from app.gui.shell.build_job import BuildJob
 from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
 from app.release.catalog import CatalogError, backend_feed_url
+from app.release.trust import Confirm
 
 LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
 
@@ -96,6 +98,9 @@ def wrapping_label(text: str = "") -> QLabel:
     policy.setHeightForWidth(True)
     label.setSizePolicy(policy)
     return label
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -627,17 +632,25 @@ class BackendPage(QWidget):
                                     "Browse…, or give its https:// URL.")
             self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
             return
+        self.install_op = self._checked_install(
+            f"Checking the prebuilt backend {source}…",
+            lambda confirm, report, cancel: install_prebuilt(source, confirm=confirm, on_event=report, cancel=cancel),
+            self._install_done, self._install_failed)
+
+    def _checked_install(self, message: str, install: Callable[[Confirm, Report, CancelToken], T],
+                         on_done: Callable[[T], None], on_failed: Callable[[Exception], None]) -> BackgroundOp[T]:
+        """Run a signed install in the background: its key questions are asked here (the worker waits for the
+        answer), its progress shows in the page's bar and log, and Cancel (or the page going away) stops it."""
         cancel = self.cancel_token = CancelToken()
         self.installed_prebuilt = None
         self.last_error = None
         self.log.clear()
         self.progress.setValue(0)
         self.step_label.setStyleSheet("")
-        self.step_label.setText(f"Checking the prebuilt backend {source}…")
-
+        self.step_label.setText(message)
         asked: list[TrustQuestion] = []
 
-        def work(report: Report) -> InstalledPrebuilt:
+        def work(report: Report) -> T:
             def confirm(repo: str, fingerprint: str) -> bool:
                 question = TrustQuestion(repo, fingerprint)
                 asked.append(question)
@@ -645,7 +658,7 @@ class BackendPage(QWidget):
                 question.answered.wait()
                 return question.trusted and not cancel.cancelled
 
-            return install_prebuilt(source, confirm=confirm, on_event=report, cancel=cancel)
+            return install(confirm, report, cancel)
 
         def stop(*_args: object) -> None:
             """The page is gone: nothing half-checked is installed, and a key question cannot be answered."""
@@ -653,10 +666,11 @@ class BackendPage(QWidget):
             for question in asked:
                 question.answered.set()
 
-        self.install_op = self.ops.start(work, self._install_done, self._install_failed, self._install_progress)
+        op = self.ops.start(work, on_done, on_failed, self._install_progress)
         self.destroyed.connect(stop)
         self.cancel_build_button.setText("Cancel install")
         self._set_building(True)
+        return op
 
     def _install_progress(self, value: Any) -> None:
         if isinstance(value, TrustQuestion):
@@ -686,40 +700,16 @@ class BackendPage(QWidget):
             self._show_feed_text("No backend feed is known. Give the URL of the publisher's signed backend feed.",
                                  bad=True)
             return
-        cancel = self.cancel_token = CancelToken()
         machine = self.feed_machine
         self.feed_install = None
         self.feed_selection = None
-        self.installed_prebuilt = None
-        self.last_error = None
         self.feed_build_button.hide()
         self.feed_label.hide()
-        self.log.clear()
-        self.progress.setValue(0)
-        self.step_label.setStyleSheet("")
-        self.step_label.setText(f"Reading the backend feed {url}…")
-        asked: list[TrustQuestion] = []
-
-        def work(report: Report) -> FeedInstall:
-            def confirm(repo: str, fingerprint: str) -> bool:
-                question = TrustQuestion(repo, fingerprint)
-                asked.append(question)
-                report(question)
-                question.answered.wait()
-                return question.trusted and not cancel.cancelled
-
-            return install_from_feed(url, machine=machine, confirm=confirm, on_event=report, on_selection=report,
-                                     cancel=cancel)
-
-        def stop(*_args: object) -> None:
-            cancel.cancel()
-            for question in asked:
-                question.answered.set()
-
-        self.feed_op = self.ops.start(work, self._feed_done, self._feed_failed, self._install_progress)
-        self.destroyed.connect(stop)
-        self.cancel_build_button.setText("Cancel install")
-        self._set_building(True)
+        self.feed_op = self._checked_install(
+            f"Reading the backend feed {url}…",
+            lambda confirm, report, cancel: install_from_feed(url, machine=machine, confirm=confirm, on_event=report,
+                                                              on_selection=report, cancel=cancel),
+            self._feed_done, self._feed_failed)
 
     def _show_feed_text(self, text: str, *, bad: bool = False) -> None:
         self.feed_label.setText(text)
