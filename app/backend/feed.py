@@ -35,6 +35,7 @@ from app.backend.signing import BackendClaim
 from app.core import paths, processes
 from app.core.cancel import CancelToken
 from app.core.errors import BackendError, VerificationError
+from app.core.json_object import load_object
 from app.release import signing, trust
 from app.release.catalog import backend_feed_url, load_catalog
 from app.release.fetcher import FetchControl, FileRequest
@@ -144,15 +145,7 @@ def _bad(source: str, what: str) -> VerificationError:
 
 
 def _load(data: bytes, source: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(data.decode("utf-8-sig"))
-    except RecursionError:
-        raise _bad(source, "its JSON is nested too deeply") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _bad(source, f"not valid JSON ({exc})") from exc
-    if not isinstance(obj, dict):
-        raise _bad(source, f"a JSON {type(obj).__name__}, expected an object")
-    return obj
+    return load_object(data, lambda what: _bad(source, what))
 
 
 def _archive(item: object, source: str, number: int) -> FeedArchive:

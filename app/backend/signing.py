@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from app import __version__ as app_version
 from app.core.errors import FastMTPError, VerificationError
 from app.core.hashing import sha256_file
+from app.core.json_object import load_object
 from app.core.safe_paths import UNPACK_MAX_BYTES, UNPACK_MAX_MEMBERS, UnpackLimits, check_name
 from app.release import signing, trust
 from app.release.catalog import load_catalog
@@ -148,15 +149,7 @@ def _malformed(source: str, what: str) -> VerificationError:
 
 
 def _load(data: bytes, source: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(data.decode("utf-8-sig"))
-    except RecursionError:
-        raise _malformed(source, "its JSON is nested too deeply") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _malformed(source, f"not valid JSON ({exc})") from exc
-    if not isinstance(obj, dict):
-        raise _malformed(source, f"a JSON {type(obj).__name__}, expected an object")
-    return obj
+    return load_object(data, lambda what: _malformed(source, what))
 
 
 def parse_claim(data: bytes, source: str) -> BackendClaim:
