@@ -43,13 +43,14 @@ from app.gui.shell.page_ops import OwnedOps, bad_colour, error_text, good_colour
 from app.release import updates
 from app.release.updates import UpdateCheck, UpdateSource
 from app.settings import app_settings
-from app.settings.app_settings import THEMES, Settings
+from app.settings.app_settings import THEMES, Settings, Theme
 
 NOTES_SHOWN = 800  # characters of the release notes shown on the page; the link has the rest
 
 
 class SettingsPage(QWidget):
-    """Emits ``saved(Settings)`` after writing the file; the window applies the theme and engine sizes.
+    """Emits ``saved(Settings)`` after writing the file; the window applies the theme and engine sizes. Picking
+    a theme saves it (alone) and emits ``saved`` at once.
 
     ``update_source`` is the feed the update checks ask (default: the catalog's); ``clock`` gives the time
     of a check (tests pass a fixed one).
@@ -96,6 +97,7 @@ class SettingsPage(QWidget):
         self.p_min.setSingleStep(0.05)
         self.theme = QComboBox()
         self.theme.addItems(list(THEMES))
+        self.theme.currentTextChanged.connect(self._theme_picked)
         self.save_button = QPushButton("Save")
         self.save_button.clicked.connect(self.save)
         self.note = QLabel()
@@ -175,6 +177,19 @@ class SettingsPage(QWidget):
         app_settings.save(settings)
         self._settings = settings
         self.note.setText(f"Saved to {app_settings.settings_path()}.")  # the window adds when the engine reloads
+        self.saved.emit(settings)
+
+    def _theme_picked(self, picked: str) -> None:
+        """A theme takes effect the moment it is picked and is saved at once, as in most desktop apps: a preview
+        that waits for Save (or is lost by leaving the page) surprises. Only the theme is saved; the other fields
+        keep what was last saved until Save."""
+        theme: Theme = "dark" if picked == "dark" else "light" if picked == "light" else "system"
+        if theme == self._settings.theme:
+            return  # shown from the saved settings, or picked back
+        settings = replace(self._settings, theme=theme)
+        app_settings.save(settings)
+        self._settings = settings
+        self.note.setText(f"Theme saved to {app_settings.settings_path()}.")
         self.saved.emit(settings)
 
     def forget_learned_depths(self) -> None:
