@@ -55,6 +55,8 @@ from app.gui.shell.window_state import WindowState
 from app.settings import app_settings
 from app.settings.app_settings import Settings
 
+NOTICE_MS = 5_000  # how long a status notice (an event, not a state) stays in the status bar
+
 
 class StatusLabel(QLabel):
     """The window's one-line status (in the status bar). Its text never changes the layout: the label takes
@@ -65,10 +67,26 @@ class StatusLabel(QLabel):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._full = ""
+        self._lasting = ""  # the state a notice covers for a while ("Ready", "Generating…")
+        self.notice_timer = QTimer(self)  # a notice's time: then the lasting text is back
+        self.notice_timer.setSingleShot(True)
+        self.notice_timer.timeout.connect(lambda: self._show(self._lasting))
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
 
     def setText(self, text: str) -> None:
+        """A lasting state: shown until the next one (it also ends a notice shown now, being newer)."""
+        self.notice_timer.stop()
+        self._lasting = text
+        self._show(text)
+
+    def show_notice(self, text: str, msecs: int | None = None) -> None:
+        """Something that happened ("Chat deleted", "Exported 2 chats"): shown for ``msecs`` (``NOTICE_MS``),
+        then the lasting state is back, as QStatusBar's temporary messages do; it must not stay for good."""
+        self._show(text)
+        self.notice_timer.start(NOTICE_MS if msecs is None else msecs)
+
+    def _show(self, text: str) -> None:
         self._full = text
         self.setToolTip(text)
         self._elide()
@@ -128,6 +146,7 @@ class MainWindow(QMainWindow):
         self.model_selector.demo_failed.connect(lambda message: self.chat_page.show_error({"message": message}))
         self.model_selector.listing_failed.connect(self.chat_page.banner.show_error)
         self.chat_page.status_changed.connect(self.status.setText)
+        self.chat_page.notice.connect(self.status.show_notice)
         self.chat_page.state_changed.connect(self.remember_state)
         self.build_job = BuildJob(self)  # the one backend build, whichever page started it
         self.first_run = FirstRunPanel(self.settings.context_size, self.build_job)

@@ -122,11 +122,13 @@ class ChatPage(QWidget):
     """The chat with the loaded model: conversations are saved in ``history`` as they happen.
 
     ``selector`` (the model selector) is placed first in the top bar. ``status_changed(text)`` carries the
-    window's status line; ``state_changed`` fires when something the window remembers changed (the open chat,
+    window's status line (a state: "Ready"), ``notice(text)`` an event the status bar shows for a while ("Chat
+    deleted"); ``state_changed`` fires when something the window remembers changed (the open chat,
     the splitter, the HUD's place).
     """
 
     status_changed = Signal(str)
+    notice = Signal(str)
     state_changed = Signal()
 
     def __init__(self, bridge: EngineBridge, history: HistoryStore, selector: QWidget,
@@ -297,7 +299,7 @@ class ChatPage(QWidget):
             self.conversation_id = None
             self.chat.show_conversation([])
             self.state_changed.emit()
-        self._status("Chat deleted")
+        self.notice.emit("Chat deleted")
 
     def set_chat_settings(self, chat: ChatSettings) -> None:
         """This chat's settings; saved with the conversation when it has been saved."""
@@ -558,7 +560,7 @@ class ChatPage(QWidget):
         else:
             path.write_text("\n\n---\n\n".join(self.history.export_markdown(i) for i in ids) + "\n",
                             encoding="utf-8")
-        self._status(f"Exported {len(ids)} chat{'s' if len(ids) != 1 else ''} to {path.name}")
+        self.notice.emit(f"Exported {len(ids)} chat{'s' if len(ids) != 1 else ''} to {path.name}")
         return len(ids)
 
     def import_chats(self, path: Path) -> list[int]:
@@ -570,13 +572,13 @@ class ChatPage(QWidget):
                                     "advice": exc.advice})
             return []
         self.sidebar.refresh()
-        self._status(f"Imported {len(created)} chat{'s' if len(created) != 1 else ''}")
+        self.notice.emit(f"Imported {len(created)} chat{'s' if len(created) != 1 else ''}")
         return created
 
     def export_dialog(self, fmt: str, current: bool) -> None:
         """Chats → Export …: ask where, then ``export_chats``."""
         if current and self.conversation_id is None:
-            self._status("Nothing to export: this chat has no messages yet")
+            self.notice.emit("Nothing to export: this chat has no messages yet")
             return
         suffix = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
         name, _ = QFileDialog.getSaveFileName(self, "Export chats", f"chats.{fmt}", suffix)
