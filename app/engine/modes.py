@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.core.errors import GGUFError
-from app.gguftools.header import gguf_header
+from app.gguftools.inspect import inspect_gguf
 from app.release.catalog import load_catalog
 
 DraftMode = Literal["off", "embedded", "full", "d2t"]
@@ -70,15 +70,20 @@ def sidecar_kind_from_name(name: str) -> Literal["d2t", "full"]:
 
 
 def sidecar_kind(path: str | os.PathLike[str]) -> Literal["d2t", "full"]:
-    """What a sidecar file is, from its contents: one with a ``d2t`` map (the trimmed draft vocabulary, as
-    ``app.gguftools.inspect`` tells them apart) is the d2t sidecar, any other a full one. The header is read
-    lazily and cached per unchanged file; only a file that cannot be read (missing, not a GGUF) is judged by
-    its name (:func:`sidecar_kind_from_name`), so a renamed file is still what it is."""
+    """What a sidecar file is, from its contents: an MTP-only file with a ``d2t`` map (the trimmed draft
+    vocabulary) is the d2t sidecar, one without it the full sidecar, as ``app.gguftools.inspect`` tells them
+    apart (the header is read lazily and cached per unchanged file), so a renamed file is still what it is. A
+    file that is neither (a whole model in a sidecar's place) or cannot be read is judged by its name
+    (:func:`sidecar_kind_from_name`): the load then refuses it in words."""
     try:
-        header = gguf_header(path)
+        kind = inspect_gguf(path).kind
     except (GGUFError, OSError, ValueError):
-        return sidecar_kind_from_name(Path(path).name)
-    return "d2t" if header.tensor("d2t") is not None else "full"
+        kind = "other"
+    if kind == "mtp_sidecar_d2t":
+        return "d2t"
+    if kind == "mtp_sidecar_full":
+        return "full"
+    return sidecar_kind_from_name(Path(path).name)
 
 
 def depth_series(summaries: list[dict[str, Any]], prompt_set: str) -> dict[str, list[tuple[int, float]]]:
