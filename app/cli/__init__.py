@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_window(args: argparse.Namespace) -> int:
-    from app.gui.main import qt_start_problem, run
+    from app.gui.main import run
+    from app.gui.shell.startup import qt_start_problem
 
     problem = qt_start_problem()
     if problem is not None:
@@ -58,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("No display found: running the terminal quickstart instead of the window.", file=sys.stderr)
             return main(["quickstart"])
         try:
-            from app.gui.main import qt_start_problem, run
+            from app.gui.main import run
+            from app.gui.shell.startup import qt_start_problem
         except ImportError as exc:  # Qt's own libraries (libEGL, libGL, …) are missing
             problem: str | None = f"Qt cannot be loaded: {exc}"
         else:

@@ -50,7 +50,6 @@ from app.gui.shell.build_job import BuildJob
 from app.gui.shell.engine_bridge import EngineBridge
 from app.gui.shell.nav_rail import NavRail
 from app.gui.shell.ops import wait_for_all
-from app.gui.shell.startup import qt_start_problem as qt_start_problem  # app.cli imports it from here
 from app.gui.shell.window_state import WindowState
 from app.settings import app_settings
 from app.settings.app_settings import Settings
