@@ -27,11 +27,14 @@ from PySide6.QtWidgets import (
 
 from app.chats.history import HistoryError, HistoryStore
 from app.gui.shell import icons
+from app.gui.shell.empty_state import EmptyState
 from app.gui.shell.page_ops import confirm_destructive
 from app.gui.shell.palette import LIGHT, Palette
 
 RENAME_KEY = "F2"
 DELETE_KEY = "Del"
+NO_CHATS = "No chats yet. Your conversations are kept here."
+NO_MATCH = "No chat matches the search."
 
 
 class Sidebar(QWidget):
@@ -63,6 +66,7 @@ class Sidebar(QWidget):
         self.list.itemChanged.connect(self._edited)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._context_menu)
+        self.empty = EmptyState(self.list, NO_CHATS)  # an empty list says what will be there
 
         # Delete only while the list has the focus, where it cannot be a key meant for a text box (F2 is the
         # window's: it renames the open chat from anywhere)
@@ -105,6 +109,7 @@ class Sidebar(QWidget):
                     self.list.setCurrentItem(item)
             if self.current_id is None:
                 self.list.setCurrentRow(-1)
+            self.empty.setText(NO_MATCH if self.search.text().strip() else NO_CHATS)
         finally:
             self._filling = False
             self.list.blockSignals(False)

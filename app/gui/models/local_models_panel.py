@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from app.core import secrets
 from app.core.units import format_bytes
+from app.gui.shell.empty_state import EmptyState
 from app.gui.shell.ops import Report
 from app.gui.shell.page_ops import OwnedOps, error_text
 from app.models import local_models
@@ -72,6 +73,7 @@ def facts_text(facts: local_models.ModelFacts) -> str:
     return f"{facts.architecture} · {facts.quantization} · {format_bytes(facts.size_bytes)} · {sidecar}"
 
 
+NO_OWN_FILES = "No model files added yet. Add a GGUF you already have, or let the app look for them."
 HUB_UNKNOWN_REPO = ("Not available: this file's repository on the Hugging Face hub is not known. Only files in "
                     "the Hugging Face cache or LM Studio's models folders can be checked (their folders name the "
                     "repository).")
@@ -166,6 +168,7 @@ class LocalModelsPanel(QGroupBox):
         self.added_table = QTableWidget(0, 5)
         self.added_table.setHorizontalHeaderLabels(["File", "What it is", "FastMTP sidecars", "Verification", ""])
         self._table_look(self.added_table, stretch=A_FACTS)
+        self.added_empty = EmptyState(self.added_table, NO_OWN_FILES)  # an empty table says how to fill it
         self.scan_label = QLabel()
         self.scan_label.setWordWrap(True)
         self.scan_table = QTableWidget(0, 5)
