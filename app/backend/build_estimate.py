@@ -35,8 +35,8 @@ Basis = Literal["cached", "measured", "cores"]
 HISTORY_FILE = "build-times.json"
 HISTORY_KEEP = 20  # the newest records kept
 # core-seconds of a fresh build (source, configure, compile, install, self-test) of the pinned version, measured
-# on a quiet 2-core EPYC: a CPU build in about 5 minutes, a one-architecture CUDA build in about 56
-FRESH_CORE_SECONDS = {"cpu": 600.0, "cuda": 6700.0}
+# on a quiet 2-core EPYC: a CPU build in 228 s (docs/benchmarks.md), a one-architecture CUDA build in about 56 min
+FRESH_CORE_SECONDS = {"cpu": 480.0, "cuda": 6700.0}
 CACHED_SECONDS = 5.0  # a cached tree: the source check, a re-link (if any), the install and the self-test
 # the compile step is most of a fresh build; before this share of it is done, its rate says little yet
 EXTRAPOLATE_FROM = 0.1

@@ -32,7 +32,7 @@ def test_a_fresh_build_is_the_core_seconds_over_the_free_cores() -> None:
     busy = estimate(CPU, cached=False, cores=2, load=1.5)
     assert quiet.basis == "cores" and quiet.seconds == build_estimate.FRESH_CORE_SECONDS["cpu"] / 2
     assert busy.seconds == build_estimate.FRESH_CORE_SECONDS["cpu"]  # one free core at the least
-    assert "from this machine's 2 cores" in quiet.words() and "5 minutes" in quiet.words()
+    assert "from this machine's 2 cores" in quiet.words() and "4 minutes" in quiet.words()
     cuda = estimate(BuildOptions(flavor="cuda", cuda_archs=["86", "90"]), cached=False, cores=16, load=0.0)
     assert cuda.seconds == 2 * build_estimate.FRESH_CORE_SECONDS["cuda"] / 16  # each architecture compiles again
 
