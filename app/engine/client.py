@@ -15,7 +15,7 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -144,10 +144,14 @@ class EngineClient:
 
     # ------------------------------------------------------------------ requests
 
-    def load(self, config: EngineConfig) -> dict[str, Any]:
+    def load(self, config: EngineConfig,
+             on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Load (or switch) the model pair: a clean reload in the worker. RPC workers (``config.rpc``) are connected
         by the worker before the load, through the active backend's RPC backend; ggml keeps them registered for the
-        life of the process, so other workers (or none) need a fresh worker process."""
+        life of the process, so other workers (or none) need a fresh worker process.
+
+        Returns the load's last event (``loaded`` or ``error``); ``on_event`` sees every event of the load as it
+        comes (``load_progress`` for each model file read, then that last one), so a long load can be watched."""
         if self._config is not None and self._config.rpc != config.rpc:
             self.close()
         if self._proc is None or self._proc.poll() is not None:
@@ -155,7 +159,12 @@ class EngineClient:
         self._config = config
         self._phase = "load"
         self._send("load", config=protocol.config_to_dict(config))
-        return list(self._until_end())[-1]
+        last: dict[str, Any] = {}
+        for event in self._until_end():
+            if on_event is not None:
+                on_event(event)
+            last = event
+        return last
 
     def generate(self, messages: list[Message], options: ChatOptions) -> Iterator[dict[str, Any]]:
         """Send the request now; the iterator streams the events of the reply, the last is ``done`` or ``error``."""
@@ -166,10 +175,10 @@ class EngineClient:
     def cancel(self) -> None:
         self._send("cancel")
 
-    def restart(self) -> dict[str, Any] | None:
+    def restart(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
         """A fresh worker with the last configuration; after a crash while loading the sidecar or during the
         first drafting pass, without the sidecar (the same pair would crash again): the ``loaded`` event then carries
-        a ``notice`` saying why."""
+        a ``notice`` saying why. ``on_event`` follows the reload as in ``load``."""
         crash, self.last_crash = self.last_crash, None
         self.close()
         self.start()
@@ -186,7 +195,7 @@ class EngineClient:
                       f"--target {config.target} --draft {config.draft}`, or use the sidecar released for "
                       f"this model.")
             config = replace(config, mode="off", draft=None)
-        event = self.load(config)
+        event = self.load(config, on_event)
         return {**event, "notice": notice, "fallback": True} if notice and event["kind"] == "loaded" else event
 
     def close(self) -> None:

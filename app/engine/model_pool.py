@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.config import EngineConfig
-from app.native.handles import Model
+from app.native.handles import LoadProgress, Model
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,10 @@ class ModelPool:
         self._target: ModelSlot | None = None  # the target whose files are kept
         self.loads = 0  # models actually loaded from disk (the rest were reused)
 
-    def get(self, path: Path, *, n_gpu_layers: int, rpc: tuple[str, ...] = (), load_mtp: bool) -> Model:
+    def get(self, path: Path, *, n_gpu_layers: int, rpc: tuple[str, ...] = (), load_mtp: bool,
+            on_progress: LoadProgress | None = None) -> Model:
         """A loaded ``path``: the one kept when it fits (loaded with MTP layers serves a request without), else a
-        new load that replaces it."""
+        new load that replaces it, reporting its progress to ``on_progress`` (a kept model reports nothing)."""
         slot = ModelSlot.of(path, n_gpu_layers, rpc)
         model = self._models.get(slot)
         if model is not None and (model.load_mtp or not load_mtp):
@@ -57,7 +58,7 @@ class ModelPool:
         if model is not None:  # loaded without the MTP layers the embedded head needs: free it before reloading
             model.close()
             del self._models[slot]
-        model = Model(path, n_gpu_layers=n_gpu_layers, load_mtp=load_mtp)
+        model = Model(path, n_gpu_layers=n_gpu_layers, load_mtp=load_mtp, on_progress=on_progress)
         self._models[slot] = model
         self.loads += 1
         return model

@@ -1,7 +1,8 @@
 """The engine worker's message protocol: one JSON object per line, both ways.
 
 Requests (caller → worker): ``load`` {config}, ``generate`` {messages, options}, ``cancel``, ``reset``,
-``shutdown``. Events (worker → caller): ``ready``, ``loaded``, ``token`` {token, piece, provenance, stats},
+``shutdown``. Events (worker → caller): ``ready``, ``load_progress`` {file, fraction} (a load's model files as
+they are read, throttled), ``loaded``, ``token`` {token, piece, provenance, stats},
 ``done`` {tokens, provenance, text, stop_reason, stats}, ``error`` {error, message, advice, log_tail}.
 """
 

@@ -8,7 +8,7 @@ from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions, EngineConfig
 from app.engine.model_pool import ModelPool
 from app.engine.sampling import Sampler
-from app.engine.speculative import Reply, SpeculativeDecoder, TokenSink
+from app.engine.speculative import FileProgress, Reply, SpeculativeDecoder, TokenSink
 from app.engine.stats import describe_depth, describe_sampling
 
 
@@ -16,8 +16,10 @@ class ChatSession:
     """Keeps the decoder (and so the evaluated conversation) between turns: a new turn evaluates
     only its new tokens."""
 
-    def __init__(self, config: EngineConfig, models: ModelPool | None = None) -> None:
-        self.decoder = SpeculativeDecoder(config, models)
+    def __init__(self, config: EngineConfig, models: ModelPool | None = None,
+                 on_progress: FileProgress | None = None) -> None:
+        """Load ``config``'s models; ``on_progress(file name, fraction)`` follows each one read from disk."""
+        self.decoder = SpeculativeDecoder(config, models, on_progress)
         self.template: str | None = self.decoder.target.chat_template()
 
     def close(self) -> None:

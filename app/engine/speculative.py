@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -47,12 +48,16 @@ class Reply:
 
 TokenSink = Callable[[int, Provenance, ReplyStats], None]
 StopCheck = Callable[[list[int]], bool]
+FileProgress = Callable[[str, float], None]  # a model file's name and the fraction of it loaded
 
 
 class SpeculativeDecoder:
     """Owns the target (and draft) contexts of one conversation; ``generate`` streams one reply."""
 
-    def __init__(self, config: EngineConfig, models: ModelPool | None = None) -> None:
+    def __init__(self, config: EngineConfig, models: ModelPool | None = None,
+                 on_progress: FileProgress | None = None) -> None:
+        """Load ``config``'s models (from ``models`` when given); ``on_progress(file name, fraction)`` follows each
+        model read from disk, so a long load can be watched."""
         if config.mode == "sidecar" and config.draft is None:
             raise EngineError("Sidecar mode needs a draft sidecar file.", "Pass --draft SIDECAR.gguf.")
         if not DRAFT_DEPTH_MIN <= config.draft_depth <= DRAFT_DEPTH_MAX:
@@ -76,9 +81,11 @@ class SpeculativeDecoder:
         self._owned: list[Model | Context] = []
 
         def model(path: Path, load_mtp: bool) -> Model:
+            progress = None if on_progress is None else partial(on_progress, path.name)
             if models is not None:
-                return models.get(path, n_gpu_layers=config.n_gpu_layers, rpc=config.rpc, load_mtp=load_mtp)
-            loaded = Model(path, n_gpu_layers=config.n_gpu_layers, load_mtp=load_mtp)
+                return models.get(path, n_gpu_layers=config.n_gpu_layers, rpc=config.rpc, load_mtp=load_mtp,
+                                  on_progress=progress)
+            loaded = Model(path, n_gpu_layers=config.n_gpu_layers, load_mtp=load_mtp, on_progress=progress)
             self._owned.append(loaded)
             return loaded
 

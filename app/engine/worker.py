@@ -9,13 +9,40 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from app.core.errors import EngineError, FastMTPError
 from app.engine import protocol
 from app.engine.model_pool import ModelPool, target_slot
 from app.engine.session import ChatSession
+
+PROGRESS_INTERVAL_S = 0.1  # load_progress events at most this often, or at each PROGRESS_STEP of a file
+PROGRESS_STEP = 0.05
+
+
+class ProgressThrottle:
+    """Passes on a load's progress (``send(file, fraction)``) without flooding the pipe: llama.cpp reports every
+    tensor, the window needs a few updates a second. A file's first report and its 1.0 always go through."""
+
+    def __init__(self, send: Callable[[str, float], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self._send = send
+        self._clock = clock
+        self._last: dict[str, tuple[float, float]] = {}  # file: (fraction sent, when)
+
+    def __call__(self, file: str, fraction: float) -> None:
+        now = self._clock()
+        last = self._last.get(file)
+        if last is not None:
+            sent, when = last
+            finished = fraction >= 1.0 > sent
+            soon = fraction - sent < PROGRESS_STEP and now - when < PROGRESS_INTERVAL_S
+            if not finished and (fraction <= sent or soon):
+                return
+        self._last[file] = (fraction, now)
+        self._send(file, fraction)
 
 
 class Worker:
@@ -62,7 +89,9 @@ class Worker:
         engine_config = protocol.config_from_dict(config)
         self.models.retain(target_slot(engine_config))  # another model's files are freed before this one loads
         loads = self.models.loads
-        self.session = ChatSession(engine_config, self.models)
+        progress = ProgressThrottle(lambda file, fraction: self.send("load_progress", file=file,
+                                                                     fraction=round(fraction, 4)))
+        self.session = ChatSession(engine_config, self.models, progress)
         self.send("loaded", mode=self.session.decoder.config.mode, models_loaded=self.models.loads - loads)
 
     def _generate(self, request: dict[str, Any]) -> None:

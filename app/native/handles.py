@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any, Protocol, Self, TextIO
@@ -24,6 +25,8 @@ from app.gguftools.d2t import D2T_ADVICE, check_d2t
 from app.native.loader import import_llama_cpp
 
 FloatArray = npt.NDArray[np.float32]
+# a load's progress: the fraction read so far (0..1); returning False stops the load, anything else goes on
+LoadProgress = Callable[[float], "bool | None"]
 
 # llama.cpp's complaint when an unpatched build meets a trimmed (d2t) LM head
 _WRONG_SHAPE = re.compile(
@@ -129,7 +132,9 @@ class Model:
     """A loaded GGUF model (``llama_model *``)."""
 
     def __init__(self, path: Path, *, n_gpu_layers: int = 0, load_mtp: bool = False, use_mmap: bool = True,
-                 vocab_only: bool = False) -> None:
+                 vocab_only: bool = False, on_progress: LoadProgress | None = None) -> None:
+        """Load ``path``; ``on_progress(fraction)`` is called as llama.cpp reads it (0..1, ending at 1.0), so a
+        long load can be watched; returning False from it stops the load (a ``ModelLoadError``)."""
         self.lib = llama()
         self.path = path
         self.load_mtp = load_mtp and not vocab_only
@@ -144,9 +149,29 @@ class Model:
         params.load_mtp = load_mtp
         params.use_mmap = use_mmap
         params.vocab_only = vocab_only
+        stopped = threading.Event()
+        callback: Any = None
+        if on_progress is not None:
+            def progress(fraction: float, _user: object) -> bool:
+                # an exception escaping a ctypes callback reads as False (the load aborted): a bug in a progress
+                # display must not fail the load, so only an explicit False stops it
+                try:
+                    keep_going = on_progress(float(fraction)) is not False
+                except Exception:  # a broken display: the load goes on without it
+                    keep_going = True
+                if not keep_going:
+                    stopped.set()
+                return keep_going
+
+            # referenced until the load returns: C holds only the pointer
+            callback = self.lib.llama_progress_callback(progress)
+            params.progress_callback = callback
         mark = LOG.mark()
         self._ptr: Any = self.lib.llama_model_load_from_file(str(path).encode(), params)
+        del callback  # the load is over: llama.cpp does not call it again
         if not self._ptr:
+            if stopped.is_set():
+                raise ModelLoadError(f"The load of {path.name} was stopped.")
             raise explain_load_failure(path, LOG.since(mark))
         self.vocab: Any = self.lib.llama_model_get_vocab(self._ptr)
         self.n_embd: int = self.lib.llama_model_n_embd(self._ptr)
