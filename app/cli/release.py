@@ -10,14 +10,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, Protocol
 
 from app.cli.common import Subparsers, command, emit, emit_line, group, trust_prompt
 from app.core.errors import FastMTPError, VerificationError
 
 if TYPE_CHECKING:
+    from app.release.download import ConfirmSize
     from app.release.fetcher import FetchControl, FetchEvent
-    from app.release.trust import Confirm
+
+P = ParamSpec("P")
+
+
+class Asking(Protocol):
+    """Wraps a terminal question so that a signal interrupts it (``_stop_on_signals``)."""
+
+    def __call__(self, question: Callable[P, bool]) -> Callable[P, bool]: ...
 
 
 class FetchStopped(FastMTPError):
@@ -50,15 +58,41 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         emit_line(args, event.to_json(), _fetch_line(event, last))
 
     confirm = trust_prompt(args)
+    confirm_size = None if args.yes else size_prompt(args, plan.quant)
     with _stop_on_signals(control) as prompting:
         installed = fetch_release(plan, token=secrets.get_token(), on_event=on_event,
                                   on_step=lambda m: emit_line(args, {"kind": "step", "message": m}, m),
                                   control=control,
-                                  confirm=prompting(confirm) if confirm is not None else None)
+                                  confirm=prompting(confirm) if confirm is not None else None,
+                                  confirm_size=prompting(confirm_size) if confirm_size is not None else None)
     emit(args, dict(installed.to_dict(), kind="result"),
          f"Installed release {installed.version} ({', '.join(installed.files)}) in {installed.folder}; "
          f"every file verified against the manifest signed by {installed.fingerprint}.", compact=True)
     return 0
+
+
+def size_prompt(args: argparse.Namespace, quant: str) -> ConfirmSize:
+    """The terminal question before a big download (y/N). Without a terminal (or with ``--json``) nobody can
+    answer, so it refuses in words: a script says ``--yes`` for a big file instead of starting it unawares."""
+    from app.core.units import format_bytes
+    from app.release.download import DownloadDeclined
+
+    def ask(needed: int, dest: Path, free: int) -> bool:
+        what = f"Download {quant}: about {format_bytes(needed)} into {dest} ({format_bytes(free)} free there)."
+        if args.json or not (sys.stdin.isatty() and sys.stderr.isatty()):
+            refused = DownloadDeclined(f"{what} There is no terminal to ask you, so nothing was downloaded.",
+                                       "Rerun with --yes to download it without being asked.",
+                                       kind="download-declined")
+            refused.exit_code = 2  # a usage matter: big downloads need --yes when nobody can be asked
+            raise refused
+        print(what, file=sys.stderr, flush=True)
+        try:
+            answer = input("Download now? [y/N] ")
+        except EOFError:
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
+    return ask
 
 
 def _fetch_line(event: FetchEvent, last: list[float]) -> str | None:
@@ -77,12 +111,12 @@ def _fetch_line(event: FetchEvent, last: list[float]) -> str | None:
 
 
 @contextmanager
-def _stop_on_signals(control: FetchControl) -> Iterator[Callable[[Confirm], Confirm]]:
+def _stop_on_signals(control: FetchControl) -> Iterator[Asking]:
     """SIGINT and SIGTERM cancel the fetch through ``control``, in every phase: workers put their bytes
     down, the integrity phase removes its partial files, and the command ends with :class:`FetchStopped`.
 
-    Yields a wrapper for the terminal's trust question, which a signal interrupts at once (``input()``
-    would otherwise wait on). A second signal interrupts whatever runs.
+    Yields a wrapper for the terminal's questions (the key, the size), which a signal interrupts at once
+    (``input()`` would otherwise wait on). A second signal interrupts whatever runs.
     """
     from app.release.fetcher import DownloadCancelled
 
@@ -95,11 +129,11 @@ def _stop_on_signals(control: FetchControl) -> Iterator[Callable[[Confirm], Conf
         if prompting[0] or len(received) > 1:
             raise KeyboardInterrupt
 
-    def asking(confirm: Confirm) -> Confirm:
-        def ask(repo: str, fingerprint: str) -> bool:
+    def asking(question: Callable[P, bool]) -> Callable[P, bool]:
+        def ask(*args: P.args, **kwargs: P.kwargs) -> bool:
             prompting[0] = True
             try:
-                return confirm(repo, fingerprint)
+                return question(*args, **kwargs)
             finally:
                 prompting[0] = False
 
@@ -282,6 +316,8 @@ def add_commands(sub: Subparsers) -> None:
     where.add_argument("--base-url", help="plain mirror: files at {base-url}/{file}")
     f.add_argument("--dest", type=Path, help="install here instead of the app's models folder")
     f.add_argument("--trust-fingerprint", help="trust the publisher key with this fingerprint (no prompt)")
+    f.add_argument("--yes", action="store_true",
+                   help="download a big file (1 GiB or more) without asking; without a terminal it is required")
 
     v = command(sub, "verify", cmd_verify, "verify a release folder (signatures, trusted key, sizes and hashes), or "
                 "one model file: through its release's signatures, else against the hub's content hash")

@@ -21,15 +21,33 @@ from app.core import paths
 from app.core.errors import DownloadError, VerificationError
 from app.release import part_state, trust
 from app.release.catalog import Catalog, Endpoint, load_catalog, repo_slug
-from app.release.fetcher import DownloadCancelled, FetchControl, FetchEvent, FileRequest, fetch_files
+from app.release.fetcher import (
+    DownloadCancelled,
+    FetchControl,
+    FetchEvent,
+    FileRequest,
+    bytes_to_fetch,
+    fetch_files,
+)
 from app.release.install import Installed, install
 from app.release.verify import INTEGRITY_MAX_BYTES, ReleaseMetadata, verify_file, verify_metadata
 
 OnStep = Callable[[str], None]
+# "Download this much into this folder (this much free there)?": bytes still to fetch, the destination folder, the
+# free bytes on its disk; False declines and nothing is requested. Asked only from BIG_DOWNLOAD_BYTES up.
+ConfirmSize = Callable[[int, Path, int], bool]
+BIG_DOWNLOAD_BYTES = 1 << 30  # 1 GiB: below it a download just starts (the signed manifest's sizes decide)
 # Advice in words that suit the terminal and the window alike (the Models page still puts them in its own)
 PICK_QUANT_ADVICE = "Pick another quantization: the release's signed manifest lists the ones it has."
 START_OVER_ADVICE = "Start the download again: it starts over."
 KEPT_ADVICE = "Start the download again: model files already downloaded are kept and resumed."
+
+
+class DownloadDeclined(DownloadCancelled):
+    """The size question was answered no (or could not be asked): no model file was requested."""
+
+    kind = "download-declined"
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -161,11 +179,35 @@ def _checkpoint(control: FetchControl | None, where: str) -> None:
                                 KEPT_ADVICE, kind="download-cancelled-kept")
 
 
+def free_bytes(folder: Path) -> int:
+    """Free bytes on the disk ``folder`` will be on (its nearest existing parent: it may not exist yet)."""
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return shutil.disk_usage(candidate).free
+    return shutil.disk_usage(Path.cwd()).free
+
+
+def _confirm_size(plan: FetchPlan, requests: list[FileRequest], files_dir: Path, control: FetchControl | None,
+                  confirm_size: ConfirmSize | None) -> None:
+    """Ask before a big download, with the signed manifest's real sizes minus what is already kept; a no stops
+    here, before any model file is requested."""
+    needed = bytes_to_fetch(requests, files_dir)
+    if confirm_size is None or needed < BIG_DOWNLOAD_BYTES:
+        return
+    if confirm_size(needed, plan.dest, free_bytes(plan.dest)):
+        return
+    _checkpoint(control, "before any model file was requested")  # a Cancel while asking stays a cancel
+    raise DownloadDeclined(f"The download of {plan.quant} was declined. Nothing was downloaded.",
+                           "Start the download again when you want it.", kind="download-declined")
+
+
 def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callable[[FetchEvent], None] | None = None,
                   on_step: OnStep | None = None, control: FetchControl | None = None,
-                  confirm: trust.Confirm | None = None) -> Installed:
+                  confirm: trust.Confirm | None = None, confirm_size: ConfirmSize | None = None) -> Installed:
     """Download, verify and install one quantization with its sidecar and patch; returns what was installed.
 
+    ``confirm_size`` is asked once the signed manifest verified, when the bytes still to fetch reach
+    :data:`BIG_DOWNLOAD_BYTES`; declining raises :class:`DownloadDeclined` with nothing requested.
     Raises :class:`DownloadError` (network), :class:`VerificationError` / :class:`TrustError` (checks);
     after either, the models folder is as it was.
     """
@@ -187,8 +229,9 @@ def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callab
 
     names = pick_payload(meta, catalog, plan.quant)
     files_dir = staging / "files"
-    step(f"fetching {', '.join(names)}")
     requests = [FileRequest(n, _urls(plan, n), meta.entry(n).size, meta.entry(n).sha256) for n in names]
+    _confirm_size(plan, requests, files_dir, control, confirm_size)
+    step(f"fetching {', '.join(names)}")
     fetched = fetch_files(requests, files_dir, token=token, max_workers=plan.max_workers, on_event=on_event,
                           control=control, token_hosts=token_hosts(plan))
 

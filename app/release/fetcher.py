@@ -774,8 +774,9 @@ def _check_names(requests: list[FileRequest]) -> None:
         seen.add(name)
 
 
-def _check_disk_space(requests: list[FileRequest], staging: Path) -> None:
-    """Before the first byte: the known sizes, minus what ``.part`` files already hold, must fit."""
+def bytes_to_fetch(requests: Sequence[FileRequest], staging: Path) -> int:
+    """The bytes a batch still has to download: the known sizes, minus complete files and what ``.part`` files
+    already hold (they are resumed). Shared by the disk-space check and the callers' "download this?" question."""
     needed = 0
     for request in requests:
         if request.size is None:
@@ -785,6 +786,12 @@ def _check_disk_space(requests: list[FileRequest], staging: Path) -> None:
             continue
         kept = _size(_part_path(staging, request.name))
         needed += request.size - (kept if kept <= request.size else 0)
+    return needed
+
+
+def _check_disk_space(requests: list[FileRequest], staging: Path) -> None:
+    """Before the first byte: the known sizes, minus what ``.part`` files already hold, must fit."""
+    needed = bytes_to_fetch(requests, staging)
     free = shutil.disk_usage(staging).free
     if needed > free:
         raise DiskSpaceError(f"Not enough free space in {staging}: the download needs {_human(needed)}, "

@@ -5,7 +5,9 @@ Everything slow runs through :mod:`app.gui.shell.ops`: GPU detection, the downlo
 same sequence as ``python -m app fetch``) and keyring access. The download belongs to this page, not
 to a dialog, so it keeps running while the user looks at another page. The first-use key question
 of the trust chain comes from the download's worker thread and is answered here by
-:class:`~app.gui.models.trust_dialog.TrustKeyDialog`; the worker waits for the answer.
+:class:`~app.gui.models.trust_dialog.TrustKeyDialog`; the worker waits for the answer. So does the size
+question: once the signed manifest gave the real sizes, a download of ``BIG_DOWNLOAD_BYTES`` or more asks
+"Download Q4_K_P: about 15.4 GiB into FOLDER (N free there). Download now?" before any model file is requested.
 
 Each file's row shows its three checks as the core reports them: *signature* (the signed manifest
 lists it, which is verified before any payload byte is requested), *size* and *sha256* (computed
@@ -18,8 +20,10 @@ error's ``kind`` ("press Download again", "the Hub token box below"), never by m
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor
@@ -35,6 +39,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QListWidget,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -50,7 +55,7 @@ from app.core import secrets
 from app.core.errors import FastMTPError, VerificationError
 from app.core.units import format_bytes
 from app.gui.models.local_models_panel import LocalModelsPanel
-from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
+from app.gui.models.trust_dialog import SizeQuestion, TrustKeyDialog, TrustQuestion, ask_size, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
 from app.models.fit import GIB, FitReport, fit
@@ -65,7 +70,7 @@ from app.release.catalog import (
     remove_user_endpoint,
     user_endpoints,
 )
-from app.release.download import FetchPlan, fetch_release
+from app.release.download import DownloadDeclined, FetchPlan, fetch_release
 from app.release.fetcher import DownloadCancelled, FetchControl, NetworkDownloadError
 from app.release.install import Installed
 from app.release.progress import FetchEvent
@@ -77,6 +82,22 @@ OK, FAILED, PENDING = "✓", "✗", "…"
 (F_NAME, F_PROGRESS, F_SPEED, F_ETA, F_SIGNATURE, F_SIZE, F_SHA256, F_STATUS) = range(8)
 # quantization table columns
 (Q_NAME, Q_FILE, Q_NEEDED, Q_FITS, Q_STATE, Q_ACTION) = range(6)
+
+
+class _Question(Protocol):
+    """A question for the user from the download's worker (``TrustQuestion``, ``SizeQuestion``)."""
+
+    answered: threading.Event
+
+
+def _wait_for_answer(question: _Question, report: Report, control: FetchControl) -> None:
+    """Relay ``question`` to the GUI thread and wait for its answer; a Cancel ends the wait too."""
+    remove = control.add_listener(lambda change: question.answered.set() if change == "cancelled" else None)
+    try:
+        report(question)
+        question.answered.wait()
+    finally:
+        remove()
 
 
 @dataclass
@@ -198,6 +219,7 @@ class ModelsPage(QWidget):
         self.download_quant = ""
         self.control: FetchControl | None = None
         self.trust_dialog: TrustKeyDialog | None = None
+        self.size_box: QMessageBox | None = None  # "Download now?" while it is open
         self.installed: Installed | None = None
         self.last_error: Exception | None = None
         self.paused = False
@@ -450,17 +472,17 @@ class ModelsPage(QWidget):
         def work(report: Report) -> Installed:
             def confirm(repo: str, fingerprint: str) -> bool:
                 question = TrustQuestion(repo, fingerprint)
-                remove = control.add_listener(lambda change: question.answered.set()
-                                              if change == "cancelled" else None)
-                try:
-                    report(question)
-                    question.answered.wait()
-                finally:
-                    remove()
+                _wait_for_answer(question, report, control)
                 return question.trusted and not control.cancelled
 
+            def confirm_size(needed: int, dest: Path, free: int) -> bool:
+                question = SizeQuestion(quant, needed, dest, free)
+                _wait_for_answer(question, report, control)
+                return question.accepted and not control.cancelled
+
             return fetch_release(plan, token=secrets.get_token(), on_event=report,
-                                 on_step=lambda message: report(_Step(message)), control=control, confirm=confirm)
+                                 on_step=lambda message: report(_Step(message)), control=control, confirm=confirm,
+                                 confirm_size=confirm_size)
 
         self.download_op = self.ops.start(work, self._download_done, self._download_failed, self._on_progress)
         # a page deleted mid-download cannot answer the key question or show the end: stop the worker
@@ -491,6 +513,8 @@ class ModelsPage(QWidget):
             self.control.cancel()
             if self.trust_dialog is not None:
                 self.trust_dialog.reject()
+            if self.size_box is not None:
+                self.size_box.reject()
 
     def _set_running(self, running: bool) -> None:
         self.pause_button.setEnabled(running)
@@ -527,6 +551,13 @@ class ModelsPage(QWidget):
             self._set_step(value.message[:1].upper() + value.message[1:], error=warning)
         elif isinstance(value, TrustQuestion):
             self._ask_trust(value)
+        elif isinstance(value, SizeQuestion):
+            self._set_step(f"The signed manifest says {value.quant} needs about {human_bytes(value.needed)}: "
+                           "asking before it is downloaded.")
+            ask_size(value, self, self._size_box_opened)
+
+    def _size_box_opened(self, box: QMessageBox | None) -> None:
+        self.size_box = box
 
     def _ask_trust(self, question: TrustQuestion) -> None:
         self.trust_dialog = ask_trust(question, self, self._trust_closed)
@@ -645,6 +676,14 @@ class ModelsPage(QWidget):
         self._set_running(False)
         if self.trust_dialog is not None:
             self.trust_dialog.reject()
+        if self.size_box is not None:
+            self.size_box.reject()
+        if isinstance(exc, DownloadDeclined) and not self.cancel_requested:
+            self._set_title(f"{self.download_quant}: not downloaded")
+            self.total_label.setText("")
+            self._set_step("Nothing was downloaded: you chose not to download it now. Press Download again when "
+                           "you want it.")
+            return
         if isinstance(exc, DownloadCancelled) or self.cancel_requested:
             self._set_title(f"{self.download_quant}: download cancelled")
             self.total_label.setText("")

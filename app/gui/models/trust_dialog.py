@@ -1,4 +1,5 @@
-"""Trust on first use, in the window: show the publisher key's fingerprint and ask for an explicit yes.
+"""Trust on first use, in the window: show the publisher key's fingerprint and ask for an explicit yes; and,
+beside it, the other question a download's worker asks: "download this many gigabytes there?" (``SizeQuestion``).
 
 The core decides when to ask (``app.release.trust.decide``); this dialog is the GUI's answer to its
 ``Confirm`` question. The Trust button stays disabled until the user pastes the fingerprint the
@@ -11,12 +12,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import shiboken6
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontDatabase
-from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.core.errors import TrustError
+from app.core.units import format_bytes
 from app.release.signing import normalize_fingerprint
 
 
@@ -124,3 +137,40 @@ def ask_trust(question: TrustQuestion, parent: QWidget, on_closed: Callable[[], 
     dialog.finished.connect(answered)
     dialog.open()
     return dialog
+
+
+@dataclass
+class SizeQuestion:
+    """The core's "download this much?" question (``fetch_release(confirm_size=...)``), asked from a page's worker
+    thread once the signed manifest gave the real sizes; the worker waits on ``answered``."""
+
+    quant: str
+    needed: int  # bytes still to fetch
+    dest: Path
+    free: int  # free bytes on the destination's disk
+    answered: threading.Event = field(default_factory=threading.Event)
+    accepted: bool = False
+
+    def text(self) -> str:
+        return (f"Download {self.quant}: about {format_bytes(self.needed)} into {self.dest} "
+                f"({format_bytes(self.free)} free there). Download now?")
+
+
+def ask_size(question: SizeQuestion, parent: QWidget, box_opened: Callable[[QMessageBox | None], None]) -> bool:
+    """Ask ``question`` in a message box (No is the default: Enter or Esc downloads nothing) and answer the worker.
+
+    ``box_opened`` gets the box while it is open (so the page's Cancel can close it) and None after.
+    """
+    box = QMessageBox(QMessageBox.Icon.Question, "Download a big file?", question.text(),
+                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, parent)
+    box.setDefaultButton(QMessageBox.StandardButton.No)
+    box.setEscapeButton(QMessageBox.StandardButton.No)
+    box_opened(box)
+    try:
+        question.accepted = box.exec() == QMessageBox.StandardButton.Yes
+    finally:
+        box_opened(None)
+        question.answered.set()
+        if shiboken6.isValid(box):  # its page may have been closed while it was open
+            box.deleteLater()
+    return question.accepted
