@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QProgressBar,
     QPushButton,
     QSplitter,
     QVBoxLayout,
@@ -171,6 +172,9 @@ class ChatPage(QWidget):
         self.banner.restart_button.clicked.connect(self._restart)
         self.drafting_banner = DraftingBanner()
         self.demo_note = DemoNote()  # shown by the window while the demo model is the chat's model
+        self.load_bar = QProgressBar()  # "Loading target.gguf … 43%" while a load reads its model files
+        self.load_bar.setRange(0, 100)
+        self.load_bar.hide()
         self.history_banner = Banner()  # stays until closed: engine loads hide ``banner``, not this one
         self.history_banner.restart_button.setText("Close")
         self.history_banner.restart_button.clicked.connect(self.history_banner.hide)
@@ -200,6 +204,7 @@ class ChatPage(QWidget):
         layout.addWidget(self.banner)
         layout.addWidget(self.drafting_banner)
         layout.addWidget(self.demo_note)
+        layout.addWidget(self.load_bar)
         layout.addWidget(self.chat, 1)
         self.chat_splitter = QSplitter()  # sidebar | chat: the user sets the sidebar's width (remembered)
         self.chat_splitter.setChildrenCollapsible(False)
@@ -216,6 +221,7 @@ class ChatPage(QWidget):
         self.bridge.done.connect(self._done)
         self.bridge.error.connect(self.show_error)
         self.bridge.busy_changed.connect(self._busy_changed)
+        self.bridge.load_progress.connect(self._load_progress)
 
     def _status(self, text: str) -> None:
         self.status_changed.emit(text)
@@ -278,9 +284,10 @@ class ChatPage(QWidget):
 
     def new_chat(self) -> None:
         """An empty transcript; the next message starts a new saved conversation (with this chat's settings)."""
-        if self.bridge.busy:
+        if self.bridge.busy and not self.bridge.loading:
             self._status(BUSY_STATUS)
             return
+        self._unwait()
         self.conversation_id = None
         self.chat.show_conversation([])
         self.sidebar.set_current(None)
@@ -323,11 +330,12 @@ class ChatPage(QWidget):
             self.set_chat_settings(dialog.result_settings())
 
     def open_conversation(self, conversation_id: int) -> None:
-        """Show a saved conversation; the next message goes on with it."""
-        if self.bridge.busy:
+        """Show a saved conversation (also while a model loads); the next message goes on with it."""
+        if self.bridge.busy and not self.bridge.loading:
             self._status(BUSY_STATUS)
             self.sidebar.set_current(self.conversation_id)
             return
+        self._unwait()
         self.conversation_id = conversation_id
         conversation = self.history.get(conversation_id)
         self.set_chat_settings(ChatSettings.from_conversation(conversation.system_prompt, conversation.settings))
@@ -413,6 +421,15 @@ class ChatPage(QWidget):
         self.chat.redraw()
         self._status(WAITING_STATUS)
 
+    def _unwait(self) -> None:
+        """Another chat is opened while a message waits for the load: the message goes back into the box (it was
+        meant for the chat left), so it is neither lost nor sent into the chat opened."""
+        waiting = self._take_waiting()
+        if waiting is not None:
+            typed = self.chat.input.toPlainText().strip()
+            self.chat.input.setPlainText(waiting + ("\n\n" + typed if typed else ""))
+            self._status("Loading the model… your waiting message is back in the box")
+
     def _take_waiting(self) -> str | None:
         """The waiting message's text, its transcript entry removed (``send`` shows it again, saved)."""
         text, entry = self._waiting, self._waiting_entry
@@ -473,7 +490,17 @@ class ChatPage(QWidget):
         self.chat.set_busy(busy)
         if busy and self._loading:  # Enter while the model loads: the message waits (``send``)
             self.chat.send_button.setEnabled(True)
-        self.sidebar.setEnabled(not busy)
+        # a load can take a minute: the old chats stay there to read meanwhile; a streaming reply keeps its chat
+        self.sidebar.setEnabled(not busy or self.bridge.loading)
+        if not busy:
+            self.load_bar.hide()
+
+    def _load_progress(self, event: dict[str, Any]) -> None:
+        """A model file of the load under way, read this far: shown as a bar until the load ends."""
+        name = str(event.get("file") or "the model").replace("%", "%%")  # the bar's format reads % as its own
+        self.load_bar.setFormat(f"Loading {name} … %p%")
+        self.load_bar.setValue(round(float(event.get("fraction") or 0.0) * 100))
+        self.load_bar.show()
 
     def _done(self, event: dict[str, Any]) -> None:
         # the reply's stats carry the seed it was sampled with (what reproduces it, as the fixed seed) and the

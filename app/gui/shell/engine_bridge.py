@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QMetaMethod, QObject, Qt, QTimer, Signal
@@ -35,13 +36,26 @@ def _error_event(exc: Exception) -> dict[str, Any]:
     return {"kind": "error", "error": type(exc).__name__, "message": str(exc), "advice": "", "log_tail": []}
 
 
+def _progress_to(report: Report) -> Callable[[dict[str, Any]], None]:
+    """A load's ``on_event`` that reports its ``load_progress`` events to the GUI thread (the end comes as the
+    op's result)."""
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("kind") == "load_progress":
+            report(event)
+
+    return on_event
+
+
 class EngineBridge(QObject):
     """Owns the engine process. Every signal carries the engine's event dict and fires on the GUI thread.
 
     ``loaded`` / ``done`` / ``error`` mirror the protocol's events; ``tokens`` carries the list of ``token``
     events that arrived since the last delivery (coalesced: one signal per batch, in order); ``token`` repeats
     each of them for a listener that wants them one at a time (emitted only while one is connected);
-    ``busy_changed`` says whether a load or a reply is under way (one at a time).
+    ``busy_changed`` says whether a load or a reply is under way (one at a time), ``loading`` whether that is a
+    load; ``load_progress`` carries the engine's ``load_progress`` events ({file, fraction}) while a load reads
+    its model files, so the window can show a long load moving.
     """
 
     loaded = Signal(object)
@@ -50,6 +64,7 @@ class EngineBridge(QObject):
     done = Signal(object)
     error = Signal(object)
     busy_changed = Signal(bool)
+    load_progress = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -58,6 +73,7 @@ class EngineBridge(QObject):
         self.config: EngineConfig | None = None
         self.remote: RemoteServer | None = None  # the remote server in use, or None for the local engine
         self.busy = False
+        self.loading = False  # the busy request is a load (or a restart's reload), not a reply
         self.ops = OwnedOps(self)
         self._pending: list[dict[str, Any]] = []  # token events not yet delivered to the GUI thread
         self._pending_lock = threading.Lock()
@@ -73,15 +89,18 @@ class EngineBridge(QObject):
 
     def load(self, config: EngineConfig) -> None:
         """Load (or switch) the model pair in the engine process."""
+        self.loading = True
         self._set_busy(True)
         self._use_local()
         self.config = config
         client = self._local
-        self.ops.start(lambda _report: client.load(config), self._finished, self._failed)
+        self.ops.start(lambda report: client.load(config, _progress_to(report)), self._finished, self._failed,
+                       self._progress)
 
     def load_remote(self, server: RemoteServer) -> None:
         """Chat through a remote server instead: the local engine process is stopped (its memory freed) and the
         ``loaded`` event says what the server is (``server_kind``, ``warning``, ``no_tint_reason``)."""
+        self.loading = True
         self._set_busy(True)
         if isinstance(self._client, RemoteClient):
             self._client.close()
@@ -97,6 +116,7 @@ class EngineBridge(QObject):
 
     def generate(self, messages: list[Message], options: ChatOptions) -> None:
         """Stream one reply: ``tokens`` batches, then ``done`` (or ``error``)."""
+        self.loading = False
         self._set_busy(True)
         self.reply_received.clear()
 
@@ -152,15 +172,27 @@ class EngineBridge(QObject):
     def restart(self) -> None:
         """A fresh engine process, reloading the last configuration (without the sidecar after a crash while
         loading it or in its first drafting pass: the ``loaded`` event's ``notice`` says so, ``config`` follows)."""
+        self.loading = True
         self._set_busy(True)
-        self.ops.start(lambda _report: self._client.restart() or {"kind": "reset_done"},
-                       self._finished, self._failed)
+        client = self._client
+
+        def work(report: Report) -> dict[str, Any]:
+            if isinstance(client, EngineClient):
+                return client.restart(_progress_to(report)) or {"kind": "reset_done"}
+            return client.restart() or {"kind": "reset_done"}
+
+        self.ops.start(work, self._finished, self._failed, self._progress)
 
     def close(self) -> None:
         """Stop the engine process (called when the window closes)."""
         self.cancel()
         self._client.close()
         self._local.close()
+
+    def _progress(self, event: dict[str, Any]) -> None:
+        """On the GUI thread: a load's progress event, while that load is still the one under way."""
+        if self.loading:
+            self.load_progress.emit(event)
 
     def _finished(self, event: dict[str, Any]) -> None:
         self._deliver()  # a reply's last tokens before its end (normally delivered already)
@@ -181,6 +213,8 @@ class EngineBridge(QObject):
         self.error.emit(_error_event(exc))
 
     def _set_busy(self, busy: bool) -> None:
+        if not busy:
+            self.loading = False
         if busy != self.busy:
             self.busy = busy
             self.busy_changed.emit(busy)
