@@ -40,13 +40,14 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
 
+from app.core import defaults
 from app.core.errors import GGUFError
 from app.gguftools.bpe import encode_ascii
 from app.gguftools.counts import TokenCounts
 from app.gguftools.header import gguf_header
 from app.gguftools.qwen35 import QWEN35_27B, Qwen35Shape, neutral_plans, write_qwen35
 from app.gguftools.reader import field_value
-from app.gguftools.sidecar import DEFAULT_DRAFT_VOCAB, SidecarSource, build_sidecar
+from app.gguftools.sidecar import SidecarSource, build_sidecar
 from app.gguftools.tokenizer import Tokenizer, TokenType, load_tokenizer
 from app.gguftools.writer import (
     ChunkSource,
@@ -217,7 +218,7 @@ def write_demo_model(
     seed: int = 0,
     *,
     language: Language = "words",
-    draft_vocab: int = DEFAULT_DRAFT_VOCAB,
+    draft_vocab: int = defaults.DRAFT_VOCAB,
     n_trunk: int | None = None,
 ) -> DemoModel:
     """Write ``target.gguf``, ``sidecar-full.gguf`` and ``sidecar-d2t.gguf`` into ``out_dir``.

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 
+from app.core import defaults
 from app.core.errors import SidecarError
 from app.gguftools.counts import TokenCounts
 from app.gguftools.d2t import check_d2t
@@ -28,7 +29,6 @@ from app.gguftools.tokenizer import Tokenizer, TokenType, tokenizer_from_reader
 from app.gguftools.writer import KVItem, TensorPlan, kv_from_reader, kv_str, kv_u32, plan_array, write_gguf
 
 WriteProgress = Callable[[str, int, int], None]
-DEFAULT_DRAFT_VOCAB = 32768
 _CHUNK_BYTES = 1 << 26
 SIDECAR_KEY_PREFIX = "fastmtp.sidecar."
 
@@ -101,7 +101,7 @@ class SidecarSource:
 def build_sidecar(
     target: str | os.PathLike[str] | SidecarSource,
     out: str | os.PathLike[str],
-    vocab_size: int = DEFAULT_DRAFT_VOCAB,
+    vocab_size: int = defaults.DRAFT_VOCAB,
     counts: TokenCounts | None = None,
     full: bool = False,
     *,
@@ -191,7 +191,7 @@ def select_draft_vocab(
     if not 0 < vocab_size <= n_vocab:
         raise SidecarError(
             f"A draft vocabulary of {vocab_size} tokens is impossible for a {n_vocab}-token model.",
-            f"Choose a size between 1 and {n_vocab} (32768 is the usual FastMTP size).",
+            f"Choose a size between 1 and {n_vocab} ({defaults.DRAFT_VOCAB} is the usual FastMTP size).",
             kind="bad-draft-vocab",
         )
     if counts is not None and counts.max_id() >= n_vocab:

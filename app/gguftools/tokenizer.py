@@ -117,7 +117,7 @@ def tokenizer_from_reader(reader: GGUFReader, source: str = "the model") -> Toke
     if not tokens or model != "gpt2" or eos is None:
         raise GGUFError(
             f"{source} has no usable tokenizer (need a gpt2-style vocabulary with an end-of-text token).",
-            "Use the Qwen vocabulary file or a Qwen3.5-family model.",
+            "Use the Qwen vocabulary file or a Qwen3.8 (qwen35 architecture) model.",
         )
     types = field_value(reader, "tokenizer.ggml.token_type") or [int(TokenType.NORMAL)] * len(tokens)
     add_bos = field_value(reader, "tokenizer.ggml.add_bos_token")
