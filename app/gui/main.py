@@ -168,7 +168,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(outer)
         self.add_page("Chat", self.chat_stack)
         self.models_page = ModelsPage(context_size=self.settings.context_size)
-        self.models_page.model_installed.connect(lambda _installed: self.model_selector.refresh())
+        self.models_page.model_installed.connect(self.model_selector.add_installed)  # its one folder, no rescan
         self.models_page.chat_requested.connect(self.chat_with)
         self.models_page.local.history_path = self.history.path  # "my chat history" as a sidecar's corpus
         self.models_page.local.models_changed.connect(lambda: self.model_selector.refresh())
