@@ -106,11 +106,11 @@ def list_installed(*roots: Path) -> list[InstalledModel]:
         if not root.is_dir():
             continue
         for folder in sorted(p for p in root.iterdir() if p.is_dir() and (p / catalog.integrity.manifest).is_file()):
-            found.extend(_models_in(folder, catalog))
+            found.extend(models_in(folder, catalog))
     return found
 
 
-def _models_in(folder: Path, catalog: Catalog) -> list[InstalledModel]:
+def models_in(folder: Path, catalog: Catalog) -> list[InstalledModel]:
     manifest_path = folder / catalog.integrity.manifest
     try:  # unverified, only to learn the repository and the names; verified below
         manifest = parse_manifest(manifest_path.read_bytes(), catalog.integrity.manifest)

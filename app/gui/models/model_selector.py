@@ -35,7 +35,7 @@ from app.gui.benchmark.benchmark_page import BenchModel
 from app.gui.models import local_choices
 from app.gui.shell.page_ops import OwnedOps
 from app.machines.remote_servers import RemoteServer, load_servers
-from app.models.installed import InstalledModel, _models_in, list_installed, model_roots
+from app.models.installed import InstalledModel, list_installed, model_roots, models_in
 from app.release.catalog import load_catalog
 from app.release.install import Installed
 from app.settings import app_settings
@@ -264,23 +264,21 @@ class ModelSelector(QWidget):
 
     def add_installed(self, installed: Installed) -> None:
         """A download finished: read its one release folder (not the whole models folder, which may hold many
-        releases) and choose the model it installed, as if the user had picked it; while a reply or a load is
-        under way (the box is disabled) it is only listed. A background op, like ``refresh``."""
+        releases) and list what it installed. The chat's model stays what it was (a long download must not swap
+        the model under a conversation); the Models page's "Chat with it now" picks the new one. A background op,
+        like ``refresh``."""
         folder = installed.folder
 
         def listed(models: list[InstalledModel]) -> None:
             others = [m for m in self.installed if m.folder != folder]
             at = next((i for i, m in enumerate(self.installed) if m.folder == folder), len(others))
             self.show_models(others[:at] + models + others[at:])  # the folder keeps its place when listed before
-            new = next((m for m in models if m.target.name in installed.files and m.verified), None)
-            if new is not None and self.model_box.isEnabled():
-                self.choose(new.key)
 
         def failed(exc: Exception) -> None:
             self.listing_failed.emit({"message": f"The downloaded model in {folder} could not be read: {exc}",
                                       "advice": "Check the models folder on the Settings page."})
 
-        self._listings.start(lambda _report: _models_in(folder, load_catalog()), listed, failed)
+        self._listings.start(lambda _report: models_in(folder, load_catalog()), listed, failed)
 
     def chat_with(self, folder: Path, quant: str) -> None:
         """List the models again, then choose the one in ``folder`` at ``quant`` ("Chat with it now")."""

@@ -59,8 +59,8 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ReleaseS
     keyring.set_keyring(previous)
 
 
-def test_a_download_is_listed_and_chosen_without_a_rescan(qtbot: QtBot, tmp_path: Path, server: ReleaseServer,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_download_is_listed_without_a_rescan_and_the_chat_keeps_its_model(
+        qtbot: QtBot, tmp_path: Path, server: ReleaseServer, monkeypatch: pytest.MonkeyPatch) -> None:
     store = HistoryStore(tmp_path / "history.sqlite3")
     with open_window(qtbot, store, settings=Settings(first_run_done=True)) as win:
         selector, page = win.model_selector, win.models_page
@@ -82,14 +82,16 @@ def test_a_download_is_listed_and_chosen_without_a_rescan(qtbot: QtBot, tmp_path
         qtbot.waitUntil(lambda: not page.downloading, timeout=WAIT_MS)
         assert page.installed is not None, page.step_label.text()
         target = default_destination(CATALOG.repo) / MODEL
-        qtbot.waitUntil(lambda: selector.key() == str(target) and not selector.listing_models, timeout=WAIT_MS)
+        before = selector.key()
+        qtbot.waitUntil(lambda: selector.model_box.findData(str(target)) >= 0 and not selector.listing_models,
+                        timeout=WAIT_MS)
 
         model = selector.installed_model(str(target))
         assert model is not None and model.verified and model.quant == "Q4_K_P"
         assert model.sidecar_d2t == target.parent / SIDECAR and model.version == page.installed.version
-        assert selector.model_box.currentText().startswith("Q4_K_P · release 1 · ")
+        box = selector.model_box
+        assert box.itemText(box.findData(str(target))).startswith("Q4_K_P · release 1 · ")
         assert rescans == []  # the download's folder alone was read
-        assert loads == [str(target)]  # chosen as if picked: the window loads it
-        assert win.settings.chat_model == str(target)
+        assert loads == [] and selector.key() == before  # the chat keeps its model; "Chat with it now" picks it
         page.shutdown()
         qtbot.waitUntil(lambda: page.ops.idle, timeout=WAIT_MS)
