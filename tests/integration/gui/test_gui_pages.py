@@ -126,7 +126,7 @@ def test_quantizations_show_sizes_and_the_fit_advice(qtbot: QtBot, folders: Path
     assert fits[expected.recommended] == "recommended"
     assert {name for name, text in fits.items() if text in ("yes", "recommended")} == \
         {q.name for q in expected.quants if q.fits}
-    assert table.item(0, 1).text().startswith("~") and "GB" in table.item(0, 1).text()
+    assert table.item(0, 1).text().startswith("~") and table.item(0, 1).text().endswith(" GiB")
     page.vram.setValue(4)
     assert {table.item(r, Q_FITS).text() for r in range(table.rowCount())} == {"no"}
     assert "KV cache" in page.fit_note.text()
