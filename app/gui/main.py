@@ -453,6 +453,7 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction(self._action("Quit", self.close, "Ctrl+Q", "quit FastMTP Chat"))
         menu.aboutToShow.connect(self._update_chat_actions)
+        menu.aboutToHide.connect(self._chat_keys_live)
         for row in range(1, 6):  # Ctrl+1 … Ctrl+5: the rail's pages, top to bottom
             self._action(f"Page {row}", partial(self._show_row, row - 1), f"Ctrl+{row}")
         self._shortcut_rows += [("Ctrl+1 … Ctrl+5", "the pages: Chat, Models, Backend, Benchmark, Settings"),
@@ -499,6 +500,13 @@ class MainWindow(QMainWindow):
         for action in (self.rename_action, self.pin_action, self.delete_action):
             action.setEnabled(usable)
         self.pin_action.setText("Unpin chat" if sidebar.is_pinned(open_chat) else "Pin chat to the top")
+
+    def _chat_keys_live(self) -> None:
+        """The Chats menu closed: its greyed items work again, F2 with them. Greyed for good, a look at the menu
+        in a new chat left F2 dead after the first reply until the menu opened again; each action checks for
+        itself whether it can act (``rename_open_chat``, the sidebar's ``toggle_pin`` and ``delete``)."""
+        for action in (self.rename_action, self.pin_action, self.delete_action):
+            action.setEnabled(True)
 
     def _show_row(self, row: int) -> None:
         if row < self.nav.count():
