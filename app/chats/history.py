@@ -53,10 +53,14 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id,
 # 1: ``messages.complete``: 0 while a reply streams (saved as it grows), 1 once it finished.
 # 2: ``messages.drafts``: the accepted-draft ranges of the content (JSON), NULL where unknown (older rows).
 # 3: ``conversations.pinned``: 1 keeps a chat at the top of the list (the sidebar's "Pin"), 0 for older rows.
+# 4: ``messages.version_of``: a regenerated reply's versions share the id of the first (NULL: one version only).
+# 5: ``messages.shown``: 1 for the version the conversation goes on from (every older row), 0 for the others.
 MIGRATIONS: list[tuple[int, str]] = [
     (1, "ALTER TABLE messages ADD COLUMN complete INTEGER NOT NULL DEFAULT 1"),
     (2, "ALTER TABLE messages ADD COLUMN drafts TEXT"),
     (3, "ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0"),
+    (4, "ALTER TABLE messages ADD COLUMN version_of INTEGER"),
+    (5, "ALTER TABLE messages ADD COLUMN shown INTEGER NOT NULL DEFAULT 1"),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 EXPORT_FORMAT = "fastmtp-chat-history/1"
@@ -276,6 +280,35 @@ class HistoryStore:
                   (content, json.dumps(stats) if stats is not None else None,
                    None if complete is None else int(complete), _drafts_json(drafts, content), message_id))
 
+    def add_version(self, message_id: int) -> int:
+        """Regenerate keeps the reply ``message_id``: it becomes one of its versions, hidden, and a new empty
+        version (shown, incomplete) is added after it, whose id is returned (fill it with ``update_message``)."""
+        rows = self._rows("SELECT conversation_id, role, COALESCE(version_of, id) FROM messages WHERE id = ?",
+                          (message_id,))
+        if not rows:
+            raise HistoryError(f"There is no message {message_id} in the history.",
+                               "List the chat's messages with: python -m app history show ID")
+        conversation_id, role, first = int(rows[0][0]), _text(rows[0][1]), int(rows[0][2])
+        self._run("UPDATE messages SET version_of = ?, shown = 0 WHERE COALESCE(version_of, id) = ?", (first, first))
+        new = self.add_message(conversation_id, role, "", complete=False)
+        self._run("UPDATE messages SET version_of = ? WHERE id = ?", (first, new))
+        return new
+
+    def versions(self, message_id: int) -> list[StoredMessage]:
+        """Every version of the message (oldest first; the message alone when it has one version)."""
+        rows = self._rows("SELECT COALESCE(version_of, id), conversation_id FROM messages WHERE id = ?", (message_id,))
+        if not rows:
+            return []
+        return self._messages("WHERE conversation_id = ? AND COALESCE(version_of, id) = ?",
+                              (int(rows[0][1]), int(rows[0][0])))
+
+    def show_version(self, message_id: int) -> None:
+        """Make this version the shown one: what the chat shows and goes on from; its other versions hide."""
+        rows = self._rows("SELECT COALESCE(version_of, id) FROM messages WHERE id = ?", (message_id,))
+        if rows:
+            self._run("UPDATE messages SET shown = (id = ?) WHERE COALESCE(version_of, id) = ?",
+                      (message_id, int(rows[0][0])))
+
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Delete a message and everything after it in its conversation (edit-and-resend, regenerate)."""
         self._run("DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id))
@@ -325,8 +358,12 @@ class HistoryStore:
         return [self._conversation(r) for r in rows]
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
+        """The conversation as shown: of a regenerated reply only its shown version (``versions`` has all)."""
+        return self._messages("WHERE conversation_id = ? AND shown = 1", (conversation_id,))
+
+    def _messages(self, where: str, params: tuple[Any, ...]) -> list[StoredMessage]:
         rows = self._rows("SELECT id, conversation_id, role, content, stats, created, complete, drafts "
-                          "FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+                          f"FROM messages {where} ORDER BY id", params)
         return [StoredMessage(int(r[0]), int(r[1]), _text(r[2]), _text(r[3]),
                               self._json_object(r[4], f"the stats of message {r[0]}") if r[4] else None,
                               _number(r[5]), bool(r[6]), self._drafts(r[7], _text(r[3]), r[0])) for r in rows]
