@@ -12,7 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, ParamSpec, Protocol
 
-from app.cli.common import Subparsers, command, emit, emit_line, group, trust_prompt
+from app.cli.common import Subparsers, command, emit, emit_line, for_people, group, trust_prompt
 from app.core.errors import FastMTPError, VerificationError
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def size_prompt(args: argparse.Namespace, quant: str) -> ConfirmSize:
 
     def ask(needed: int, dest: Path, free: int) -> bool:
         what = f"Download {quant}: about {format_bytes(needed)} into {dest} ({format_bytes(free)} free there)."
-        if args.json or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        if not for_people(args, True) or not (sys.stdin.isatty() and sys.stderr.isatty()):
             refused = DownloadDeclined(f"{what} There is no terminal to ask you, so nothing was downloaded.",
                                        "Rerun with --yes to download it without being asked.",
                                        kind="download-declined")
