@@ -302,6 +302,15 @@ class HistoryStore:
         return self._messages("WHERE conversation_id = ? AND COALESCE(version_of, id) = ?",
                               (int(rows[0][1]), int(rows[0][0])))
 
+    def version_ids(self, conversation_id: int) -> dict[int, tuple[int, ...]]:
+        """Each regenerated reply's versions (oldest first) by the id of every one of them: what a reopened chat
+        needs to draw its arrows, in one query (replies with one version are not listed)."""
+        groups: dict[int, list[int]] = {}
+        for row in self._rows("SELECT id, version_of FROM messages WHERE conversation_id = ? AND version_of IS NOT "
+                              "NULL ORDER BY id", (conversation_id,)):
+            groups.setdefault(int(row[1]), []).append(int(row[0]))
+        return {member: tuple(ids) for ids in groups.values() if len(ids) > 1 for member in ids}
+
     def show_version(self, message_id: int) -> None:
         """Make this version the shown one: what the chat shows and goes on from; its other versions hide."""
         rows = self._rows("SELECT COALESCE(version_of, id) FROM messages WHERE id = ?", (message_id,))

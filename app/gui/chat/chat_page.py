@@ -39,6 +39,7 @@ from app.engine.config import EngineConfig
 from app.gguftools.builtin_demo import DEMO_NATURE
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat.chat_view import ChatEntry, ChatView
+from app.gui.chat.messages import entry_from_stored
 from app.gui.chat.sidebar import Sidebar
 from app.gui.shell.engine_bridge import EngineBridge
 from app.gui.shell.palette import Palette
@@ -140,6 +141,7 @@ class ChatPage(QWidget):
         self.conversation_id: int | None = None  # None: a new chat, saved on its first message
         self._reply_conversation: int | None = None  # where the reply under way is saved
         self._reply_message: int | None = None  # its history row, saved as it streams
+        self._reply_replaces: int | None = None  # the version a regenerated reply hid (shown again if it fails)
         self._unsaved_tokens = 0
         self._legend_text: str | None = None  # the tint legend, kept while a remote engine shows why it is off
         self.ready = False
@@ -190,6 +192,7 @@ class ChatPage(QWidget):
         self.chat.stop_requested.connect(self.bridge.cancel)
         self.chat.regenerate_requested.connect(self.regenerate)
         self.chat.edit_submitted.connect(self.resend_edited)
+        self.chat.version_requested.connect(self.show_version)
         self.chat.hud_placement_changed.connect(lambda _corner, _collapsed: self.state_changed.emit())
         self.sidebar = Sidebar(self.history)
         self.sidebar.conversation_selected.connect(self.open_conversation)
@@ -339,7 +342,7 @@ class ChatPage(QWidget):
         self.conversation_id = conversation_id
         conversation = self.history.get(conversation_id)
         self.set_chat_settings(ChatSettings.from_conversation(conversation.system_prompt, conversation.settings))
-        self.chat.show_conversation(self.history.messages(conversation_id))
+        self.chat.show_conversation(self.history.messages(conversation_id), self.history.version_ids(conversation_id))
         self.sidebar.set_current(conversation_id)
         self.state_changed.emit()
 
@@ -380,16 +383,41 @@ class ChatPage(QWidget):
         self._generate(conversation)
 
     def regenerate(self) -> None:
-        """Replace the last reply with a new one."""
+        """A new version of the last reply, streamed in its place; the earlier ones are kept (its ‹ › arrows
+        show them), as the history's ``add_version`` keeps them."""
         conversation = self._current_conversation()
         entries = self.chat.entries
         if not self._can_generate() or conversation is None or not entries or entries[-1].role != "assistant":
             return
         last = entries[-1]
+        reply: int | None = None
         if last.message_id is not None:
-            self.history.delete_messages_from(conversation.id, last.message_id)
-        self.chat.truncate(len(entries) - 1)
-        self._generate(conversation)
+            with contextlib.suppress(HistoryError):  # its row is gone (an empty reply an error ended): a new one
+                reply = self.history.add_version(last.message_id)
+        self.chat.truncate(len(entries) - 1)  # the place is kept: no jump to the top
+        self._generate(conversation, reply, last.message_id if reply is not None else None)
+
+    def show_version(self, index: int, step: int) -> None:
+        """A reply's ‹ or ›: its older (-1) or newer (+1) version is shown, and the conversation goes on from
+        it (the history's ``messages``, which the engine is sent, has the shown versions)."""
+        if (self.bridge.busy and not self.bridge.loading) or not 0 <= index < len(self.chat.entries):
+            return
+        target = self.chat.entries[index].version_step(step)
+        if target is not None:
+            with contextlib.suppress(HistoryError):  # deleted meanwhile (``python -m app history delete``)
+                self.history.show_version(target)
+                self._redraw_version(index, target)
+
+    def _redraw_version(self, index: int, message_id: int) -> None:
+        """The transcript's ``index``-th message becomes the saved version ``message_id``, drawn where the
+        reader is."""
+        versions = self.history.versions(message_id)
+        shown = next((v for v in versions if v.id == message_id), None)
+        if shown is None:
+            return
+        self.chat.entries[index] = entry_from_stored(shown, tuple(v.id for v in versions) if len(versions) > 1
+                                                     else ())
+        self.chat.redraw(keep_place=True)
 
     def resend_edited(self, index: int, text: str) -> None:
         """A user message was edited: it and everything after it are replaced, and the reply streams again."""
@@ -447,16 +475,22 @@ class ChatPage(QWidget):
             return False
         return True
 
-    def _generate(self, conversation: Conversation) -> None:
-        """Stream a reply to the saved conversation; the reply is saved as it grows. A blank system prompt (the
-        "None" preset) sends none."""
+    def _generate(self, conversation: Conversation, reply: int | None = None, replaces: int | None = None) -> None:
+        """Stream a reply to the saved conversation; the reply is saved as it grows, into ``reply`` when that
+        row exists (a regenerated reply's new version, hiding ``replaces``). A blank system prompt (the "None"
+        preset) sends none."""
         self._reply_conversation = conversation.id
+        self._reply_message = reply if reply is not None else \
+            self.history.add_message(conversation.id, "assistant", "", complete=False)
+        self._reply_replaces = replaces
         system = self.chat_settings.system_prompt
         messages = ([Message("system", system)] if system.strip() else []) + \
-            [Message(m.role, m.content) for m in self.history.messages(conversation.id) if m.role != "system"]
-        self._reply_message = self.history.add_message(conversation.id, "assistant", "", complete=False)
+            [Message(m.role, m.content) for m in self.history.messages(conversation.id)
+             if m.role != "system" and m.id != self._reply_message]  # the conversation up to the new reply
         self._unsaved_tokens = 0
-        self.chat.begin_reply(self._reply_message)
+        entry = self.chat.begin_reply(self._reply_message)
+        if reply is not None:
+            entry.version_ids = tuple(v.id for v in self.history.versions(reply))
         self.drafting_banner.hide()
         self._status("Generating…")
         self._save_timer.start()
@@ -522,11 +556,15 @@ class ChatPage(QWidget):
         self._save_timer.stop()
         conversation, self._reply_conversation = self._reply_conversation, None
         message, self._reply_message = self._reply_message, None
+        replaced, self._reply_replaces = self._reply_replaces, None
         if conversation is None or message is None:
             return
         try:
             if stats is None and not text.strip():
                 self.history.delete_messages_from(conversation, message)
+                if replaced is not None and self.chat.entries:  # a failed new version: the one it hid is back
+                    self.history.show_version(replaced)
+                    self._redraw_version(len(self.chat.entries) - 1, replaced)
             else:
                 self.history.update_message(message, text, stats, complete=stats is not None, drafts=drafts)
         except HistoryError:  # its conversation was deleted meanwhile (``python -m app history``)

@@ -62,7 +62,8 @@ class ChatView(QWidget):
     """Transcript with the HUD over its corner, and the input row.
 
     Emits ``send_requested(text)``, ``stop_requested``, ``regenerate_requested`` (the last reply),
-    ``edit_submitted(index, text)`` (a user message changed: the conversation goes on from it), and
+    ``edit_submitted(index, text)`` (a user message changed: the conversation goes on from it),
+    ``version_requested(index, step)`` (a reply's ‹ or ›: its older or newer version, -1 or +1), and
     ``hud_placement_changed(corner, collapsed)`` when the user moved or folded the HUD; the window feeds
     replies back through ``begin_reply`` / ``append_token`` / ``finish_reply``."""
 
@@ -70,6 +71,7 @@ class ChatView(QWidget):
     stop_requested = Signal()
     regenerate_requested = Signal()
     edit_submitted = Signal(int, str)
+    version_requested = Signal(int, int)
     hud_placement_changed = Signal(str, bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -240,11 +242,14 @@ class ChatView(QWidget):
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy and self._live.entry is not None)
 
-    def show_conversation(self, messages: list[StoredMessage]) -> None:
-        """Replace the transcript with a saved conversation (system messages are not shown)."""
+    def show_conversation(self, messages: list[StoredMessage],
+                          versions: dict[int, tuple[int, ...]] | None = None) -> None:
+        """Replace the transcript with a saved conversation (system messages are not shown); ``versions``: the
+        regenerated replies' version ids (``HistoryStore.version_ids``), for their arrows."""
         self._live.stop()
         self.cancel_edit()
-        self.entries = [entry_from_stored(m) for m in messages if m.role in ("user", "assistant")]
+        self.entries = [entry_from_stored(m, (versions or {}).get(m.id, ())) for m in messages
+                        if m.role in ("user", "assistant")]
         self.hud.reset()
         self.redraw()
 
@@ -334,6 +339,8 @@ class ChatView(QWidget):
             self.regenerate_requested.emit()
         elif action == "edit" and not self._busy and index < len(self.entries):
             self.start_edit(index)
+        elif action in ("older", "newer") and not self._busy and index < len(self.entries):
+            self.version_requested.emit(index, -1 if action == "older" else 1)
 
     def start_edit(self, index: int) -> None:
         """Put a user message into the input box; sending it replaces it and what came after."""
@@ -349,17 +356,17 @@ class ChatView(QWidget):
         self.edit_bar.hide()
 
     def truncate(self, count: int) -> None:
-        """Keep only the first ``count`` entries (after an edit or for a regenerated reply)."""
+        """Keep only the first ``count`` entries (after an edit or for a regenerated reply), the reader's place
+        kept: the rest is not drawn again when it need not be (``StreamRenderer.cut``)."""
         self.entries = self.entries[:count]
-        self.redraw()
+        self._live.cut(count)
 
     # ------------------------------------------------------------------ rendering
 
-    def redraw(self) -> None:
-        """Draw the whole conversation again (after the overlay toggle, a theme change, a truncation)."""
-        with self._follower.moved_by_the_view():
-            self._paint.draw_all(self._live.entry, self._live.stream)
-        self.scroll_to_latest()
+    def redraw(self, keep_place: bool = False) -> None:
+        """Draw the whole conversation again (after the overlay toggle, a theme change), at its end, or where
+        the reader was with ``keep_place`` (a reply switched to another of its versions)."""
+        self._live.redraw(keep_place)
 
     def _end_cursor(self) -> QTextCursor:
         """The end of the transcript's document (where the next message goes)."""

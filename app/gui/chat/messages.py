@@ -23,6 +23,22 @@ class ChatEntry:
     final: str | None = None
     message_id: int | None = None  # its row in the history, once saved
     thinking_open: bool = False
+    version_ids: tuple[int, ...] = ()  # a regenerated reply's versions, oldest first (empty: it has one)
+
+    @property
+    def versions(self) -> int:
+        """How many versions the reply has (its header shows ‹ 2/3 › from two on)."""
+        return max(1, len(self.version_ids))
+
+    @property
+    def version(self) -> int:
+        """Which of them this is, from 1 (1 when it has one version)."""
+        return self.version_ids.index(self.message_id) + 1 if self.message_id in self.version_ids else 1
+
+    def version_step(self, step: int) -> int | None:
+        """The history id of the version ``step`` away (-1 older, +1 newer); None past either end."""
+        at = self.version - 1 + step
+        return self.version_ids[at] if self.versions > 1 and 0 <= at < len(self.version_ids) else None
 
     @property
     def text(self) -> str:
@@ -71,9 +87,10 @@ class ChatEntry:
         return self.draft_spans().within(0, len(self.text))
 
 
-def entry_from_stored(message: StoredMessage) -> ChatEntry:
+def entry_from_stored(message: StoredMessage, version_ids: tuple[int, ...] = ()) -> ChatEntry:
     """A saved message as shown: its text, with the accepted drafts its saved provenance names (so the tint
-    comes back), and for a reply the footer its saved stats give."""
+    comes back), for a reply the footer its saved stats give, and the ids of its versions (``version_ids``:
+    regenerated replies keep the earlier ones, which its arrows switch between)."""
     own = "user" if message.role == "user" else "target"
     pieces: list[tuple[str, str]] = []
     at = 0
@@ -84,7 +101,7 @@ def entry_from_stored(message: StoredMessage) -> ChatEntry:
         at = end
     if at < len(message.content) or not pieces:
         pieces.append((message.content[at:], own))
-    entry = ChatEntry(message.role, pieces, message_id=message.id)
+    entry = ChatEntry(message.role, pieces, message_id=message.id, version_ids=version_ids)
     if message.role == "assistant" and message.stats:
         entry.footer = describe_reply({"stats": message.stats, "stop_reason": message.stats.get("stop_reason")})
     return entry

@@ -7,7 +7,7 @@ rate) feeds the queued pieces to the reply, draws them and updates the HUD once.
 the reply's length: finished markdown blocks are rendered once, and each frame renders only the unfinished
 tail. Inside an open code fence new text is appended as it is; the block is highlighted once when its fence
 closes. Links in the drawn messages carry the chat view's actions: ``copy-code:N``, ``copy:I``, ``edit:I``,
-``regenerate:I``, ``think:I``.
+``regenerate:I``, ``think:I``, and ``older:I`` / ``newer:I`` (a regenerated reply's ‹ 2/3 › arrows).
 """
 
 from __future__ import annotations
@@ -252,6 +252,7 @@ class Painter:
     def __init__(self, view: ChatView, measure: Callable[[], None]) -> None:
         self.view = view
         self.measure = measure  # fits the document's margins to the width and the HUD
+        self.starts: dict[int, int] = {}  # entry index → where its drawing begins in the document (``cut``)
 
     def prepare(self) -> None:
         """Before the first text of an empty document: its style, and margins that keep the text clear of the
@@ -268,6 +269,7 @@ class Painter:
         view = self.view
         view.transcript.clear()
         view.code_blocks = []
+        self.starts = {}
         for index, entry in enumerate(view.entries):
             if entry is not streaming:
                 self.insert_entry(index)
@@ -279,8 +281,20 @@ class Painter:
         """The conversation's ``index``-th message, finished, at ``cursor`` (the document's end by default)."""
         self.prepare()
         cursor = cursor or self.end_cursor()
+        self.starts[index] = cursor.position()
         cursor.insertHtml(self.entry_html(self.view.entries[index], index))
         new_block(cursor)
+
+    def cut(self, count: int) -> bool:
+        """Remove the drawing of the messages from the ``count``-th on, leaving the rest as drawn (a full redraw
+        would lose the reader's place); False when that cannot be done: where they begin is not known, or the
+        new last message is a reply whose header must gain its "regenerate" link (``draw_all`` then)."""
+        entries = self.view.entries
+        if count not in self.starts or (count > 0 and entries[count - 1].role != "user"):
+            return False
+        self.clear_from(self.starts[count])
+        self.starts = {index: at for index, at in self.starts.items() if index < count}
+        return True
 
     @property
     def colors(self) -> Palette:
@@ -329,6 +343,10 @@ class Painter:
         if self.colors is not LIGHT:
             colour = "#93c5fd" if user else "#6ee7b7"
         links = []
+        if not streaming and entry.versions > 1:  # ‹ 2/3 ›: the arrows at either end are plain text
+            older = f'<a href="older:{index}">‹</a>' if entry.version > 1 else "‹"
+            newer = f'<a href="newer:{index}">›</a>' if entry.version < entry.versions else "›"
+            links.append(f"{older} {entry.version}/{entry.versions} {newer}")
         if not streaming:
             links.append(f'<a href="copy:{index}">copy</a>')
             if user:
@@ -495,7 +513,7 @@ class ReplyStream:
 
     def begin(self) -> None:
         cursor = self.painter.end_cursor()
-        self.start_pos = cursor.position()
+        self.start_pos = self.painter.starts[self.index] = cursor.position()
         cursor.insertHtml(self.painter.header_html(self.entry, self.index, streaming=True))
         new_block(cursor)
         if self.thinking is not None:
@@ -605,6 +623,20 @@ class StreamRenderer:
         self.stream = None
         self.pacer.drop()
         return entry, stream, stats
+
+    def redraw(self, keep_place: bool = False) -> None:
+        """The whole conversation drawn again: at its end (``keep_place`` False, the view following again), or
+        where the reader was (a reply switched to another version above the end, a cut)."""
+        with self.follower.keeping_place() if keep_place else self.follower.moved_by_the_view():
+            self.painter.draw_all(self.entry, self.stream)
+        if not keep_place:
+            self.follower.to_latest()
+
+    def cut(self, count: int) -> None:
+        """Only the first ``count`` messages stay drawn, the reader's place kept (or the end followed)."""
+        with self.follower.keeping_place():
+            if self.entry is not None or not self.painter.cut(count):
+                self.painter.draw_all(self.entry, self.stream)
 
     def redraw_finished(self, stream: ReplyStream, index: int) -> None:
         """The streamed drawing replaced by the finished message, drawn once whole."""
