@@ -45,9 +45,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_versions(store: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Each reply of ``show --json`` with its versions (regenerate keeps the earlier ones), kept small: the id,
+    whether it is the one shown, its length; ``show`` of that id's text is a history row away."""
+    for conversation in data["conversations"]:
+        for message in conversation["messages"]:
+            if message["role"] == "assistant":
+                message["versions"] = [{"id": v.id, "shown": v.id == message["id"], "chars": len(v.content)}
+                                       for v in store.versions(message["id"])]
+    return data
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     store = _store()
-    emit(args, store.export_json([args.id]), lambda: store.export_markdown(args.id))
+    data = _with_versions(store, store.export_json([args.id])) if args.json else None
+    emit(args, data, lambda: store.export_markdown(args.id))
     _warn(store)
     return 0
 
