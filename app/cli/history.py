@@ -58,8 +58,7 @@ def _with_versions(store: Any, data: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     store = _store()
-    data = _with_versions(store, store.export_json([args.id])) if args.json else None
-    emit(args, data, lambda: store.export_markdown(args.id))
+    emit(args, _with_versions(store, store.export_json([args.id])), lambda: store.export_markdown(args.id))
     _warn(store)
     return 0
 
