@@ -56,11 +56,12 @@ test: lint
 	$(BIN)/python -m pytest -ra --durations=15  # the slowest tests named, to keep CI under its hour
 	$(MAKE) package-test
 
-# The fast inner loop: lint and tests/unit/ (no backend built, nothing downloaded), a few minutes on 2 cores.
+# The fast inner loop: lint and tests/unit/ (no backend built, nothing downloaded) spread over the cores
+# (pytest-xdist), about 2 minutes on 2 cores.
 check: venv
 	$(BIN)/ruff check app tests
 	$(BIN)/mypy --strict app
-	$(BIN)/python -m pytest -q -ra tests/unit
+	$(BIN)/python -m pytest -q -ra -n auto tests/unit
 
 # The portable part of tests/unit/ (tests/unit-tier.txt): what CI runs on Windows and macOS for every push
 # (.github/workflows/ci.yml). There, BIN=.venv/Scripts on Windows.

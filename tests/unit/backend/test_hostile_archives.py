@@ -168,7 +168,8 @@ def test_a_backend_id_that_names_a_path_is_refused_and_the_data_folder_is_unchan
         done = install(machine, archive, key) if how == "install" else unpack(machine, archive)
         error = assert_refused(done, "backend id", "nothing was installed")
         assert error["error"] == "UnsafeInputError"
-        assert repr(backend_id)[1:-1] in error["message"] or backend_id in error["message"], error
+        shown = repr(backend_id)[1:-1]  # a long one is cut in the message, with its length
+        assert shown[:40] in error["message"] or backend_id[:40] in error["message"], error
         assert snapshot(data) == before, backend_id  # models, backends and active.json byte for byte
         assert {p.name for p in tmp_path.iterdir()} <= {"data", "config", "dist"}  # nothing beside the data folder
         assert not (tmp_path / "config" / "trusted-keys.json").exists()  # nor the key trusted
