@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from app import __version__ as app_version
 from app.backend.events import EventSink
 from app.backend.prebuilt import Events, InstalledPrebuilt, fetch_checked, install_prebuilt
-from app.backend.signing import BackendClaim
+from app.backend.signing import BackendClaim, key_in
 from app.core import paths, processes
 from app.core.cancel import CancelToken
 from app.core.errors import BackendError, VerificationError
@@ -205,12 +205,7 @@ def parse_feed(data: bytes, source: str = FEED_NAME) -> BackendFeed:
 
 def served_key(data: bytes, source: str) -> Ed25519PublicKey | None:
     """The key the feed carries: a hint for :func:`trust.decide`, never trusted because it is there."""
-    text = _load(data, source).get("public_key")
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        raise _bad(source, "its public_key is not text")
-    return signing.load_public_key(text.encode("utf-8"), f"the public key in {source}")
+    return key_in(_load(data, source), source, lambda what: _bad(source, what))
 
 
 # ----------------------------------------------------------------------------- the publisher's side

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,11 +187,17 @@ def parse_claim(data: bytes, source: str) -> BackendClaim:
 
 def served_key(data: bytes, source: str) -> Ed25519PublicKey | None:
     """The signer's public key the manifest carries (a hint for :func:`trust.decide`, never trusted for it)."""
-    text = _load(data, source).get("public_key")
+    return key_in(_load(data, source), source, lambda what: _malformed(source, what))
+
+
+def key_in(obj: dict[str, Any], source: str, bad: Callable[[str], Exception]) -> Ed25519PublicKey | None:
+    """The public key a signed file (a backend manifest, the feed) carries in ``public_key``: a hint for
+    :func:`trust.decide` of whom to ask about, never trusted because it is there."""
+    text = obj.get("public_key")
     if text is None:
         return None
     if not isinstance(text, str):
-        raise _malformed(source, "its public_key is not text")
+        raise bad("its public_key is not text")
     return signing.load_public_key(text.encode("utf-8"), f"the public key in {source}")
 
 
