@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,16 @@ def write_json(path: Path | None, data: Any) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def report(args: argparse.Namespace, data: Any, markdown: Callable[[], str], title: str, note: str = "") -> None:
+    """A benchmark's result: printed (``--json`` or its table), written to ``--out``, appended to ``--record``."""
+    from app.bench.report import record, this_command
+
+    emit(args, data, markdown)
+    write_json(args.out, data)
+    if args.record:
+        record(args.record, title, this_command(), markdown(), note)
 
 
 def bench_demo(size: Size, acceptance: float | None = None) -> DemoModel:
@@ -143,7 +154,6 @@ def _remote_server(value: str) -> Any:
 
 def cmd_bench_ops(args: argparse.Namespace) -> int:
     from app.bench import ops
-    from app.bench.report import record, this_command
 
     if args.model:
         target, draft = args.model, args.draft
@@ -166,12 +176,8 @@ def cmd_bench_ops(args: argparse.Namespace) -> int:
                      profile_runs=args.profile_runs, n_threads=args.threads, n_gpu_layers=args.gpu_layers,
                      bandwidth_gbs=args.bandwidth_gbs, log=log_stderr)
     result.model = name
-    data = result.to_dict()
-    write_json(args.out, data)
-    emit(args, data, result.markdown)
-    if args.record:
-        record(args.record, f"Per-op profile of a target pass ({name})", this_command(), result.markdown(),
-               f"Plain passes: medians of {result.runs} synchronized passes in a context without callbacks, rolled "
+    report(args, result.to_dict(), result.markdown, f"Per-op profile of a target pass ({name})",
+           f"Plain passes: medians of {result.runs} synchronized passes in a context without callbacks, rolled "
                "back after each. Profiled: the eval callback computes one node at a time and synchronizes after "
                "each, so its sums exceed the plain times; read the shares.")
     return 0
@@ -179,15 +185,10 @@ def cmd_bench_ops(args: argparse.Namespace) -> int:
 
 def cmd_bench_gui(args: argparse.Namespace) -> int:
     from app.bench import gui
-    from app.bench.report import record, this_command
 
     result = gui.run(tokens=args.tokens, rate=args.rate)
-    emit(args, result.to_dict(), result.markdown)
-    write_json(args.out, result.to_dict())
-    if args.record:
-        record(args.record, f"GUI responsiveness ({args.tokens}-token markdown reply)", this_command(),
-               result.markdown(),
-               "Real ChatView (markdown, pygments, HUD), offscreen Qt, synthetic token events. Cost: append + draw "
+    report(args, result.to_dict(), result.markdown, f"GUI responsiveness ({args.tokens}-token markdown reply)",
+           "Real ChatView (markdown, pygments, HUD), offscreen Qt, synthetic token events. Cost: append + draw "
                "after every token, median of 100 tokens around each point. Latency: a 10 ms heartbeat timer's "
                "lateness while a worker thread streams tokens through the GUI's queued-signal path.")
     return 0
@@ -195,51 +196,37 @@ def cmd_bench_gui(args: argparse.Namespace) -> int:
 
 def cmd_bench_sampler(args: argparse.Namespace) -> int:
     from app.bench import sampler
-    from app.bench.report import record, this_command
 
     target = args.target or bench_demo(args.size).target
     result = sampler.run(target, runs=args.runs, rows=args.rows, n_threads=args.threads, gpu_layers=args.gpu_layers,
                          decode_tokens=args.decode_tokens)
-    emit(args, result.to_dict(), result.markdown)
-    write_json(args.out, result.to_dict())
-    if args.record:
-        record(args.record, f"Sampling: host time per emitted token ({target.name})", this_command(),
-               result.markdown(), "Each sample: one native chain picking every row of one batched pass, as the "
+    report(args, result.to_dict(), result.markdown, f"Sampling: host time per emitted token ({target.name})",
+           "Each sample: one native chain picking every row of one batched pass, as the "
                "verify loop does; medians over interleaved runs.")
     return 0
 
 
 def cmd_bench_window(args: argparse.Namespace) -> int:
     from app.bench import window
-    from app.bench.report import record, this_command
     from app.engine.config import EngineConfig
 
     target, _full, d2t, name = bench_files(args)
     config = EngineConfig(target, mode="sidecar" if args.mode == "d2t" else "off",
                           draft=d2t if args.mode == "d2t" else None, draft_depth=args.depth, n_threads=args.threads)
     result = window.run(config, name, max_tokens=args.tokens, samples=args.runs, log=log_stderr)
-    data = result.to_dict()
-    write_json(args.out, data)
-    emit(args, data, result.markdown)
-    if args.record:
-        record(args.record, f"The window's speed ({name})", this_command(), result.markdown())
+    report(args, result.to_dict(), result.markdown, f"The window's speed ({name})")
     return 0
 
 
 def cmd_bench_mode_switch(args: argparse.Namespace) -> int:
     from app.bench import mode_switch
-    from app.bench.report import record, this_command
     from app.engine.config import EngineConfig
 
     target, _full, d2t, name = bench_files(args)
     config = EngineConfig(target, draft=d2t, draft_depth=args.depth, n_threads=args.threads,
                           n_gpu_layers=args.gpu_layers)
     result = mode_switch.run(config, name, rounds=args.rounds)
-    data = result.to_dict()
-    write_json(args.out, data)
-    emit(args, data, result.markdown)
-    if args.record:
-        record(args.record, f"Drafting-mode switches ({name})", this_command(), result.markdown())
+    report(args, result.to_dict(), result.markdown, f"Drafting-mode switches ({name})")
     return 0
 
 
