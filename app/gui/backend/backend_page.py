@@ -36,6 +36,7 @@ from PySide6.QtCore import QEvent, QFileSystemWatcher, Qt, QTimer
 from PySide6.QtGui import QFont, QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QFileDialog,
     QFormLayout,
     QFrame,
@@ -204,6 +205,25 @@ def selftest_summary(result: dict[str, Any]) -> str:
                      else "d2t sidecar refused, as an unpatched build must")
     parts.append("GPU offload" if result.get("gpu_offload") else "CPU only")
     return "; ".join(parts)
+
+
+def manifest_text(manifest: BackendManifest, origin: str) -> str:
+    """A backend's manifest as labelled lines a person reads (the JSON stays one click away: "Copy as JSON")."""
+    flavor = "CPU" if manifest.flavor != "cuda" else (
+        f"CUDA {manifest.cuda_version or '?'} for " + (", ".join(f"sm_{a}" for a in manifest.cuda_archs) or "?"))
+    built = manifest.built_at.replace("T", " ").split("+")[0] if manifest.built_at else "?"
+    rows = [("Backend", manifest.id), ("Origin", origin), ("Flavour", flavor),
+            ("Source", f"llama-cpp-python {manifest.llama_cpp_python_version} (llama.cpp "
+                       f"{manifest.llama_cpp_commit}), sha256 {manifest.sdist_sha256}"),
+            ("d2t patch", f"{manifest.patch_name} (sha256 {manifest.patch_sha256})" if manifest.patch_name
+             else "none: this build refuses the d2t sidecar"),
+            ("Built", f"{built} UTC in {manifest.build_seconds:.0f} s with {manifest.compiler}"),
+            ("Self-test", selftest_summary(manifest.selftest)),
+            ("CMake", " ".join(manifest.cmake_args))]
+    if manifest.cpu_variants:
+        rows.append(("CPU modules", ", ".join(manifest.cpu_variants)))
+    width = max(len(label) for label, _value in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
 class BackendPage(QWidget):
@@ -399,6 +419,12 @@ class BackendPage(QWidget):
         self.details.setMaximumHeight(140)
         self.details.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.details.setPlaceholderText("Select a backend to see its manifest.")
+        self.details.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self._details_json = ""  # the selected backend's manifest as JSON, for "Copy as JSON"
+        self.copy_json_button = QPushButton("Copy as JSON")
+        self.copy_json_button.setToolTip("The selected backend's manifest, as `python -m app backend list --json` "
+                                         "gives it, for a bug report")
+        self.copy_json_button.clicked.connect(lambda: QApplication.clipboard().setText(self._details_json))
         self.use_button = QPushButton("Use")
         self.use_button.clicked.connect(self.use_selected)
         self.selftest_button = QPushButton("Run self-test")
@@ -408,6 +434,7 @@ class BackendPage(QWidget):
         buttons.addWidget(self.selftest_label, 1)
         buttons.addWidget(self.use_button)
         buttons.addWidget(self.selftest_button)
+        buttons.addWidget(self.copy_json_button)
         box = QVBoxLayout(group)
         box.addWidget(self.table)
         box.addWidget(self.details)
@@ -838,11 +865,14 @@ class BackendPage(QWidget):
         busy = self.selftest_op is not None and self.selftest_op.running
         self.use_button.setEnabled(manifest is not None and manifest.id != registry.active_id())
         self.selftest_button.setEnabled(manifest is not None and not busy)
+        self.copy_json_button.setEnabled(manifest is not None)
         if manifest is None:
             self.details.clear()
+            self._details_json = ""
             return
         origin = archive.describe_origin(registry.backend_dir(manifest.id))
-        self.details.setPlainText(json.dumps({"origin": origin, **manifest.to_dict()}, indent=2))
+        self.details.setPlainText(manifest_text(manifest, origin))
+        self._details_json = json.dumps({"origin": origin, **manifest.to_dict()}, indent=2)
         if busy:
             return
         if self.selftest_result is not None and self.selftest_of == manifest.id:

@@ -20,7 +20,7 @@ import keyring
 import pytest
 from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QStackedWidget
+from PySide6.QtWidgets import QApplication, QLabel, QStackedWidget
 from pytestqt.qtbot import QtBot
 
 from app.backend import cuda_wheels, registry
@@ -372,7 +372,10 @@ def test_backend_page_shows_a_real_build_then_lists_and_self_tests_it(
     row = page.row_texts(patched_backend.id)
     assert (row["flavor"], row["patch"], row["selftest"], row["active"]) == ("cpu", "yes", "ok", "● active")
     assert page.selected_id() == patched_backend.id
-    assert json.loads(page.details.toPlainText())["patch_sha256"] == patched_backend.patch_sha256
+    details = page.details.toPlainText()  # labelled lines, not JSON; the JSON is one click away
+    assert f"(sha256 {patched_backend.patch_sha256})" in details and "Self-test" in details and "{" not in details
+    qtbot.mouseClick(page.copy_json_button, Qt.MouseButton.LeftButton)
+    assert json.loads(QApplication.clipboard().text())["patch_sha256"] == patched_backend.patch_sha256
     assert page.selftest_label.text().startswith("Self-test at build time: passed")
     assert not page.use_button.isEnabled()  # already the active one
 
