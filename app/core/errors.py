@@ -144,9 +144,14 @@ class DiskSpaceError(FastMTPError):
 
 
 class VerificationError(FastMTPError):
-    """A file, a checksum list, a manifest or a signature failed its check (CLI exit code 4)."""
+    """A file, a checksum list, a manifest or a signature failed its check (CLI exit code 4). ``file`` names the
+    file that failed, where there is one, so the window marks its row without reading the message."""
 
     kind = "verification-failed"
+
+    def __init__(self, message: str, advice: str = "", *, kind: str | None = None, file: str | None = None) -> None:
+        super().__init__(message, advice, kind=kind)
+        self.file = file
 
 
 class UnsafeInputError(VerificationError):

@@ -460,13 +460,13 @@ class _Download:
             self._discard()
             raise VerificationError(f"{self.name} has the wrong size: expected {self.request.size} bytes, "
                                     f"got {size}.", "The mirror serves a different file; try another mirror.",
-                                    kind="size-mismatch")
+                                    kind="size-mismatch", file=self.name)
         if self.request.sha256 is not None and digest != self.request.sha256.lower():
             self._discard()
             raise VerificationError(f"{self.name} failed its sha256 check: expected {self.request.sha256.lower()}, "
                                     f"got {digest}. The download was deleted.",
                                     "The mirror served corrupted or tampered bytes; try again or another mirror.",
-                                    kind="sha256-mismatch")
+                                    kind="sha256-mismatch", file=self.name)
         os.replace(self.part, self.final)
         part_state.remove(self.state_file)
         _fsync_path(self.final.parent)
@@ -597,14 +597,15 @@ class _Download:
             self._discard()
             raise VerificationError(f"{self.name} has the wrong size on {url}: expected {self.request.size} bytes, "
                                     f"the server announces {total}.",
-                                    "The mirror serves a different file; try another mirror.", kind="size-mismatch")
+                                    "The mirror serves a different file; try another mirror.", kind="size-mismatch",
+                                    file=self.name)
         if self.request.max_size is not None and total > self.request.max_size:
             self._discard()
             raise VerificationError(f"{self.name} on {url} is too large: the server announces {total} bytes, "
                                     f"more than the {_human(self.request.max_size)} this file may have; "
                                     "refused before reading it.",
                                     "The mirror serves something else than a release file; try another mirror.",
-                                    kind="too-large")
+                                    kind="too-large", file=self.name)
         if self.expected is None:
             self.expected = total
             self.progress.set_total(self.name, total)

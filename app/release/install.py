@@ -53,7 +53,8 @@ def _move(src: Path, target: Path, expected_sha256: str | None) -> None:
             os.fsync(writer.fileno())
         if expected_sha256 is not None and sha256_file(tmp) != expected_sha256:
             raise VerificationError(f"{src.name} failed the sha256 check after copying it to {target.parent}.",
-                                    "The disk may be failing; nothing was put in place.", kind="sha256-mismatch")
+                                    "The disk may be failing; nothing was put in place.", kind="sha256-mismatch",
+                                    file=src.name)
         os.replace(tmp, target)
         src.unlink()
     finally:

@@ -191,17 +191,18 @@ def verify_file(meta: ReleaseMetadata, name: str, path: Path, known_sha256: str 
     entry = meta.entry(name)
     if path.is_symlink() or not path.is_file():
         raise VerificationError(f"{name}: missing or not a regular file at {path}.", "Fetch it again.",
-                                kind="file-missing")
+                                kind="file-missing", file=name)
     size = path.stat().st_size
     if entry.size is not None and size != entry.size:
         raise VerificationError(f"{name} failed the size check: {size} bytes, the signed manifest says {entry.size}.",
                                 "The file is incomplete or altered; it was not installed. Fetch it again.",
-                                kind="size-mismatch")
+                                kind="size-mismatch", file=name)
     actual = known_sha256 or sha256_file(path)
     if actual != entry.sha256:
         raise VerificationError(f"{name} failed the sha256 check: got {actual}, the signed manifest says "
                                 f"{entry.sha256}.", "The file is corrupted or altered; it was not installed. "
-                                "Fetch it again, from another mirror if this repeats.", kind="sha256-mismatch")
+                                "Fetch it again, from another mirror if this repeats.", kind="sha256-mismatch",
+                                file=name)
 
 
 def verify_files(meta: ReleaseMetadata, folder: Path, names: Iterable[str],

@@ -692,10 +692,8 @@ class ModelsPage(QWidget):
                            if self._rows else "Download cancelled before any model file was requested; "
                            "nothing was kept.")
             return
-        if isinstance(exc, VerificationError):  # a check after the download names its file first
-            for name in self._rows:
-                if exc.message.startswith(name) and name not in self._failed:
-                    self._mark_failed(name, exc.message, exc.kind)
+        if isinstance(exc, VerificationError) and exc.file in self._rows and exc.file not in self._failed:
+            self._mark_failed(exc.file, exc.message, exc.kind)  # the file the check failed on, as the core names it
         self.total_label.setText("")
         self._set_title(f"{self.download_quant}: the download failed")
         if isinstance(exc, NetworkDownloadError):  # in words; the mirror's URL and the exception in the tooltip
