@@ -202,16 +202,19 @@ def _confirm_size(plan: FetchPlan, requests: list[FileRequest], files_dir: Path,
 
 
 def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callable[[FetchEvent], None] | None = None,
-                  on_step: OnStep | None = None, control: FetchControl | None = None,
-                  confirm: trust.Confirm | None = None, confirm_size: ConfirmSize | None = None) -> Installed:
+                  on_step: OnStep | None = None, on_warning: OnStep | None = None,
+                  control: FetchControl | None = None, confirm: trust.Confirm | None = None,
+                  confirm_size: ConfirmSize | None = None) -> Installed:
     """Download, verify and install one quantization with its sidecar and patch; returns what was installed.
 
+    ``on_warning`` gets the verified release's warnings (by default they are steps, ``warning: …``).
     ``confirm_size`` is asked once the signed manifest verified, when the bytes still to fetch reach
     :data:`BIG_DOWNLOAD_BYTES`; declining raises :class:`DownloadDeclined` with nothing requested.
     Raises :class:`DownloadError` (network), :class:`VerificationError` / :class:`TrustError` (checks);
     after either, the models folder is as it was.
     """
     step = on_step or (lambda _message: None)
+    warn = on_warning or (lambda message: step("warning: " + message))
     catalog = load_catalog()
     catalog.quant(plan.quant)  # a usage error before any network
     staging = staging_dir(plan.repo)
@@ -224,7 +227,7 @@ def fetch_release(plan: FetchPlan, *, token: str | None = None, on_event: Callab
     step("checking signatures and the publisher key")
     meta = verify_metadata(meta_dir, repo=plan.repo, trust_fingerprint=plan.trust_fingerprint, confirm=confirm)
     for warning in meta.warnings:
-        step("warning: " + warning)
+        warn(warning)
     _checkpoint(control, "after the signatures checked out")
 
     names = pick_payload(meta, catalog, plan.quant)

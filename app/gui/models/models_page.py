@@ -102,9 +102,11 @@ def _wait_for_answer(question: _Question, report: Report, control: FetchControl)
 
 @dataclass
 class _Step:
-    """A step of the fetch sequence (``on_step``), relayed to the GUI thread."""
+    """A step of the fetch sequence (``on_step``), or a warning of the release (``on_warning``), relayed to the GUI
+    thread."""
 
     message: str
+    warning: bool = False
 
 
 def human_bytes(count: float) -> str:
@@ -481,8 +483,9 @@ class ModelsPage(QWidget):
                 return question.accepted and not control.cancelled
 
             return fetch_release(plan, token=secrets.get_token(), on_event=report,
-                                 on_step=lambda message: report(_Step(message)), control=control, confirm=confirm,
-                                 confirm_size=confirm_size)
+                                 on_step=lambda message: report(_Step(message)),
+                                 on_warning=lambda message: report(_Step(message, warning=True)),
+                                 control=control, confirm=confirm, confirm_size=confirm_size)
 
         self.download_op = self.ops.start(work, self._download_done, self._download_failed, self._on_progress)
         # a page deleted mid-download cannot answer the key question or show the end: stop the worker
@@ -547,8 +550,8 @@ class ModelsPage(QWidget):
         if isinstance(value, FetchEvent):
             self._on_fetch_event(value)
         elif isinstance(value, _Step):
-            warning = value.message.startswith("warning: ")
-            self._set_step(value.message[:1].upper() + value.message[1:], error=warning)
+            text = ("Warning: " if value.warning else "") + value.message[:1].upper() + value.message[1:]
+            self._set_step(text, error=value.warning)
         elif isinstance(value, TrustQuestion):
             self._ask_trust(value)
         elif isinstance(value, SizeQuestion):
