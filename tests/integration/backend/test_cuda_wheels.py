@@ -254,7 +254,7 @@ import json, re, shutil, subprocess, sys
 from pathlib import Path
 from app.backend import toolchain
 from app.backend.builder import BuildOptions, Reporter, configure, plan_build
-from app.backend.events import CancelToken
+from app.core.cancel import CancelToken
 
 tree, build_dir, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 system_nvcc = shutil.which("nvcc")
