@@ -14,22 +14,18 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no dis
 from collections.abc import Iterator
 from pathlib import Path
 
-import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.chats.history import HistoryStore
-from app.core import secrets
 from app.gui.models import model_selector
 from app.models.installed import InstalledModel, default_destination
-from app.release import signing, trust
 from app.release.catalog import load_catalog
-from app.release.publish import keygen, sign_release
 from app.settings.app_settings import Settings
 from tests.helpers.gui_windows import WAIT_MS, open_window
 from tests.helpers.release_server import ReleaseServer
+from tests.helpers.signed_release_server import serve_signed_release
 
 CATALOG = load_catalog()
 MODEL = CATALOG.quant("Q4_K_P").file
@@ -40,23 +36,7 @@ PAYLOAD = {MODEL: os.urandom(100_000), SIDECAR: os.urandom(20_000),
 
 @pytest.fixture
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ReleaseServer]:
-    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.delenv(secrets.ENV_VAR, raising=False)
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    pair = keygen(tmp_path / "keys")
-    trust.pin_key(CATALOG.repo, signing.load_public_key(pair.public.read_bytes(), str(pair.public)))
-    release = tmp_path / "release"
-    release.mkdir()
-    for name, data in PAYLOAD.items():
-        (release / name).write_bytes(data)
-    sign_release(release, pair.private, version="1")
-    with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
-        yield srv
-    keyring.set_keyring(previous)
+    yield from serve_signed_release(tmp_path, monkeypatch, PAYLOAD)
 
 
 def test_a_download_is_listed_without_a_rescan_and_the_chat_keeps_its_model(

@@ -18,21 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.core import secrets
 from app.core.errors import DiskSpaceError, DownloadError
 from app.gui.models import models_page
 from app.gui.models.models_page import ModelsPage, window_advice
-from app.release import download, fetcher, signing, trust
+from app.release import download, fetcher
 from app.release.catalog import load_catalog, user_endpoints
-from app.release.publish import keygen, sign_release
 from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.release_server import Fault, ReleaseServer
+from tests.helpers.signed_release_server import serve_signed_release
 
 WAIT_MS = 60_000
 CATALOG = load_catalog()
@@ -44,23 +41,7 @@ COMMAND_WORDS = ("command", "python -m", "--quant", "`")  # what only a terminal
 
 @pytest.fixture
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ReleaseServer]:
-    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.delenv(secrets.ENV_VAR, raising=False)
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    pair = keygen(tmp_path / "keys")
-    trust.pin_key(CATALOG.repo, signing.load_public_key(pair.public.read_bytes(), str(pair.public)))
-    release = tmp_path / "release"
-    release.mkdir()
-    for name, data in PAYLOAD.items():
-        (release / name).write_bytes(data)
-    sign_release(release, pair.private, version="1")
-    with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
-        yield srv
-    keyring.set_keyring(previous)
+    yield from serve_signed_release(tmp_path, monkeypatch, PAYLOAD)
 
 
 @pytest.fixture

@@ -15,13 +15,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.core import secrets
 from app.core.child_job import ChildJobError
 from app.core.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
 from app.gui.models import models_page
@@ -29,6 +26,7 @@ from app.gui.models.models_page import ModelsPage, download_error_text
 from app.gui.shell.page_ops import error_text
 from app.release.catalog import load_catalog
 from app.release.progress import FetchEvent
+from tests.helpers.signed_release_server import own_user
 
 WAIT_MS = 30_000
 MODEL = load_catalog().quant("Q4_K_P").file
@@ -39,21 +37,14 @@ NEW_ADVICE = "Reworded core advice: run `python -m app token set --new-flag` and
 
 @pytest.fixture
 def page(qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelsPage]:
-    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.delenv(secrets.ENV_VAR, raising=False)
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    widget = ModelsPage(detect_gpu=False)
-    widget.show()
-    yield widget
-    widget.shutdown()
-    qtbot.waitUntil(lambda: widget.ops.idle, timeout=WAIT_MS)
-    widget.close()
-    widget.deleteLater()
-    keyring.set_keyring(previous)
+    with own_user(tmp_path, monkeypatch):
+        widget = ModelsPage(detect_gpu=False)
+        widget.show()
+        yield widget
+        widget.shutdown()
+        qtbot.waitUntil(lambda: widget.ops.idle, timeout=WAIT_MS)
+        widget.close()
+        widget.deleteLater()
 
 
 def _event(kind: Any, message: str = "", error_kind: str = "") -> FetchEvent:

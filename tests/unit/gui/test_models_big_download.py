@@ -16,23 +16,20 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no dis
 from collections.abc import Iterator
 from pathlib import Path
 
-import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.core import secrets
 from app.core.units import format_bytes
 from app.gui.models.models_page import ModelsPage
 from app.models.installed import default_destination
-from app.release import download, signing, trust
+from app.release import download
 from app.release.catalog import load_catalog
 from app.release.download import DownloadDeclined
-from app.release.publish import keygen, sign_release
 from tests.helpers.gui_windows import WAIT_MS, mirrored_models_page
 from tests.helpers.release_server import ReleaseServer
+from tests.helpers.signed_release_server import serve_signed_release
 
 CATALOG = load_catalog()
 MODEL = CATALOG.quant("Q4_K_P").file
@@ -44,24 +41,8 @@ PAYLOAD_BYTES = sum(len(data) for data in PAYLOAD.values())
 
 @pytest.fixture
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ReleaseServer]:
-    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.delenv(secrets.ENV_VAR, raising=False)
     monkeypatch.setattr(download, "BIG_DOWNLOAD_BYTES", 1024)  # the test release is a big download
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    pair = keygen(tmp_path / "keys")
-    trust.pin_key(CATALOG.repo, signing.load_public_key(pair.public.read_bytes(), str(pair.public)))
-    release = tmp_path / "release"
-    release.mkdir()
-    for name, data in PAYLOAD.items():
-        (release / name).write_bytes(data)
-    sign_release(release, pair.private, version="1")
-    with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
-        yield srv
-    keyring.set_keyring(previous)
+    yield from serve_signed_release(tmp_path, monkeypatch, PAYLOAD)
 
 
 @pytest.fixture
