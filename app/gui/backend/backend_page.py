@@ -506,12 +506,9 @@ class BackendPage(QWidget):
         job = self.build_job
         if not job.running and not job.outcome:
             return
-        if job.log_count < self._job_lines:  # a new build
-            self._job_lines = 0
-        if self._job_lines == 0:
+        if job.log_count < self._job_lines or self._job_lines == 0:  # a new build: its log starts afresh
             self.log.clear()
-        new = min(job.log_count - self._job_lines, len(job.log))
-        for line in list(job.log)[len(job.log) - new:] if new else []:
+        for line in job.lines_since(self._job_lines):
             self.log.appendPlainText(line.rstrip())
         self._job_lines = job.log_count
         if job.running:

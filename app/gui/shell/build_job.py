@@ -131,6 +131,12 @@ class BuildJob(QObject):
         self.changed.emit()
         self.failed.emit(exc)
 
+    def lines_since(self, shown: int) -> list[str]:
+        """The log lines after the first ``shown`` of this build (all kept ones when a new build started since, or
+        the oldest were dropped): what a log view showing ``shown`` lines appends."""
+        new = self.log_count - shown if shown <= self.log_count else self.log_count
+        return list(self.log)[max(0, len(self.log) - new):] if new else []
+
     def _log(self, line: str) -> None:
         self.log.append(line)
         self.log_count += 1

@@ -86,14 +86,11 @@ class BuildStatus(QWidget):
         self._append_log()
 
     def _append_log(self) -> None:
-        count = self.job.log_count
-        if count < self._shown_lines:  # a new build: its log starts afresh
+        if self.job.log_count < self._shown_lines:  # a new build: its log starts afresh
             self.log_view.clear()
-            self._shown_lines = 0
-        new = min(count - self._shown_lines, len(self.job.log))
-        for line in list(self.job.log)[len(self.job.log) - new:] if new else []:
+        for line in self.job.lines_since(self._shown_lines):
             self.log_view.appendPlainText(line)
-        self._shown_lines = count
+        self._shown_lines = self.job.log_count
 
     def _show_log(self, shown: bool) -> None:
         self.log_view.setVisible(shown)
