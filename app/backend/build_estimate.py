@@ -50,6 +50,7 @@ class BuildEstimate:
     basis: Basis
     flavor: str
     cores: int
+    cached: bool  # whether the plan's build tree was in the cache when estimated
 
     def words(self) -> str:
         """``about 5 seconds (the build tree is cached)``, ``about 25 minutes (from this machine's 2 cores)``."""
@@ -129,11 +130,11 @@ def estimate(options: BuildOptions, cached: bool | None = None, cores: int | Non
     same = [float(str(r["seconds"])) / max(1, int(str(r.get("archs", 1)))) * archs for r in _history()
             if r.get("flavor") == flavor and r.get("cached") == cached and isinstance(r.get("seconds"), int | float)]
     if same:
-        return BuildEstimate(statistics.median(same), "measured", flavor, machine_cores)
+        return BuildEstimate(statistics.median(same), "measured", flavor, machine_cores, cached)
     if cached:
-        return BuildEstimate(CACHED_SECONDS, "cached", flavor, machine_cores)
+        return BuildEstimate(CACHED_SECONDS, "cached", flavor, machine_cores, cached)
     seconds = FRESH_CORE_SECONDS[flavor] * archs / free_cores(machine_cores, load)
-    return BuildEstimate(seconds, "cores", flavor, machine_cores)
+    return BuildEstimate(seconds, "cores", flavor, machine_cores, cached)
 
 
 def remaining(estimate_s: float, elapsed_s: float, compile_fraction: float | None,
@@ -147,10 +148,11 @@ def remaining(estimate_s: float, elapsed_s: float, compile_fraction: float | Non
     return max(5.0, left)
 
 
-def build_and_record(options: BuildOptions, on_event: EventSink | None = None,
-                     cancel: CancelToken | None = None) -> registry.BackendManifest:
-    """``build_backend``, then remember how long it took (and whether its tree was cached) for the next estimate."""
-    cached = is_cached(options)
+def build_and_record(options: BuildOptions, on_event: EventSink | None = None, cancel: CancelToken | None = None,
+                     cached: bool | None = None) -> registry.BackendManifest:
+    """``build_backend``, then remember how long it took (and whether its tree was cached: the caller's estimate
+    knows, else it is looked up) for the next estimate."""
+    cached = is_cached(options) if cached is None else cached
     started = time.monotonic()
     manifest = build_backend(options, on_event, cancel)
     record(manifest.flavor, cached, time.monotonic() - started, len(manifest.cuda_archs))

@@ -64,7 +64,7 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
     wait = build_estimate.estimate(options)  # said first, as the window's first-run card says it
     emit_line(args, {"kind": "estimate", **build_estimate.as_dict(wait)}, f"==> the build takes {wait.words()}",
               file=sys.stdout)
-    manifest = build_estimate.build_and_record(options, on_event, cancel)  # remembered for the next estimate
+    manifest = build_estimate.build_and_record(options, on_event, cancel, wait.cached)  # remembered for next time
     emit_line(args, {"kind": "result", "manifest": manifest.to_dict()})  # people saw the "done" event
     return 0
 

@@ -74,7 +74,8 @@ class BuildJob(QObject):
         self._started, self._ended = time.monotonic(), 0.0
         self._compile_started = self._compile_fraction = None
         cancel = self._cancel = CancelToken()
-        self.ops.start(lambda report: build_estimate.build_and_record(options, report, cancel),
+        cached = self.estimate.cached
+        self.ops.start(lambda report: build_estimate.build_and_record(options, report, cancel, cached),
                        self._done, self._failed, self._event)
         self.changed.emit()
         return True
