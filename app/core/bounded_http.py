@@ -41,11 +41,6 @@ MIB = 1 << 20
 _PIECE = 64 * KIB  # the most one decompression step may produce
 
 
-def human(n: int) -> str:
-    """``4 MiB``, ``64 KiB``, ``512 bytes``: a bound in words, through the one size helper (exact caps stay whole)."""
-    return format_bytes(n)
-
-
 class ReadLimitError(FastMTPError):
     """An answer went past one of its bounds; nothing of it was used."""
 
@@ -184,7 +179,7 @@ class BoundedRead:
             self.check()
 
     def too_large(self) -> TooLarge:
-        return TooLarge(f"{self.what} is larger than {human(self.max_body)}, far more than it should "
+        return TooLarge(f"{self.what} is larger than {format_bytes(self.max_body)}, far more than it should "
                         "be; it was not read further.", self.advice)
 
     # ------------------------------------------------------------------ reading
@@ -238,7 +233,7 @@ class BoundedRead:
             if begin:
                 del buffer[:begin]
             if len(buffer) > limit:
-                raise LineTooLong(f"{self.what} has a line longer than {human(limit)}, far more than any "
+                raise LineTooLong(f"{self.what} has a line longer than {format_bytes(limit)}, far more than any "
                                   "line should hold; it was not read further.", self.advice)
         if buffer:
             yield _line(buffer)

@@ -236,7 +236,7 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
         unlink_batch()
     if user.cancelled:
         kept = sum(_size(_part_path(staging_dir, r.name)) for r in requests)
-        raise DownloadCancelled(f"Download cancelled; {_human(kept)} kept in .part files in {staging_dir}.",
+        raise DownloadCancelled(f"Download cancelled; {format_bytes(kept)} kept in .part files in {staging_dir}.",
                                 RESUME_ADVICE)
     real = [e for e in errors if not isinstance(e, DownloadCancelled)]
     if real or errors:
@@ -368,7 +368,7 @@ class _Download:
             if kept is not None:
                 return kept
             self._restore_part()
-            self.progress.start(self.name, self.done, f"resuming at {_human(self.done)}" if self.done else "")
+            self.progress.start(self.name, self.done, f"resuming at {format_bytes(self.done)}" if self.done else "")
             self._download_from_mirrors()
             return self._finish()
         except FastMTPError as exc:
@@ -602,7 +602,7 @@ class _Download:
         if self.request.max_size is not None and total > self.request.max_size:
             self._discard()
             raise VerificationError(f"{self.name} on {url} is too large: the server announces {total} bytes, "
-                                    f"more than the {_human(self.request.max_size)} this file may have; "
+                                    f"more than the {format_bytes(self.request.max_size)} this file may have; "
                                     "refused before reading it.",
                                     "The mirror serves something else than a release file; try another mirror.",
                                     kind="too-large", file=self.name)
@@ -626,7 +626,7 @@ class _Download:
                     self._discard()
                     raise VerificationError(
                         f"{self.name} on {self._url} is too large: the server sent more than the "
-                        f"{_human(self.request.max_size)} this file may have; the download was stopped there "
+                        f"{format_bytes(self.request.max_size)} this file may have; the download was stopped there "
                         "and deleted.",
                         "The mirror serves something else than a release file; try another mirror.", kind="too-large")
                 if self.expected is not None and self.done + len(piece) > self.expected:
@@ -687,9 +687,9 @@ class _Download:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             return None
         free = shutil.disk_usage(self.part.parent).free
-        left = f" ({_human(self.expected - self.done)} still to come)" if self.expected else ""
-        return DiskSpaceError(f"The disk is full: {self.name} stopped at {_human(self.done)}{left}; "
-                              f"{_human(free)} free in {self.part.parent}.",
+        left = f" ({format_bytes(self.expected - self.done)} still to come)" if self.expected else ""
+        return DiskSpaceError(f"The disk is full: {self.name} stopped at {format_bytes(self.done)}{left}; "
+                              f"{format_bytes(free)} free in {self.part.parent}.",
                               DISK_FULL_ADVICE)
 
     def _save_state(self) -> None:
@@ -722,8 +722,8 @@ class _Download:
         """Wait out a pause; raise when cancelled."""
         self.control.wait_while_paused()
         if self.control.cancelled:
-            raise DownloadCancelled(f"Download of {self.name} cancelled at {_human(self.done)}; the part is kept.",
-                                    RESUME_ADVICE)
+            raise DownloadCancelled(f"Download of {self.name} cancelled at {format_bytes(self.done)}; the part is "
+                                    "kept.", RESUME_ADVICE)
 
     def _remember_socket(self, response: httpx.Response) -> None:
         stream = response.extensions.get("network_stream")
@@ -795,8 +795,8 @@ def _check_disk_space(requests: list[FileRequest], staging: Path) -> None:
     needed = bytes_to_fetch(requests, staging)
     free = shutil.disk_usage(staging).free
     if needed > free:
-        raise DiskSpaceError(f"Not enough free space in {staging}: the download needs {_human(needed)}, "
-                             f"only {_human(free)} is free.",
+        raise DiskSpaceError(f"Not enough free space in {staging}: the download needs {format_bytes(needed)}, "
+                             f"only {format_bytes(free)} is free.",
                              NO_ROOM_ADVICE, kind="no-room")
 
 
@@ -859,6 +859,3 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def _human(count: int) -> str:
-    """Sizes in the download's messages: the one helper the window and the CLI use too."""
-    return format_bytes(count)

@@ -109,12 +109,6 @@ class _Step:
     warning: bool = False
 
 
-def human_bytes(count: float) -> str:
-    """``15.4 GiB``, ``45.8 MiB/s`` (with ``/s`` added): the one size helper, so a file reads the same size on
-    every page and in the CLI."""
-    return format_bytes(count)
-
-
 def human_eta(seconds: float | None) -> str:
     """``42 s``, ``3 min 05 s``, ``1 h 20 min``; a dash while the speed is unknown."""
     if seconds is None:
@@ -187,7 +181,7 @@ def network_failure_text(exc: NetworkDownloadError) -> str:
     download's ``.part`` files hold bytes, since with nothing kept there is nothing to resume."""
     words = NETWORK_CAUSE_WORDS.get(exc.cause, NETWORK_CAUSE_WORDS["connection-lost"]).format(host=exc.host)
     if exc.kept_bytes > 0:
-        return (f"{words}\nPress Download again to resume: {human_bytes(exc.kept_bytes)} already downloaded is "
+        return (f"{words}\nPress Download again to resume: {format_bytes(exc.kept_bytes)} already downloaded is "
                 "kept and it goes on from there.")
     return f"{words}\nPress Download again to retry."
 
@@ -423,7 +417,7 @@ class ModelsPage(QWidget):
         for row, (quant, advice) in enumerate(zip(self.catalog.quants, self.report.quants, strict=True)):
             fits = "recommended" if quant.name == recommended else ("yes" if advice.fits else "no")
             installed = (default_destination(self.catalog.repo) / quant.file).is_file()
-            cells = [quant.name, "~" + human_bytes(advice.file_bytes), "~" + human_bytes(advice.total_bytes), fits,
+            cells = [quant.name, "~" + format_bytes(advice.file_bytes), "~" + format_bytes(advice.total_bytes), fits,
                      "installed" if installed else ""]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -431,10 +425,10 @@ class ModelsPage(QWidget):
                     item.setForeground(good_colour(self) if advice.fits else bad_colour(self))
                 self.quant_table.setItem(row, column, item)
         cost = self.report.cost
-        self.fit_note.setText(f"Needed = file + sidecar (~{human_bytes(self.report.sidecar_bytes)}) + KV cache "
-                              f"for {self.report.context} tokens ({human_bytes(cost.kv_bytes)}) + recurrent state "
-                              f"({human_bytes(cost.recurrent_bytes)})"
-                              f" + overhead ({human_bytes(cost.overhead_bytes)}). Sizes are the catalog's "
+        self.fit_note.setText(f"Needed = file + sidecar (~{format_bytes(self.report.sidecar_bytes)}) + KV cache "
+                              f"for {self.report.context} tokens ({format_bytes(cost.kv_bytes)}) + recurrent state "
+                              f"({format_bytes(cost.recurrent_bytes)})"
+                              f" + overhead ({format_bytes(cost.overhead_bytes)}). Sizes are the catalog's "
                               "estimates; downloads are checked against the exact signed ones.")
 
     # ------------------------------------------------------------------ downloading
@@ -532,7 +526,7 @@ class ModelsPage(QWidget):
         def size(entry: CatalogFile) -> str:
             if entry.size is None:
                 return ""
-            return f" ({'~' if entry.approximate else ''}{human_bytes(entry.size)})"
+            return f" ({'~' if entry.approximate else ''}{format_bytes(entry.size)})"
 
         return f"{quant}{size(self.catalog.quant(quant))} and its FastMTP sidecar{size(self.catalog.sidecar)}"
 
@@ -555,7 +549,7 @@ class ModelsPage(QWidget):
         elif isinstance(value, TrustQuestion):
             self._ask_trust(value)
         elif isinstance(value, SizeQuestion):
-            self._set_step(f"The signed manifest says {value.quant} needs about {human_bytes(value.needed)}: "
+            self._set_step(f"The signed manifest says {value.quant} needs about {format_bytes(value.needed)}: "
                            "asking before it is downloaded.")
             ask_size(value, self, self._size_box_opened)
 
@@ -575,17 +569,17 @@ class ModelsPage(QWidget):
             if event.kind == "paused":
                 self.total_label.setText("Paused; the partial files are kept.")
             elif event.kind in ("progress", "resumed") and not self.paused:
-                total = f" of {human_bytes(event.total_bytes)}" if event.total_bytes else ""
-                self.total_label.setText(f"{human_bytes(event.total_done)}{total} · "
-                                         f"{human_bytes(event.speed_bps)}/s · ETA {human_eta(event.eta_s)}")
+                total = f" of {format_bytes(event.total_bytes)}" if event.total_bytes else ""
+                self.total_label.setText(f"{format_bytes(event.total_done)}{total} · "
+                                         f"{format_bytes(event.speed_bps)}/s · ETA {human_eta(event.eta_s)}")
             return
         row = self._row(event.file)
         bar = self.files_table.cellWidget(row, F_PROGRESS)
         if isinstance(bar, QProgressBar) and event.bytes_total:
             bar.setValue(round(1000 * event.bytes_done / event.bytes_total))
-            bar.setFormat(f"{human_bytes(event.bytes_done)} / {human_bytes(event.bytes_total)}")
+            bar.setFormat(f"{format_bytes(event.bytes_done)} / {format_bytes(event.bytes_total)}")
         if event.kind == "progress":
-            self._cell(row, F_SPEED, f"{human_bytes(event.speed_bps)}/s")
+            self._cell(row, F_SPEED, f"{format_bytes(event.speed_bps)}/s")
             self._cell(row, F_ETA, human_eta(event.eta_s))
             self._cell(row, F_STATUS, "downloading")
         elif event.kind == "start":
