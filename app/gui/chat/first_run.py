@@ -241,10 +241,6 @@ class FirstRunPanel(QWidget):
         self.demo_button.setEnabled(not running and not self.demo_running)
         self.build_button.setEnabled(not running and (self.toolchain is None or self.toolchain.can_build_cpu))
 
-    def cancel(self) -> None:
-        """Stop the backend build under way (the window is closing)."""
-        self.build_job.cancel()
-
     def _demo_done(self, demo: DemoModel) -> None:
         self.demo_running = False
         self.demo_button.setEnabled(True)
