@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from app.bench.report import device_description
+from app.bench.report import device_description, spread
 
 if TYPE_CHECKING:
     from app.gguftools.demo_model import Size
@@ -37,9 +37,7 @@ class Samples:
     seconds: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "seconds": [round(s, 6) for s in self.seconds],
-                "median_s": round(statistics.median(self.seconds), 6), "min_s": round(min(self.seconds), 6),
-                "max_s": round(max(self.seconds), 6)}
+        return {"label": self.label, "seconds": [round(s, 6) for s in self.seconds], **spread(self.seconds, "s", 6)}
 
 
 @dataclass

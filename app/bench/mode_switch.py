@@ -11,11 +11,11 @@ greedy reply proves the new mode answers.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.bench.report import spread
 from app.engine.chat_template import Message
 from app.engine.client import EngineClient
 from app.engine.config import ChatOptions, EngineConfig, Mode
@@ -32,10 +32,8 @@ class SwitchTiming:
     models_loaded: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        s = self.seconds
-        return {"into": self.into, "median_s": round(statistics.median(s), 3) if s else 0.0,
-                "min_s": round(min(s), 3) if s else 0.0, "max_s": round(max(s), 3) if s else 0.0,
-                "samples": len(s), "models_loaded": self.models_loaded}
+        return {"into": self.into, **spread(self.seconds, "s", 3), "samples": len(self.seconds),
+                "models_loaded": self.models_loaded}
 
 
 @dataclass

@@ -7,10 +7,19 @@ import platform
 import shlex
 import statistics
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from app.backend import toolchain
+
+
+def spread(values: Sequence[float], unit: str, digits: int) -> dict[str, float]:
+    """``median_<unit>``, ``min_<unit>`` and ``max_<unit>`` of a benchmark's samples, rounded; zeros for none."""
+    if not values:
+        return {f"{name}_{unit}": 0.0 for name in ("median", "min", "max")}
+    return {f"median_{unit}": round(statistics.median(values), digits), f"min_{unit}": round(min(values), digits),
+            f"max_{unit}": round(max(values), digits)}
 
 
 def device_description() -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.bench.report import spread
 from app.engine.config import CHAT_SAMPLING, EngineConfig, SamplingParams
 from app.engine.sampling import Sampler
 from app.native.handles import Context, Model
@@ -34,10 +35,8 @@ class SamplerTiming:
         return statistics.median(self.per_token_ms) if self.per_token_ms else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        values = self.per_token_ms
-        return {"label": self.label, "sampling": self.sampling, "median_ms": round(self.median_ms, 4),
-                "min_ms": round(min(values), 4) if values else 0.0, "max_ms": round(max(values), 4) if values else 0.0,
-                "samples": len(values)}
+        return {"label": self.label, "sampling": self.sampling, **spread(self.per_token_ms, "ms", 4),
+                "samples": len(self.per_token_ms)}
 
 
 @dataclass
@@ -48,9 +47,7 @@ class DecodeTiming:
     tps: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"where": self.where, "median_tps": round(statistics.median(self.tps), 2) if self.tps else 0.0,
-                "min_tps": round(min(self.tps), 2) if self.tps else 0.0,
-                "max_tps": round(max(self.tps), 2) if self.tps else 0.0, "samples": len(self.tps)}
+        return {"where": self.where, **spread(self.tps, "tps", 2), "samples": len(self.tps)}
 
 
 @dataclass
