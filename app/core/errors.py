@@ -66,7 +66,7 @@ class FastMTPError(Exception):
     def __str__(self) -> str:
         return f"{self.message}\n{self.advice}" if self.advice else self.message
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
         """Class name, message and advice: the fields an in-process event (``{"kind": "error", **...}``) spreads,
         so it has no ``kind`` key of its own; :meth:`to_json` is the CLI's error object."""
         return {"error": type(self).__name__, "message": self.message, "advice": self.advice}
@@ -174,9 +174,19 @@ class EngineError(FastMTPError):
 
 
 class ContextFullError(EngineError):
-    """The conversation no longer fits in the context window."""
+    """The conversation no longer fits in the context window.
+
+    ``policy`` is the chat's overflow policy that refused it (``"stop"``: the window offers a new chat carrying
+    the last exchange), ``used`` and ``context`` the tokens the conversation needs and the context holds."""
 
     kind = "context-full"
+
+    def __init__(self, message: str, advice: str = "", *, policy: str = "", used: int = 0, context: int = 0) -> None:
+        super().__init__(message, advice)
+        self.policy, self.used, self.context = policy, used, context
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "policy": self.policy, "used": self.used, "context": self.context}
 
 
 class JobCancelled(FastMTPError):

@@ -67,6 +67,10 @@ class EngineConfig:
     # the target's picks made inside its graph (llama.cpp's backend sampling): no logit rows copied to the host;
     # None: where layers are offloaded to a GPU
     backend_sampling: bool | None = None
+    # long chats reopen at once (``engine.state_cache``): the folder where the chats left keep their evaluated state
+    # (None: in memory only, for the last few) and the most bytes its files may take
+    state_cache_dir: Path | None = None
+    state_cache_bytes: int = defaults.STATE_CACHE_MB * 1024 * 1024
 
     @property
     def samples_on_backend(self) -> bool:
@@ -75,7 +79,11 @@ class EngineConfig:
 
 @dataclass
 class ChatOptions:
-    max_tokens: int = defaults.ENGINE_MAX_TOKENS
+    max_tokens: int = defaults.ENGINE_MAX_TOKENS  # 0: until the model stops or the context is full
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: tuple[str, ...] = ()
     thinking: bool = True
+    overflow: str = defaults.OVERFLOW_POLICY  # "trim" | "stop" (``engine.context_window``)
+    thinking_budget: int = 0  # thinking tokens before the thinking is closed for the answer; 0: no budget
+    # Continue: the tokens of the reply being extended (the messages end at the user message it answers)
+    continue_tokens: tuple[int, ...] = ()

@@ -6,9 +6,10 @@ import threading
 
 from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions, EngineConfig
+from app.engine.context_window import OVERFLOW_POLICIES, OverflowPolicy, Window, fit_conversation
 from app.engine.model_pool import ModelPool
 from app.engine.sampling import Sampler
-from app.engine.speculative import FileProgress, Reply, SpeculativeDecoder, TokenSink
+from app.engine.speculative import FileProgress, PromptProgress, Reply, SpeculativeDecoder, Steer, TokenSink
 from app.engine.stats import describe_depth, describe_sampling
 
 
@@ -21,6 +22,9 @@ class ChatSession:
         """Load ``config``'s models; ``on_progress(file name, fraction)`` follows each one read from disk."""
         self.decoder = SpeculativeDecoder(config, models, on_progress)
         self.template: str | None = self.decoder.target.chat_template()
+        # where the latest reply's conversation began after a trim: (first kept turn, its first message), so the
+        # next turns keep it while it fits and their prompts extend the evaluated one
+        self._window_start: tuple[int, Message] | None = None
 
     def close(self) -> None:
         self.decoder.close()
@@ -29,11 +33,34 @@ class ChatSession:
         text = render(self.template, messages, thinking=thinking)
         return self.decoder.target.tokenize(text, add_special=False, parse_special=True)
 
+    def fit(self, messages: list[Message], options: ChatOptions) -> Window:
+        """The part of ``messages`` that goes into the context under the chat's overflow policy (whole oldest
+        turns left out), checked before any work: ``ContextFullError`` when it cannot fit."""
+        policy: OverflowPolicy = "stop" if options.overflow == "stop" else "trim"
+        assert policy in OVERFLOW_POLICIES
+        system = 1 if messages and messages[0].role == "system" else 0
+        start = 0
+        if self._window_start is not None:
+            first, message = self._window_start
+            if system + first < len(messages) and messages[system + first] == message:
+                start = first
+        window = fit_conversation(messages, lambda kept: len(self.prompt_tokens(kept, options.thinking)),
+                                  self.decoder.config.n_ctx, policy=policy, max_tokens=options.max_tokens,
+                                  extra_tokens=len(options.continue_tokens), start=start)
+        self._window_start = (window.start, messages[system + window.start]) if window.start else None
+        return window
+
     def reply(self, messages: list[Message], options: ChatOptions, on_token: TokenSink | None = None,
-              cancel: threading.Event | None = None) -> tuple[Reply, str]:
-        """The assistant's reply to ``messages`` and its text (stop strings cut off)."""
+              cancel: threading.Event | None = None,
+              on_prompt_progress: PromptProgress | None = None) -> tuple[Reply, str]:
+        """The assistant's reply to ``messages`` and its text (stop strings cut off).
+
+        Under the chat's overflow policy the oldest turns may be left out (``stats.trimmed_turns``); with
+        ``options.continue_tokens`` the reply extends that earlier reply (its text is the new part only)."""
         model = self.decoder.target
         stops = options.stop
+        window = self.fit(messages, options)
+        continued = list(options.continue_tokens)
 
         def stop_hit(tokens: list[int]) -> bool:
             if not stops:
@@ -41,8 +68,13 @@ class ChatSession:
             tail = model.detokenize(tokens[-16:])
             return any(s in tail for s in stops)
 
-        reply = self.decoder.generate(self.prompt_tokens(messages, options.thinking), options.max_tokens,
-                                      Sampler(options.sampling), on_token, stop_hit if stops else None, cancel)
+        prompt = self.prompt_tokens(window.messages, options.thinking)
+        steer = self._thinking_budget(prompt, continued, options)
+        # a continued reply gets the cap again: Continue asks for more of it
+        reply = self.decoder.generate(prompt + continued, options.max_tokens, Sampler(options.sampling), on_token,
+                                      stop_hit if stops else None, cancel, steer=steer,
+                                      on_prompt_progress=on_prompt_progress, resume=bool(continued))
+        reply.stats.trimmed_turns = window.dropped_turns
         # what its speed was measured at, stated with it (the HUD, the footer, quickstart)
         reply.stats.sampling = describe_sampling(options.sampling)
         reply.stats.depth_setting = describe_depth(self.decoder.config)
@@ -52,3 +84,41 @@ class ChatSession:
             if s in text:
                 text = text[: text.index(s)]
         return reply, text
+
+    def _thinking_budget(self, prompt: list[int], continued: list[int], options: ChatOptions) -> Steer | None:
+        """A steer that closes the thinking once it has run ``options.thinking_budget`` tokens, so the model
+        answers; None when there is no budget or no thinking."""
+        budget = options.thinking_budget
+        if budget <= 0 or not options.thinking:
+            return None
+        model = self.decoder.target
+        opened_by_template = THINK_OPEN in model.detokenize(prompt[-8:])
+        closing = model.tokenize(THINK_CLOSE, add_special=False, parse_special=True)
+        spent = [False]
+
+        def steer(tokens: list[int]) -> list[int] | None:
+            if spent[0] or len(continued) + len(tokens) < budget:
+                return None
+            text = model.detokenize(continued + tokens)
+            if THINK_CLOSE.strip() in text or not (opened_by_template or THINK_OPEN in text):
+                spent[0] = True  # the thinking ended on its own, or there is none: nothing to close
+                return None
+            spent[0] = True
+            return closing
+
+        return steer
+
+
+    def planned_prompt(self, messages: list[Message], options: ChatOptions) -> list[int]:
+        """The tokens ``reply(messages, options)`` will put before the reply (the part of the conversation that
+        fits, and a continued reply's tokens), worked out without changing this session: the engine worker looks up
+        a chat's kept state with them before the reply. ``ContextFullError`` when the conversation cannot fit."""
+        window_start = self._window_start
+        try:
+            window = self.fit(messages, options)
+        finally:
+            self._window_start = window_start
+        return self.prompt_tokens(window.messages, options.thinking) + list(options.continue_tokens)
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "\n</think>\n\n"  # what Qwen's thinking ends with before the answer

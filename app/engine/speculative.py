@@ -31,6 +31,7 @@ from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Pr
 from app.engine.depth_memory import DepthMemory, MemoryKey, key_for
 from app.engine.model_pool import ModelPool
 from app.engine.sampling import Sampler, draft_pick
+from app.engine.state_cache import Snapshot
 from app.engine.stats import ReplyStats
 from app.native.handles import Context, FloatArray, Model, default_threads
 from app.native.sampler import SamplerChain
@@ -49,6 +50,10 @@ class Reply:
 TokenSink = Callable[[int, Provenance, ReplyStats], None]
 StopCheck = Callable[[list[int]], bool]
 FileProgress = Callable[[str, float], None]  # a model file's name and the fraction of it loaded
+PromptProgress = Callable[[int, int], None]  # tokens of the prompt read so far, and how many it has to read
+# the reply so far -> tokens to put in next as if the model had picked them (a thinking budget closing the
+# thinking), or None; asked after each of the target's own picks
+Steer = Callable[[list[int]], "list[int] | None"]
 
 
 class SpeculativeDecoder:
@@ -156,25 +161,52 @@ class SpeculativeDecoder:
         n = len(self.tokens)
         if 0 < n < len(prompt) and prompt[:n] == self.tokens:
             return n
+        if 0 < n == len(prompt) and prompt == self.tokens and self._step_back():
+            return n - 1  # a reply that ended on an accepted draft, continued: its last token is read again
         self.reset()
         return 0
 
-    def _prefill(self, suffix: list[int]) -> None:
+    def _step_back(self) -> bool:
+        """Forget the last evaluated token in both contexts (it is read again for its logits); False when a
+        context cannot roll back that far (then the caller starts over)."""
+        n = len(self.tokens)
+        if self.dctx is not None and not self._held:
+            return False
+        if not self.tctx.truncate(n - 1):
+            return False
+        self.tokens.pop()
+        if self.dctx is not None:
+            _, row = self._held.pop()
+            self.pending_h = row
+        return True
+
+    def _prefill(self, suffix: list[int], on_progress: PromptProgress | None = None,
+                 cancel: threading.Event | None = None) -> bool:
         """Evaluate ``suffix`` after ``tokens`` in the target (its last row's logits stay in the target
         context for the first pick). Drafting modes also catch the draft context up, holding back its
-        last row for the first draft."""
+        last row for the first draft.
+
+        The suffix is read in batches of ``n_batch``; ``on_progress(done, total)`` follows it batch by batch and
+        ``cancel`` is looked at between batches: a cancelled read forgets the whole conversation (the recurrent
+        layers cannot be rolled back to where it began), so the next reply reads it again, and returns False."""
         n_past = len(self.tokens)
         if n_past + len(suffix) + 1 > self.config.n_ctx:
             raise ContextFullError(
-                f"The conversation needs {n_past + len(suffix)} tokens, more than the context of "
-                f"{self.config.n_ctx} allows.", "Start a new chat, or raise the context size.")
+                f"The conversation needs {n_past + len(suffix):,} tokens, more than the context of "
+                f"{self.config.n_ctx:,} allows.", "Start a new chat, or raise the context size.",
+                used=n_past + len(suffix), context=self.config.n_ctx)
         step = self.config.n_batch
         hidden_blocks: list[FloatArray] = []
         for start in range(0, len(suffix), step):
+            if cancel is not None and cancel.is_set() and start > 0:
+                self.reset()
+                return False
             chunk = suffix[start:start + step]
             self.tctx.decode(chunk, n_past + start, logits="last")
             if self.dctx is not None:
                 hidden_blocks.append(self.tctx.nextn_rows(len(chunk)))
+            if on_progress is not None:
+                on_progress(start + len(chunk), len(suffix))
         if self.dctx is not None:
             # the draft gets every new token but the last, each with the hidden row of the one before
             previous = self.pending_h if self.pending_h is not None else np.zeros(self.target.n_embd, np.float32)
@@ -187,6 +219,7 @@ class SpeculativeDecoder:
             self._held = [(tokens[-1], rows[-1])]
             self.pending_h = hidden_rows[-1]
         self.tokens.extend(suffix)
+        return True
 
     def _draft_catch_up(self, tokens: list[int], start: int, rows: FloatArray) -> None:
         assert self.dctx is not None
@@ -198,10 +231,19 @@ class SpeculativeDecoder:
 
     def generate(self, prompt: list[int], max_tokens: int, sampler: Sampler | None = None,
                  on_token: TokenSink | None = None, stop: StopCheck | None = None,
-                 cancel: threading.Event | None = None) -> Reply:
-        """Stream one reply to ``prompt`` (the whole conversation so far, rendered and tokenized)."""
-        return self._generate(prompt, max_tokens, self._chain_for(sampler or Sampler(SamplingParams())), on_token,
-                              stop, cancel)
+                 cancel: threading.Event | None = None, *, steer: Steer | None = None,
+                 on_prompt_progress: PromptProgress | None = None, resume: bool = False) -> Reply:
+        """Stream one reply to ``prompt`` (the whole conversation so far, rendered and tokenized).
+
+        ``max_tokens`` 0: until the model stops or the context is full. ``resume``: ``prompt`` is the previous
+        reply's prompt and tokens (Continue): when this decoder holds exactly that reply, its seeded sampler goes on
+        where it stopped instead of restarting, so the continued tokens are those one longer reply would have had."""
+        sampler = sampler or Sampler(SamplingParams())
+        goes_on = (resume and self._chain is not None and self._chain[0] == sampler.params
+                   and len(prompt) - len(self.tokens) in (0, 1) and prompt[:len(self.tokens)] == self.tokens)
+        chain = self._chain[1] if goes_on and self._chain is not None else self._chain_for(sampler)
+        return self._generate(prompt, max_tokens, chain, on_token, stop, cancel, steer, on_prompt_progress,
+                              remember=not goes_on)
 
     @property
     def samples_on_backend(self) -> bool:
@@ -229,15 +271,23 @@ class SpeculativeDecoder:
             self._chain = None
 
     def _generate(self, prompt: list[int], max_tokens: int, chain: SamplerChain, on_token: TokenSink | None,
-                  stop: StopCheck | None, cancel: threading.Event | None) -> Reply:
+                  stop: StopCheck | None, cancel: threading.Event | None, steer: Steer | None = None,
+                  on_prompt_progress: PromptProgress | None = None, remember: bool = True) -> Reply:
         reply = Reply()
         stats = reply.stats
+        stats.context_size = self.config.n_ctx
         started = time.perf_counter()
         common = self._reuse_prefix(prompt)
         stats.prompt_tokens = len(prompt) - common
-        self._prefill(prompt[common:])
-        chain.remember(self.tokens)  # the repetition penalty looks back over the conversation, as llama-server's
+        stats.reused_tokens = common
+        if not self._prefill(prompt[common:], on_prompt_progress, cancel):
+            reply.stop_reason = "cancelled"
+            stats.prompt_seconds = time.perf_counter() - started
+            return reply
+        if remember:  # the repetition penalty looks back over the conversation, as llama-server's
+            chain.remember(self.tokens)
         stats.prompt_seconds = time.perf_counter() - started
+        stats.context_used = len(self.tokens)
         decode_started = time.perf_counter()
         self._decode_cpu_started = time.thread_time()
         self._native_marks = (self.tctx.native_seconds, self._draft_native())
@@ -250,22 +300,43 @@ class SpeculativeDecoder:
             stats.decode_seconds = time.perf_counter() - decode_started
             self._native_into(stats)  # the live split (verify / draft / host) streams with every token
             stats.record_token()
+            stats.context_used = len(prompt) + len(reply.tokens)
             if on_token is not None:
                 on_token(token, provenance, stats)
             if self.target.is_eog(token):
                 reply.stop_reason = "eos"
             elif stop is not None and stop(reply.tokens):
                 reply.stop_reason = "stop"
-            elif len(reply.tokens) >= max_tokens:
+            elif 0 < max_tokens <= len(reply.tokens):
                 reply.stop_reason = "length"
             elif cancel is not None and cancel.is_set():
                 reply.stop_reason = "cancelled"
             return bool(reply.stop_reason)
 
+        def steered(pending: int) -> int | None:
+            """Put in the tokens ``steer`` asks for after ``pending`` (read like a prompt), and pick the next one;
+            None when the reply ended (one of them ended it, or the context has no room for them)."""
+            forced = steer(reply.tokens) if steer is not None else None
+            if not forced:
+                return pending
+            if len(self.tokens) + 1 + len(forced) + 1 > self.config.n_ctx:
+                reply.stop_reason = "context_full"
+                return None
+            for token in forced:
+                if emit(token, "target"):
+                    return None
+            self._prefill([pending, *forced])
+            following = chain.sample(self.tctx, -1)
+            return None if emit(following, "target") else following
+
         pending = chain.sample(self.tctx, -1)
         stats.record_round(0, 0)
         if emit(pending, "target"):
             return self._finish(reply, decode_started)
+        picked = steered(pending)
+        if picked is None:
+            return self._finish(reply, decode_started)
+        pending = picked
         while True:
             n_past = len(self.tokens)
             room = self.config.n_ctx - n_past - 1  # positions left after ``pending``
@@ -307,9 +378,12 @@ class SpeculativeDecoder:
                     len(drafts)))
             if finished:
                 return self._finish(reply, decode_started)
-            pending = bonus
-            if emit(pending, "target"):
+            if emit(bonus, "target"):
                 return self._finish(reply, decode_started)
+            picked = steered(bonus)
+            if picked is None:
+                return self._finish(reply, decode_started)
+            pending = picked
 
     def _depth(self) -> int:
         if self.dctx is None:
@@ -405,6 +479,62 @@ class SpeculativeDecoder:
             memory.remember(key, self.adaptive.snapshot())
         except OSError as exc:
             log.warning("what adaptive depth learned could not be saved in %s: %s", memory.folder, exc)
+
+    # ------------------------------------------------------------------ a chat left and come back to
+
+    def snapshot(self) -> Snapshot:
+        """The evaluated conversation, for ``restore`` to put back exactly: the evaluated tokens, the target's and
+        the draft context's sequence state (llama.cpp's bytes), the pending hidden row and the draft's held rows
+        (copies). ``EngineError`` when there is none, or llama.cpp cannot write a state."""
+        if not self.tokens:
+            raise EngineError("There is no evaluated conversation to keep.", kind="state-cache")
+        n_embd = self.target.n_embd
+        target = self.tctx.state_bytes()
+        draft = self.dctx.state_bytes() if self.dctx is not None else None
+        held_rows = (np.stack([row for _, row in self._held]).astype(np.float32) if self._held
+                     else np.zeros((0, n_embd), np.float32))
+        pending = None if self.pending_h is None else np.array(self.pending_h, dtype=np.float32, copy=True)
+        return Snapshot(list(self.tokens), target, draft, n_embd, pending, [t for t, _ in self._held], held_rows)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Forget the conversation held now and take up ``snapshot``'s: the next ``generate`` goes on exactly as if
+        this decoder had never left it. On any failure (``EngineError``) the decoder holds an empty conversation,
+        so the next turn reads its prompt in full."""
+        self.reset()
+        # the sampler's seeded stream belongs to the reply before: a Continue of this chat must not go on from it
+        self._drop_chain()
+        try:
+            self._load_snapshot(snapshot)
+        except (FastMTPError, ValueError) as exc:
+            self.reset()
+            raise EngineError(f"The saved state could not be used: {exc}", "The conversation is read again.",
+                              kind="state-cache") from exc
+
+    def _load_snapshot(self, snapshot: Snapshot) -> None:
+        n_embd = self.target.n_embd
+        drafting = self.dctx is not None
+        n_held = len(snapshot.held_tokens)
+        if snapshot.n_embd != n_embd or (snapshot.draft is not None) != drafting or not snapshot.tokens:
+            raise ValueError("it was made for another model or drafting mode")
+        if drafting != (snapshot.pending_h is not None) or n_held > len(snapshot.tokens) or (
+                n_held and snapshot.held_rows.shape != (n_held, n_embd)) or (
+                snapshot.pending_h is not None and snapshot.pending_h.shape != (n_embd,)):
+            raise ValueError("its host rows do not fit this decoder")
+        if len(snapshot.tokens) + 1 > self.config.n_ctx:
+            raise ValueError("it is longer than this context")
+        self.tctx.load_state_bytes(snapshot.target)
+        if self.tctx.last_position() != len(snapshot.tokens) - 1:
+            raise ValueError(f"the target's state ends at position {self.tctx.last_position()}, its tokens at "
+                             f"{len(snapshot.tokens) - 1}")
+        if self.dctx is not None:
+            assert snapshot.draft is not None
+            self.dctx.load_state_bytes(snapshot.draft)
+            if self.dctx.last_position() != len(snapshot.tokens) - n_held - 1:
+                raise ValueError("the draft head's state does not end where its held rows begin")
+        self.tokens = list(snapshot.tokens)
+        self.pending_h = None if snapshot.pending_h is None else snapshot.pending_h.astype(np.float32, copy=True)
+        self._held = [(token, snapshot.held_rows[i].astype(np.float32, copy=True))
+                      for i, token in enumerate(snapshot.held_tokens)]
 
 
 def _check_pair(target: Path, draft: Path) -> None:

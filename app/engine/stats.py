@@ -70,6 +70,12 @@ class ReplyStats:
     accepted_at: list[int] = field(default_factory=list)  # per draft position: how many were accepted
     first_token_at: float | None = None  # perf_counter() when the first token was emitted
     last_token_at: float | None = None  # ... and the latest one
+    # the context meter: tokens in the context now (prompt + reply so far) of the context's size; the prompt's
+    # tokens already evaluated by an earlier reply (kept, not read again); whole oldest turns left out to fit
+    context_used: int = 0
+    context_size: int = 0
+    reused_tokens: int = 0
+    trimmed_turns: int = 0
     sampling: str = ""  # how the reply was sampled (``describe_sampling``), set by the session that asked for it
     depth_setting: str = ""  # the draft depth it ran at (``describe_depth``), likewise
     _started: float = field(default_factory=time.perf_counter, repr=False)
@@ -161,6 +167,11 @@ class ReplyStats:
         return {
             "prompt_tokens": self.prompt_tokens,
             "prompt_tps": self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else None,
+            "prompt_seconds": self.prompt_seconds,
+            "reused_tokens": self.reused_tokens,
+            "context_used": self.context_used,
+            "context_size": self.context_size,
+            "trimmed_turns": self.trimmed_turns,
             "time_to_first_token": self.first_token_seconds,
             "generated": self.generated,
             "decode_tps": self.decode_tps,

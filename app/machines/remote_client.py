@@ -63,6 +63,9 @@ MAX_LINE = 2 * MIB  # one streamed line: llama-server's last chunk repeats the p
 ANSWER_DEADLINE_S = 120.0  # /props, /v1/models
 SECONDS_PER_TOKEN = 2.0  # a reply's deadline: READ_TIMEOUT_S, then at least half a token per second
 TOKEN_MARGIN = 256  # tokens a server may send beyond max_tokens (a speculative round, the end marker)
+# a reply with no cap of its own (``max_tokens`` 0: until the model stops or the server's context is full) is still
+# bounded: no context a server holds is longer
+UNCAPPED_REPLY_TOKENS = 262_144
 BYTES_PER_TOKEN = 1024  # text a token may carry (the longest vocabulary entries are far shorter)
 NO_TINT_REASON = "Tokens are not tinted: a remote server does not say which ones were drafted."
 _STOP_REASONS = {"eos": "eos", "limit": "length", "word": "stop", "length": "length", "stop": "eos"}
@@ -318,7 +321,7 @@ class RemoteClient:
         self._cancel = cancel = threading.Event()
         events: queue.Queue[dict[str, Any]] = queue.Queue()
         self._events = events
-        allowed = max(options.max_tokens, 0) + TOKEN_MARGIN
+        allowed = (options.max_tokens if options.max_tokens > 0 else UNCAPPED_REPLY_TOKENS) + TOKEN_MARGIN
         self._reader = reader = BoundedRead(
             f"{self.server.name}'s reply", max_body=MAX_LINE + allowed * 16 * KIB, max_line=MAX_LINE,
             deadline_at=deadline_in(READ_TIMEOUT_S + SECONDS_PER_TOKEN * allowed),
@@ -397,7 +400,8 @@ class RemoteClient:
         if self.kind == "llama-server":
             prompt = render(self.template, messages, thinking=options.thinking)
             body: dict[str, Any] = {
-                "stream": True, "prompt": prompt, "n_predict": options.max_tokens, "return_tokens": True,
+                "stream": True, "prompt": prompt, "n_predict": options.max_tokens if options.max_tokens > 0 else -1,
+                "return_tokens": True,
                 "temperature": sampling.temperature, "seed": sampling.seed, "top_p": sampling.top_p,
                 # greedy: the one best token, as the local engine's greedy sampler
                 "top_k": 1 if sampling.temperature <= 0 else sampling.top_k, "min_p": sampling.min_p,
@@ -409,9 +413,11 @@ class RemoteClient:
         # the OpenAI API knows temperature, top_p and seed; top_k, min_p and repetition_penalty are vLLM's (and
         # llama-server's) extensions, sent only when they change something (temperature 0 is greedy already)
         body = {"stream": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed,
-                "model": self.model, "messages": [m.to_dict() for m in messages], "max_tokens": options.max_tokens,
+                "model": self.model, "messages": [m.to_dict() for m in messages],
                 "stream_options": {"include_usage": True},
                 "chat_template_kwargs": {"enable_thinking": options.thinking}}
+        if options.max_tokens > 0:  # none: until the model stops or the server's context is full
+            body["max_tokens"] = options.max_tokens
         if sampling.temperature > 0:
             body.update(top_k=sampling.top_k, min_p=sampling.min_p)
         if sampling.repeat_penalty != 1.0:
