@@ -161,36 +161,62 @@ def cmd_chat(args: argparse.Namespace) -> int:
         elif loaded["kind"] == "error":
             raise FastMTPError(loaded["message"], loaded.get("advice", ""))
         mode = client.config.mode if client.config is not None else args.mtp
-        print(f"FastMTP chat ({'auto: ' if auto is not None else ''}{mode}). Type /reset for a new chat, /quit or "
-              "Ctrl-D to leave.", file=sys.stderr)
+        print(f"FastMTP chat ({'auto: ' if auto is not None else ''}{mode}). Type /continue to go on with a cut "
+              "reply, /new for a new chat carrying the last exchange, /reset for an empty one, /quit or Ctrl-D to "
+              "leave.", file=sys.stderr)
         if auto is not None:
             print(f"auto: {auto.auto.status()}", file=sys.stderr)
         warned = False
+        cut: list[int] = []  # the last reply's tokens while it was cut by the cap or the context: /continue
         while True:
             try:
                 line = input("you> ")
             except EOFError:
                 break
-            if line.strip() in ("/quit", "/exit"):
+            command = line.strip()
+            if command in ("/quit", "/exit"):
                 break
-            if line.strip() == "/reset":
-                history = history[:1] if args.system else []
+            if command in ("/reset", "/new"):
+                # /new: a new chat carrying the last exchange (what "stop at the limit" offers)
+                last = history[-2:] if command == "/new" and len(history) >= 2 else []
+                history = [*(history[:1] if args.system else []), *last]
+                cut = []
                 continue
-            history.append(Message("user", line))
+            continuing = command == "/continue"
+            if continuing and not cut:
+                print("note: the last reply was not cut; /continue goes on with a reply cut by --max-tokens or the "
+                      "context.", file=sys.stderr)
+                continue
+            reply_to = history[:-1] if continuing else [*history, Message("user", line)]
             if auto is not None and auto.config() != client.config:  # Auto wants this reply from another mode
                 switched = client.load(auto.config())
                 if switched["kind"] == "error":
                     raise FastMTPError(switched["message"], switched.get("advice", ""))
-            final = stream_reply(client, history, reply_options(args, options),
-                                 _status_of if args.status else None)
+            asked = replace(reply_options(args, options), continue_tokens=tuple(cut) if continuing else ())
+            final = stream_reply(client, reply_to, asked, _status_of if args.status else None)
             if final.get("kind") == "error":
                 print(f"error: {final['message']}\nwhat to do: {final.get('advice', '')}", file=sys.stderr)
                 if final.get("error") == "WorkerCrashed":
                     _restarted(client)
-                history.pop()
+                elif final.get("policy") == "stop":
+                    print("note: /new starts a new chat carrying the last exchange.", file=sys.stderr)
                 continue
-            history.append(Message("assistant", final.get("text", "")))
+            text = final.get("text", "")
+            if continuing:
+                history[-1] = Message("assistant", history[-1].content + text)
+                cut = [*cut, *final.get("tokens", [])]
+            else:
+                history = [*reply_to, Message("assistant", text)]
+                cut = list(final.get("tokens", []))
+            if final.get("stop_reason") not in ("length", "context_full"):
+                cut = []
             print(f"[{_status_of(final['stats'])}]", file=sys.stderr)
+            if cut:
+                why = "the reply cap" if final.get("stop_reason") == "length" else "the full context"
+                print(f"note: the reply was cut by {why}; /continue goes on with it.", file=sys.stderr)
+            if final["stats"].get("trimmed_turns"):
+                print(f"note: {final['stats']['trimmed_turns']} oldest turn(s) are no longer in the model's context "
+                      "(the system prompt and the latest turns are).", file=sys.stderr)
             if auto is not None and client.config is not None:
                 auto.observe(client.config, final["stats"])
                 print(f"auto: {auto.auto.status()}", file=sys.stderr)
@@ -207,7 +233,10 @@ def _status_of(stats: dict[str, Any]) -> str:
     acc = f"{stats['acceptance']:.0%}" if stats.get("acceptance") is not None else "-"
     tpp = f"{stats['tokens_per_pass']:.2f}" if stats.get("tokens_per_pass") is not None else "-"
     depth = f" | depth {stats['depth']}" if stats.get("drafted") else ""
-    return f"{stats['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass{depth}"
+    from app.engine.stats import context_meter
+
+    meter = f" | {context_meter(stats)}" if stats.get("context_size") else ""
+    return f"{stats['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass{depth}{meter}"
 
 
 def add_commands(sub: Subparsers) -> None:

@@ -21,3 +21,13 @@ def format_bytes(n: float) -> str:
     if n >= KIB:
         return f"{n // KIB} KiB" if n % KIB == 0 else f"{n / KIB:.0f} KiB"
     return f"{n} bytes" if n != 1 else "1 byte"
+
+
+def format_tokens(n: int) -> str:
+    """A token count as a person reads it on a meter: ``512``, ``3.1k``, ``32k``, ``262k``."""
+    if n < 1000:
+        return str(n)
+    if n < 10_000:
+        text = f"{n / 1000:.1f}"
+        return (text[:-2] if text.endswith(".0") else text) + "k"
+    return f"{n / 1000:.0f}k" if n % 1024 else f"{n // 1024}k"

@@ -15,6 +15,14 @@ import app.core.defaults as defaults
 Mode = Literal["off", "embedded", "sidecar"]
 MODES: tuple[Mode, ...] = ("off", "embedded", "sidecar")
 Provenance = Literal["draft", "target"]
+# what a conversation longer than the context does (``engine.context_window``): keep the system prompt and the
+# latest turns, or stop at the limit
+OverflowPolicy = Literal["trim", "stop"]
+OVERFLOW_POLICIES: tuple[OverflowPolicy, ...] = ("trim", "stop")
+OVERFLOW_LABELS: dict[OverflowPolicy, str] = {
+    "trim": "Keep the system prompt and the latest turns",
+    "stop": "Stop at the limit",
+}
 
 # The draft depth (tokens the draft head proposes per round; with adaptive depth, the deepest it may go):
 # the one range the settings file, the Settings page, the CLI and the decoder all check against (its values

@@ -20,17 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from app.core.errors import ContextFullError
 from app.engine.chat_template import Message
+from app.engine.config import OVERFLOW_POLICIES, OverflowPolicy
 
-OverflowPolicy = Literal["trim", "stop"]
-OVERFLOW_POLICIES: tuple[OverflowPolicy, ...] = ("trim", "stop")
-OVERFLOW_LABELS: dict[OverflowPolicy, str] = {
-    "trim": "Keep the system prompt and the latest turns",
-    "stop": "Stop at the limit",
-}
+__all__ = ["OVERFLOW_POLICIES", "OverflowPolicy", "Window", "fit_conversation", "reply_room"]
 MIN_REPLY_ROOM = 64  # tokens a reply gets at least; a prompt that leaves fewer is trimmed (or refused)
 
 Counter = Callable[[list[Message]], int]  # the rendered, tokenized prompt's length for these messages

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.units import format_tokens
 from app.engine.config import EngineConfig, SamplingParams
 
 
@@ -195,6 +196,23 @@ class ReplyStats:
             "python_ms_per_round": self.python_ms_per_round,
             "draft_time_share": self.draft_seconds / self.decode_seconds if self.decode_seconds > 0 else 0.0,
         }
+
+
+CONTEXT_WARN_SHARE = 0.9  # the meter warns from here on: the next turns trim (or stop, by the chat's policy)
+
+
+def context_meter(stats: dict[str, Any]) -> str:
+    """The context meter's words: ``3.1k / 32k tokens`` (empty when the stats carry no context size)."""
+    size = int(stats.get("context_size") or 0)
+    if size <= 0:
+        return ""
+    return f"{format_tokens(int(stats.get('context_used') or 0))} / {format_tokens(size)} tokens"
+
+
+def context_nearly_full(stats: dict[str, Any]) -> bool:
+    """Whether the meter should warn: the context is at least ``CONTEXT_WARN_SHARE`` full."""
+    size = int(stats.get("context_size") or 0)
+    return size > 0 and int(stats.get("context_used") or 0) >= CONTEXT_WARN_SHARE * size
 
 
 WRONG_PAIR_AFTER = 16  # drafts tested before a near-zero acceptance is called out (each costs one round then)
