@@ -93,5 +93,7 @@ class ChatOptions:
     thinking: bool = True
     overflow: str = defaults.OVERFLOW_POLICY  # "trim" | "stop" (``engine.context_window``)
     thinking_budget: int = 0  # thinking tokens before the thinking is closed for the answer; 0: no budget
-    # Continue: the tokens of the reply being extended (the messages end at the user message it answers)
+    # Continue: the tokens of the reply being extended (the messages end at the user message it answers); or, when
+    # the caller no longer has them (a chat reopened), its text, tokenized by the engine
     continue_tokens: tuple[int, ...] = ()
+    continue_text: str = ""

@@ -2,7 +2,8 @@
 
 Requests (caller → worker): ``load`` {config}, ``generate`` {messages, options, conversation?}, ``cancel``,
 ``reset``, ``shutdown``. Events (worker → caller): ``ready``, ``load_progress`` {file, fraction} (a load's model
-files as they are read, throttled), ``loaded``, ``token`` {token, piece, provenance, stats},
+files as they are read, throttled), ``loaded``, ``prompt_progress`` {done, total} (the prompt's tokens read so far,
+batch by batch), ``token`` {token, piece, provenance, stats},
 ``done`` {tokens, provenance, text, stop_reason, stats, state, state_tokens, restored_tokens, state_source,
 state_seconds?, state_note, state_notices}, ``error`` {error, message, advice, log_tail}.
 

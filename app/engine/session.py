@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions, EngineConfig
@@ -25,6 +26,7 @@ class ChatSession:
         # where the latest reply's conversation began after a trim: (first kept turn, its first message), so the
         # next turns keep it while it fits and their prompts extend the evaluated one
         self._window_start: tuple[int, Message] | None = None
+        self.window: Window | None = None  # what the reply under way (or the latest) keeps of its conversation
 
     def close(self) -> None:
         self.decoder.close()
@@ -59,7 +61,10 @@ class ChatSession:
         ``options.continue_tokens`` the reply extends that earlier reply (its text is the new part only)."""
         model = self.decoder.target
         stops = options.stop
-        window = self.fit(messages, options)
+        if options.continue_text and not options.continue_tokens:
+            options = replace(options, continue_tokens=tuple(
+                model.tokenize(options.continue_text, add_special=False, parse_special=True)))
+        window = self.window = self.fit(messages, options)
         continued = list(options.continue_tokens)
 
         def stop_hit(tokens: list[int]) -> bool:

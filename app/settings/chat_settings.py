@@ -13,7 +13,8 @@ import secrets
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, ChatOptions, SamplingParams
+from app.core import defaults
+from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, OVERFLOW_POLICIES, ChatOptions, SamplingParams
 
 PRESETS: dict[str, str] = {
     "Helpful assistant": "You are a helpful assistant.",
@@ -28,6 +29,8 @@ CUSTOM = "Custom"
 SeedMode = Literal["random", "fixed"]
 SEED_MODES: tuple[SeedMode, ...] = ("random", "fixed")
 SEED_LIMIT = 2**31  # seeds are drawn below this, so any of them can be typed back in as the fixed seed
+REPLY_TOKENS_MAX = 1 << 20  # a reply cap or thinking budget above any context is kept as no more than this
+OLD_DEFAULT_MAX_TOKENS = 1024  # every chat's reply cap before replies ran to the end: read as no cap, not a choice
 OLD_DEFAULT_SEED = 1  # the seed every chat had before the seed mode: read as the random default, not as a choice
 
 
@@ -44,7 +47,9 @@ class ChatSettings:
     repeat_penalty: float = CHAT_SAMPLING.repeat_penalty
     seed_mode: SeedMode = "random"
     seed: int = OLD_DEFAULT_SEED  # the fixed mode's seed (and the one used at temperature 0)
-    max_tokens: int = CHAT_MAX_TOKENS
+    max_tokens: int = CHAT_MAX_TOKENS  # 0: until the model stops or the context is full
+    overflow: str = defaults.OVERFLOW_POLICY  # a full context: "trim" (keep the latest turns) or "stop"
+    thinking_budget: int = 0  # thinking tokens before the thinking is closed for the answer; 0: no budget
 
     def reply_seed(self) -> int:
         """The seed for one reply: a fresh draw in the random mode at a temperature above 0, else ``seed``
@@ -55,7 +60,8 @@ class ChatSettings:
 
     def options(self, seed: int | None = None) -> ChatOptions:
         """The engine's options for a reply in this chat, with ``seed`` (from :meth:`reply_seed`) when given."""
-        return ChatOptions(max_tokens=self.max_tokens, thinking=self.thinking, sampling=SamplingParams(
+        return ChatOptions(max_tokens=self.max_tokens, thinking=self.thinking, overflow=self.overflow,
+                           thinking_budget=self.thinking_budget, sampling=SamplingParams(
             temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
             repeat_penalty=self.repeat_penalty, seed=self.seed if seed is None else seed))
 
@@ -87,8 +93,14 @@ class ChatSettings:
                 ok = value in SEED_MODES
             elif f.name == "seed":
                 ok = ok and 0 <= value < SEED_LIMIT
+            elif f.name == "overflow":
+                ok = value in OVERFLOW_POLICIES
+            elif f.name in ("max_tokens", "thinking_budget"):
+                ok = ok and 0 <= value <= REPLY_TOKENS_MAX
             if ok:
                 setattr(chat, f.name, value)
+        if "overflow" not in settings and chat.max_tokens == OLD_DEFAULT_MAX_TOKENS:  # saved before issue 34
+            chat.max_tokens = CHAT_MAX_TOKENS
         if "seed_mode" not in settings and chat.seed != OLD_DEFAULT_SEED:
             chat.seed_mode = "fixed"
         if "preset" not in settings:  # a chat saved before presets: its prompt is its own

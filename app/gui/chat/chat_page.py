@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QLabel,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -37,8 +36,10 @@ from app.engine.breakeven import describe_mode, drafting_warning
 from app.engine.chat_template import Message
 from app.engine.config import EngineConfig
 from app.gguftools.builtin_demo import DEMO_NATURE
+from app.gui.chat.alert_strip import alert_strip
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat.chat_view import ChatEntry, ChatView
+from app.gui.chat.context_strip import ContextMeter, CutNotice, LimitBanner, TrimNote, reading_label
 from app.gui.chat.messages import entry_from_stored
 from app.gui.chat.sidebar import Sidebar
 from app.gui.shell.engine_bridge import EngineBridge
@@ -53,21 +54,7 @@ TITLE_CHARS = 40  # a new conversation's title: the start of its first message
 WAITING_NOTE = "waiting: sent as soon as the model has loaded"
 WAITING_STATUS = "Loading the model… your message waits and is sent when it is ready (more text joins it)"
 BUSY_STATUS = "Busy: stop the reply first"
-
-
-def _alert_strip(frame: QFrame, name: str, background: str, border: str, ink: str) -> tuple[QLabel, QHBoxLayout]:
-    """Style ``frame`` as a coloured strip above the chat and give it its wrapping text label (hidden at first):
-    the one look the error and the drafting banners share."""
-    frame.setObjectName(name)
-    frame.setStyleSheet(f"#{name} {{ background: {background}; border: 2px solid {border}; border-radius: 6px; }}"
-                        f"#{name} QLabel {{ color: {ink}; }}")
-    text = QLabel()
-    text.setWordWrap(True)
-    layout = QHBoxLayout(frame)
-    layout.setContentsMargins(10, 6, 10, 6)
-    layout.addWidget(text, 1)
-    frame.hide()
-    return text, layout
+PROMPT_BAR_FROM = 1024  # a prompt this long (tokens to read) shows the reading bar, with Stop to cancel it
 
 
 class Banner(QFrame):
@@ -75,7 +62,7 @@ class Banner(QFrame):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.text, layout = _alert_strip(self, "banner", "#fdecea", "#dc2626", "#7f1d1d")
+        self.text, layout = alert_strip(self, "banner", "#fdecea", "#dc2626", "#7f1d1d")
         self.restart_button = QPushButton("Restart engine")
         layout.addWidget(self.restart_button)
 
@@ -95,7 +82,7 @@ class DemoNote(QFrame):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.text, _layout = _alert_strip(self, "demo_note", "#eef2ff", "#6366f1", "#312e81")
+        self.text, _layout = alert_strip(self, "demo_note", "#eef2ff", "#6366f1", "#312e81")
         self.text.setText(DEMO_NATURE)
 
 
@@ -104,7 +91,7 @@ class DraftingBanner(QFrame):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.text, _layout = _alert_strip(self, "drafting", "#fff4d6", "#d97706", "#78350f")
+        self.text, _layout = alert_strip(self, "drafting", "#fff4d6", "#d97706", "#78350f")
 
     def show_warning(self, warning: str | None) -> None:
         if warning is None:
@@ -153,6 +140,9 @@ class ChatPage(QWidget):
         self.chat_settings = ChatSettings()  # the declared chat defaults (max tokens: CHAT_MAX_TOKENS)
         self.options = self.chat_settings.options()
         self._reply_seed = self.chat_settings.seed  # the seed of the reply under way (kept with its stats)
+        # the tokens of the reply under way (or the latest one), by its history id: what Continue extends exactly
+        self._reply_tokens: tuple[int | None, list[int]] = (None, [])
+        self._continued = ""  # a continued reply's text before this part (its done event's text is the new part)
         self._save_timer = QTimer(self)
         self._save_timer.setInterval(SAVE_INTERVAL_MS)
         self._save_timer.timeout.connect(self._save_partial)
@@ -169,6 +159,8 @@ class ChatPage(QWidget):
         self.chat_settings_button.clicked.connect(self.edit_chat_settings)
         top.addWidget(self.chat_settings_button)
         top.addStretch(1)
+        self.meter = ContextMeter()
+        top.addWidget(self.meter)
 
         self.banner = Banner()
         self.banner.restart_button.clicked.connect(self._restart)
@@ -177,6 +169,14 @@ class ChatPage(QWidget):
         self.load_bar = QProgressBar()  # "Loading target.gguf … 43%" while a load reads its model files
         self.load_bar.setRange(0, 100)
         self.load_bar.hide()
+        self.reading_bar = QProgressBar()  # "Reading your message: 40%" while a long prompt is read (Stop cancels)
+        self.reading_bar.setRange(0, 100)
+        self.reading_bar.hide()
+        self.cut_notice = CutNotice()
+        self.cut_notice.continue_button.clicked.connect(self.continue_reply)
+        self.trim_note = TrimNote()
+        self.limit_banner = LimitBanner()
+        self.limit_banner.new_chat_button.clicked.connect(self.new_chat_with_last_exchange)
         self.history_banner = Banner()  # stays until closed: engine loads hide ``banner``, not this one
         self.history_banner.restart_button.setText("Close")
         self.history_banner.restart_button.clicked.connect(self.history_banner.hide)
@@ -208,7 +208,11 @@ class ChatPage(QWidget):
         layout.addWidget(self.drafting_banner)
         layout.addWidget(self.demo_note)
         layout.addWidget(self.load_bar)
+        layout.addWidget(self.limit_banner)
+        layout.addWidget(self.trim_note)
+        layout.addWidget(self.reading_bar)
         layout.addWidget(self.chat, 1)
+        layout.addWidget(self.cut_notice)
         self.chat_splitter = QSplitter()  # sidebar | chat: the user sets the sidebar's width (remembered)
         self.chat_splitter.setChildrenCollapsible(False)
         self.chat_splitter.addWidget(self.sidebar)
@@ -225,6 +229,7 @@ class ChatPage(QWidget):
         self.bridge.error.connect(self.show_error)
         self.bridge.busy_changed.connect(self._busy_changed)
         self.bridge.load_progress.connect(self._load_progress)
+        self.bridge.prompt_progress.connect(self._prompt_progress)
 
     def _status(self, text: str) -> None:
         self.status_changed.emit(text)
@@ -293,6 +298,7 @@ class ChatPage(QWidget):
         self._unwait()
         self.conversation_id = None
         self.chat.show_conversation([])
+        self._show_context(None)
         self.sidebar.set_current(None)
         self.state_changed.emit()
         if self.chat.isVisible():
@@ -308,6 +314,7 @@ class ChatPage(QWidget):
         if conversation_id == self.conversation_id:
             self.conversation_id = None
             self.chat.show_conversation([])
+            self._show_context(None)
             self.state_changed.emit()
         self.notice.emit("Chat deleted")
 
@@ -342,7 +349,10 @@ class ChatPage(QWidget):
         self.conversation_id = conversation_id
         conversation = self.history.get(conversation_id)
         self.set_chat_settings(ChatSettings.from_conversation(conversation.system_prompt, conversation.settings))
-        self.chat.show_conversation(self.history.messages(conversation_id), self.history.version_ids(conversation_id))
+        messages = self.history.messages(conversation_id)
+        self.chat.show_conversation(messages, self.history.version_ids(conversation_id))
+        last = messages[-1] if messages else None
+        self._show_context(last.stats if last is not None and last.role == "assistant" and last.stats else None)
         self.sidebar.set_current(conversation_id)
         self.state_changed.emit()
 
@@ -475,10 +485,11 @@ class ChatPage(QWidget):
             return False
         return True
 
-    def _generate(self, conversation: Conversation, reply: int | None = None, replaces: int | None = None) -> None:
+    def _generate(self, conversation: Conversation, reply: int | None = None, replaces: int | None = None,
+                  continued: ChatEntry | None = None) -> None:
         """Stream a reply to the saved conversation; the reply is saved as it grows, into ``reply`` when that
-        row exists (a regenerated reply's new version, hiding ``replaces``). A blank system prompt (the "None"
-        preset) sends none."""
+        row exists (a regenerated reply's new version, hiding ``replaces``; a continued reply, ``continued``, whose
+        text it goes on from). A blank system prompt (the "None" preset) sends none."""
         self._reply_conversation = conversation.id
         self._reply_message = reply if reply is not None else \
             self.history.add_message(conversation.id, "assistant", "", complete=False)
@@ -488,15 +499,31 @@ class ChatPage(QWidget):
             [Message(m.role, m.content) for m in self.history.messages(conversation.id)
              if m.role != "system" and m.id != self._reply_message]  # the conversation up to the new reply
         self._unsaved_tokens = 0
+        options = self.options
+        self._continued = ""
+        if continued is not None:  # the same reply goes on: exactly, from its tokens while this window has them
+            held_for, tokens = self._reply_tokens
+            self._continued = continued.text
+            options = (replace(options, continue_tokens=tuple(tokens)) if held_for == reply and tokens
+                       else replace(options, continue_text=continued.text))
+        else:
+            self._reply_tokens = (self._reply_message, [])
         entry = self.chat.begin_reply(self._reply_message)
         if reply is not None:
             entry.version_ids = tuple(v.id for v in self.history.versions(reply))
+        if continued is not None:  # its text so far, drawn again as it was streamed (its tint kept)
+            entry.version_ids = continued.version_ids
+            self.chat.append_tokens({"piece": piece, "provenance": provenance}
+                                    for piece, provenance in continued.pieces)
+        self.cut_notice.hide()
+        self.limit_banner.hide()
         self.drafting_banner.hide()
         self._status("Generating…")
         self._save_timer.start()
-        self._reply_seed = self.chat_settings.reply_seed()  # a fresh one per reply in the random mode
-        sampling = replace(self.options.sampling, seed=self._reply_seed)
-        self.bridge.generate(messages, replace(self.options, sampling=sampling))
+        if continued is None or not options.continue_tokens:  # a continued reply keeps its seeded stream going
+            self._reply_seed = self.chat_settings.reply_seed()  # a fresh one per reply in the random mode
+        options = replace(options, sampling=replace(options.sampling, seed=self._reply_seed))
+        self.bridge.generate(messages, options, str(conversation.id))
 
     # ------------------------------------------------------------------ the reply as it streams, and saving it
 
@@ -504,7 +531,11 @@ class ChatPage(QWidget):
         """The token events that arrived since the last batch: queued for the transcript's next frame; the
         drafting banner judges the newest stats once."""
         self.chat.append_tokens(events)
+        self._reply_tokens[1].extend(int(e["token"]) for e in events if "token" in e)
+        self.reading_bar.hide()
         stats = (events[-1].get("stats") or {}) if events else {}
+        if stats:
+            self.meter.show_stats(stats)
         warning = drafting_warning(self.bridge.config, stats)
         if warning is not None or self.drafting_banner.isVisible():
             self.drafting_banner.show_warning(warning)
@@ -539,6 +570,10 @@ class ChatPage(QWidget):
     def _done(self, event: dict[str, Any]) -> None:
         # the reply's stats carry the seed it was sampled with (what reproduces it, as the fixed seed) and the
         # drafting mode that produced it (its footer names it, also when the chat is reopened)
+        self.reading_bar.hide()
+        if self._continued:  # a continued reply: its text is the earlier part and this one
+            event = {**event, "text": self._continued + str(event.get("text", ""))}
+            self._continued = ""
         stats = event.get("stats") or {}
         sampling = f" · {stats['sampling']}" if stats.get("sampling") else ""  # what its speed was measured at
         event["stats"] = {**stats, "seed": self._reply_seed, "mode": self._mode_text() + sampling}
@@ -547,6 +582,7 @@ class ChatPage(QWidget):
             stats = {**event["stats"], "stop_reason": event.get("stop_reason")}
             self.drafting_banner.show_warning(drafting_warning(self.bridge.config, stats))
             self._save_reply(entry.text, stats, entry.draft_ranges())
+            self._show_context(stats)
         self._status("Ready")
 
     def _save_reply(self, text: str, stats: dict[str, Any] | None,
@@ -590,11 +626,17 @@ class ChatPage(QWidget):
     def show_error(self, event: dict[str, Any]) -> None:
         """An engine error (or a model that could not be prepared): the reply so far is kept, a message waiting
         for the load goes back into the box, and the banner says what happened."""
+        self.reading_bar.hide()
+        self._continued = ""
         entry = self.chat.finish_reply(event)
         if entry is not None:  # keep what the reply said before the error, if anything
             self._save_reply(entry.text, None, entry.draft_ranges())
         if event.get("error") == "WorkerCrashed":
             self.ready = False
+        if event.get("error") == "ContextFullError" and event.get("policy") == "stop":  # the chat's own limit
+            self.limit_banner.show_error(event)
+            self._status("The context is full")
+            return
         self._status("Engine error")
         if self._loading:
             self._loading = False
@@ -604,6 +646,69 @@ class ChatPage(QWidget):
                 self.chat.input.setPlainText(waiting + ("\n\n" + typed if typed else ""))
                 self._status("Engine error: the model did not load; your message is back in the box")
         self.banner.show_error(event)
+
+    # ------------------------------------------------------------------ the context: meter, Continue, its limit
+
+    def _show_context(self, stats: dict[str, Any] | None) -> None:
+        """The meter, Continue and the trim note for the latest reply's stats (None: an empty chat)."""
+        if stats is None:
+            config = self.bridge.config if self.bridge.remote is None else None
+            self.meter.show_stats({"context_used": 0, "context_size": config.n_ctx if config is not None else 0})
+            self.cut_notice.hide()
+            self.trim_note.hide()
+            self.limit_banner.hide()
+            return
+        self.limit_banner.hide()
+        if stats.get("context_size"):
+            self.meter.show_stats(stats)
+        self.cut_notice.show_for(stats.get("stop_reason"), self.chat_settings.max_tokens)
+        self.trim_note.show_for(stats)
+
+    def continue_reply(self) -> None:
+        """Continue: the last reply, cut by its cap or the full context, goes on where it stopped (the same
+        reply, saved as one message; exactly the tokens one longer reply would have while this window holds
+        its tokens)."""
+        conversation = self._current_conversation()
+        entries = self.chat.entries
+        if not self._can_generate() or conversation is None or not entries or entries[-1].role != "assistant" \
+                or entries[-1].message_id is None:
+            return
+        last = entries[-1]
+        self.chat.truncate(len(entries) - 1)
+        self._generate(conversation, last.message_id, continued=last)
+
+    def new_chat_with_last_exchange(self) -> None:
+        """"Stop at the limit" reached: a new chat with this one's settings, carrying its last question and
+        answer, opened at once (the message that did not fit goes back into the box)."""
+        conversation = self._current_conversation()
+        if conversation is None or (self.bridge.busy and not self.bridge.loading):
+            return
+        messages = [m for m in self.history.messages(conversation.id) if m.role in ("user", "assistant")]
+        last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+        unanswered = last_user is not None and last_user == len(messages) - 1
+        carried = messages[:last_user] if unanswered else messages
+        exchange = carried[-2:] if len(carried) >= 2 and carried[-2].role == "user" else carried[-1:]
+        created = self.history.create_conversation(conversation.title, conversation.system_prompt,
+                                                   conversation.settings)
+        for message in exchange:
+            self.history.add_message(created, message.role, message.content, message.stats)
+        if unanswered and last_user is not None:  # it was not answered: back into the box, not lost
+            self.history.delete_messages_from(conversation.id, messages[last_user].id)
+            typed = self.chat.input.toPlainText().strip()
+            self.chat.input.setPlainText(messages[last_user].content + ("\n\n" + typed if typed else ""))
+        self.sidebar.refresh()
+        self.open_conversation(created)
+        self.notice.emit("A new chat carries the last exchange")
+
+    def _prompt_progress(self, event: dict[str, Any]) -> None:
+        """A long prompt read batch by batch: "Reading your message: 40%" (Stop cancels it)."""
+        total = int(event.get("total") or 0)
+        if total < PROMPT_BAR_FROM:
+            return
+        done = int(event.get("done") or 0)
+        self.reading_bar.setFormat(reading_label(total, bool(event.get("trimmed_turns"))) + ": %p%")
+        self.reading_bar.setValue(done * 100 // total)
+        self.reading_bar.setVisible(done < total)
 
     def _restart(self) -> None:
         if self.bridge.remote is not None:  # "Retry" after a dropped connection: ask again

@@ -16,7 +16,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings.chat_settings import CUSTOM, PRESETS, SEED_LIMIT, ChatSettings
+from app.engine.config import OVERFLOW_LABELS
+from app.settings.chat_settings import CUSTOM, PRESETS, REPLY_TOKENS_MAX, SEED_LIMIT, ChatSettings
 
 SEED_MODE_LABELS = {"random": "Random for every reply", "fixed": "Fixed"}
 
@@ -52,7 +53,19 @@ class ChatSettingsDialog(QDialog):
         self.seed = _int(0, SEED_LIMIT - 1, settings.seed)
         self.seed_mode.currentIndexChanged.connect(self._seed_mode_picked)
         self._seed_mode_picked()
-        self.max_tokens = _int(1, 32768, settings.max_tokens)
+        self.max_tokens = _int(0, REPLY_TOKENS_MAX, settings.max_tokens)
+        self.max_tokens.setSpecialValueText("Until the model stops")  # 0: no cap, within the context
+        self.max_tokens.setToolTip("A cap on each reply. A reply cut by it (or by a full context) can be continued.")
+        self.thinking_budget = _int(0, REPLY_TOKENS_MAX, settings.thinking_budget)
+        self.thinking_budget.setSpecialValueText("No budget")
+        self.thinking_budget.setToolTip("Close the thinking after this many tokens, so the model answers: shorter "
+                                        "reasoning for quicker answers.")
+        self.overflow = QComboBox()
+        for policy, label in OVERFLOW_LABELS.items():
+            self.overflow.addItem(label, policy)
+        self.overflow.setCurrentIndex(max(self.overflow.findData(settings.overflow), 0))
+        self.overflow.setToolTip("When the conversation no longer fits in the context: leave out whole oldest turns "
+                                 "(the system prompt always stays), or stop and offer a new chat.")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -68,6 +81,8 @@ class ChatSettingsDialog(QDialog):
         form.addRow("Seed", self.seed_mode)
         form.addRow("Fixed seed", self.seed)
         form.addRow("Max tokens", self.max_tokens)
+        form.addRow("Thinking budget", self.thinking_budget)
+        form.addRow("When the context is full", self.overflow)
         form.addRow(buttons)
         self._base = settings
 
@@ -93,7 +108,8 @@ class ChatSettingsDialog(QDialog):
                        repeat_penalty=self.repeat_penalty.value(),
                        seed_mode="fixed" if self.seed_mode.currentData() == "fixed" else "random",
                        seed=self.seed.value(),
-                       max_tokens=self.max_tokens.value())
+                       max_tokens=self.max_tokens.value(), thinking_budget=self.thinking_budget.value(),
+                       overflow=str(self.overflow.currentData()))
 
 
 def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBox:
