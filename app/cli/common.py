@@ -161,6 +161,20 @@ def depth_argument(text: str) -> int:
     return depth
 
 
+def context_argument(text: str) -> int:
+    """``--ctx``: ``auto`` (or 0) for the largest context that fits, else a whole number of tokens."""
+    if text.strip().lower() == "auto":
+        return defaults.CONTEXT_AUTO
+    try:
+        tokens = int(text)
+    except ValueError:
+        tokens = -1
+    if tokens < 0 or tokens > defaults.CONTEXT_MAX or 0 < tokens < defaults.CONTEXT_MIN:
+        raise argparse.ArgumentTypeError(f"the context is auto or a number of tokens from {defaults.CONTEXT_MIN} to "
+                                         f"{defaults.CONTEXT_MAX}, not {text!r}")
+    return tokens
+
+
 # ----------------------------------------------------------------------------- generate and chat
 
 
@@ -181,7 +195,9 @@ def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this draft confidence")
     p.add_argument("--adaptive", action="store_true",
                    help="choose the depth round by round from the measured acceptance and costs")
-    p.add_argument("--ctx", type=int, default=defaults.CONTEXT_SIZE)
+    p.add_argument("--ctx", type=context_argument, default=defaults.CONTEXT_AUTO, metavar="TOKENS|auto",
+                   help="context size in tokens; auto (the default): the largest that fits the model on this machine "
+                        "(`python -m app context` shows the arithmetic)")
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--threads", type=int)
@@ -208,11 +224,25 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         raise FastMTPError("No model was given.", "Pass --model TARGET.gguf, or --remote NAME for a remote server.",
                            kind="no-model")
     return EngineConfig(target=args.model, mode=args.mtp, draft=args.draft, draft_depth=args.draft_depth,
-                        p_min=args.p_min, adaptive=args.adaptive, n_ctx=args.ctx, n_batch=args.batch,
+                        p_min=args.p_min, adaptive=args.adaptive, n_ctx=context_for(args), n_batch=args.batch,
                         n_gpu_layers=args.gpu_layers,
                         n_threads=args.threads, flash_attn={"on": True, "off": False}.get(args.flash_attn),
                         rpc=tuple(parse_endpoints(args.rpc)) if args.rpc else (),
                         depth_memory=depth_memory_dir() if args.adaptive else None)
+
+
+def context_for(args: argparse.Namespace) -> int:
+    """``--ctx`` resolved for ``--model`` (and ``--draft``, ``--gpu-layers``) on this machine: Auto's figure, or the
+    user's own number, about which a note on stderr warns before the load when it does not fit."""
+    from app.models.context_size import AUTO, check_context
+
+    fit = check_context(args.ctx, args.model, args.draft, args.gpu_layers)
+    if fit is None:  # the model cannot be read: the load says why
+        return args.ctx if args.ctx > AUTO else defaults.CONTEXT_SIZE
+    warning = fit.warning()
+    if warning is not None:
+        print(f"note: {warning}", file=sys.stderr, flush=True)
+    return fit.tokens
 
 
 def chat_options(args: argparse.Namespace) -> ChatOptions:

@@ -1,6 +1,6 @@
 """Commands on the models you have and how to get them: ``models`` (list) and ``models add|scan|remove``,
-``fit`` (which quantization fits), ``token`` (the hub token), ``mirror`` (where downloads come from),
-``demo-model`` and ``quickstart`` (the built-in demo model).
+``fit`` (which quantization fits), ``context`` (the largest context a model fits here), ``token`` (the hub
+token), ``mirror`` (where downloads come from), ``demo-model`` and ``quickstart`` (the built-in demo model).
 
 ``models add|scan|remove`` are the Models page's "Add a model file…" and "Scan for models".
 """
@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import Subparsers, command, emit, emit_line, for_people, group
+from app.cli.common import Subparsers, command, context_argument, emit, emit_line, for_people, group
+from app.core import defaults
 from app.core.errors import FastMTPError
 from app.core.units import format_bytes
 
@@ -145,6 +146,31 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_context(args: argparse.Namespace) -> int:
+    from app.models import context_size
+
+    for flag, path in (("--model", args.model), ("--draft", args.draft)):
+        if path is not None and not path.is_file():
+            raise FastMTPError(f"{flag} {path} is not a file.", "Give the path of a GGUF file.", kind="bad-usage")
+    budget = None
+    if args.memory_gib is not None:
+        if not 0 < args.memory_gib < 1 << 20:
+            raise FastMTPError(f"--memory-gib {args.memory_gib} is not an amount of memory.",
+                               "Give e.g. --memory-gib 24.", kind="bad-usage")
+        budget = context_size.given_budget(args.memory_gib, args.gpu_layers)
+    plan = context_size.plan_context(args.model, args.draft, args.gpu_layers, budget)
+    fit = plan.fit(args.ctx)
+
+    def text() -> str:
+        head = "Auto" if fit.auto else "Your context"
+        lines = [f"{head}: {fit.summary}", ""] + ["  " + line for line in fit.formula]
+        warning = fit.warning()
+        return "\n".join(lines + (["", warning] if warning else []))
+
+    emit(args, fit.to_dict(), text)
+    return 0
+
+
 # ----------------------------------------------------------------------------- token
 
 
@@ -257,7 +283,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Subparsers) -> None:
-    """``models [add|scan|remove]``, ``fit``, ``token``, ``mirror``, ``quickstart`` and ``demo-model``."""
+    """``models [add|scan|remove]``, ``fit``, ``context``, ``token``, ``mirror``, ``quickstart`` and ``demo-model``."""
     md = command(sub, "models", cmd_models, "list the downloaded models: target, FastMTP sidecars, checks passed "
                  "(signatures and sizes; `verify DIR` re-hashes)")
     md.add_argument("--dir", type=Path, help="the models folder to list (default: the one in the settings, and the "
@@ -280,7 +306,18 @@ def add_commands(sub: Subparsers) -> None:
 
     ft = command(sub, "fit", cmd_fit, "recommend the largest quantization that fits the GPU, with the arithmetic")
     ft.add_argument("--vram-gib", type=float, help="GPU memory in GiB (default: detected with nvidia-smi)")
-    ft.add_argument("--context", type=int, default=32768, help="context length in tokens (default 32768)")
+    ft.add_argument("--context", type=int, default=defaults.FIT_CONTEXT,
+                    help=f"context length in tokens (default {defaults.FIT_CONTEXT})")
+    cx = command(sub, "context", cmd_context, "the largest context a model fits on this machine (Auto, the default "
+                 "context), or whether your own fits, with the arithmetic")
+    cx.add_argument("--model", type=Path, required=True, help="target GGUF")
+    cx.add_argument("--draft", type=Path, help="its FastMTP sidecar GGUF (d2t or full), loaded beside it")
+    cx.add_argument("--gpu-layers", type=int, default=0,
+                    help="layers offloaded to the GPU as `chat` takes it (default 0: sized to the RAM; -1: all, sized "
+                         "to the GPU's memory)")
+    cx.add_argument("--ctx", type=context_argument, default=defaults.CONTEXT_AUTO, metavar="TOKENS|auto",
+                    help="check this context instead of working out Auto's")
+    cx.add_argument("--memory-gib", type=float, help="size for this much memory (GiB) instead of measuring it")
 
     ksub = group(sub, "token", "the Hugging Face hub token, kept in the system keyring")
     command(ksub, "set", cmd_token_set, "store the token (read from the terminal without echo, or stdin)")

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from app.chats.history import HistoryError, HistoryStore
 from app.core.errors import FastMTPError
 from app.core.resources import resources_dir
+from app.engine.config import EngineConfig
 from app.gguftools.demo_model import DemoModel
 from app.gui.backend.backend_page import BackendPage
 from app.gui.benchmark.benchmark_page import BenchmarkPage
@@ -51,6 +52,8 @@ from app.gui.shell.engine_bridge import EngineBridge
 from app.gui.shell.nav_rail import NavRail
 from app.gui.shell.ops import wait_for_all
 from app.gui.shell.window_state import WindowState
+from app.models.context_size import AUTO as AUTO_CONTEXT
+from app.models.context_size import check_context
 from app.settings import app_settings
 from app.settings.app_settings import Settings
 
@@ -148,7 +151,7 @@ class MainWindow(QMainWindow):
         self.chat_page.notice.connect(self.status.show_notice)
         self.chat_page.state_changed.connect(self.remember_state)
         self.build_job = BuildJob(self)  # the one backend build, whichever page started it
-        self.first_run = FirstRunPanel(self.settings.context_size, self.build_job)
+        self.first_run = FirstRunPanel(app_settings.fit_context(self.settings), self.build_job)
         self.first_run.demo_ready.connect(self._first_run_demo)
         self.first_run.backend_build_requested.connect(self._first_run_build)
         self.first_run.models_requested.connect(self._first_run_models)
@@ -167,7 +170,7 @@ class MainWindow(QMainWindow):
         shell.addWidget(self.pages, 1)
         self.setCentralWidget(outer)
         self.add_page("Chat", self.chat_stack)
-        self.models_page = ModelsPage(context_size=self.settings.context_size)
+        self.models_page = ModelsPage(context_size=app_settings.fit_context(self.settings))
         self.models_page.model_installed.connect(self.model_selector.add_installed)  # its one folder, no rescan
         self.models_page.chat_requested.connect(self.chat_with)
         self.models_page.local.history_path = self.history.path  # "my chat history" as a sidecar's corpus
@@ -333,6 +336,7 @@ class MainWindow(QMainWindow):
         """Load the model pair the selector names in its drafting mode (or connect to the chosen remote server)."""
         remote = self.model_selector.chosen_remote()
         self.chat_page.demo_note.setVisible(remote is None and self.model_selector.key() == DEMO_KEY)
+        self._show_context_model()
         if remote is not None:
             self.auto.stop()
             self.chat_page.load_remote(remote)
@@ -345,6 +349,27 @@ class MainWindow(QMainWindow):
             config = self.model_selector.config_for(mode)
         if config is not None:
             self.chat_page.load(config)
+            self.warn_context(config)
+
+    def _show_context_model(self) -> None:
+        """The Settings page works out the context for the chat's model (Auto's figure, or whether yours fits)."""
+        self.settings_page.set_context_model(self.model_selector.context_model(), self.model_selector.model_box
+                                             .currentText())
+
+    def warn_context(self, config: EngineConfig) -> str | None:
+        """Before the load goes far: a context that does not fit this machine (a user's own value, or even Auto's
+        smallest) is said on the chat page with its arithmetic (the load goes on: the estimate is approximate, and a
+        context llama.cpp cannot make fails in words). Returns the warning, if any."""
+        model = self.model_selector.context_model()
+        if self.settings.context_size == AUTO_CONTEXT and model is not None:
+            fit = check_context(AUTO_CONTEXT, *model)
+        else:
+            fit = check_context(config.n_ctx, config.target, config.draft, config.n_gpu_layers)
+        warning = fit.warning() if fit is not None else None
+        if warning is not None:
+            self.chat_page.banner.show_error({"message": warning, "advice": "The arithmetic is on the Settings page, "
+                                              "under Context size (python -m app context shows it too)."})
+        return warning
 
     def apply_settings(self, settings: Settings) -> None:
         """New settings from the Settings page: the theme now; a change to what the engine loads with (depth,
@@ -358,7 +383,8 @@ class MainWindow(QMainWindow):
             self.settings_page.note.setText(self.settings_page.note.text() + " " + self._settings_reload_note())
             if self._settings_reload_due and not self.bridge.busy:
                 self._reload_for_settings()
-        self.models_page.set_context_size(settings.context_size)  # the fit advice sizes what the engine loads
+        self.models_page.set_context_size(app_settings.fit_context(settings))  # the fit advice sizes what it loads
+        self._show_context_model()  # the Settings page's Auto figure follows the GPU layers
         app = QApplication.instance()
         if isinstance(app, QApplication):
             colours = theme.apply(app, settings.theme)

@@ -3,6 +3,11 @@
 The estimate is deliberately plain so a user can check it by hand: the model file and the sidecar are
 loaded whole, the full-attention layers keep an f16 K and V per token, the gated delta-net layers keep
 a fixed recurrent state per sequence, and a fixed overhead covers the CUDA context and compute buffers.
+
+One formula, two feeders: :func:`context_cost` takes a catalog :class:`Architecture`, which is either the
+catalog's own (the quantizations not downloaded yet) or one read from a GGUF file's header
+(:func:`architecture_from_header`: a model on disk, for the context sized to the machine in
+``models/context_size.py``).
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.errors import FastMTPError
+from app.core.errors import FastMTPError, GGUFError
 from app.core.units import format_bytes
+from app.gguftools.header import ArrayRef, GgufHeader
 from app.release.catalog import Architecture, Catalog, load_catalog
 
 GIB = 1 << 30
@@ -65,28 +71,68 @@ class FitReport:
                 "sizes_approximate": True}
 
 
-def context_cost(arch: Architecture, context: int) -> ContextCost:
-    """Memory that depends on the context (KV cache) or on the model's shape alone (recurrent state, overhead)."""
+def context_cost(arch: Architecture, context: int, snapshots: int = 0) -> ContextCost:
+    """Memory that depends on the context (KV cache) or on the model's shape alone (recurrent state, overhead).
+
+    ``snapshots``: recurrent-state copies kept per sequence for rolling back rejected drafts (llama.cpp's
+    ``n_rs_seq``, the draft depth): the state is held ``1 + snapshots`` times."""
     full_layers = arch.n_layer // arch.full_attention_interval
     linear_layers = arch.n_layer - full_layers
     kv_layers = full_layers + arch.mtp_layers
     per_token = kv_layers * 2 * arch.n_head_kv * arch.head_dim * arch.kv_bytes
     ssm = arch.linear_v_heads * arch.linear_key_dim * arch.linear_value_dim * 4
-    conv = (arch.conv_kernel - 1) * 3 * arch.linear_v_heads * arch.linear_value_dim * 4
-    recurrent = linear_layers * (ssm + conv)
+    conv = max(arch.conv_kernel - 1, 0) * 3 * arch.linear_v_heads * arch.linear_value_dim * 4
+    recurrent = linear_layers * (ssm + conv) * (1 + snapshots)
     overhead = arch.overhead_mib * MIB
+    copies = f" x (1 + {snapshots} rollback snapshots for drafting)" if snapshots else ""
     formula = [
         f"KV per token = ({full_layers} full-attention layers [{arch.n_layer}/{arch.full_attention_interval}] + "
         f"{arch.mtp_layers} MTP layer) x 2 (K,V) x {arch.n_head_kv} KV heads x {arch.head_dim} head dim x "
         f"{arch.kv_bytes} bytes (f16) = {per_token} bytes",
         f"KV cache = {per_token} bytes x {context} tokens = {format_bytes(per_token * context)}",
         f"recurrent state = {linear_layers} delta-net layers x ({arch.linear_v_heads} heads x {arch.linear_key_dim} x "
-        f"{arch.linear_value_dim} x 4 bytes + conv {arch.conv_kernel - 1} x 3 x {arch.linear_v_heads} x "
-        f"{arch.linear_value_dim} x 4 bytes) = {format_bytes(recurrent)}",
-        f"fixed overhead (CUDA context, compute buffers) = {arch.overhead_mib} MiB",
+        f"{arch.linear_value_dim} x 4 bytes + conv {max(arch.conv_kernel - 1, 0)} x 3 x {arch.linear_v_heads} x "
+        f"{arch.linear_value_dim} x 4 bytes){copies} = {format_bytes(recurrent)}",
+        f"fixed overhead (compute buffers, output logits; on a GPU the CUDA context) = {arch.overhead_mib} MiB",
         "needed = model file + sidecar + KV cache + recurrent state + overhead",
     ]
     return ContextCost(per_token, per_token * context, recurrent, overhead, formula)
+
+
+def architecture_from_header(header: GgufHeader, overhead_mib: int) -> Architecture:
+    """The shape :func:`context_cost` needs, read from a model's GGUF header (``{arch}.block_count``,
+    ``attention.head_count_kv`` / ``key_length`` / ``value_length``, ``full_attention_interval``, ``ssm.*``,
+    ``nextn_predict_layers``): the same fields the catalog writes by hand. A model without recurrent layers reads
+    as every layer full attention; ``overhead_mib`` is the caller's (it depends on the device, not the file).
+
+    Raises:
+        GGUFError: the header lacks ``{arch}.block_count`` (not a model this arithmetic can size).
+    """
+    arch = header.architecture
+
+    def number(key: str, default: int = 0) -> int:
+        value = header.value(f"{arch}.{key}")
+        if isinstance(value, ArrayRef):  # per-layer values (some architectures): the largest
+            items = [v for v in header.read_array(f"{arch}.{key}") if isinstance(v, int)] if value.count else []
+            return max(items, default=default)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+    block_count = number("block_count")
+    if block_count < 1:
+        raise GGUFError(f"{header.path.name} does not say how many layers it has ({arch or 'no'}.block_count), so "
+                        "the memory its context needs cannot be worked out.",
+                        "Use a model GGUF (a target), not a sidecar or another kind of file.")
+    mtp = min(number("nextn_predict_layers"), block_count - 1)
+    n_embd, n_head = number("embedding_length"), max(number("attention.head_count"), 1)
+    key_length = number("attention.key_length") or n_embd // n_head
+    value_length = number("attention.value_length") or key_length
+    v_heads = number("ssm.time_step_rank")
+    return Architecture(
+        n_embd=n_embd, n_layer=block_count - mtp, full_attention_interval=max(number("full_attention_interval", 1), 1),
+        n_head_kv=number("attention.head_count_kv") or n_head, head_dim=(key_length + value_length) // 2, kv_bytes=2,
+        linear_v_heads=v_heads, linear_key_dim=number("ssm.state_size"),
+        linear_value_dim=number("ssm.inner_size") // v_heads if v_heads else 0,
+        conv_kernel=number("ssm.conv_kernel"), mtp_layers=mtp, overhead_mib=overhead_mib)
 
 
 def fit(vram_bytes: int, context: int, vram_source: str, catalog: Catalog | None = None) -> FitReport:

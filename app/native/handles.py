@@ -366,8 +366,10 @@ class Context:
         self._ptr: Any = self.lib.llama_init_from_model(model.ptr, params)
         if not self._ptr:
             detail = "\n".join(LOG.since(mark)[-5:])
-            raise ModelLoadError(f"llama.cpp could not create a context for {model.path.name}.\n{detail}",
-                                 "Try a smaller context size, or fewer GPU layers.")
+            raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx:,} tokens for {model.path.name} "
+                                 f"(not enough memory?).\n{detail}",
+                                 f"Try a smaller context than {n_ctx:,} tokens (Settings, Context size; or --ctx): "
+                                 "Auto picks the largest that fits this machine. Or offload fewer GPU layers.")
         # llama.cpp's own account of the graph it reserved: "graph nodes = ...", "graph splits = ..."
         self.graph_log = [line.strip() for line in LOG.since(mark) if _GRAPH_LINE.search(line)]
         self.n_ctx = n_ctx

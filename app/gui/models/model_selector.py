@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QHelpEvent, QPaintEvent, QStandardItemModel
@@ -35,6 +36,7 @@ from app.gui.benchmark.benchmark_page import BenchModel
 from app.gui.models import local_choices
 from app.gui.shell.page_ops import OwnedOps
 from app.machines.remote_servers import RemoteServer, load_servers
+from app.models.context_size import largest_sidecar, resolve_context
 from app.models.installed import InstalledModel, list_installed, model_roots, models_in
 from app.release.catalog import load_catalog
 from app.release.install import Installed
@@ -382,9 +384,10 @@ class ModelSelector(QWidget):
         if files is None or key == AUTO_KEY:
             return None
         target, sidecar_d2t, sidecar_full = files
-        sizes = app_settings.engine_fields(self._settings())
-        if not _gpu_backend() and not sizes.get("rpc"):  # RPC workers take offloaded layers on a CPU backend too
-            sizes["n_gpu_layers"] = 0
+        sizes = self._engine_sizes()
+        # Auto (0): the largest context that fits, one figure per model whatever the mode (its largest sidecar)
+        sizes["n_ctx"] = resolve_context(sizes["n_ctx"], target, largest_sidecar(sidecar_d2t, sidecar_full),
+                                         sizes["n_gpu_layers"])
         if auto:
             sizes.update(adaptive=True, draft_depth=DRAFT_DEPTH_MAX, depth_memory=paths.depth_memory_dir())
         if key in ("sidecar-d2t", "sidecar-full"):
@@ -393,6 +396,21 @@ class ModelSelector(QWidget):
         if key == "embedded":
             return EngineConfig(target, mode="embedded", **sizes)
         return EngineConfig(target, mode="off", **sizes)
+
+    def context_model(self) -> tuple[Path, Path | None, int] | None:
+        """What the context is sized for: the chosen local model's target, the sidecar Auto counts (its largest) and
+        the GPU layers the engine gets (0 on a CPU backend); None for a remote server or while there is no model."""
+        files = self.model_files()
+        if files is None or self.chosen_remote() is not None:
+            return None
+        return files[0], largest_sidecar(files[1], files[2]), int(self._engine_sizes()["n_gpu_layers"])
+
+    def _engine_sizes(self) -> dict[str, Any]:
+        """The settings' ``EngineConfig`` fields, with no GPU layers on a CPU backend."""
+        sizes = app_settings.engine_fields(self._settings())
+        if not _gpu_backend() and not sizes.get("rpc"):  # RPC workers take offloaded layers on a CPU backend too
+            sizes["n_gpu_layers"] = 0
+        return sizes
 
     def chosen_remote(self) -> RemoteServer | None:
         """The remote server the selector names, or None (a local model)."""

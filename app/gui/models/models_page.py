@@ -203,10 +203,11 @@ class ModelsPage(QWidget):
 
     def __init__(self, parent: QWidget | None = None, *, detect_gpu: bool = True,
                  context_size: int | None = None) -> None:
-        """``context_size``: the app settings' context (the one the engine is loaded with); None reads the
-        saved settings. The window passes it and calls :meth:`set_context_size` when Settings changes it."""
+        """``context_size``: the app settings' context (the one the engine is loaded with; with Auto, the `fit`
+        command's usual one: ``app_settings.fit_context``); None reads the saved settings. The window passes it and
+        calls :meth:`set_context_size` when Settings changes it."""
         super().__init__(parent)
-        self._context_size = app_settings.load().context_size if context_size is None else context_size
+        self._context_size = app_settings.fit_context(app_settings.load()) if context_size is None else context_size
         self.ops = OwnedOps(self)
         self.catalog: Catalog = load_catalog()
         self.gpus: list[Gpu] = []

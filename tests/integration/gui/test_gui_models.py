@@ -21,6 +21,7 @@ from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
 from app.gui.models.model_selector import DEMO_LABEL
+from app.models.context_size import largest_sidecar, resolve_context
 from app.models.installed import InstalledModel, list_installed
 from app.release.publish import keygen
 from app.settings import app_settings
@@ -102,7 +103,10 @@ def test_an_installed_model_chats_with_fastmtp_drafting(qtbot: QtBot, window: Ma
     assert window.chat_page.ready, window.chat_page.banner.text.text()
     config = window.bridge.config
     assert config is not None and config.target == good.target and config.draft == good.sidecar_d2t
-    assert config.mode == "sidecar" and config.n_ctx == window.settings.context_size
+    # Auto (the default): the largest context the model (with its largest sidecar) fits on this machine
+    assert window.settings.context_size == 0
+    auto = resolve_context(0, good.target, largest_sidecar(good.sidecar_d2t, good.sidecar_full), config.n_gpu_layers)
+    assert config.mode == "sidecar" and config.n_ctx == auto and 2048 <= auto <= 8192  # the demo's trained 8,192
     assert config.draft_depth == window.settings.draft_depth
     assert all(window.model_selector.mode_enabled(key) for key in ("sidecar-d2t", "sidecar-full", "embedded", "off"))
     assert app_settings.load().chat_model == good.key  # remembered for the next start

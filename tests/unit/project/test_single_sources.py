@@ -52,6 +52,7 @@ def test_the_settings_page_offers_the_draft_depth_range(qtbot: QtBot) -> None:
     page = SettingsPage(app_settings.Settings())
     qtbot.addWidget(page)
     assert (page.draft_depth.minimum(), page.draft_depth.maximum()) == (DRAFT_DEPTH_MIN, DRAFT_DEPTH_MAX)
+    assert (page.context_size.minimum(), page.context_size.maximum()) == (defaults.CONTEXT_AUTO, defaults.CONTEXT_MAX)
 
 
 @pytest.mark.parametrize("depth", [DRAFT_DEPTH_MIN - 1, DRAFT_DEPTH_MAX + 1])
@@ -240,8 +241,8 @@ def test_the_records_and_settings_start_from_the_defaults() -> None:
     from app.models.sidecar_job import VOCAB_SIZES
 
     settings = app_settings.Settings()
-    assert settings.context_size == EngineConfig(Path("x")).n_ctx == ServePlan(Path("x")).ctx_size
-    assert settings.context_size == defaults.CONTEXT_SIZE
+    assert EngineConfig(Path("x")).n_ctx == ServePlan(Path("x")).ctx_size == defaults.CONTEXT_SIZE
+    assert settings.context_size == defaults.CONTEXT_AUTO  # Auto: worked out per model on this machine
     assert settings.serve_port == DEFAULT_PORT == ServePlan(Path("x")).port == defaults.SERVER_PORT
     assert (DRAFT_DEPTH_MIN, DRAFT_DEPTH_MAX, DEFAULT_DRAFT_DEPTH) == (
         defaults.DRAFT_DEPTH_MIN, defaults.DRAFT_DEPTH_MAX, defaults.DRAFT_DEPTH)
@@ -260,6 +261,10 @@ def test_the_cli_flags_default_to_the_defaults() -> None:
     parser = build_parser()
     serve = parser.parse_args(["serve"])
     assert (serve.port, serve.ctx) == (defaults.SERVER_PORT, defaults.CONTEXT_SIZE)
+    for command in (["generate", "--prompt", "hi"], ["chat"]):  # Auto: the largest context that fits the model here
+        assert parser.parse_args([*command, "--model", "m.gguf"]).ctx == defaults.CONTEXT_AUTO
+    assert parser.parse_args(["fit"]).context == defaults.FIT_CONTEXT
+    assert parser.parse_args(["context", "--model", "m.gguf"]).ctx == defaults.CONTEXT_AUTO
     assert parser.parse_args(["rpc-worker"]).port == defaults.RPC_PORT
 
 
