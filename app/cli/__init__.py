@@ -7,7 +7,20 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app.cli import backend, bench, depth_memory, engine, gguf, gpu, history, models, release, remote, update
+from app.cli import (
+    backend,
+    bench,
+    depth_memory,
+    engine,
+    gguf,
+    gpu,
+    history,
+    models,
+    release,
+    remote,
+    state_cache,
+    update,
+)
 from app.cli.common import command, permission_denied, report_error
 from app.core.errors import FastMTPError
 
@@ -19,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     w = command(sub, "window", cmd_window, "open the desktop app (what the bare command does)")
     w.add_argument("--check", action="store_true",
                    help="open the window, print what it shows as JSON once it is up, and close (packaging checks)")
-    for group in (backend, gpu, gguf, models, engine, depth_memory, history, bench, release, update, remote):
+    for group in (backend, gpu, gguf, models, engine, depth_memory, state_cache, history, bench, release, update,
+                  remote):
         group.add_commands(sub)
     return parser
 

@@ -58,6 +58,12 @@ def depth_memory_dir() -> Path:
     return data_dir() / "depth-memory"
 
 
+def chat_states_dir() -> Path:
+    """The evaluated state of the chats left, so that they reopen at once (``engine/state_cache.py``; created by its
+    first save; bounded by the ``state_cache_mb`` setting)."""
+    return cache_dir() / "chat-states"
+
+
 def models_dir() -> Path:
     return ensure_dir(data_dir() / "models", "models")
 

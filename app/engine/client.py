@@ -166,10 +166,16 @@ class EngineClient:
             last = event
         return last
 
-    def generate(self, messages: list[Message], options: ChatOptions) -> Iterator[dict[str, Any]]:
-        """Send the request now; the iterator streams the events of the reply, the last is ``done`` or ``error``."""
+    def generate(self, messages: list[Message], options: ChatOptions,
+                 conversation: str | None = None) -> Iterator[dict[str, Any]]:
+        """Send the request now; the iterator streams the events of the reply, the last is ``done`` or ``error``.
+
+        ``conversation``: the chat's id, so that the engine keeps the state of a chat it leaves and takes it up
+        again when the chat comes back (``done`` says how: ``state``, ``state_tokens``, ``restored_tokens``)."""
         self._phase = "first_pass" if self._replies == 0 else "reply"
-        self._send("generate", messages=[m.to_dict() for m in messages], options=protocol.options_to_dict(options))
+        extra = {"conversation": conversation} if conversation is not None else {}
+        self._send("generate", messages=[m.to_dict() for m in messages], options=protocol.options_to_dict(options),
+                   **extra)
         return self._until_end()
 
     def cancel(self) -> None:

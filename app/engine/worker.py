@@ -6,6 +6,7 @@ reports it with the tail of this process's log file (llama.cpp's lines are mirro
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -16,8 +17,13 @@ from typing import Any, TextIO
 
 from app.core.errors import EngineError, FastMTPError
 from app.engine import protocol
+from app.engine.config import EngineConfig
 from app.engine.model_pool import ModelPool, target_slot
 from app.engine.session import ChatSession
+from app.engine.speculative import Reply
+from app.engine.state_cache import StateCache, StateKey, key_for
+
+log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_S = 0.1  # load_progress events at most this often, or at each PROGRESS_STEP of a file
 PROGRESS_STEP = 0.05
@@ -53,6 +59,11 @@ class Worker:
         # the models stay loaded between loads: a drafting-mode switch loads only what changed
         self.models = ModelPool()
         self.cancel = threading.Event()
+        # long chats reopen at once: the states of the chats left (``engine.state_cache``), the key the loaded
+        # models' states are valid for (None: not kept), and the chat whose conversation the decoder holds
+        self.states: StateCache | None = None
+        self.state_key: StateKey | None = None
+        self.conversation: str | None = None
 
     def send(self, kind: str, **fields: Any) -> None:
         with self.lock:
@@ -72,6 +83,7 @@ class Worker:
             elif kind == "reset":
                 if self.session is not None:
                     self.session.decoder.reset()
+                self.conversation = None
                 self.send("reset_done")
             else:
                 raise EngineError(f"Unknown request {kind!r}.")
@@ -83,6 +95,7 @@ class Worker:
         return True
 
     def _load(self, config: dict[str, Any]) -> None:
+        self._leave()  # the chat the decoder holds keeps its state (used again if the same models load)
         if self.session is not None:
             self.session.close()
             self.session = None
@@ -92,6 +105,7 @@ class Worker:
         progress = ProgressThrottle(lambda file, fraction: self.send("load_progress", file=file,
                                                                      fraction=round(fraction, 4)))
         self.session = ChatSession(engine_config, self.models, progress)
+        self._open_states(engine_config)
         self.send("loaded", mode=self.session.decoder.config.mode, models_loaded=self.models.loads - loads)
 
     def _generate(self, request: dict[str, Any]) -> None:
@@ -105,10 +119,106 @@ class Worker:
             piece = "" if model.is_eog(token) else model.piece(token).decode("utf-8", errors="replace")
             self.send("token", token=token, provenance=provenance, piece=piece, stats=stats.to_dict())
 
-        reply, text = session.reply(protocol.messages_from_list(request["messages"]),
-                                    protocol.options_from_dict(request["options"]), on_token, self.cancel)
+        messages = protocol.messages_from_list(request["messages"])
+        options = protocol.options_from_dict(request["options"])
+        arrival = self._arrive(request.get("conversation"), lambda: session.planned_prompt(messages, options))
+        try:
+            reply, text = session.reply(messages, options, on_token, self.cancel)
+        except BaseException:
+            self.conversation = None  # whatever the decoder holds now is not kept as this chat's state
+            raise
         self.send("done", tokens=reply.tokens, provenance=reply.provenance, text=text,
-                  stop_reason=reply.stop_reason, stats=reply.stats.to_dict())
+                  stop_reason=reply.stop_reason, stats=reply.stats.to_dict(), **self._state_report(arrival, reply))
+
+
+    # ------------------------------------------------------------------ chats left and come back to
+
+    def _open_states(self, config: EngineConfig) -> None:
+        """The state cache for ``config`` (its folder and cap) and the key the loaded models' states are valid for;
+        without a backend manifest or the model files' stat, states are not kept (logged)."""
+        from app.native.loader import backend_manifest
+
+        try:
+            self.state_key = key_for(config, backend_manifest().id)
+        except (OSError, FastMTPError) as exc:
+            log.warning("chat states are not kept: %s", exc)
+            self.state_key = None
+        if self.states is not None and (self.states.folder, self.states.max_bytes) != (
+                config.state_cache_dir, config.state_cache_bytes):
+            self.states.close()
+            self.states = None
+        if self.states is None:
+            self.states = StateCache(config.state_cache_dir, config.state_cache_bytes)
+
+    def _leave(self) -> None:
+        """Keep the state of the chat the decoder holds (memory now, its file in the background)."""
+        conversation, self.conversation = self.conversation, None
+        if conversation is None or self.session is None or self.states is None or self.state_key is None:
+            return
+        decoder = self.session.decoder
+        if not decoder.tokens:
+            return
+        try:
+            self.states.keep(conversation, self.state_key, decoder.snapshot())
+        except FastMTPError as exc:  # llama.cpp could not write it: the chat is read again when it comes back
+            log.warning("the state of a chat left could not be kept: %s", exc)
+
+    def _arrive(self, conversation: Any, prompt: Callable[[], list[int]]) -> dict[str, Any]:
+        """Turn the decoder to ``conversation`` (the caller's chat id; None: no chat to keep): the chat it held keeps
+        its state, and this one's kept state is taken up when it is valid for the loaded models and its tokens begin
+        ``prompt()``; else it is dropped. What happened, for the ``done`` event."""
+        arrival: dict[str, Any] = {"restored_tokens": 0, "state_source": "", "state_note": ""}
+        if not isinstance(conversation, str) or not conversation:
+            conversation = None
+        if conversation == self.conversation:
+            return arrival
+        self._leave()
+        self.conversation = conversation
+        if conversation is None or self.session is None or self.states is None or self.state_key is None:
+            return arrival
+        try:
+            tokens = prompt()
+        except FastMTPError as exc:  # the conversation does not fit: the reply says so
+            arrival["state_note"] = str(exc.message)
+            return arrival
+        found = self.states.lookup(conversation, self.state_key, tokens)
+        if found.snapshot is None:
+            arrival["state_note"] = found.reason
+            return arrival
+        started = time.perf_counter()
+        try:
+            self.session.decoder.restore(found.snapshot)
+        except FastMTPError as exc:  # refused by llama.cpp or by the decoder's checks: read the chat again
+            log.warning("a kept chat state was not used: %s", exc)
+            self.states.drop(conversation)
+            arrival["state_note"] = str(exc.message)
+            return arrival
+        arrival.update(restored_tokens=len(found.snapshot.tokens), state_source=found.source,
+                       state_seconds=time.perf_counter() - started)
+        return arrival
+
+    def _state_report(self, arrival: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """The ``done`` event's account of the conversation's state: ``state`` "restored" (a kept state was taken up
+        and its tokens not read again), "kept" (the decoder held them already) or "reread" (nothing reused);
+        ``state_tokens`` the tokens reused; ``restored_tokens``, ``state_source`` ("memory" / "disk") and
+        ``state_seconds`` of a restore; ``state_note`` why a kept state was not used; ``state_notices`` a failed save,
+        each kind said once."""
+        reused = reply.stats.reused_tokens
+        state = "reread" if reused <= 0 else "restored" if arrival["restored_tokens"] else "kept"
+        notices = self.states.settle() if self.states is not None else []
+        return {**arrival, "state": state, "state_tokens": max(reused, 0), "state_notices": notices}
+
+    def close(self) -> None:
+        """At the engine's end: the chat held keeps its state, the writes finish, the models are freed."""
+        try:
+            self._leave()
+        finally:
+            if self.states is not None:
+                for notice in self.states.close():
+                    log.warning("%s", notice)
+            if self.session is not None:
+                self.session.close()
+                self.session = None
 
 
 def _log_tail(n: int = 20) -> list[str]:
@@ -148,8 +258,7 @@ def main() -> int:
             request = requests.pop(0)
         if not worker.handle(request):
             break
-    if worker.session is not None:
-        worker.session.close()
+    worker.close()
     worker.models.close()
     return 0
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol, Self, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from app.core.errors import FastMTPError, ModelLoadError, SidecarError, UnpatchedBackendError
+from app.core.errors import EngineError, FastMTPError, ModelLoadError, SidecarError, UnpatchedBackendError
 from app.gguftools.d2t import D2T_ADVICE, check_d2t
 from app.native.loader import import_llama_cpp
 
@@ -514,3 +514,44 @@ class Context:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+    # ------------------------------------------------------------------ sequence state (a chat left and resumed)
+
+    def state_bytes(self) -> bytearray:
+        """A copy of sequence 0's evaluated state: its attention cells and, on a hybrid model, its recurrent state
+        (``llama_state_seq_get_size`` / ``llama_state_seq_get_data``), for ``load_state_bytes`` of a context of
+        the same model and settings. Host memory: a long context's state can be gigabytes. Raises
+        ``EngineError`` when llama.cpp cannot write it."""
+        ptr = self.ptr
+        size = int(self.lib.llama_state_seq_get_size(ptr, 0))
+        if size <= 0:
+            raise EngineError(f"llama.cpp could not size the state of {self.model.path.name}'s context.",
+                              "The chat goes on; its state is not kept.", kind="state-cache")
+        data = bytearray(size)
+        written = int(self.lib.llama_state_seq_get_data(ptr, (ctypes.c_uint8 * size).from_buffer(data), size, 0))
+        if written != size:
+            raise EngineError(f"llama.cpp wrote {written} of the {size} bytes of {self.model.path.name}'s state.",
+                              "The chat goes on; its state is not kept.", kind="state-cache")
+        return data
+
+    def load_state_bytes(self, data: bytes | bytearray | memoryview) -> None:
+        """Replace sequence 0 with ``data`` from ``state_bytes`` (``llama_state_seq_set_data``). Only bytes this
+        app wrote and checked may come here: llama.cpp trusts them. On ``EngineError`` (llama.cpp refused them:
+        another model's or context's layout) the sequence is left empty."""
+        view = np.frombuffer(data, dtype=np.uint8)  # no copy; read-only is fine, llama.cpp only reads it
+        if view.size == 0:
+            raise EngineError("An empty state cannot be loaded.", kind="state-cache")
+        ptr = self.ptr
+        mark = LOG.mark()
+        read = int(self.lib.llama_state_seq_set_data(ptr, view.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                                     view.size, 0))
+        if read != view.size:
+            self.truncate(0)
+            detail = " ".join(line.strip() for line in LOG.since(mark) if line.strip())[-300:]
+            raise EngineError(f"llama.cpp refused the saved state of {self.model.path.name} (read {read} of "
+                              f"{view.size} bytes){': ' + detail if detail else ''}.",
+                              "It is not used; the conversation is read again.", kind="state-cache")
+
+    def last_position(self) -> int:
+        """The highest position sequence 0 holds (-1: none): a loaded state's length, checked against its tokens."""
+        return int(self.lib.llama_memory_seq_pos_max(self.lib.llama_get_memory(self.ptr), 0))

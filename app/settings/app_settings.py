@@ -19,15 +19,13 @@ from app.engine.config import DEFAULT_DRAFT_DEPTH, clamp_draft_depth
 Theme = Literal["system", "light", "dark"]
 THEMES: tuple[Theme, ...] = ("system", "light", "dark")
 FILE_NAME = "settings.json"
+STATE_CACHE_MB_MAX = 1024 * 1024  # a terabyte of kept chat states: the cap's ceiling
 
 
 @dataclass
 class Settings:
     models_dir: str = ""  # "" means the default, ``paths.models_dir()``
-    # 0 (``defaults.CONTEXT_AUTO``): Auto, the largest that fits the model on this machine, worked out where the
-    # engine's configuration is made (``models/context_size.py``); else the user's own number of tokens. An older
-    # file's own number (the old default, 4,096, too) is kept as the user's: it cannot be told apart from a choice.
-    context_size: int = defaults.CONTEXT_AUTO
+    context_size: int = defaults.CONTEXT_SIZE
     gpu_layers: int = -1  # -1: everything that fits on the GPU (ignored by CPU backends)
     threads: int = 0  # 0: let llama.cpp choose
     draft_depth: int = DEFAULT_DRAFT_DEPTH
@@ -42,6 +40,8 @@ class Settings:
     serve_port: int = defaults.SERVER_PORT
     serve_parallel: int = 1  # slots: replies served at once
     serve_keep_running: bool = False  # the server outlives the window (else it stops with the app)
+    # the chats left keep their evaluated state on disk, in at most this many MiB (0: in memory only, for the last few)
+    state_cache_mb: int = defaults.STATE_CACHE_MB
 
     def models_path(self) -> Path:
         return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
@@ -51,7 +51,7 @@ class Settings:
         return replace(
             self,
             models_dir=self.models_dir.strip(),
-            context_size=valid_context(self.context_size),
+            context_size=min(max(self.context_size, 512), 262_144),
             gpu_layers=max(self.gpu_layers, -1),
             threads=max(self.threads, 0),
             draft_depth=clamp_draft_depth(self.draft_depth),
@@ -62,20 +62,8 @@ class Settings:
             serve_host=self.serve_host.strip() or "127.0.0.1",
             serve_port=min(max(self.serve_port, 1), 65_535),
             serve_parallel=min(max(self.serve_parallel, 1), 64),
+            state_cache_mb=min(max(self.state_cache_mb, 0), STATE_CACHE_MB_MAX),
         )
-
-
-def valid_context(tokens: int) -> int:
-    """A context size inside its range: 0 or less is Auto, else at least ``CONTEXT_MIN`` and at most ``CONTEXT_MAX``."""
-    if tokens <= defaults.CONTEXT_AUTO:
-        return defaults.CONTEXT_AUTO
-    return min(max(tokens, defaults.CONTEXT_MIN), defaults.CONTEXT_MAX)
-
-
-def fit_context(settings: Settings) -> int:
-    """The context the catalog's fit advice (the Models page, the first-run panel) sizes for: the user's own, or
-    with Auto the `fit` command's usual ``FIT_CONTEXT`` (Auto itself is worked out per model file)."""
-    return settings.context_size if settings.context_size > defaults.CONTEXT_AUTO else defaults.FIT_CONTEXT
 
 
 def settings_path() -> Path:
@@ -115,13 +103,15 @@ def save(settings: Settings, path: Path | None = None) -> None:
 
 
 def engine_fields(settings: Settings) -> dict[str, Any]:
-    """The ``EngineConfig`` fields these settings decide (``rpc`` only when RPC workers are set). ``n_ctx`` is 0 for
-    Auto: whoever makes the configuration for a model file resolves it (``context_size.resolve_context``)."""
+    """The ``EngineConfig`` fields these settings decide (``rpc`` only when RPC workers are set)."""
     fields: dict[str, Any] = {"n_ctx": settings.context_size, "n_gpu_layers": settings.gpu_layers,
                               "n_threads": settings.threads or None, "draft_depth": settings.draft_depth,
                               "adaptive": settings.adaptive_depth, "p_min": settings.p_min}
     if settings.adaptive_depth:  # what it learned about a model is kept for its next load
         fields["depth_memory"] = paths.depth_memory_dir()
+    if settings.state_cache_mb > 0:  # the chats left keep their state on disk (else in memory only)
+        fields["state_cache_dir"] = paths.chat_states_dir()
+    fields["state_cache_bytes"] = settings.state_cache_mb * 1024 * 1024
     if settings.rpc_workers:
         fields["rpc"] = tuple(part for part in settings.rpc_workers.split(",") if part)
     return fields

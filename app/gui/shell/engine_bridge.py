@@ -114,8 +114,9 @@ class EngineBridge(QObject):
             self._client.close()
         self._client, self.remote = self._local, None
 
-    def generate(self, messages: list[Message], options: ChatOptions) -> None:
-        """Stream one reply: ``tokens`` batches, then ``done`` (or ``error``)."""
+    def generate(self, messages: list[Message], options: ChatOptions, conversation: str | None = None) -> None:
+        """Stream one reply: ``tokens`` batches, then ``done`` (or ``error``). ``conversation``: the chat's id, so that
+        the local engine keeps the state of a chat it leaves and takes it up again when the chat comes back."""
         self.loading = False
         self._set_busy(True)
         self.reply_received.clear()
@@ -123,7 +124,10 @@ class EngineBridge(QObject):
         def work(report: Report) -> dict[str, Any]:
             last: dict[str, Any] = {}
             try:
-                for event in self._client.generate(messages, options):
+                client = self._client
+                events = (client.generate(messages, options, conversation) if isinstance(client, EngineClient)
+                          else client.generate(messages, options))
+                for event in events:
                     if event["kind"] == "token":
                         with self._pending_lock:
                             wake = not self._pending  # the GUI thread took everything before: wake it once
