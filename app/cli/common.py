@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeAlias, TypeVar
 from app.core import defaults
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
-from app.engine.config import DEFAULT_DRAFT_DEPTH, DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, MODES, SamplingParams
+from app.engine.config import (
+    DEFAULT_DRAFT_DEPTH,
+    DRAFT_DEPTH_MAX,
+    DRAFT_DEPTH_MIN,
+    MODES,
+    OVERFLOW_POLICIES,
+    SamplingParams,
+)
 
 if TYPE_CHECKING:
     from app.engine.chat_template import Message
@@ -202,7 +209,13 @@ def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--threads", type=int)
     p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto", help="flash attention")
-    p.add_argument("--max-tokens", type=int, default=max_tokens)
+    p.add_argument("--max-tokens", type=int, default=max_tokens,
+                   help=f"reply cap in tokens; 0: until the model stops or the context is full (default {max_tokens})")
+    p.add_argument("--overflow", choices=OVERFLOW_POLICIES, default=defaults.OVERFLOW_POLICY,
+                   help="a conversation longer than the context: trim (keep the system prompt and the latest turns) "
+                        "or stop")
+    p.add_argument("--thinking-budget", type=int, default=0, metavar="TOKENS",
+                   help="close the thinking after this many tokens so the model answers (0: no budget)")
     p.add_argument("--temp", type=float, default=sampling.temperature, help=temp_help)
     p.add_argument("--top-k", type=int, default=sampling.top_k)
     p.add_argument("--top-p", type=float, default=sampling.top_p)
@@ -252,8 +265,11 @@ def chat_options(args: argparse.Namespace) -> ChatOptions:
     seed = SamplingParams().seed if args.seed is None else args.seed
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               repeat_penalty=args.repeat_penalty, seed=seed)
+    if args.max_tokens < 0 or args.thinking_budget < 0:
+        raise FastMTPError("--max-tokens and --thinking-budget are numbers of tokens (0: none).",
+                           "Give 0 or a positive number.", kind="bad-usage")
     return ChatOptions(max_tokens=args.max_tokens, sampling=sampling, stop=tuple(args.stop or ()),
-                       thinking=not args.no_think)
+                       thinking=not args.no_think, overflow=args.overflow, thinking_budget=args.thinking_budget)
 
 
 def reply_options(args: argparse.Namespace, options: ChatOptions) -> ChatOptions:

@@ -123,13 +123,19 @@ class Worker:
         options = protocol.options_from_dict(request["options"])
         arrival = self._arrive(request.get("conversation"), lambda: session.planned_prompt(messages, options))
         try:
-            reply, text = session.reply(messages, options, on_token, self.cancel)
+            reply, text = session.reply(messages, options, on_token, self.cancel, self._prompt_progress)
         except BaseException:
             self.conversation = None  # whatever the decoder holds now is not kept as this chat's state
             raise
         self.send("done", tokens=reply.tokens, provenance=reply.provenance, text=text,
                   stop_reason=reply.stop_reason, stats=reply.stats.to_dict(), **self._state_report(arrival, reply))
 
+
+    def _prompt_progress(self, done: int, total: int) -> None:
+        """A long prompt read batch by batch (a pasted document, a trimmed chat read again): ``prompt_progress``."""
+        window = self.session.window if self.session is not None else None
+        self.send("prompt_progress", done=done, total=total,
+                  trimmed_turns=window.dropped_turns if window is not None else 0)
 
     # ------------------------------------------------------------------ chats left and come back to
 

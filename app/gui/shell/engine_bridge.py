@@ -55,7 +55,8 @@ class EngineBridge(QObject):
     each of them for a listener that wants them one at a time (emitted only while one is connected);
     ``busy_changed`` says whether a load or a reply is under way (one at a time), ``loading`` whether that is a
     load; ``load_progress`` carries the engine's ``load_progress`` events ({file, fraction}) while a load reads
-    its model files, so the window can show a long load moving.
+    its model files, so the window can show a long load moving; ``prompt_progress`` ({done, total}) while a long
+    prompt is read before the reply's first token.
     """
 
     loaded = Signal(object)
@@ -65,6 +66,7 @@ class EngineBridge(QObject):
     error = Signal(object)
     busy_changed = Signal(bool)
     load_progress = Signal(object)
+    prompt_progress = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -134,12 +136,21 @@ class EngineBridge(QObject):
                             self._pending.append(event)
                         if wake:
                             report(None)
+                    elif event["kind"] == "prompt_progress":
+                        report(event)
                     last = event
             finally:
                 self.reply_received.set()
             return last
 
-        self.ops.start(work, self._finished, self._failed, lambda _wake: self._wake())
+        self.ops.start(work, self._finished, self._failed, self._reply_progress)
+
+    def _reply_progress(self, event: dict[str, Any] | None) -> None:
+        """On the GUI thread: tokens are waiting (None), or the prompt's reading moved on (``prompt_progress``)."""
+        if event is None:
+            self._wake()
+        else:
+            self.prompt_progress.emit(event)
 
     def _wake(self) -> None:
         """Tokens are waiting (the queue was empty before them): deliver them now, or one interval after the last
