@@ -25,7 +25,10 @@ STATE_CACHE_MB_MAX = 1024 * 1024  # a terabyte of kept chat states: the cap's ce
 @dataclass
 class Settings:
     models_dir: str = ""  # "" means the default, ``paths.models_dir()``
-    context_size: int = defaults.CONTEXT_SIZE
+    # 0 (``defaults.CONTEXT_AUTO``): Auto, the largest that fits the model on this machine, worked out where the
+    # engine's configuration is made (``models/context_size.py``); else the user's own number of tokens. An older
+    # file's own number (the old default, 4,096, too) is kept as the user's: it cannot be told apart from a choice.
+    context_size: int = defaults.CONTEXT_AUTO
     gpu_layers: int = -1  # -1: everything that fits on the GPU (ignored by CPU backends)
     threads: int = 0  # 0: let llama.cpp choose
     draft_depth: int = DEFAULT_DRAFT_DEPTH
@@ -51,7 +54,7 @@ class Settings:
         return replace(
             self,
             models_dir=self.models_dir.strip(),
-            context_size=min(max(self.context_size, 512), 262_144),
+            context_size=valid_context(self.context_size),
             gpu_layers=max(self.gpu_layers, -1),
             threads=max(self.threads, 0),
             draft_depth=clamp_draft_depth(self.draft_depth),
@@ -64,6 +67,19 @@ class Settings:
             serve_parallel=min(max(self.serve_parallel, 1), 64),
             state_cache_mb=min(max(self.state_cache_mb, 0), STATE_CACHE_MB_MAX),
         )
+
+
+def valid_context(tokens: int) -> int:
+    """A context size inside its range: 0 or less is Auto, else at least ``CONTEXT_MIN`` and at most ``CONTEXT_MAX``."""
+    if tokens <= defaults.CONTEXT_AUTO:
+        return defaults.CONTEXT_AUTO
+    return min(max(tokens, defaults.CONTEXT_MIN), defaults.CONTEXT_MAX)
+
+
+def fit_context(settings: Settings) -> int:
+    """The context the catalog's fit advice (the Models page, the first-run panel) sizes for: the user's own, or
+    with Auto the `fit` command's usual ``FIT_CONTEXT`` (Auto itself is worked out per model file)."""
+    return settings.context_size if settings.context_size > defaults.CONTEXT_AUTO else defaults.FIT_CONTEXT
 
 
 def settings_path() -> Path:
@@ -103,7 +119,8 @@ def save(settings: Settings, path: Path | None = None) -> None:
 
 
 def engine_fields(settings: Settings) -> dict[str, Any]:
-    """The ``EngineConfig`` fields these settings decide (``rpc`` only when RPC workers are set)."""
+    """The ``EngineConfig`` fields these settings decide (``rpc`` only when RPC workers are set). ``n_ctx`` is 0 for
+    Auto: whoever makes the configuration for a model file resolves it (``context_size.resolve_context``)."""
     fields: dict[str, Any] = {"n_ctx": settings.context_size, "n_gpu_layers": settings.gpu_layers,
                               "n_threads": settings.threads or None, "draft_depth": settings.draft_depth,
                               "adaptive": settings.adaptive_depth, "p_min": settings.p_min}

@@ -1,5 +1,6 @@
-"""The Settings page: models folder, context size, GPU layers, threads, drafting depth / adaptive / p_min,
-theme, more than one machine (remote servers, RPC workers, serving this machine: ``machines.py``) and the daily
+"""The Settings page: models folder, context size (Auto's figure and its arithmetic for the chat's model, or
+whether your own fits), GPU layers, threads, drafting depth / adaptive / p_min, theme, more than one machine (remote
+servers, RPC workers, serving this machine: ``machines.py``) and the daily
 update check. Saved to the settings file in the config folder when the user presses Save.
 
 The Updates group says whether a newer FastMTP Chat is out, from the signed release feed
@@ -13,6 +14,7 @@ import html
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -34,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import __version__
-from app.core import paths
+from app.core import defaults, paths
 from app.core.errors import FastMTPError
 from app.core.units import format_bytes
 from app.engine import state_cache
@@ -42,12 +44,14 @@ from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.depth_memory import DepthMemory
 from app.gui.settings.machines import MachinesGroup
 from app.gui.shell.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.models.context_size import ContextFit, ContextPlan, plan_context
 from app.release import updates
 from app.release.updates import UpdateCheck, UpdateSource
 from app.settings import app_settings
 from app.settings.app_settings import THEMES, Settings, Theme
 
 NOTES_SHOWN = 800  # characters of the release notes shown on the page; the link has the rest
+AUTO_TEXT = "Auto"  # the context box at 0: the largest that fits the chat's model here
 
 
 class SettingsPage(QWidget):
@@ -74,9 +78,22 @@ class SettingsPage(QWidget):
         folder = QHBoxLayout()
         folder.addWidget(self.models_dir, 1)
         folder.addWidget(browse)
-        self.context_size = QSpinBox()
-        self.context_size.setRange(512, 262_144)
+        self.context_size = QSpinBox()  # 0 reads "Auto": the largest that fits; else the user's own tokens
+        self.context_size.setRange(defaults.CONTEXT_AUTO, defaults.CONTEXT_MAX)
         self.context_size.setSingleStep(1024)
+        self.context_size.setSpecialValueText(AUTO_TEXT)
+        self.context_size.setToolTip("Auto: the largest context the chat's model fits on this machine (GPU memory, or "
+                                     "RAM on the CPU), at most what the model was trained on. Or type your own.")
+        self.context_note = QLabel()  # Auto's figure and its arithmetic for the chat's model, or whether yours fits
+        self.context_note.setWordWrap(True)
+        self.context_note.setFixedWidth(640)  # the form keeps fields at their size hint: one width, whole lines
+        self.context_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.context_ops = OwnedOps(self)  # apart from ``ops``: ``update_checking`` asks that one alone
+        self.context_plan: ContextPlan | None = None
+        self._context_model: tuple[Path, Path | None, int] | None = None
+        self._context_name = ""
+        self._context_problem = ""
+        self.context_size.valueChanged.connect(lambda _value: self.show_context_fit())
         self.gpu_layers = QSpinBox()
         self.gpu_layers.setRange(-1, 999)
         self.gpu_layers.setSpecialValueText("all that fit")
@@ -112,6 +129,7 @@ class SettingsPage(QWidget):
             box.setMinimumWidth(160)
         form.addRow("Models folder", folder)
         form.addRow("Context size (tokens)", self.context_size)
+        form.addRow("", self.context_note)
         form.addRow("GPU layers (CUDA backends)", self.gpu_layers)
         form.addRow("Threads", self.threads)
         form.addRow("Draft depth", self.draft_depth)
@@ -142,6 +160,7 @@ class SettingsPage(QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(self.scroll_area)
         self.show_settings(settings)
+        self.show_context_fit()
 
     def show_settings(self, settings: Settings) -> None:
         self._settings = settings  # fields this page does not show are kept as they are
@@ -208,6 +227,65 @@ class SettingsPage(QWidget):
         self.note.setText(f"Forgot what adaptive depth learned about {forgotten} model setup(s): "
                           "each model's next load starts it cold." if forgotten else
                           "Adaptive depth had nothing remembered to forget.")
+
+    # ------------------------------------------------------------------ the context sized to the machine
+
+    def set_context_model(self, model: tuple[Path, Path | None, int] | None, name: str = "") -> None:
+        """The chat's model (target, the sidecar Auto counts, GPU layers), or None (a remote server, none yet):
+        its header and this machine's memory are read in the background, then the figure follows the box."""
+        if model == self._context_model and (self.context_plan is not None or not self.context_ops.idle):
+            self._context_name = name or self._context_name
+            return
+        self._context_model, self._context_name = model, name
+        self.context_plan, self._context_problem = None, ""
+        self.show_context_fit()
+        if model is None:
+            return
+
+        def work(_report: object) -> ContextPlan:
+            return plan_context(*model)
+
+        def done(plan: ContextPlan) -> None:
+            if model == self._context_model:  # not a model chosen since
+                self.context_plan = plan
+                self.show_context_fit()
+
+        def failed(exc: Exception) -> None:
+            if model == self._context_model:
+                self._context_problem = error_text(exc)
+                self.show_context_fit()
+
+        self.context_ops.start(work, done, failed)
+
+    def context_fit(self) -> ContextFit | None:
+        """The arithmetic for the value in the box (Auto's, at 0) and the chat's model; None until it is known."""
+        return self.context_plan.fit(self.context_size.value()) if self.context_plan is not None else None
+
+    def show_context_fit(self) -> None:
+        """The line under the box: Auto's figure with its arithmetic, whether your own value fits (warned about
+        in red when it does not, before anything is loaded), or why it cannot be told yet."""
+        fit, name = self.context_fit(), self._context_name or "the chat's model"
+        bad = False
+        if fit is not None:
+            warning = fit.warning()
+            bad = warning is not None
+            text = warning or (f"Auto for {name}: {fit.summary}." if fit.auto else
+                               f"Yours for {name}: {fit.summary}. Auto would use {self.context_plan_auto():,}.")
+            self.context_note.setToolTip("\n".join(fit.formula))
+        else:
+            self.context_note.setToolTip("")
+            if self._context_problem:
+                text, bad = f"The context for {name} cannot be worked out: {self._context_problem}", True
+            elif self._context_model is not None:
+                text = f"Working out the largest context {name} fits on this machine…"
+            else:
+                text = ("Auto: the largest context the chat's model fits on this machine, worked out when a model "
+                        "on this machine is chosen.")
+        self.context_note.setText(text)
+        self.context_note.setStyleSheet(f"color: {bad_colour(self).name()};" if bad else "color: #6b7280;")
+
+    def context_plan_auto(self) -> int:
+        return self.context_plan.auto()[0] if self.context_plan is not None else 0
 
     def _browse(self) -> None:
         start = self.models_dir.text() or str(paths.models_dir())
@@ -302,6 +380,7 @@ class SettingsPage(QWidget):
     def _set_update_text(self, text: str, *, bad: bool) -> None:
         colour = (bad_colour(self) if bad else good_colour(self)).name()
         self.update_label.setText(f'<span style="color: {colour};">{text}</span>')
+
 
     # ------------------------------------------------------------------ the chats' kept states
 

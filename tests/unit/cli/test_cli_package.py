@@ -27,9 +27,9 @@ from app.engine.config import (
 ROOT = Path(__file__).resolve().parents[3]
 CLI = ROOT / "app" / "cli"
 GROUPS = sorted(p.stem for p in CLI.glob("*.py") if p.stem not in ("__init__", "common"))
-COMMANDS = ["window", "backend", "gpu-check", "gpu-prepare", "gguf", "sidecar", "models", "fit", "token", "mirror",
-            "quickstart", "demo-model", "generate", "chat", "depth-memory", "state-cache", "history", "bench", "fetch",
-            "verify", "trust", "release", "update", "remote", "serve", "rpc-worker"]
+COMMANDS = ["window", "backend", "gpu-check", "gpu-prepare", "gguf", "sidecar", "models", "fit", "context", "token",
+            "mirror", "quickstart", "demo-model", "generate", "chat", "depth-memory", "state-cache", "history", "bench",
+            "fetch", "verify", "trust", "release", "update", "remote", "serve", "rpc-worker"]
 
 
 def test_the_groups_are_the_ones_a_reader_looks_for() -> None:

@@ -6,6 +6,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from app.core import defaults
 from app.settings import app_settings
 from app.settings.app_settings import Settings
 from app.settings.chat_settings import CUSTOM, PRESETS, ChatSettings
@@ -36,8 +39,38 @@ def test_a_damaged_or_foreign_settings_file_gives_defaults_where_it_is_wrong(tmp
     path.write_text(json.dumps({"context_size": "big", "theme": "purple", "draft_depth": 99, "p_min": 1,
                                 "unknown": True, "adaptive_depth": 1}))
     loaded = app_settings.load(path)
-    assert loaded.context_size == 4096 and loaded.theme == "system" and loaded.draft_depth == 8
+    assert loaded.context_size == Settings().context_size and loaded.theme == "system" and loaded.draft_depth == 8
     assert loaded.p_min == 1.0 and loaded.adaptive_depth is Settings().adaptive_depth  # 1 is not a bool
+
+
+def test_the_context_is_auto_by_default_and_a_users_own_value_is_kept(tmp_path: Path) -> None:
+    """Issue 34: 0 is Auto (the largest that fits, worked out per model); an older file's number is the user's."""
+    path = tmp_path / "settings.json"
+    assert Settings().context_size == defaults.CONTEXT_AUTO == 0
+    path.write_text(json.dumps({"theme": "dark"}))  # an older file without the key: Auto
+    assert app_settings.load(path).context_size == defaults.CONTEXT_AUTO
+    path.write_text(json.dumps({"context_size": 4096}))  # the old default, written by an older app: kept
+    assert app_settings.load(path).context_size == 4096
+    app_settings.save(Settings(), path)
+    assert json.loads(path.read_text())["context_size"] == 0 and app_settings.load(path) == Settings()
+    assert app_settings.engine_fields(Settings())["n_ctx"] == defaults.CONTEXT_AUTO  # resolved per model file
+
+
+@pytest.mark.parametrize(("stored", "loaded"), [
+    (-5, defaults.CONTEXT_AUTO), (0, defaults.CONTEXT_AUTO), (100, defaults.CONTEXT_MIN), (8192, 8192),
+    (10**30, defaults.CONTEXT_MAX), (2**63, defaults.CONTEXT_MAX), (4096.0, defaults.CONTEXT_AUTO),
+    ("32768", defaults.CONTEXT_AUTO), (True, defaults.CONTEXT_AUTO), (None, defaults.CONTEXT_AUTO),
+])
+def test_a_stored_context_is_range_checked(tmp_path: Path, stored: object, loaded: int) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"context_size": stored}))
+    assert app_settings.load(path).context_size == loaded
+    assert Settings(context_size=loaded).validated().context_size == loaded
+
+
+def test_the_fit_advice_sizes_for_the_users_context_or_the_fit_default() -> None:
+    assert app_settings.fit_context(Settings()) == defaults.FIT_CONTEXT
+    assert app_settings.fit_context(Settings(context_size=8192)) == 8192
 
 
 def test_chat_settings_make_the_engine_options_and_survive_the_history_format() -> None:
