@@ -23,9 +23,10 @@ class ChatSession:
         """Load ``config``'s models; ``on_progress(file name, fraction)`` follows each one read from disk."""
         self.decoder = SpeculativeDecoder(config, models, on_progress)
         self.template: str | None = self.decoder.target.chat_template()
-        # where the latest reply's conversation began after a trim: (first kept turn, its first message), so the
-        # next turns keep it while it fits and their prompts extend the evaluated one
-        self._window_start: tuple[int, Message] | None = None
+        # where the latest replies' conversations began after a trim, newest last: (first kept turn, its first
+        # message), so a chat's next turns keep it while it fits and their prompts extend the evaluated one (or its
+        # kept state), also after the engine served other chats in between
+        self._window_starts: list[tuple[int, Message]] = []
         self.window: Window | None = None  # what the reply under way (or the latest) keeps of its conversation
 
     def close(self) -> None:
@@ -41,16 +42,24 @@ class ChatSession:
         policy: OverflowPolicy = "stop" if options.overflow == "stop" else "trim"
         assert policy in OVERFLOW_POLICIES
         system = 1 if messages and messages[0].role == "system" else 0
-        start = 0
-        if self._window_start is not None:
-            first, message = self._window_start
-            if system + first < len(messages) and messages[system + first] == message:
-                start = first
+        start = max((first for first, message in self._window_starts
+                     if system + first < len(messages) and messages[system + first] == message), default=0)
         window = fit_conversation(messages, lambda kept: len(self.prompt_tokens(kept, options.thinking)),
                                   self.decoder.config.n_ctx, policy=policy, max_tokens=options.max_tokens,
                                   extra_tokens=len(options.continue_tokens), start=start)
-        self._window_start = (window.start, messages[system + window.start]) if window.start else None
+        if window.start:
+            mark = (window.start, messages[system + window.start])
+            self._window_starts = [*(m for m in self._window_starts if m != mark), mark][-WINDOW_STARTS_KEPT:]
         return window
+
+    def _plan(self, messages: list[Message], options: ChatOptions) -> tuple[ChatOptions, Window, list[int]]:
+        """What ``reply`` reads before the reply: the options with a continued reply's tokens (from its text when
+        only that was given), the part of the conversation that fits, and its rendered tokens."""
+        if options.continue_text and not options.continue_tokens:
+            options = replace(options, continue_tokens=tuple(self.decoder.target.tokenize(
+                options.continue_text, add_special=False, parse_special=True)))
+        window = self.fit(messages, options)
+        return options, window, self.prompt_tokens(window.messages, options.thinking)
 
     def reply(self, messages: list[Message], options: ChatOptions, on_token: TokenSink | None = None,
               cancel: threading.Event | None = None,
@@ -61,10 +70,8 @@ class ChatSession:
         ``options.continue_tokens`` the reply extends that earlier reply (its text is the new part only)."""
         model = self.decoder.target
         stops = options.stop
-        if options.continue_text and not options.continue_tokens:
-            options = replace(options, continue_tokens=tuple(
-                model.tokenize(options.continue_text, add_special=False, parse_special=True)))
-        window = self.window = self.fit(messages, options)
+        options, window, prompt = self._plan(messages, options)
+        self.window = window
         continued = list(options.continue_tokens)
 
         def stop_hit(tokens: list[int]) -> bool:
@@ -73,7 +80,6 @@ class ChatSession:
             tail = model.detokenize(tokens[-16:])
             return any(s in tail for s in stops)
 
-        prompt = self.prompt_tokens(window.messages, options.thinking)
         steer = self._thinking_budget(prompt, continued, options)
         # a continued reply gets the cap again: Continue asks for more of it
         reply = self.decoder.generate(prompt + continued, options.max_tokens, Sampler(options.sampling), on_token,
@@ -113,17 +119,18 @@ class ChatSession:
 
         return steer
 
-
     def planned_prompt(self, messages: list[Message], options: ChatOptions) -> list[int]:
         """The tokens ``reply(messages, options)`` will put before the reply (the part of the conversation that
         fits, and a continued reply's tokens), worked out without changing this session: the engine worker looks up
         a chat's kept state with them before the reply. ``ContextFullError`` when the conversation cannot fit."""
-        window_start = self._window_start
+        window_starts = list(self._window_starts)
         try:
-            window = self.fit(messages, options)
+            options, _window, prompt = self._plan(messages, options)
         finally:
-            self._window_start = window_start
-        return self.prompt_tokens(window.messages, options.thinking) + list(options.continue_tokens)
+            self._window_starts = window_starts
+        return prompt + list(options.continue_tokens)
 
+
+WINDOW_STARTS_KEPT = 16  # trimmed chats whose first kept turn is remembered
 THINK_OPEN = "<think>"
 THINK_CLOSE = "\n</think>\n\n"  # what Qwen's thinking ends with before the answer

@@ -128,7 +128,7 @@ def test_a_thinking_budget_closes_the_thinking_and_the_answer_is_plain_decoding_
         answer = plain.generate([*prompt, *reply.tokens[:after]], len(reply.tokens) - after, Sampler(GREEDY))
         assert reply.tokens[after:] == answer.tokens[:len(reply.tokens) - after]
         # no budget: the model thinks on; thinking off: no budget applies
-        free, free_text = session.reply(messages, ChatOptions(max_tokens=60))
+        _free, free_text = session.reply(messages, ChatOptions(max_tokens=60))
         assert "</think>" not in free_text
     finally:
         session.close()
@@ -166,11 +166,12 @@ def test_a_trimmed_reply_is_plain_decoding_of_the_turns_kept(demo: DemoModel) ->
     try:
         history = [Message("system", "Short.")]
         for turn in range(6):
-            history += [Message("user", _words(session, demo, turn, 30)), Message("assistant", _words(session, demo, turn + 50, 30))]
+            history += [Message("user", _words(session, demo, turn, 30)),
+                        Message("assistant", _words(session, demo, turn + 50, 30))]
         history.append(Message("user", _words(session, demo, 99, 8)))
         options = ChatOptions(max_tokens=40)
         window = session.fit(history, options)
-        session._window_start = None
+        session._window_starts = []
         assert window.dropped_turns > 0 and window.messages[0] == history[0] and window.messages[-1] == history[-1]
         reply, _ = session.reply(history, options)
         expected = plain.generate(session.prompt_tokens(window.messages), 40, Sampler(GREEDY))
@@ -184,11 +185,12 @@ def test_stop_policy_and_a_message_larger_than_the_context_are_refused_before_an
     session = _session(demo, n_ctx=256)
     try:
         history = [Message("user", _words(session, demo, 0, 20))]
-        reply, text = session.reply(history, ChatOptions(max_tokens=20))
+        _reply, text = session.reply(history, ChatOptions(max_tokens=20))
         evaluated = list(session.decoder.tokens)
         history += [Message("assistant", text)]
         for turn in range(8):
-            history += [Message("user", _words(session, demo, turn * 5, 25)), Message("assistant", _words(session, demo, turn, 10))]
+            history += [Message("user", _words(session, demo, turn * 5, 25)),
+                        Message("assistant", _words(session, demo, turn, 10))]
         history.append(Message("user", "go on"))
         with pytest.raises(ContextFullError) as stopped:
             session.reply(history, ChatOptions(max_tokens=20, overflow="stop"))
