@@ -144,6 +144,8 @@ class MainWindow(QMainWindow):
         self.model_selector.demo_wanted.connect(self.load_demo)
         self.model_selector.demo_ready.connect(self.use_demo)
         self.chat_page = ChatPage(self.bridge, self.history, self.model_selector)
+        self.chat_page.default_overflow = self.settings.overflow_policy  # new chats' policy (Settings)
+        self.chat_page.set_chat_settings(replace(self.chat_page.chat_settings, overflow=self.settings.overflow_policy))
         self.auto = AutoDraftingView(self.model_selector, self.chat_page, self.bridge)  # "Auto (measured)" drafting
         self.model_selector.demo_failed.connect(lambda message: self.chat_page.show_error({"message": message}))
         self.model_selector.listing_failed.connect(self.chat_page.banner.show_error)
@@ -378,6 +380,7 @@ class MainWindow(QMainWindow):
         folder_changed = settings.models_path() != self.settings.models_path()
         engine_changed = app_settings.engine_fields(settings) != app_settings.engine_fields(self.settings)
         self.settings = settings
+        self.chat_page.default_overflow = settings.overflow_policy  # new chats start with it
         if engine_changed:
             self._settings_reload_due = self.bridge.config is not None and self.bridge.remote is None
             self.settings_page.note.setText(self.settings_page.note.text() + " " + self._settings_reload_note())

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from app.core import defaults, paths, settings_file
 from app.core.errors import StorageError
-from app.engine.config import DEFAULT_DRAFT_DEPTH, clamp_draft_depth
+from app.engine.config import DEFAULT_DRAFT_DEPTH, OVERFLOW_POLICIES, clamp_draft_depth
 
 Theme = Literal["system", "light", "dark"]
 THEMES: tuple[Theme, ...] = ("system", "light", "dark")
@@ -45,6 +45,9 @@ class Settings:
     serve_keep_running: bool = False  # the server outlives the window (else it stops with the app)
     # the chats left keep their evaluated state on disk, in at most this many MiB (0: in memory only, for the last few)
     state_cache_mb: int = defaults.STATE_CACHE_MB
+    # a chat longer than its context: "trim" (keep the system prompt and the latest turns) or "stop"; the default
+    # of new chats (each chat's own choice is in its settings)
+    overflow_policy: str = defaults.OVERFLOW_POLICY
 
     def models_path(self) -> Path:
         return Path(self.models_dir).expanduser() if self.models_dir else paths.models_dir()
@@ -66,6 +69,8 @@ class Settings:
             serve_port=min(max(self.serve_port, 1), 65_535),
             serve_parallel=min(max(self.serve_parallel, 1), 64),
             state_cache_mb=min(max(self.state_cache_mb, 0), STATE_CACHE_MB_MAX),
+            overflow_policy=self.overflow_policy if self.overflow_policy in OVERFLOW_POLICIES
+            else defaults.OVERFLOW_POLICY,
         )
 
 

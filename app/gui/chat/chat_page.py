@@ -138,6 +138,7 @@ class ChatPage(QWidget):
         # Auto drafting's hook (the window's): the configuration to load before the next message is sent, or None
         self.switch_before_send: Callable[[], EngineConfig | None] | None = None
         self.chat_settings = ChatSettings()  # the declared chat defaults (max tokens: CHAT_MAX_TOKENS)
+        self.default_overflow = self.chat_settings.overflow  # new chats' overflow policy (the Settings page's)
         self.options = self.chat_settings.options()
         self._reply_seed = self.chat_settings.seed  # the seed of the reply under way (kept with its stats)
         # the tokens of the reply under way (or the latest one), by its history id: what Continue extends exactly
@@ -297,6 +298,7 @@ class ChatPage(QWidget):
             return
         self._unwait()
         self.conversation_id = None
+        self.set_chat_settings(replace(self.chat_settings, overflow=self.default_overflow))
         self.chat.show_conversation([])
         self._show_context(None)
         self.sidebar.set_current(None)

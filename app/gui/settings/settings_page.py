@@ -40,7 +40,7 @@ from app.core import defaults, paths
 from app.core.errors import FastMTPError
 from app.core.units import format_bytes
 from app.engine import state_cache
-from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
+from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, OVERFLOW_LABELS
 from app.engine.depth_memory import DepthMemory
 from app.gui.settings.machines import MachinesGroup
 from app.gui.shell.page_ops import OwnedOps, bad_colour, error_text, good_colour
@@ -114,6 +114,12 @@ class SettingsPage(QWidget):
         self.p_min = QDoubleSpinBox()
         self.p_min.setRange(0.0, 1.0)
         self.p_min.setSingleStep(0.05)
+        self.overflow = QComboBox()  # new chats' overflow policy (each chat can change its own)
+        for policy, label in OVERFLOW_LABELS.items():
+            self.overflow.addItem(label, policy)
+        self.overflow.setToolTip("When a chat no longer fits in the context: leave out whole oldest turns (the "
+                                 "system prompt always stays), or stop and offer a new chat carrying the last "
+                                 "exchange. The default of new chats; each chat's settings can change its own.")
         self.theme = QComboBox()
         self.theme.addItems(list(THEMES))
         self.theme.currentTextChanged.connect(self._theme_picked)
@@ -135,6 +141,7 @@ class SettingsPage(QWidget):
         form.addRow("Draft depth", self.draft_depth)
         form.addRow("", adaptive_row)
         form.addRow("Draft confidence p_min", self.p_min)
+        form.addRow("When a chat's context is full", self.overflow)
         form.addRow("Saved chat states", self._build_chat_states_row())
         form.addRow("Theme", self.theme)
         content = QWidget()
@@ -172,6 +179,7 @@ class SettingsPage(QWidget):
         self.adaptive.setChecked(settings.adaptive_depth)
         self.p_min.setValue(settings.p_min)
         self.state_cache_mb.setValue(settings.state_cache_mb)
+        self.overflow.setCurrentIndex(max(self.overflow.findData(settings.overflow_policy), 0))
         self.show_chat_states()
         self.theme.setCurrentText(settings.theme)
         self.check_updates.setChecked(settings.check_for_updates)
@@ -190,7 +198,8 @@ class SettingsPage(QWidget):
                            adaptive_depth=self.adaptive.isChecked(), p_min=self.p_min.value(),
                            theme="dark" if theme == "dark" else "light" if theme == "light" else "system",
                            check_for_updates=self.check_updates.isChecked())
-        settings = replace(settings, state_cache_mb=self.state_cache_mb.value())
+        settings = replace(settings, state_cache_mb=self.state_cache_mb.value(),
+                           overflow_policy=str(self.overflow.currentData()))
         return self.machines.apply_to(settings).validated()
 
     def save(self) -> None:
