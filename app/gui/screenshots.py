@@ -212,6 +212,69 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
     return written
 
 
+def take_long_chat(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, int] = README_SIZE) -> list[Path]:
+    """``chat-long-*.png`` (issue 34): a chat on the demo model in a 512-token context, with the context meter, the
+    note that the oldest turns were left out, Continue under a reply cut by its cap, and "stop at the limit"."""
+    from app.backend import registry
+    from app.backend.builder import BuildOptions, build_backend
+    from app.chats.history import HistoryStore
+    from app.gguftools.builtin_demo import ensure_demo_model
+    from app.gui.main import MainWindow, make_application
+    from app.settings.chat_settings import ChatSettings
+
+    app = make_application(sys.argv[:1])
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="fastmtp-shots-long-"))
+    os.environ["FASTMTP_CONFIG_DIR"] = str(scratch / "config")
+    if registry.active() is None:
+        build_backend(BuildOptions(flavor="cpu"))
+    demo = ensure_demo_model(paths.demo_model_dir())
+    history = HistoryStore(scratch / "history.sqlite3")
+    window = MainWindow(history=history, settings=Settings(first_run_done=True, context_size=512))
+    window.resize(*size)
+    window.show()
+    window.model_selector.restore_mode("sidecar-d2t")
+    window.use_demo(demo)
+    page = window.chat_page
+    wait_until(app, lambda: page.ready and not window.bridge.busy, 300, "the demo model to load")
+    written: list[Path] = []
+
+    def ask(text: str) -> None:
+        page.send(text)
+        wait_until(app, lambda: not window.bridge.busy, 300, "the reply")
+
+    def grab(shot: str) -> None:
+        for name in themes:
+            window.apply_settings(Settings(theme="dark" if name == "dark" else "light", first_run_done=True,
+                                           context_size=512))
+            settle(app)
+            path = out / file_name(shot, name, size)
+            window.grab().save(str(path))
+            written.append(path)
+            print(path)
+
+    page.set_chat_settings(ChatSettings(thinking=False, temperature=0.0, max_tokens=60))
+    for i in range(12):
+        ask(f"Question {i}: what do lighthouse keepers do all night, and why?")
+        if page.trim_note.isVisible():
+            break
+    grab("chat-long-trim")
+    page.new_chat()
+    page.set_chat_settings(ChatSettings(thinking=False, temperature=0.0, max_tokens=24))
+    ask("Tell me a long story about the sea.")
+    grab("chat-long-continue")
+    page.new_chat()
+    page.set_chat_settings(ChatSettings(thinking=False, temperature=0.0, max_tokens=60, overflow="stop"))
+    for i in range(12):
+        ask(f"Question {i}: what do lighthouse keepers do all night, and why?")
+        if page.limit_banner.isVisible():
+            break
+    grab("chat-long-limit")
+    window.close()
+    history.close()
+    return written
+
+
 def first_run(out: Path, sizes: tuple[tuple[int, int], ...] = (LAPTOP, (1024, 700))) -> dict[str, Any]:
     """A new user's first run, scripted on the real window: empty data and config folders (the build cache stays,
     so the backend build is what a second install on this machine costs), the first-run panel, a click on "Try
@@ -297,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-run", action="store_true",
                         help="a scripted first run from empty folders to the first streamed reply (first-run-*.png, "
                              "first-run.json: the build's estimate against the measured build)")
+    parser.add_argument("--long-chat", action="store_true",
+                        help="only a long chat in a small context: the meter, the trim note, Continue and the limit "
+                             "(chat-long-*.png)")
     parser.add_argument("--size", action="append", metavar="WxH",
                         help="only this window size (repeatable; default: 1280x800, 1024x700, 1366x768, 1920x1080)")
     args = parser.parse_args(argv)
@@ -307,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.first_run:
         first_run(args.out, sizes if args.size else (LAPTOP, (1024, 700)))
+        return 0
+    if args.long_chat:
+        take_long_chat(args.out, themes, sizes[0] if args.size else README_SIZE)
         return 0
     take(args.out, themes, sizes)
     return 0
