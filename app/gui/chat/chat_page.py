@@ -636,6 +636,9 @@ class ChatPage(QWidget):
         if event.get("error") == "WorkerCrashed":
             self.ready = False
         if event.get("error") == "ContextFullError" and event.get("policy") == "stop":  # the chat's own limit
+            entries = self.chat.entries
+            if entries and entries[-1].role == "assistant" and not entries[-1].text.strip():
+                self.chat.truncate(len(entries) - 1)  # no reply was started: the banner says why
             self.limit_banner.show_error(event)
             self._status("The context is full")
             return

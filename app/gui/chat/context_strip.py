@@ -71,8 +71,9 @@ class TrimNote(QFrame):
             return
         read = int(stats.get("prompt_tokens") or 0)
         again = f" It read {read:,} tokens again to fit." if read > 0 and not stats.get("reused_tokens") else ""
-        self.text.setText(f"The {turns} oldest turn{'s' if turns != 1 else ''} of this chat are no longer in the "
-                          f"model's context (the system prompt and the latest turns are).{again}")
+        which = "The oldest turn of this chat is" if turns == 1 else f"The {turns} oldest turns of this chat are"
+        self.text.setText(f"{which} no longer in the model's context (the system prompt and the latest turns "
+                          f"are).{again}")
         self.show()
 
 

@@ -143,6 +143,7 @@ def test_stop_at_the_limit_offers_a_new_chat_carrying_the_last_exchange(qtbot: Q
     assert end["kind"] == "error" and end["policy"] == "stop" and end["context"] == 512
     assert page.limit_banner.isVisible() and "context limit" in page.limit_banner.text.text()
     assert not page.banner.isVisible()
+    assert page.chat.entries[-1].role == "user"  # no empty reply left under the refused message
     old = page.conversation_id
     assert old is not None
     answered = [m for m in window.history.messages(old) if m.role == "assistant"][-1]

@@ -56,7 +56,7 @@ def test_the_trim_note_says_how_many_turns_were_left_out_and_what_was_read_again
     note.show_for({"trimmed_turns": 3, "prompt_tokens": 3120, "reused_tokens": 0})
     assert not note.isHidden() and "3 oldest turns" in note.text.text() and "3,120 tokens again" in note.text.text()
     note.show_for({"trimmed_turns": 1, "prompt_tokens": 20, "reused_tokens": 900})  # the same start kept
-    assert "1 oldest turn of" in note.text.text() and "again" not in note.text.text()
+    assert "The oldest turn of this chat is no longer" in note.text.text() and "again" not in note.text.text()
     assert reading_label(3120, True) == "Re-reading 3,120 tokens"
     assert reading_label(5000, False) == "Reading your message (5,000 tokens)"
 
