@@ -160,8 +160,11 @@ def test_a_long_chat_trims_whole_oldest_turns_keeps_the_system_prompt_and_never_
         session.close()
 
 
-def test_a_trimmed_reply_is_plain_decoding_of_the_turns_kept(demo: DemoModel) -> None:
-    session = _session(demo, "embedded", n_ctx=384)
+@pytest.mark.parametrize("mode,draft", VARIANTS, ids=IDS)
+@pytest.mark.parametrize("params", [GREEDY, HOT], ids=["greedy", "seeded-hot"])
+def test_a_trimmed_reply_is_plain_decoding_of_the_turns_kept(demo: DemoModel, mode: Mode, draft: str | None,
+                                                             params: SamplingParams) -> None:
+    session = _session(demo, mode, draft, n_ctx=384)
     plain = SpeculativeDecoder(_config(demo, "off", None, n_ctx=384))
     try:
         history = [Message("system", "Short.")]
@@ -169,12 +172,12 @@ def test_a_trimmed_reply_is_plain_decoding_of_the_turns_kept(demo: DemoModel) ->
             history += [Message("user", _words(session, demo, turn, 30)),
                         Message("assistant", _words(session, demo, turn + 50, 30))]
         history.append(Message("user", _words(session, demo, 99, 8)))
-        options = ChatOptions(max_tokens=40)
+        options = ChatOptions(max_tokens=40, sampling=params)
         window = session.fit(history, options)
         session._window_starts = []
         assert window.dropped_turns > 0 and window.messages[0] == history[0] and window.messages[-1] == history[-1]
         reply, _ = session.reply(history, options)
-        expected = plain.generate(session.prompt_tokens(window.messages), 40, Sampler(GREEDY))
+        expected = plain.generate(session.prompt_tokens(window.messages), 40, Sampler(params))
         assert reply.tokens == expected.tokens and reply.stats.trimmed_turns == window.dropped_turns
     finally:
         session.close()
