@@ -63,9 +63,9 @@ def test_regenerate_keeps_versions_to_switch_between_and_go_on_from(qtbot: QtBot
         sent: list[list[Message]] = []  # what the engine was asked, request by request
         generate = win.bridge.generate
 
-        def recording(messages: list[Message], options: ChatOptions) -> None:
+        def recording(messages: list[Message], options: ChatOptions, conversation: str | None = None) -> None:
             sent.append(list(messages))
-            generate(messages, options)
+            generate(messages, options, conversation)
 
         win.bridge.generate = recording  # type: ignore[method-assign]
         win.use_demo(demo)
