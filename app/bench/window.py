@@ -212,7 +212,7 @@ def run(config: EngineConfig, model_name: str, max_tokens: int = 256, samples: i
 
     with tempfile.TemporaryDirectory(prefix="fastmtp-bench-window-") as scratch:
         history = HistoryStore(Path(scratch) / "history.sqlite3")
-        window = MainWindow(history=history, settings=Settings())
+        window = MainWindow(history=history, settings=Settings(), remembers=False)  # the user's window state stays
         window.resize(1180, 700)
         window.show()
         page = window.chat_page

@@ -123,8 +123,11 @@ class MainWindow(QMainWindow):
     """
 
     def __init__(self, bridge: EngineBridge | None = None, history: HistoryStore | None = None,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, *, remembers: bool = True) -> None:
+        """``remembers`` False: a window of a benchmark or a script, which never writes the user's remembered state
+        (the mode and the open chat would point at its temporary history afterwards)."""
         super().__init__()
+        self.remembers = remembers
         self.setWindowTitle(APP_TITLE)
         self.setWindowIcon(app_icon())
         self.resize(1180, 700)
@@ -571,7 +574,8 @@ class MainWindow(QMainWindow):
 
     def remember_state(self) -> None:
         """Save the state for the next start (on each change, and on close: a killed app keeps the last)."""
-        window_state.save(self.current_state())
+        if self.remembers:
+            window_state.save(self.current_state())
 
     def restore_state(self, state: WindowState | None = None) -> None:
         """Put things back where the last session left them (``run`` does, before the window shows): geometry,

@@ -85,7 +85,7 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     demo = ensure_demo_model(paths.demo_model_dir())
 
     history = HistoryStore(scratch / "history.sqlite3")
-    window = MainWindow(history=history, settings=Settings(first_run_done=True))
+    window = MainWindow(history=history, settings=Settings(first_run_done=True), remembers=False)
     window.resize(*sizes[0])
     window.show()
 
@@ -174,7 +174,7 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
         link.parent.mkdir(parents=True, exist_ok=True)
         os.link(source, link)
     history = HistoryStore(scratch / "history.sqlite3")
-    window = MainWindow(history=history, settings=Settings(first_run_done=True))
+    window = MainWindow(history=history, settings=Settings(first_run_done=True), remembers=False)
     window.resize(*size)
     window.show()
     panel = window.models_page.local
@@ -230,7 +230,8 @@ def take_long_chat(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[
         build_backend(BuildOptions(flavor="cpu"))
     demo = ensure_demo_model(paths.demo_model_dir())
     history = HistoryStore(scratch / "history.sqlite3")
-    window = MainWindow(history=history, settings=Settings(first_run_done=True, context_size=512))
+    window = MainWindow(history=history, settings=Settings(first_run_done=True, context_size=512),
+                        remembers=False)
     window.resize(*size)
     window.show()
     window.model_selector.restore_mode("sidecar-d2t")
@@ -296,7 +297,7 @@ def first_run(out: Path, sizes: tuple[tuple[int, int], ...] = (LAPTOP, (1024, 70
     os.environ["FASTMTP_DATA_DIR"] = str(scratch / "data")
     assert registry.active() is None, "the scripted first run needs an empty data folder"
     history = HistoryStore(scratch / "history.sqlite3")
-    window = MainWindow(history=history)
+    window = MainWindow(history=history, remembers=False)
     window.resize(*sizes[0])
     window.show()
     window.start()

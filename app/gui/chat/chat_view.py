@@ -256,6 +256,8 @@ class ChatView(QWidget):
     def add_user(self, text: str, message_id: int | None = None) -> ChatEntry:
         entry = ChatEntry("user", [(text, "user")], message_id=message_id)
         self.entries.append(entry)
+        if len(self.entries) >= 2 and self.entries[-2].role == "assistant":
+            self._paint.refresh_header(len(self.entries) - 2)  # no longer the last reply: no "regenerate" link
         self._paint.insert_entry(len(self.entries) - 1)
         self.scroll_to_latest()  # the user just sent it: show it, and follow the reply that comes
         return entry
@@ -335,7 +337,8 @@ class ChatView(QWidget):
         elif action == "think" and index < len(self.entries):
             self.entries[index].thinking_open = not self.entries[index].thinking_open
             self.redraw()
-        elif action == "regenerate" and not self._busy:
+        elif action == "regenerate" and not self._busy and index == len(self.entries) - 1 \
+                and self.entries[index].role == "assistant":  # only the last reply can be regenerated
             self.regenerate_requested.emit()
         elif action == "edit" and not self._busy and index < len(self.entries):
             self.start_edit(index)

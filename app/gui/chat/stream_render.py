@@ -338,6 +338,23 @@ class Painter:
         return "".join(parts)
 
     def header_html(self, entry: ChatEntry, index: int, streaming: bool = False) -> str:
+        return f'<p style="margin-top: 10px">{self._header_line(entry, index, streaming)}</p>'
+
+    def refresh_header(self, index: int) -> None:
+        """Draw the ``index``-th message's header line again where it is (a reply that is no longer the last loses
+        its "regenerate" link), moving the later messages' starts by the change in length."""
+        start = self.starts.get(index)
+        if start is None or index >= len(self.view.entries):
+            return
+        cursor = QTextCursor(self.view.transcript.document())
+        cursor.setPosition(start)
+        cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+        before = cursor.selectionEnd() - cursor.selectionStart()
+        cursor.insertHtml(self._header_line(self.view.entries[index], index, False))
+        shift = (cursor.position() - start) - before
+        self.starts = {i: at + shift if i > index else at for i, at in self.starts.items()}
+
+    def _header_line(self, entry: ChatEntry, index: int, streaming: bool) -> str:
         user = entry.role == "user"
         colour = "#1f3a8a" if user else "#065f46"
         if self.colors is not LIGHT:
@@ -354,8 +371,8 @@ class Painter:
             elif index == len(self.view.entries) - 1:
                 links.append(f'<a href="regenerate:{index}">regenerate</a>')
         actions = " &nbsp;".join(links)
-        return (f'<p style="margin-top: 10px"><b style="color:{colour}">{"You" if user else "Assistant"}</b>'
-                f'&nbsp;&nbsp; <span style="font-size: small">{actions}</span></p>')
+        return (f'<b style="color:{colour}">{"You" if user else "Assistant"}</b>'
+                f'&nbsp;&nbsp; <span style="font-size: small">{actions}</span>')
 
     def end_cursor(self) -> QTextCursor:
         cursor = QTextCursor(self.view.transcript.document())
