@@ -121,6 +121,16 @@ def describe_reply(event: dict[str, Any]) -> str:
         parts.append(f"acceptance {stats['acceptance'] * 100:.0f}%")
     if stats.get("tokens_per_pass") is not None:
         parts.append(f"{stats['tokens_per_pass']:.2f} tokens/pass")
-    if event.get("stop_reason"):
-        parts.append(str(event["stop_reason"]))
+    reason = event.get("stop_reason")
+    if reason and reason != "eos":  # a reply that ended on its own says nothing more
+        parts.append(STOP_WORDS.get(str(reason), str(reason)))
     return " · ".join(parts)
+
+
+# why a reply ended, in the footer's words (the engine's ``stop_reason``)
+STOP_WORDS = {
+    "length": "cut by the reply cap",
+    "context_full": "cut: the context is full",
+    "cancelled": "stopped (cancelled)",
+    "stop": "ended at a stop word",
+}

@@ -68,3 +68,13 @@ def test_a_window_that_does_not_remember_leaves_the_users_state(qtbot: QtBot, tm
     assert path.read_bytes() != before  # the app's own window does remember
     remembering.close()
     remembering.history.close()
+
+
+def test_footers_say_why_a_reply_ended_in_words() -> None:
+    from app.gui.chat.messages import describe_reply
+
+    stats = {"generated": 12, "decode_tps": 40.0}
+    assert describe_reply({"stats": stats, "stop_reason": "eos"}) == "12 tokens · 40.0 tok/s"
+    assert describe_reply({"stats": stats, "stop_reason": "length"}).endswith("· cut by the reply cap")
+    assert describe_reply({"stats": stats, "stop_reason": "context_full"}).endswith("· cut: the context is full")
+    assert describe_reply({"stats": stats, "stop_reason": "cancelled"}).endswith("· stopped (cancelled)")
