@@ -53,18 +53,26 @@ class MemoryKey:
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:24]
 
 
-def key_for(config: EngineConfig, backend: str, threads: int) -> MemoryKey:
-    """The key of ``config``'s model files as they are on disk now (``OSError`` when one is missing)."""
+FilesIdentity = tuple[str, int, int, "str | None", "int | None", "int | None"]
+
+
+def files_identity(config: EngineConfig) -> FilesIdentity:
+    """``config``'s model files as they are on disk now: the target's and the sidecar's (in sidecar mode) resolved
+    path, size and modification time (``OSError`` when one is missing). What a record learned from those files (a
+    depth, a chat's state) is used again only while they are the same."""
     target = config.target.resolve()
     target_stat = target.stat()
     draft = config.draft.resolve() if config.draft is not None and config.mode == "sidecar" else None
     draft_stat = draft.stat() if draft is not None else None
-    return MemoryKey(str(target), target_stat.st_size, target_stat.st_mtime_ns,
-                     str(draft) if draft is not None else None,
-                     draft_stat.st_size if draft_stat is not None else None,
-                     draft_stat.st_mtime_ns if draft_stat is not None else None,
-                     config.mode, backend, threads, config.n_gpu_layers, config.flash_attn, tuple(config.rpc),
-                     platform.node())
+    return (str(target), target_stat.st_size, target_stat.st_mtime_ns, str(draft) if draft is not None else None,
+            draft_stat.st_size if draft_stat is not None else None,
+            draft_stat.st_mtime_ns if draft_stat is not None else None)
+
+
+def key_for(config: EngineConfig, backend: str, threads: int) -> MemoryKey:
+    """The key of ``config``'s model files as they are on disk now (``OSError`` when one is missing)."""
+    return MemoryKey(*files_identity(config), config.mode, backend, threads, config.n_gpu_layers, config.flash_attn,
+                     tuple(config.rpc), platform.node())
 
 
 def _check_record(record: dict[str, Any]) -> None:

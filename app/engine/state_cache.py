@@ -56,6 +56,7 @@ from app.core.regular_files import open_regular
 from app.core.settings_file import set_aside
 from app.core.units import format_bytes
 from app.engine.config import EngineConfig
+from app.engine.depth_memory import files_identity
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +99,7 @@ class StateKey:
 
 def key_for(config: EngineConfig, backend: str) -> StateKey:
     """The key of ``config``'s model files as they are on disk now (``OSError`` when one is missing)."""
-    target = config.target.resolve()
-    target_stat = target.stat()
-    draft = config.draft.resolve() if config.draft is not None and config.mode == "sidecar" else None
-    draft_stat = draft.stat() if draft is not None else None
-    return StateKey(str(target), target_stat.st_size, target_stat.st_mtime_ns,
-                    str(draft) if draft is not None else None,
-                    draft_stat.st_size if draft_stat is not None else None,
-                    draft_stat.st_mtime_ns if draft_stat is not None else None,
-                    backend, config.mode, config.n_ctx, config.n_batch, config.flash_attn)
+    return StateKey(*files_identity(config), backend, config.mode, config.n_ctx, config.n_batch, config.flash_attn)
 
 
 @dataclass

@@ -254,11 +254,15 @@ def take_long_chat(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[
             written.append(path)
             print(path)
 
+    def ask_until(shown: Callable[[], bool]) -> None:
+        """Questions until ``shown()`` (the context is full by then: 12 fill 512 tokens several times)."""
+        for i in range(12):
+            ask(f"Question {i}: what do lighthouse keepers do all night, and why?")
+            if shown():
+                return
+
     page.set_chat_settings(ChatSettings(thinking=False, temperature=0.0, max_tokens=60))
-    for i in range(12):
-        ask(f"Question {i}: what do lighthouse keepers do all night, and why?")
-        if page.trim_note.isVisible():
-            break
+    ask_until(page.trim_note.isVisible)
     grab("chat-long-trim")
     page.new_chat()
     page.set_chat_settings(ChatSettings(thinking=False, temperature=0.0, max_tokens=24))
@@ -266,10 +270,7 @@ def take_long_chat(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[
     grab("chat-long-continue")
     page.new_chat()
     page.set_chat_settings(ChatSettings(thinking=False, temperature=0.0, max_tokens=60, overflow="stop"))
-    for i in range(12):
-        ask(f"Question {i}: what do lighthouse keepers do all night, and why?")
-        if page.limit_banner.isVisible():
-            break
+    ask_until(page.limit_banner.isVisible)
     grab("chat-long-limit")
     window.close()
     history.close()

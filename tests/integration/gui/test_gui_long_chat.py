@@ -25,6 +25,7 @@ from app.gui.main import MainWindow
 from app.settings.app_settings import Settings
 from app.settings.chat_settings import ChatSettings
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.gui_windows import open_window
 from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 120_000
@@ -36,15 +37,12 @@ QUESTION = "Tell me about lighthouses, and then about the sea."
 def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: object, default_demo: DemoCopies,
            module_tmp: ModuleFolders) -> Iterator[MainWindow]:
     demo: DemoModel = default_demo.copy_to(module_tmp.mktemp("long-chat-demo"))
-    win = MainWindow(history=HistoryStore(module_tmp.mktemp("long-chat-history") / "history.sqlite3"),
-                     settings=Settings(context_size=512))
-    win.model_selector.restore_mode("sidecar-d2t")
-    win.show()
-    win.use_demo(demo)
-    QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
-    yield win
-    win.close()
-    win.history.close()
+    store = HistoryStore(module_tmp.mktemp("long-chat-history") / "history.sqlite3")
+    with open_window(QtBot(request), store, "sidecar-d2t", Settings(context_size=512)) as win:
+        win.use_demo(demo)
+        QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
+        yield win
+    store.close()
 
 
 def _reply(qtbot: QtBot, win: MainWindow, act: Any) -> dict[str, Any]:
