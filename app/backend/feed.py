@@ -13,7 +13,9 @@ with its own signed claim, which must name the bytes the feed names. When nothin
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -21,7 +23,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
@@ -32,9 +34,9 @@ from app import __version__ as app_version
 from app.backend.events import EventSink
 from app.backend.prebuilt import Events, InstalledPrebuilt, fetch_checked, install_prebuilt
 from app.backend.signing import BackendClaim, key_in
-from app.core import paths, processes
+from app.core import paths, processes, settings_file
 from app.core.cancel import CancelToken
-from app.core.errors import BackendError, VerificationError
+from app.core.errors import BackendError, FastMTPError, VerificationError
 from app.core.json_object import load_object
 from app.release import signing, trust
 from app.release.catalog import backend_feed_url, load_catalog
@@ -66,6 +68,12 @@ MIN_DRIVER: dict[str, dict[str, str]] = {
 _ARCH = re.compile(r"\d{2,3}")
 _DRIVER = re.compile(r"\d{2,4}(?:\.\d{1,4}){0,3}")
 _CUDA = re.compile(r"\d{1,2}\.\d{1,2}")
+FLOOR_FILE = "backend-feed-floor.json"  # in the data folder: the last feed version verified, per repository
+VALID_DAYS = 180  # how long a feed signed today is good for, unless the publisher says otherwise
+MAX_VERSION = 10**15
+
+log = logging.getLogger(__name__)
+
 _MALFORMED = ("The backend feed is malformed; nothing was installed. Tell whoever published it, or build here: "
               f"`{BUILD_HERE}`.")
 
@@ -135,9 +143,28 @@ class BackendFeed:
     repo: str
     date: str
     archives: tuple[FeedArchive, ...]
+    version: int | None = None  # monotonic: a later feed of the repository never has a smaller one (the floor)
+    expires: datetime | None = None  # after this the feed is stale and refused (an old one replayed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"repo": self.repo, "date": self.date, "archives": [a.to_dict() for a in self.archives]}
+        return {"repo": self.repo, "date": self.date, "version": self.version,
+                "expires": _iso(self.expires) if self.expires else None,
+                "archives": [a.to_dict() for a in self.archives]}
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _moment(value: object) -> datetime | None:
+    """An ISO date with a time zone (``2026-06-01T12:00:00Z``) as an aware datetime; None when it is not one."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def _bad(source: str, what: str) -> VerificationError:
@@ -200,7 +227,14 @@ def parse_feed(data: bytes, source: str = FEED_NAME) -> BackendFeed:
     names = [a.name for a in archives]
     if len(set(names)) != len(names):
         raise _bad(source, "it lists an archive twice")
-    return BackendFeed(repo, str(obj.get("date", "")), archives)
+    version, expires = obj.get("version"), obj.get("expires")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)
+                                or not 0 < version < MAX_VERSION):
+        raise _bad(source, f"its version is {str(version)[:30]!r}, expected a whole number from 1")
+    moment = _moment(expires)
+    if expires is not None and moment is None:
+        raise _bad(source, f"its expiry is {str(expires)[:40]!r}, expected an ISO date like 2026-06-01T12:00:00Z")
+    return BackendFeed(repo, str(obj.get("date", "")), archives, version, moment)
 
 
 def served_key(data: bytes, source: str) -> Ed25519PublicKey | None:
@@ -245,10 +279,17 @@ class WrittenFeed:
 
 
 def write_feed(archives: Sequence[FeedArchive], key: Ed25519PrivateKey, out: Path, *,
-               repo: str | None = None, name: str = FEED_NAME) -> WrittenFeed:
-    """Write ``out/<name>`` and its detached signature ``<name>.sig`` (publish them beside the archives)."""
-    now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    body = {"format": FORMAT, "repo": repo or load_catalog().repo, "date": now,
+               repo: str | None = None, name: str = FEED_NAME, version: int | None = None,
+               expires: datetime | None = None, valid_days: float = VALID_DAYS) -> WrittenFeed:
+    """Write ``out/<name>`` and its detached signature ``<name>.sig`` (publish them beside the archives).
+
+    ``version`` (default: the signing time in seconds since 1970, so each later signing is larger) is the feed's
+    monotonic version, ``expires`` (default: ``valid_days`` from now) when it goes stale; both are signed with it.
+    """
+    moment = datetime.now(UTC).replace(microsecond=0)
+    version = int(moment.timestamp()) if version is None else version
+    body = {"format": FORMAT, "repo": repo or load_catalog().repo, "date": _iso(moment), "version": version,
+            "expires": _iso(expires or moment + timedelta(days=valid_days)),
             "archives": [a.to_dict() for a in archives],
             "public_key": signing.public_key_pem(key.public_key()).decode("ascii"),
             "tool": f"fastmtp-chat {app_version} backend sign-feed"}
@@ -448,13 +489,75 @@ class VerifiedFeed:
     feed: BackendFeed
     fingerprint: str
     key_source: str  # "shipped", "user", or "new" (trusted now, pinned once an archive installed)
+    sha256: str = ""  # of the feed's bytes, kept with the floor
+    warning: str = ""  # the floor record was damaged and set aside (then a replay cannot be refused this once)
 
     def archive_url(self, archive: FeedArchive) -> str:
         return urljoin(self.url, quote(archive.name))
 
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "signed_by": self.fingerprint, "key_source": self.key_source,
-                **self.feed.to_dict()}
+                **self.feed.to_dict(), **({"warning": self.warning} if self.warning else {})}
+
+
+# ----------------------------------------------------------------------------- the rollback floor
+
+
+def _floor_path() -> Path:
+    return paths.data_dir() / FLOOR_FILE
+
+
+def _floor_entry(entry: object) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("version"), int) \
+        and not isinstance(entry["version"], bool) and 0 < entry["version"] < MAX_VERSION
+
+
+def check_fresh(feed: BackendFeed, *, now: datetime | None = None) -> str:
+    """Refuse a feed without a version or expiry, an expired one, or one older than the last verified for its
+    repository (the floor); the warning when the floor record was damaged and set aside (else empty)."""
+    advice = (f"Nothing was installed. A server offering an old feed may be hiding newer backends or fixes; try "
+              f"again later, tell whoever published it, or build here: `{BUILD_HERE}`.")
+    if feed.version is None or feed.expires is None:
+        raise VerificationError("The backend feed carries no version or expiry (it was signed by an older "
+                                "`backend sign-feed`), so an old feed replayed by a server could not be told from "
+                                "the current one.", "Nothing was installed. Ask whoever published it to sign it "
+                                f"again with a current FastMTP Chat, or build here: `{BUILD_HERE}`.")
+    now = now or datetime.now(UTC)
+    if feed.expires < now:
+        raise VerificationError(f"The backend feed (version {feed.version}, signed {feed.date or 'on an unknown date'}"
+                                f") expired on {_iso(feed.expires)}: it is stale.", advice)
+    floors, damaged = settings_file.load_floors(_floor_path(), _floor_entry)
+    warning = ""
+    if damaged:
+        warning = (f"The record of the last backend feed verified: {damaged} Until the next verified feed, an older "
+                   "feed replayed by a server cannot be refused.")
+        log.warning("%s", warning)
+    seen = floors.get(feed.repo)
+    if seen is not None and feed.version < seen["version"]:
+        raise VerificationError(f"The backend feed is version {feed.version}, older than version {seen['version']} "
+                                f"verified before{' (on ' + str(seen['date'])[:40] + ')' if seen.get('date') else ''}"
+                                ": it was rolled back.", advice)
+    return warning
+
+
+def remember_floor(verified: VerifiedFeed) -> None:
+    """Raise the floor of the feed's repository to its version (never lower it); a write that fails is logged:
+    the feed verified, only a later replay of an older one would then go unnoticed."""
+    feed = verified.feed
+    if feed.version is None:
+        return
+    path = _floor_path()
+    floors, _ = settings_file.load_floors(path, _floor_entry)
+    seen = floors.get(feed.repo)
+    if seen is not None and seen["version"] >= feed.version:
+        return
+    floors[feed.repo] = {"version": feed.version, "sha256": verified.sha256, "date": feed.date,
+                         "verified": _iso(datetime.now(UTC))}
+    try:
+        paths.ensure_dir(path.parent, "data")
+        settings_file.write_json(path, floors)
+    except (OSError, FastMTPError) as exc:
+        log.warning("cannot record the backend feed floor in %s: %s", path, exc)
 
 
 def verify_feed(data: bytes, raw_signature: bytes, url: str, *, repo: str | None = None,
@@ -473,9 +576,14 @@ def verify_feed(data: bytes, raw_signature: bytes, url: str, *, repo: str | None
     if feed.repo != repo:
         raise VerificationError(f"The backend feed is signed for the repository {feed.repo}, not {repo}.",
                                 f"Nothing was installed. Pass --repo {feed.repo} if you mean to trust its key.")
+    warning = check_fresh(feed)
     fp = signing.fingerprint(key)
     known = [k.source for k in trust.trusted_keys(repo) if k.fingerprint == fp]
-    return VerifiedFeed(url, feed, fp, "new" if is_new else (known or ["user"])[0])
+    verified = VerifiedFeed(url, feed, fp, "new" if is_new else (known or ["user"])[0],
+                            hashlib.sha256(data).hexdigest(), warning)
+    if not is_new:  # a key trusted only now raises the floor once an archive it signed installed
+        remember_floor(verified)
+    return verified
 
 
 def _signature_url(url: str) -> str:
@@ -507,8 +615,12 @@ def read_feed(url: str | None = None, *, repo: str | None = None, trust_fingerpr
     finally:
         cancel.set_kill(None)
         shutil.rmtree(folder, ignore_errors=True)
-    events.emit("step", "checking the feed's signature and the publisher key", 3)
-    return verify_feed(data, raw_signature, url, repo=repo, trust_fingerprint=trust_fingerprint, confirm=confirm)
+    events.emit("step", "checking the feed's signature, the publisher key, its version and expiry", 3)
+    verified = verify_feed(data, raw_signature, url, repo=repo, trust_fingerprint=trust_fingerprint,
+                           confirm=confirm)
+    if verified.warning:
+        events.emit("log", verified.warning)
+    return verified
 
 
 def claim_check(archive: FeedArchive) -> Callable[[BackendClaim], None]:
@@ -570,4 +682,5 @@ def install_from_feed(url: str | None = None, *, machine: Machine | None = None,
     installed = install_prebuilt(verified.archive_url(chosen), repo=verified.feed.repo,
                                  trust_fingerprint=verified.fingerprint, confirm=None, activate=activate,
                                  on_event=on_event, cancel=cancel, check_claim=claim_check(chosen))
+    remember_floor(verified)
     return FeedInstall(verified, selection, installed)

@@ -348,9 +348,18 @@ def cmd_backend_sign_feed(args: argparse.Namespace) -> int:
         check_archive(claim, path)  # the bytes beside it are the ones signed
         entries.append(feed_entry(path, claim, platform="windows" if platform == "windows" else "linux",
                                   min_driver=args.min_driver))
-    written = write_feed(entries, key, args.out, repo=args.repo)
-    emit(args, written.to_dict(), f"Signed the backend feed {written.feed} ({len(entries)} archives) with {fp}; "
-                                  "publish it and its .sig beside the archives.")
+    if args.feed_version is not None and args.feed_version < 1:
+        raise FastMTPError(f"--feed-version {args.feed_version}: a feed version is a whole number from 1.",
+                           "Give one larger than the last feed's, or leave it out (the signing time).")
+    if args.valid_days <= 0:
+        raise FastMTPError(f"--valid-days {args.valid_days}: a feed must be valid for some days.",
+                           "Give a number of days, e.g. 180 (the default).")
+    written = write_feed(entries, key, args.out, repo=args.repo, version=args.feed_version,
+                         valid_days=args.valid_days)
+    expires = written.body.expires.date().isoformat() if written.body.expires else "?"
+    emit(args, written.to_dict(), f"Signed the backend feed {written.feed} ({len(entries)} archives, version "
+                                  f"{written.body.version}, expires {expires}) with {fp}; publish it and its .sig "
+                                  "beside the archives, and sign it again before it expires.")
     return 0
 
 
@@ -501,6 +510,11 @@ def add_commands(sub: Subparsers) -> None:
     sf.add_argument("--key", type=Path, required=True, metavar="PRIVATE.pem")
     sf.add_argument("--out", type=Path, required=True, help="folder for the feed and its .sig")
     sf.add_argument("--repo", help="repository id whose key signs it (default: the catalog's)")
+    sf.add_argument("--feed-version", type=int, metavar="N",
+                    help="the feed's monotonic version, larger than the last one published (default: the signing "
+                         "time in seconds since 1970); the app refuses a feed older than the last it verified")
+    sf.add_argument("--valid-days", type=float, default=180, metavar="DAYS",
+                    help="days until the feed expires and the app refuses it as stale (default: 180)")
 
     ct = command(bsub, "cuda-toolkit", cmd_cuda_toolkit,
                  "the CUDA toolkit (nvcc, cuBLAS) as NVIDIA's pip wheels in the app's cache, for machines "

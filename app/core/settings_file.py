@@ -157,3 +157,36 @@ def write_json(path: Path, data: Any) -> None:
         with contextlib.suppress(OSError):
             temporary.unlink(missing_ok=True)
         raise
+
+
+def load_floors(path: Path, valid_entry: Callable[[object], bool]) -> tuple[dict[str, Any], str]:
+    """A rollback-floor file (``{repository: entry}``: the last signed feed verified for each) and, when it was
+    damaged, why (empty when all is well; a missing file is no floors and no warning).
+
+    A floor is never dropped in silence: a damaged file (unreadable, not a JSON object, or an entry
+    ``valid_entry`` refuses) is set aside as ``<name>.bad``, the entries still whole (other repositories') are
+    written back, and the reason says so, for the caller to tell the user that, until the next verified feed, an
+    older replayed one cannot be refused for what was lost. The app-update floor (``update-floor.json``) and the
+    backend feed's (``backend-feed-floor.json``) follow these rules."""
+    reason = ""
+    try:
+        data = read_json(path)
+    except DamagedFile as exc:
+        data, reason = {}, str(exc)
+    if data is None:
+        return {}, ""
+    if not isinstance(data, dict):
+        data, reason = {}, "it is not a JSON object"
+    floors = {str(repo): entry for repo, entry in data.items() if valid_entry(entry)}
+    if not reason and len(floors) != len(data):
+        damaged = next(str(repo) for repo in data if repo not in floors)
+        reason = f"the entry for {damaged[:80]!r} is not a valid floor"
+    if not reason:
+        return floors, ""
+    moved = set_aside(path, reason)
+    if floors:
+        with contextlib.suppress(OSError):
+            write_json(path, floors)
+    aside = f" and was set aside as {moved.name}" if moved else ""
+    kept = " The floors of the other repositories were kept." if floors else ""
+    return floors, f"{path} was damaged ({reason}){aside}.{kept}"
