@@ -27,13 +27,16 @@ from typing import Literal
 from app.backend import registry
 from app.backend.builder import BuildOptions, build_backend, build_dir_of, plan_build
 from app.backend.events import EventSink
-from app.core import paths
+from app.core import paths, settings_file
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
 
 Basis = Literal["cached", "measured", "cores"]
 HISTORY_FILE = "build-times.json"
 HISTORY_KEEP = 20  # the newest records kept
+HISTORY_MAX_BYTES = 64 * 1024  # 20 records are about 2 KiB
+MAX_RECORD_SECONDS = 7 * 24 * 3600.0  # a record of a longer build is not one of ours
+MAX_ARCHS = 64  # CUDA architectures in one build
 # core-seconds of a fresh build (source, configure, compile, install, self-test) of the pinned version, measured
 # on a quiet 2-core EPYC: a CPU build in 228 s (docs/benchmarks.md), a one-architecture CUDA build in about 56 min
 FRESH_CORE_SECONDS = {"cpu": 480.0, "cuda": 6700.0}
@@ -98,11 +101,31 @@ def _history_path() -> Path:
 
 
 def _history() -> list[dict[str, object]]:
+    """The kept records, each checked (``flavor``, ``cached``, a finite ``seconds`` in range, a count of ``archs``);
+    a bad record is dropped. The file goes through the state-file rules: a regular file of at most
+    ``HISTORY_MAX_BYTES`` (a FIFO or a link to ``/dev/zero`` is refused unread), JSON with finite numbers and no
+    deep nesting; a damaged one is set aside as ``build-times.json.bad`` with a warning, and the estimate comes
+    from the cores."""
+    path = _history_path()
     try:
-        records = json.loads(_history_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        records = settings_file.read_json(path, HISTORY_MAX_BYTES)
+    except settings_file.DamagedFile as exc:
+        settings_file.set_aside(path, str(exc))
         return []
-    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+    if records is not None and not isinstance(records, list):
+        settings_file.set_aside(path, "it is not a JSON list")
+        return []
+    return [r for r in records or [] if _good_record(r)]
+
+
+def _good_record(record: object) -> bool:
+    if not isinstance(record, dict):
+        return False
+    seconds, archs = record.get("seconds"), record.get("archs", 1)
+    return (isinstance(record.get("flavor"), str) and isinstance(record.get("cached"), bool)
+            and isinstance(seconds, int | float) and not isinstance(seconds, bool)
+            and 0 < seconds <= MAX_RECORD_SECONDS
+            and isinstance(archs, int) and not isinstance(archs, bool) and 1 <= archs <= MAX_ARCHS)
 
 
 def record(flavor: str, cached: bool, seconds: float, archs: int = 1) -> None:
@@ -127,8 +150,8 @@ def estimate(options: BuildOptions, cached: bool | None = None, cores: int | Non
     archs = max(1, len(options.cuda_archs)) if flavor == "cuda" else 1
     machine_cores = cores or os.cpu_count() or 1
     cached = is_cached(options) if cached is None else cached
-    same = [float(str(r["seconds"])) / max(1, int(str(r.get("archs", 1)))) * archs for r in _history()
-            if r.get("flavor") == flavor and r.get("cached") == cached and isinstance(r.get("seconds"), int | float)]
+    same = [float(str(r["seconds"])) / int(str(r.get("archs", 1))) * archs for r in _history()
+            if r.get("flavor") == flavor and r.get("cached") == cached]
     if same:
         return BuildEstimate(statistics.median(same), "measured", flavor, machine_cores, cached)
     if cached:

@@ -28,6 +28,7 @@ from app.core.errors import BackendError, BuildCancelled, DownloadError
 from app.core.safe_paths import check_name
 from app.core.units import format_bytes
 from app.release import trust
+from app.release.catalog import check_url
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchedFile, FetchEvent, FileRequest, fetch_files
 from app.release.verify import INTEGRITY_MAX_BYTES
 
@@ -56,7 +57,7 @@ class InstalledPrebuilt:
 
 
 def is_url(source: str | Path) -> bool:
-    return isinstance(source, str) and urlsplit(source).scheme in ("http", "https")
+    return isinstance(source, str) and source.lower().startswith(("http://", "https://"))
 
 
 def _sibling_url(url: str, suffix: str) -> str:
@@ -176,6 +177,7 @@ def _from_url(url: str, repo: str | None, trust_fingerprint: str | None, confirm
               ) -> tuple[VerifiedClaim, Path, str | None]:
     """Fetch the signed manifest and its signature (capped, afresh), check them, then fetch the archive with the
     size and sha256 they vouch for into ``<data>/downloads/backends/`` (a ``.part`` there is resumed)."""
+    check_url(url)  # the one URL parser: a port outside 1..65535 or a malformed host, in words (exit 2)
     staging = paths.ensure_dir(paths.data_dir() / "downloads" / "backends", "downloads")
     integrity = staging / f"integrity-{os.getpid()}"
     name = check_name(Path(urlsplit(url).path).name or "backend.tar.xz", "archive name", url, archive.REFUSED_ADVICE)

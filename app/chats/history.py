@@ -67,6 +67,9 @@ EXPORT_FORMAT = "fastmtp-chat-history/1"
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another process's lock before it gives up
 EXPORT_MAX_BYTES = 256 << 20  # an import file is refused beyond this, unread (an export of years of chats is MiBs)
 _CONVERSATION_COLUMNS = "id, title, system_prompt, settings, created, updated, pinned"  # ``_conversation``'s order
+# a message's version group as stored, read only where it is a message id: a damaged ``version_of`` (text, a real;
+# an imported or hand-edited row) counts as no group, so the message is a reply with one version, never a lockout
+_VERSION_OF = "(CASE WHEN typeof(version_of) = 'integer' THEN version_of END)"
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions of a database file, kept with it
 _DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
@@ -283,23 +286,25 @@ class HistoryStore:
     def add_version(self, message_id: int) -> int:
         """Regenerate keeps the reply ``message_id``: it becomes one of its versions, hidden, and a new empty
         version (shown, incomplete) is added after it, whose id is returned (fill it with ``update_message``)."""
-        rows = self._rows("SELECT conversation_id, role, COALESCE(version_of, id) FROM messages WHERE id = ?",
+        rows = self._rows(f"SELECT conversation_id, role, COALESCE({_VERSION_OF}, id) FROM messages WHERE id = ?",
                           (message_id,))
         if not rows:
             raise HistoryError(f"There is no message {message_id} in the history.",
                                "List the chat's messages with: python -m app history show ID")
         conversation_id, role, first = int(rows[0][0]), _text(rows[0][1]), int(rows[0][2])
-        self._run("UPDATE messages SET version_of = ?, shown = 0 WHERE COALESCE(version_of, id) = ?", (first, first))
+        self._run(f"UPDATE messages SET version_of = ?, shown = 0 WHERE COALESCE({_VERSION_OF}, id) = ?",
+                  (first, first))
         new = self.add_message(conversation_id, role, "", complete=False)
         self._run("UPDATE messages SET version_of = ? WHERE id = ?", (first, new))
         return new
 
     def versions(self, message_id: int) -> list[StoredMessage]:
         """Every version of the message (oldest first; the message alone when it has one version)."""
-        rows = self._rows("SELECT COALESCE(version_of, id), conversation_id FROM messages WHERE id = ?", (message_id,))
+        rows = self._rows(f"SELECT COALESCE({_VERSION_OF}, id), conversation_id FROM messages WHERE id = ?",
+                          (message_id,))
         if not rows:
             return []
-        return self._messages("WHERE conversation_id = ? AND COALESCE(version_of, id) = ?",
+        return self._messages(f"WHERE conversation_id = ? AND COALESCE({_VERSION_OF}, id) = ?",
                               (int(rows[0][1]), int(rows[0][0])))
 
     def version_ids(self, conversation_id: int) -> dict[int, tuple[int, ...]]:
@@ -308,14 +313,20 @@ class HistoryStore:
         groups: dict[int, list[int]] = {}
         for row in self._rows("SELECT id, version_of FROM messages WHERE conversation_id = ? AND version_of IS NOT "
                               "NULL ORDER BY id", (conversation_id,)):
-            groups.setdefault(int(row[1]), []).append(int(row[0]))
+            if not isinstance(row[1], int):  # damaged (an imported or hand-edited row): read as one version
+                warning = (f"Message {row[0]} in {self.path} names a version group that is not a message id "
+                           f"({str(row[1])[:40]!r}); it is shown as a reply with one version.")
+                if warning not in self.warnings:
+                    self.warnings.append(warning)
+                continue
+            groups.setdefault(row[1], []).append(int(row[0]))
         return {member: tuple(ids) for ids in groups.values() if len(ids) > 1 for member in ids}
 
     def show_version(self, message_id: int) -> None:
         """Make this version the shown one: what the chat shows and goes on from; its other versions hide."""
-        rows = self._rows("SELECT COALESCE(version_of, id) FROM messages WHERE id = ?", (message_id,))
+        rows = self._rows(f"SELECT COALESCE({_VERSION_OF}, id) FROM messages WHERE id = ?", (message_id,))
         if rows:
-            self._run("UPDATE messages SET shown = (id = ?) WHERE COALESCE(version_of, id) = ?",
+            self._run(f"UPDATE messages SET shown = (id = ?) WHERE COALESCE({_VERSION_OF}, id) = ?",
                       (message_id, int(rows[0][0])))
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:

@@ -188,8 +188,8 @@ class BoundedRead:
         """The body as it arrives, decoded (gzip, deflate) in steps of at most 64 KiB; raises TooLarge past
         ``max_body`` (``enforce=False``: the caller stops reading there itself)."""
         self.attach(response)
-        announced = response.headers.get("content-length", "")
-        if enforce and announced.isdigit() and int(announced) > self.max_body:
+        announced = header_int(response.headers.get("content-length"))
+        if enforce and announced is not None and announced > self.max_body:
             raise self.too_large()
         decoder = _decoder(response.headers.get("content-encoding", ""), self)
         total = 0
@@ -299,3 +299,18 @@ def finite(value: Any) -> float | None:
         return None
     number = float(value) if isinstance(value, float) or abs(value) < 1 << 1023 else math.inf
     return number if math.isfinite(number) else None
+
+
+HEADER_DIGITS_MAX = 19  # an int64's digits: no size, offset or delay a server sends needs more
+
+
+def header_int(value: str | None) -> int | None:
+    """A header's number (``Content-Length``, ``Retry-After``, a ``Content-Range`` part): ASCII digits only, at most
+    ``HEADER_DIGITS_MAX`` of them; None for anything else. ``str.isdigit`` and ``int`` also accept other scripts'
+    digits and superscripts (``'²'.isdigit()`` is true, ``int('²')`` raises), so neither is used on a header."""
+    if value is None:
+        return None
+    text = value.strip(" \t")
+    if not 0 < len(text) <= HEADER_DIGITS_MAX or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)

@@ -11,6 +11,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import SplitResult, urlsplit
 
 from app.core.errors import FastMTPError
 
@@ -46,6 +47,43 @@ def classify(host: str) -> Reach:
 def _shared(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     """100.64.0.0/10, carrier-grade NAT and VPN meshes such as Tailscale: not reachable from the internet."""
     return isinstance(address, ipaddress.IPv4Address) and address in ipaddress.ip_network("100.64.0.0/10")
+
+
+class BadUrl(ValueError):
+    """A URL that cannot be used, in words: ``str(exc)`` completes "... is not a usable address: "."""
+
+
+def web_url(url: str, schemes: tuple[str, ...] = ("http", "https")) -> SplitResult:
+    """The one parser of a URL from outside (``--feed``, ``--base-url``, ``--url``, ``--endpoint``, a mirror, a
+    remote server): its parts, or :class:`BadUrl` saying what is wrong. The scheme must be one of ``schemes``, the
+    host present and well formed (a bracketed IPv6 address closed and valid, no spaces or control characters), the
+    port, when given, ASCII digits from 1 to 65535: a port above it is refused, never wrapped (httpx would contact
+    99999 - 65536)."""
+    if any(ord(c) < 33 or c == "\x7f" for c in url):
+        raise BadUrl("it holds a space or a control character")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed or invalid [IPv6] host
+        raise BadUrl(f"its host is malformed ({exc})") from None
+    if parts.scheme.lower() not in schemes:
+        raise BadUrl(f"it does not start with {' or '.join(s + '://' for s in schemes)}")
+    host_port = parts.netloc.rpartition("@")[2]
+    if host_port.startswith("["):
+        host, _, rest = host_port[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else None
+        if rest and port_text is None:
+            raise BadUrl("its host is malformed (text after the bracketed address)")
+    else:
+        host, colon, port_text_raw = host_port.partition(":")
+        port_text = port_text_raw if colon else None
+        if ":" in port_text_raw or "[" in host or "]" in host:
+            raise BadUrl("its host is malformed (an IPv6 address must be in brackets)")
+    if not host:
+        raise BadUrl("it names no host")
+    if port_text and (len(port_text) > 5 or not (port_text.isascii() and port_text.isdigit())
+                      or not 1 <= int(port_text) <= 65_535):
+        raise BadUrl(f"its port {port_text[:20]!r} is not a number from 1 to 65535")
+    return parts
 
 
 def is_loopback(host: str) -> bool:

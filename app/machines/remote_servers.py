@@ -85,11 +85,10 @@ def check_url(url: str, verify_tls: bool = True) -> tuple[str, str | None]:
     if "://" not in text:
         raise RemoteError(f"{url!r} is not a server address.",
                           "Write it with its scheme, such as https://gpu-box.example:8080 or http://192.168.1.20:8080.")
-    try:
-        parts = urlsplit(text)
-        parts.port  # noqa: B018 (raises ValueError for a bad port)
-    except ValueError:
-        raise RemoteError(f"{url!r} is not a valid address (its port?).",
+    try:  # the one URL parser: a malformed host or a port outside 1..65535 is refused (the scheme is checked below)
+        parts = netaddr.web_url(text, (text.split("://", 1)[0].lower(),))
+    except netaddr.BadUrl as exc:
+        raise RemoteError(f"{url[:200]!r} is not a valid address: {exc}.",
                           "Write it like http://192.168.1.20:8080.") from None
     scheme, host = parts.scheme.lower(), parts.hostname or ""
     if scheme not in ("http", "https"):

@@ -11,6 +11,7 @@ Qt-free; the Models page and the ``models add|scan|remove`` commands both call t
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -34,6 +35,8 @@ Role = Literal["model", "sidecar", "other"]
 _QUANT_IN_NAME = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[0-9A-Z]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
 _SKIP_SUFFIXES = (".partial", ".part", ".incomplete", ".tmp")
 _SCAN_DEPTH = 6  # folders below a scan root (HF cache: models--x/snapshots/<rev>/sub/file.gguf)
+
+log = logging.getLogger(__name__)
 
 
 class LocalModelError(FastMTPError):
@@ -70,9 +73,21 @@ class ModelFacts:
         return dict(asdict(self), role=self.role)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelFacts:
-        names = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in names})
+    def from_dict(cls, data: Any) -> ModelFacts:
+        """Facts as stored; ``TypeError`` when they are not an object of the right types (a hand-edited file)."""
+        if not isinstance(data, dict):
+            raise TypeError("the facts are not an object")
+        kept = {k: v for k, v in data.items() if k in _FACT_TYPES}
+        for name, value in kept.items():
+            if not isinstance(value, _FACT_TYPES[name]) or (isinstance(value, bool) and _FACT_TYPES[name] is not bool):
+                raise TypeError(f"the facts' {name} is not a {_FACT_TYPES[name]}")
+        return cls(**kept)
+
+
+# what each stored fact must be (local-models.json is editable by hand: a wrong type is a skipped entry)
+_FACT_TYPES: dict[str, Any] = {
+    "architecture": str, "kind": str, "quantization": str, "size_bytes": int, "vocab_size": int | type(None),
+    "n_embd": int | type(None), "mtp_head": bool, "sidecar": str, "usable": bool, "reason": str}
 
 
 def quantization_of(name: str, tensor_types: dict[str, int]) -> str:
@@ -241,10 +256,14 @@ def load_registry() -> list[LocalModel]:
     """The registered models; a damaged file reads as empty (and is rewritten by the next change)."""
     data = settings_file.load_json(registry_path())  # None: missing or damaged
     models = []
-    for entry in data.get("models", []) if isinstance(data, dict) else []:
+    entries = data.get("models") if isinstance(data, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
         try:
+            if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+                raise TypeError("not an object with a path")
             models.append(LocalModel._from_stored(entry))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError) as exc:  # a damaged entry is skipped (the next change drops it)
+            log.warning("%s: an entry is damaged (%s) and was skipped", registry_path(), exc)
             continue
     return models
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from app.core import paths
 from app.core.errors import FastMTPError
+from app.core.netaddr import BadUrl, web_url
 from app.core.resources import resources_dir
 from app.core.safe_paths import check_repo
 
@@ -223,10 +224,13 @@ def _endpoint_kind(value: object) -> EndpointKind:
 
 
 def check_url(url: str) -> str:
-    """Accept http(s) URLs with a host; anything else is a usage error the user can fix."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.netloc:
-        raise CatalogError(f"{url!r} is not an http(s) URL.", "Give a URL like https://mirror.example.org/models")
+    """Accept http(s) URLs with a well-formed host and a port from 1 to 65535 (``netaddr.web_url``, the one URL
+    parser); anything else is a usage error the user can fix."""
+    try:
+        web_url(url)
+    except BadUrl as exc:
+        raise CatalogError(f"{url[:200]!r} is not an http(s) URL that can be used: {exc}.",
+                           "Give a URL like https://mirror.example.org/models") from None
     return url.rstrip("/")
 
 

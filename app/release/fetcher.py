@@ -29,6 +29,7 @@ import httpcore
 import httpx
 
 from app import __version__
+from app.core.bounded_http import header_int
 from app.core.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
 from app.core.hashing import BackgroundSha256
 from app.core.units import format_bytes
@@ -577,8 +578,7 @@ class _Download:
         else:
             if self.done > 0:
                 self._restart("the server does not resume (ignored Range); starting again from zero")
-            length = response.headers.get("content-length")
-            total = int(length) if length and length.isdigit() else None
+            total = header_int(response.headers.get("content-length"))
         self._check_announced_size(total, url)
         self.state = PartState(url=url, etag=etag, last_modified=modified, size=self.expected, bytes_done=self.done)
         try:
@@ -817,12 +817,13 @@ def _content_range(value: str | None) -> tuple[int | None, int | None]:
         return None, None
     span, _, total = value[len("bytes "):].partition("/")
     first = span.partition("-")[0]
-    return (int(first) if first.isdigit() else None), (int(total) if total.isdigit() else None)
+    return header_int(first), header_int(total)
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after", "")
-    return float(value) if value.isdigit() else None
+    """Seconds from ``Retry-After`` (ASCII digits only; an HTTP date or anything else: None)."""
+    seconds = header_int(response.headers.get("retry-after"))
+    return float(seconds) if seconds is not None else None
 
 
 def _is_certificate_error(exc: BaseException) -> bool:

@@ -28,7 +28,7 @@ from urllib.parse import quote, urljoin, urlsplit
 import httpx
 
 from app import __version__
-from app.core import bounded_http
+from app.core import bounded_http, netaddr
 from app.core.errors import DownloadError, FastMTPError, VerificationError
 
 State = Literal["publisher-signed", "hub-hash-matches", "hub-hash-mismatch", "unverified"]
@@ -279,6 +279,12 @@ def verify_against_hub(path: Path, origin: HubOrigin, endpoint: str | None = Non
         DownloadError, VerificationError: the hub could not say (see :func:`hub_file_info`).
     """
     base = (endpoint or default_endpoint()).rstrip("/")
+    try:  # the one URL parser: a port outside 1..65535 or a malformed host is refused before anything is asked
+        netaddr.web_url(base)
+    except netaddr.BadUrl as exc:
+        raise FastMTPError(f"The hub address {base[:200]!r} is not a usable http(s) URL: {exc}.",
+                           "Give one like https://huggingface.co (--endpoint or HF_ENDPOINT).",
+                           kind="bad-usage") from None
     size = _readable_size(path)  # before asking the hub: a file that cannot be read is said so at once
     info = hub_file_info(origin, base, token)
     actual = "" if info.size is not None and info.size != size else sha256_with_progress(path, on_bytes)

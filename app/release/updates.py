@@ -102,6 +102,7 @@ class UpdateCheck:
     fingerprint: str | None = None  # the key that signed the feed
     message: str = ""  # why it could not be verified or reached
     advice: str = ""
+    warning: str = ""  # what the check found damaged and set aside (the rollback floor)
 
     @property
     def newer_available(self) -> bool:
@@ -109,14 +110,15 @@ class UpdateCheck:
 
     def summary(self) -> str:
         """One line for a person."""
+        warning = f" Warning: {self.warning}" if self.warning else ""
         if self.status == "available":
             where = self.download_url or self.feed_url
-            return f"FastMTP Chat {self.latest_version} is available: {where}"
+            return f"FastMTP Chat {self.latest_version} is available: {where}{warning}"
         if self.status == "up_to_date":
-            return f"FastMTP Chat {self.current_version} is up to date."
+            return f"FastMTP Chat {self.current_version} is up to date.{warning}"
         if self.status == "unverified":
-            return f"{_NOT_VERIFIED}: {self.message}"
-        return f"Could not reach the update server: {self.message}"
+            return f"{_NOT_VERIFIED}: {self.message}{warning}"
+        return f"Could not reach the update server: {self.message}{warning}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "newer_available": self.newer_available,
@@ -124,7 +126,7 @@ class UpdateCheck:
                 "notes": self.notes, "download_url": self.download_url,
                 "download": self.download.to_dict() if self.download else None, "fingerprint": self.fingerprint,
                 "checked_at": _iso(self.checked_at), "feed_url": self.feed_url, "message": self.message,
-                "advice": self.advice}
+                "advice": self.advice, "warning": self.warning}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UpdateCheck:
@@ -139,7 +141,7 @@ class UpdateCheck:
                    download_url=_optional(data.get("download_url")),
                    download=AppDownload(**download) if isinstance(download, dict) else None,
                    fingerprint=_optional(data.get("fingerprint")), message=str(data.get("message") or ""),
-                   advice=str(data.get("advice") or ""))
+                   advice=str(data.get("advice") or ""), warning=str(data.get("warning") or ""))
 
 
 def _optional(value: object) -> str | None:
@@ -294,7 +296,8 @@ def check_for_update(current_version: str = __version__, *, source: UpdateSource
     source = source or default_source()
     checked_at = _aware(now or datetime.now(UTC))
     current = parse_app_version(current_version, "this app's version")
-    base = UpdateCheck("up_to_date", current.text, checked_at, source.url)
+    base = UpdateCheck("up_to_date", current.text, checked_at, source.url,
+                       warning=_load_floors()[1])  # a damaged floor is set aside here, and said with the result
     verified: VerifiedFeed | None = None
     try:
         verified = fetch_feed(source, trust_fingerprint=trust_fingerprint, confirm=confirm, timeout=timeout)
@@ -338,20 +341,57 @@ def _read_state() -> dict[str, Any]:
     return settings_file.load_state(_state_path()) or {}
 
 
-def _check_floors(data: dict[str, Any]) -> None:
-    for repo, entry in data.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("date"), str):
-            raise ValueError(f"the entry for {str(repo)[:80]!r} has no date")
+def _floor_date(entry: object) -> datetime | None:
+    """A floor entry's date, or None when the entry is damaged (not an object, no ISO date)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("date"), str) or len(entry["date"]) > 64:
+        return None
+    try:
+        return _aware(datetime.fromisoformat(entry["date"].replace("Z", "+00:00")))
+    except ValueError:
+        return None
 
 
 def _read_floors() -> dict[str, Any]:
-    """The date of the last feed verified, per repository (the rollback floor), from the data folder. Once, the
-    floor an older version kept in the update state (config folder) moves here. A damaged file is set aside as
-    ``update-floor.json.bad`` with a warning (and the floor starts again from the next verified feed)."""
+    return _load_floors()[0]
+
+
+def _load_floors() -> tuple[dict[str, Any], str]:
+    """The date of the last feed verified, per repository (the rollback floor), from the data folder, and a warning
+    (empty when all is well). Once, the floor an older version kept in the update state (config folder) moves here.
+
+    A damaged file is never dropped in silence: it is set aside as ``update-floor.json.bad``, the entries that are
+    still whole (other repositories') are kept and written back, and the warning says what was lost: until the next
+    verified feed, an older replayed one cannot be refused for the damaged repository."""
     path = _floor_path()
-    floors = settings_file.load_state(path, _check_floors)
-    if floors is not None or os.path.lexists(path) or os.path.lexists(path.with_name(FLOOR_FILE + ".bad")):
-        return floors or {}
+    reason = ""
+    try:
+        data = settings_file.read_json(path)
+    except settings_file.DamagedFile as exc:
+        data, reason = {}, str(exc)
+    if data is None:
+        if os.path.lexists(path) or os.path.lexists(path.with_name(FLOOR_FILE + ".bad")):
+            return {}, ""
+        return _migrate_floors(path), ""
+    if not isinstance(data, dict):
+        data, reason = {}, "it is not a JSON object"
+    floors = {str(repo): entry for repo, entry in data.items() if _floor_date(entry) is not None}
+    if not reason and len(floors) != len(data):
+        damaged = next(str(repo) for repo in data if repo not in floors)
+        reason = f"the entry for {damaged[:80]!r} has no valid date"
+    if not reason:
+        return floors, ""
+    moved = settings_file.set_aside(path, reason)
+    if floors:
+        with contextlib.suppress(OSError):
+            settings_file.write_json(path, floors)
+    aside = f" and was set aside as {moved.name}" if moved else ""
+    kept = " The floors of the other repositories were kept." if floors else ""
+    return floors, (f"The record of the last update information verified ({path}) was damaged ({reason}){aside}: "
+                    "until the next verified check, an older update feed replayed by a server cannot be refused."
+                    f"{kept}")
+
+
+def _migrate_floors(path: Path) -> dict[str, Any]:
     state = _read_state()
     old = state.pop("feeds", None)
     if not isinstance(old, dict):
@@ -384,12 +424,8 @@ def _remember(result: UpdateCheck, verified: VerifiedFeed | None, repo: str) -> 
 
 def _check_floor(repo: str, feed: AppFeed) -> None:
     """Refuse a feed signed before the last one verified: a replayed old feed would hide a newer release."""
-    entry = _read_floors().get(repo)
-    if not isinstance(entry, dict):
-        return
-    try:
-        seen = _aware(datetime.fromisoformat(str(entry["date"])))
-    except (KeyError, ValueError):
+    seen = _floor_date(_read_floors().get(repo))  # a damaged entry was set aside, and said, by _load_floors
+    if seen is None:
         return
     if feed.date < seen:
         raise VerificationError(f"The update information is dated {_iso(feed.date)}, older than the one verified "

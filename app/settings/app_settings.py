@@ -8,6 +8,7 @@ to their defaults (and the file is rewritten on the next ``save``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,10 @@ Theme = Literal["system", "light", "dark"]
 THEMES: tuple[Theme, ...] = ("system", "light", "dark")
 FILE_NAME = "settings.json"
 STATE_CACHE_MB_MAX = 1024 * 1024  # a terabyte of kept chat states: the cap's ceiling
+# what llama.cpp is given (and the Settings page's spin boxes, Qt ints, can show): -1 is every layer, and no model
+# has 999; no machine runs more threads than this well (3*10^9 once stopped the Settings page from opening)
+GPU_LAYERS_MAX = 999
+THREADS_MAX = 256
 
 
 @dataclass
@@ -58,8 +63,8 @@ class Settings:
             self,
             models_dir=self.models_dir.strip(),
             context_size=valid_context(self.context_size),
-            gpu_layers=max(self.gpu_layers, -1),
-            threads=max(self.threads, 0),
+            gpu_layers=min(max(self.gpu_layers, -1), GPU_LAYERS_MAX),
+            threads=min(max(self.threads, 0), THREADS_MAX),
             draft_depth=clamp_draft_depth(self.draft_depth),
             adaptive_depth=self.adaptive_depth,
             p_min=min(max(self.p_min, 0.0), 1.0),
@@ -105,10 +110,15 @@ def load(path: Path | None = None) -> Settings:
                 ok = isinstance(value, bool)
             elif isinstance(default, float):
                 ok = isinstance(value, int | float) and not isinstance(value, bool)
+                try:
+                    value = float(value) if ok else value
+                except OverflowError:  # a 400-digit int: no float holds it
+                    ok = False
+                ok = ok and math.isfinite(value)
             else:
                 ok = isinstance(value, type(default)) and not isinstance(value, bool)
             if ok:
-                setattr(settings, f.name, float(value) if isinstance(default, float) else value)
+                setattr(settings, f.name, value)
     return settings.validated()
 
 

@@ -9,6 +9,7 @@ kept with its stats, so a reply can be reproduced by setting that seed as the fi
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
@@ -32,6 +33,13 @@ SEED_LIMIT = 2**31  # seeds are drawn below this, so any of them can be typed ba
 REPLY_TOKENS_MAX = 1 << 20  # a reply cap or thinking budget above any context is kept as no more than this
 OLD_DEFAULT_MAX_TOKENS = 1024  # every chat's reply cap before replies ran to the end: read as no cap, not a choice
 OLD_DEFAULT_SEED = 1  # the seed every chat had before the seed mode: read as the random default, not as a choice
+# the chat settings dialog's ranges: a saved (or imported) chat's value outside its range, or not finite, takes the
+# default (an imported history may hold anything; a 401-digit temperature once kept the window from starting)
+RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0), "top_k": (0, 1000), "top_p": (0.0, 1.0), "min_p": (0.0, 1.0),
+    "repeat_penalty": (0.5, 2.0), "seed": (0, SEED_LIMIT - 1), "max_tokens": (0, REPLY_TOKENS_MAX),
+    "thinking_budget": (0, REPLY_TOKENS_MAX),
+}
 
 
 @dataclass
@@ -86,17 +94,20 @@ class ChatSettings:
                 ok = isinstance(value, bool)
             elif isinstance(default, float):
                 ok = isinstance(value, int | float) and not isinstance(value, bool)
-                value = float(value) if ok else value
+                try:
+                    value = float(value) if ok else value
+                except OverflowError:  # an int too large for a float
+                    ok = False
+                ok = ok and math.isfinite(value)
             else:
                 ok = isinstance(value, type(default)) and not isinstance(value, bool)
             if f.name == "seed_mode":
                 ok = value in SEED_MODES
-            elif f.name == "seed":
-                ok = ok and 0 <= value < SEED_LIMIT
             elif f.name == "overflow":
                 ok = value in OVERFLOW_POLICIES
-            elif f.name in ("max_tokens", "thinking_budget"):
-                ok = ok and 0 <= value <= REPLY_TOKENS_MAX
+            elif f.name in RANGES:
+                low, high = RANGES[f.name]
+                ok = ok and low <= value <= high
             if ok:
                 setattr(chat, f.name, value)
         if "overflow" not in settings and chat.max_tokens == OLD_DEFAULT_MAX_TOKENS:  # saved before issue 34

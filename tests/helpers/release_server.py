@@ -38,7 +38,8 @@ class Fault:
 
     times: int = 1
     status: int | None = None  # answer with this status and a short body (404, 403, 500, ...)
-    retry_after: int | None = None  # with ``status``: a Retry-After header in seconds
+    retry_after: int | str | None = None  # with ``status``: a Retry-After header in seconds (or any text)
+    content_range: str | None = None  # a 206's Content-Range as given instead of the true one (a hostile server)
     reset_after: int | None = None  # send this many body bytes, then reset the connection (RST)
     stall_after: int | None = None  # send this many body bytes, then go silent until the server closes
     trickle_after: int | None = None  # send this many body bytes at full speed, then trickle the rest
@@ -256,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("ETag", entry.etag)
         self.send_header("Last-Modified", entry.last_modified)
         if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            self.send_header("Content-Range", fault.content_range or f"bytes {start}-{end}/{size}")
         if fault.claim_length is not None:
             self.send_header("Content-Length", str(fault.claim_length))
             self.close_connection = True

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.config import OVERFLOW_LABELS
-from app.settings.chat_settings import CUSTOM, PRESETS, REPLY_TOKENS_MAX, SEED_LIMIT, ChatSettings
+from app.settings.chat_settings import CUSTOM, PRESETS, RANGES, REPLY_TOKENS_MAX, SEED_LIMIT, ChatSettings
 
 SEED_MODE_LABELS = {"random": "Random for every reply", "fixed": "Fixed"}
 
@@ -38,11 +38,11 @@ class ChatSettingsDialog(QDialog):
         self.system_prompt.textChanged.connect(self._prompt_edited)
         self.thinking = QCheckBox("Let the model think before it answers (<think> block)")
         self.thinking.setChecked(settings.thinking)
-        self.temperature = _double(0.0, 2.0, 0.05, settings.temperature)
-        self.top_k = _int(0, 1000, settings.top_k)
-        self.top_p = _double(0.0, 1.0, 0.01, settings.top_p)
-        self.min_p = _double(0.0, 1.0, 0.01, settings.min_p)
-        self.repeat_penalty = _double(0.5, 2.0, 0.01, settings.repeat_penalty)
+        self.temperature = _double(*RANGES["temperature"], 0.05, settings.temperature)
+        self.top_k = _int(*_ints(RANGES["top_k"]), settings.top_k)
+        self.top_p = _double(*RANGES["top_p"], 0.01, settings.top_p)
+        self.min_p = _double(*RANGES["min_p"], 0.01, settings.min_p)
+        self.repeat_penalty = _double(*RANGES["repeat_penalty"], 0.01, settings.repeat_penalty)
         self.seed_mode = QComboBox()
         for mode, label in SEED_MODE_LABELS.items():
             self.seed_mode.addItem(label, mode)
@@ -119,6 +119,10 @@ def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBo
     box.setDecimals(2)
     box.setValue(value)
     return box
+
+
+def _ints(bounds: tuple[float, float]) -> tuple[int, int]:
+    return int(bounds[0]), int(bounds[1])
 
 
 def _int(low: int, high: int, value: int) -> QSpinBox:

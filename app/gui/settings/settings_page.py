@@ -95,10 +95,10 @@ class SettingsPage(QWidget):
         self._context_problem = ""
         self.context_size.valueChanged.connect(lambda _value: self.show_context_fit())
         self.gpu_layers = QSpinBox()
-        self.gpu_layers.setRange(-1, 999)
+        self.gpu_layers.setRange(-1, app_settings.GPU_LAYERS_MAX)
         self.gpu_layers.setSpecialValueText("all that fit")
         self.threads = QSpinBox()
-        self.threads.setRange(0, 256)
+        self.threads.setRange(0, app_settings.THREADS_MAX)
         self.threads.setSpecialValueText("automatic")
         self.draft_depth = QSpinBox()
         self.draft_depth.setRange(DRAFT_DEPTH_MIN, DRAFT_DEPTH_MAX)
