@@ -19,7 +19,10 @@ ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
 QT_PACKAGES_FILE = ROOT / "installers" / "debian-qt-packages.txt"
 # What the frozen app and its backend need besides the Qt libraries: the C and C++ runtimes the
 # bundled Python and the prebuilt backend link (libgomp: ggml's OpenMP threads).
-BASE_DEPENDS = ("libc6 (>= 2.36)", "libstdc++6", "libgcc-s1", "libgomp1", "zlib1g")
+# The libc6 floor is computed from the binaries (``libc_floor``): the newest GLIBC_x.y symbol version any of them
+# needs, never below Debian 12's 2.36 (the oldest the README promises).
+GLIBC_BASE = "2.36"
+BASE_DEPENDS = ("libstdc++6", "libgcc-s1", "libgomp1", "zlib1g")
 
 DESKTOP_ENTRY = """[Desktop Entry]
 Type=Application
@@ -45,8 +48,16 @@ def debian_arch(machine: str | None = None) -> str:
     return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
 
 
-def control_file(version: str, arch: str, installed_kib: int) -> str:
-    depends = ", ".join([*BASE_DEPENDS, *qt_packages()])
+def libc_floor(app_folder: Path) -> str:
+    """The ``libc6`` version the package must depend on: the newest ``GLIBC_x.y`` any ELF file of the app (and of
+    the backend archives it bundles) requires, at least :data:`GLIBC_BASE`."""
+    from installers.elf_needs import glibc_floor
+
+    return glibc_floor(app_folder, GLIBC_BASE)
+
+
+def control_file(version: str, arch: str, installed_kib: int, glibc: str = GLIBC_BASE) -> str:
+    depends = ", ".join([f"libc6 (>= {glibc})", *BASE_DEPENDS, *qt_packages()])
     return (f"Package: {PACKAGE}\n"
             f"Version: {version}\n"
             f"Architecture: {arch}\n"
@@ -89,7 +100,8 @@ def package_tree(app_folder: Path, root: Path, version: str, arch: str | None = 
     installed = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
     debian = root / "DEBIAN"
     debian.mkdir()
-    (debian / "control").write_text(control_file(version, arch or debian_arch(), (installed + 1023) // 1024))
+    (debian / "control").write_text(control_file(version, arch or debian_arch(), (installed + 1023) // 1024,
+                                                 libc_floor(target)))
     for path in [root, *root.rglob("*")]:  # dpkg-deb refuses group/world-writable control folders
         if path.is_dir() and not path.is_symlink():
             path.chmod(0o755)
