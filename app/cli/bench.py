@@ -230,6 +230,31 @@ def cmd_bench_mode_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_long_chat(args: argparse.Namespace) -> int:
+    from app.bench import long_chat
+    from app.engine.config import EngineConfig
+
+    if min(args.turns, args.reread_every, args.runs, args.max_tokens, args.reopen_tokens) < 1:
+        raise SystemExit("--turns, --reread-every, --runs, --max-tokens and --reopen-tokens must be 1 or more")
+    if args.reopen_tokens + 2 * max(args.max_tokens, 64) + 160 > args.ctx:
+        raise SystemExit(f"--reopen-tokens {args.reopen_tokens} leaves too little of --ctx {args.ctx} for the chat's "
+                         "last turns and the reopened one: lower it or raise --ctx")
+    target, _full, d2t, name = bench_files(args)
+    config = EngineConfig(target, mode="sidecar" if args.mode == "d2t" else "off",
+                          draft=d2t if args.mode == "d2t" else None, draft_depth=args.depth, n_ctx=args.ctx,
+                          n_threads=args.threads, n_gpu_layers=args.gpu_layers)
+    result = long_chat.run(config, name, turns=args.turns, max_tokens=args.max_tokens, reread_every=args.reread_every,
+                           reopen_tokens=args.reopen_tokens, runs=args.runs, log=log_stderr)
+    report(args, result.to_dict(), result.markdown, f"Long chats (issue 34; {name})",
+           "Times to first token are the caller's, from the request to the first token event (a restore's file "
+           "read and the worker's state lookup are in them). Re-read: a second engine worker, emptied before each "
+           "measurement, reads the same prompt (the messages that turn kept) from scratch. Reopen: each run's chat "
+           "was built and left, the worker process restarted (no memory copy left) and warmed with one reply outside "
+           "any chat; the restored and the re-read turn take turns going first. State size: file bytes over the "
+           "tokens in the file.")
+    return 0
+
+
 def cmd_bench_lossless(args: argparse.Namespace) -> int:
     from app.bench import lossless
     from app.bench.spec import load_prompts, tokenize_prompts
@@ -358,6 +383,26 @@ def add_commands(sub: Subparsers) -> None:
     fe.add_argument("--size-mb", type=int, default=2048, help="size of the generated file in MiB")
     fe.add_argument("--runs", type=int, default=3, help="runs per client, alternating")
     fe.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    lc = command(bsub, "long-chat", cmd_bench_long_chat, "a scripted long chat through the engine worker "
+                 "(issue 34): time to first token with the kept state against re-reading the history, a chat "
+                 "reopened from its disk state after a restart, the state's size on disk")
+    lc.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    lc.add_argument("--target", type=Path, help="run real files instead: the target ...")
+    lc.add_argument("--full", type=Path, help="... its full sidecar ...")
+    lc.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    lc.add_argument("--mode", choices=["off", "d2t"], default="d2t", help="drafting off, or the d2t sidecar")
+    lc.add_argument("--depth", type=int, default=3, help="draft depth with --mode d2t")
+    lc.add_argument("--ctx", type=int, default=2048, help="context size in tokens (overflow policy: trim)")
+    lc.add_argument("--turns", type=int, default=24, help="user messages in the scripted chat (40-60 words each)")
+    lc.add_argument("--max-tokens", type=int, default=64, help="tokens a reply (greedy)")
+    lc.add_argument("--reread-every", type=int, default=4,
+                    help="every this many turns, the same prompt is also read from scratch by a second worker")
+    lc.add_argument("--reopen-tokens", type=int, default=1500, help="tokens a reopened chat has at least")
+    lc.add_argument("--runs", type=int, default=3, help="reopens (each a worker restart), interleaved with re-reads")
+    lc.add_argument("--threads", type=int)
+    lc.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
+    lc.add_argument("--out", type=Path, help="write the result JSON here")
+    lc.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     ll = command(bsub, "lossless", cmd_bench_lossless,
                  "every drafting variant vs plain decoding, token for token, at temperature 0 and 0.8")
     ll.add_argument("--size", choices=["tiny", "small", "27b"], default="tiny", help="demo model to use")

@@ -181,6 +181,12 @@ class EngineClient:
     def cancel(self) -> None:
         self._send("cancel")
 
+    def reset(self) -> dict[str, Any]:
+        """Empty the decoder: the next reply reads its whole prompt, and the chat the engine held is dropped, not
+        kept. Returns the last event (``reset_done``, or ``error``)."""
+        self._send("reset")
+        return list(self._until_end())[-1]
+
     def restart(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
         """A fresh worker with the last configuration; after a crash while loading the sidecar or during the
         first drafting pass, without the sidecar (the same pair would crash again): the ``loaded`` event then carries

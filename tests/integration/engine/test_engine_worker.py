@@ -77,6 +77,21 @@ def test_cancel_mid_reply_keeps_the_partial_reply(demo: DemoModel) -> None:
         assert again["kind"] == "done"
 
 
+def test_reset_empties_the_engine_so_the_next_reply_reads_its_whole_prompt(demo: DemoModel) -> None:
+    greedy = ChatOptions(max_tokens=20)
+    with EngineClient() as client:
+        client.load(_config(demo, demo.sidecar_d2t))
+        first = list(client.generate(HELLO, greedy))[-1]
+        follow = [*HELLO, Message("assistant", first["text"]), Message("user", "Go on, please.")]
+        kept = list(client.generate(follow, greedy))[-1]
+        assert kept["stats"]["reused_tokens"] > 0  # the second turn extends what the engine holds
+        assert client.reset()["kind"] == "reset_done"
+        again = list(client.generate(follow, greedy))[-1]
+        assert again["stats"]["reused_tokens"] == 0  # nothing held any more: the whole prompt is read
+        assert again["stats"]["prompt_tokens"] == kept["stats"]["prompt_tokens"] + kept["stats"]["reused_tokens"]
+        assert again["tokens"] == kept["tokens"]
+
+
 def test_a_killed_worker_becomes_an_error_event_and_restarts(demo: DemoModel) -> None:
     with EngineClient() as client:
         client.load(_config(demo, demo.sidecar_d2t))
