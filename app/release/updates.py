@@ -363,32 +363,15 @@ def _load_floors() -> tuple[dict[str, Any], str]:
     still whole (other repositories') are kept and written back, and the warning says what was lost: until the next
     verified feed, an older replayed one cannot be refused for the damaged repository."""
     path = _floor_path()
-    reason = ""
-    try:
-        data = settings_file.read_json(path)
-    except settings_file.DamagedFile as exc:
-        data, reason = {}, str(exc)
-    if data is None:
-        if os.path.lexists(path) or os.path.lexists(path.with_name(FLOOR_FILE + ".bad")):
+    if not os.path.lexists(path):
+        if os.path.lexists(path.with_name(FLOOR_FILE + ".bad")):
             return {}, ""
         return _migrate_floors(path), ""
-    if not isinstance(data, dict):
-        data, reason = {}, "it is not a JSON object"
-    floors = {str(repo): entry for repo, entry in data.items() if _floor_date(entry) is not None}
-    if not reason and len(floors) != len(data):
-        damaged = next(str(repo) for repo in data if repo not in floors)
-        reason = f"the entry for {damaged[:80]!r} has no valid date"
-    if not reason:
+    floors, damage = settings_file.load_floors(path, lambda entry: _floor_date(entry) is not None)
+    if not damage:
         return floors, ""
-    moved = settings_file.set_aside(path, reason)
-    if floors:
-        with contextlib.suppress(OSError):
-            settings_file.write_json(path, floors)
-    aside = f" and was set aside as {moved.name}" if moved else ""
-    kept = " The floors of the other repositories were kept." if floors else ""
-    return floors, (f"The record of the last update information verified ({path}) was damaged ({reason}){aside}: "
-                    "until the next verified check, an older update feed replayed by a server cannot be refused."
-                    f"{kept}")
+    return floors, (f"The record of the last update information verified: {damage} Until the next verified "
+                    "check, an older update feed replayed by a server cannot be refused.")
 
 
 def _migrate_floors(path: Path) -> dict[str, Any]:
