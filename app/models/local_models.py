@@ -86,8 +86,9 @@ class ModelFacts:
 
 # what each stored fact must be (local-models.json is editable by hand: a wrong type is a skipped entry)
 _FACT_TYPES: dict[str, Any] = {
-    "architecture": str, "kind": str, "quantization": str, "size_bytes": int, "vocab_size": int | type(None),
-    "n_embd": int | type(None), "mtp_head": bool, "sidecar": str, "usable": bool, "reason": str}
+    "architecture": str, "kind": str, "quantization": str | type(None), "size_bytes": int,
+    "vocab_size": int | type(None),
+    "n_embd": int | type(None), "mtp_head": bool, "sidecar": str | type(None), "usable": bool, "reason": str}
 
 
 def quantization_of(name: str, tensor_types: dict[str, int]) -> str:
