@@ -1,4 +1,5 @@
-"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | sampler | spec``: the benchmarks."""
+"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | sampler | spec | prompt``: the
+benchmarks."""
 
 from __future__ import annotations
 
@@ -297,6 +298,48 @@ def cmd_bench_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_prompt(args: argparse.Namespace) -> int:
+    from app.backend.builder import BuildOptions
+    from app.bench import prompt
+
+    if args.target:
+        if not args.d2t:
+            raise SystemExit("--target needs --d2t too")
+        from app.gguftools.d2t import check_sidecars_for  # numpy and gguf: only when needed
+        check_sidecars_for(args.target, args.d2t)
+        target, d2t, name = args.target, args.d2t, args.target.name
+    else:
+        demo = bench_demo(args.size)
+        target, d2t, name = demo.target, demo.sidecar_d2t, f"{args.size} demo model"
+    try:
+        lengths = [int(n) for n in args.lengths.split(",") if n.strip()]
+        batches = [int(n) for n in args.batches.split(",") if n.strip()]
+        ubatches = [int(n) for n in args.server_ubatches.split(",") if n.strip()]
+    except ValueError:
+        raise SystemExit("--lengths, --batches and --server-ubatches take numbers separated by commas") from None
+    if not lengths or min(lengths + batches + ubatches) < 1:
+        raise SystemExit("prompt lengths and batch sizes must be 1 or more")
+    variants = prompt.default_variants(batches, draft=not args.no_draft, upstream_too=not args.no_upstream,
+                                       server_ubatches=ubatches)
+    server = args.server
+    if not args.no_upstream and server is None:
+        from app.machines.upstream_server import build_server
+
+        print("building (or reusing) llama-server from the patched tree ...", file=sys.stderr, flush=True)
+        server = build_server(BuildOptions(flavor="cpu"))
+    result = prompt.run(target, d2t, variants=variants, lengths=lengths, runs=args.runs, n_threads=args.threads,
+                        server_binary=server, log=log_stderr)
+    result.model = name
+    report(args, result.to_dict(), result.markdown, f"Prompt processing against llama-server ({name})",
+           f"Prompt tok/s from an empty context, medians of {result.runs} interleaved runs. Ours: a chat turn's "
+           "prefill (SpeculativeDecoder.generate, max_tokens 1), its prompt_seconds, split into the target's and the "
+           "draft context's synchronized llama_decode time and the host time between them; llama-server: "
+           "/completion with n_predict 1 and cache_prompt false, its timings.prompt_ms. vs llama-server: the ratio "
+           "of the medians against llama-server at its defaults drafting the same way; d2t cost: the prompt's extra "
+           "time with the d2t sidecar over drafting off at the same batch sizes.")
+    return 0
+
+
 def cmd_bench_gguf(args: argparse.Namespace) -> int:
     from app.bench import headers
 
@@ -375,6 +418,24 @@ def add_commands(sub: Subparsers) -> None:
     ms.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads everything (CUDA backends)")
     ms.add_argument("--out", type=Path, help="write the result JSON here")
     ms.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    pr = command(bsub, "prompt", cmd_bench_prompt, "prompt processing (a chat turn's prefill) from an empty context: "
+                 "ours against llama-server on the same build, model and threads, off and with the d2t sidecar, "
+                 "and our n_batch sizes (interleaved runs)")
+    pr.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    pr.add_argument("--target", type=Path, help="run real files instead: the target ...")
+    pr.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    pr.add_argument("--lengths", default="512,2048", help="prompt lengths in tokens, comma-separated")
+    pr.add_argument("--runs", type=int, default=3, help="interleaved runs; figures are medians")
+    pr.add_argument("--batches", default="256,1024,2048",
+                    help="our other n_batch sizes to time (drafting off) beside EngineConfig's default")
+    pr.add_argument("--server-ubatches", default="",
+                    help="llama-server's other -ub sizes to time (at -b 2048, drafting off) beside its default 512")
+    pr.add_argument("--no-draft", action="store_true", help="drafting off only (no d2t sidecar rows)")
+    pr.add_argument("--no-upstream", action="store_true", help="skip llama-server")
+    pr.add_argument("--server", type=Path, help="llama-server binary to use (default: built from the active tree)")
+    pr.add_argument("--threads", type=int, help="threads for both engines (default: the engine's own choice)")
+    pr.add_argument("--out", type=Path, help="write the result JSON here")
+    pr.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     gg = command(bsub, "gguf", cmd_bench_gguf, "read a demo model's GGUF header: the lazy reader vs GGUFReader, "
                  "and `models add` of it (interleaved runs)")
     gg.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to write and read")
