@@ -202,7 +202,9 @@ class SpeculativeDecoder:
                 self.reset()
                 return False
             chunk = suffix[start:start + step]
-            self.tctx.decode(chunk, n_past + start, logits="last")
+            # only the prompt's last row needs logits (the first pick): an earlier chunk asking for its last row would
+            # run the output head once more per chunk for nothing (the MTP hidden rows come out either way)
+            self.tctx.decode(chunk, n_past + start, logits="last" if start + step >= len(suffix) else "none")
             if self.dctx is not None:
                 hidden_blocks.append(self.tctx.nextn_rows(len(chunk)))
             if on_progress is not None:

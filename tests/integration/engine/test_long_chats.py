@@ -228,3 +228,20 @@ def test_a_long_prompt_is_read_in_batches_with_progress_and_a_cancel_forgets_it(
         assert again.tokens == reply.tokens and again.stats.prompt_tokens == 900
     finally:
         decoder.close()
+
+
+@pytest.mark.parametrize("mode,draft", VARIANTS, ids=IDS)
+def test_a_prompt_read_in_many_batches_gives_the_reply_of_one_batch(demo: DemoModel, mode: Mode,
+                                                                     draft: str | None) -> None:
+    """Only the last batch asks for logits; the draft context still gets every row's hidden state."""
+    assert demo.table is not None
+    prompt = list(demo.table.cycle[10:910])
+    replies = []
+    for n_batch in (128, 1024):
+        decoder = SpeculativeDecoder(_config(demo, mode, draft, n_batch=n_batch))
+        try:
+            reply = decoder.generate(prompt, 40, Sampler(HOT))
+            replies.append((reply.tokens, reply.stats.accepted, reply.stats.drafted))
+        finally:
+            decoder.close()
+    assert replies[0] == replies[1]
