@@ -533,7 +533,8 @@ class ChatPage(QWidget):
         """The token events that arrived since the last batch: queued for the transcript's next frame; the
         drafting banner judges the newest stats once."""
         self.chat.append_tokens(events)
-        self._reply_tokens[1].extend(int(e["token"]) for e in events if "token" in e)
+        # the token ids (a remote server's events carry none): what Continue extends exactly
+        self._reply_tokens[1].extend(e["token"] for e in events if isinstance(e.get("token"), int))
         self.reading_bar.hide()
         stats = (events[-1].get("stats") or {}) if events else {}
         if stats:
@@ -666,7 +667,9 @@ class ChatPage(QWidget):
         self.limit_banner.hide()
         if stats.get("context_size"):
             self.meter.show_stats(stats)
-        self.cut_notice.show_for(stats.get("stop_reason"), self.chat_settings.max_tokens)
+        # a remote server is asked for a new reply, not for more of one: Continue is the local engine's
+        self.cut_notice.show_for(stats.get("stop_reason") if self.bridge.remote is None else None,
+                                 self.chat_settings.max_tokens)
         self.trim_note.show_for(stats)
 
     def continue_reply(self) -> None:

@@ -22,6 +22,7 @@ from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig
 from app.gguftools.demo_model import DemoModel
 from app.gui.chat.chat_view import DRAFT_TINT
+from app.gui.chat.messages import STOP_WORDS
 from app.gui.main import MainWindow
 from app.gui.shell.ops import Report, run_in_background
 from tests.helpers.demo_copies import DemoCopies
@@ -204,11 +205,11 @@ def test_a_sent_chat_is_saved_with_its_stats_and_reopens_after_a_restart(
         shown = _squash(restarted.chat_page.chat.transcript_text())
         assert _squash(reply["text"]) in shown and _squash(text) in shown
         assert restarted.chat_page.chat.entries[-1].footer == window.chat_page.chat.entries[-1].footer
-        assert "tok/s" in shown and str(reply["stop_reason"]) in shown
+        assert "tok/s" in shown and STOP_WORDS.get(str(reply["stop_reason"]), "") in shown
         # the next message goes on with that conversation: the engine gets all of it
         sent: list[list[Message]] = []
         monkeypatch.setattr(restarted.chat_page, "ready", True)
-        monkeypatch.setattr(restarted.bridge, "generate", lambda messages, _options: sent.append(messages))
+        monkeypatch.setattr(restarted.bridge, "generate", lambda messages, *_rest: sent.append(messages))
         restarted.chat_page.send("And what is the cat called?")
         assert [(m.role, m.content) for m in sent[0][1:]] == [
             ("user", text), ("assistant", stored[1].content), ("user", "And what is the cat called?")]
