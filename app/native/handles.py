@@ -103,6 +103,14 @@ def system_info() -> str:
     return str(llama().llama_print_system_info().decode(errors="replace").strip())
 
 
+def amx_cpu() -> bool:
+    """Whether llama.cpp's CPU backend uses AMX here (built with it, and the processor has it): its extra weight
+    buffers are left off then (``Model``). ``FASTMTP_EXTRA_BUFFERS=1`` keeps them on, to check a newer build."""
+    if os.environ.get("FASTMTP_EXTRA_BUFFERS") == "1":
+        return False
+    return "AMX_INT8 = 1" in system_info()
+
+
 def explain_load_failure(path: Path, log_lines: list[str]) -> FastMTPError:
     """Turn llama.cpp's load log into an error a user can act on."""
     for line in log_lines:
@@ -149,6 +157,10 @@ class Model:
         params.load_mtp = load_mtp
         params.use_mmap = use_mmap
         params.vocab_only = vocab_only
+        # llama.cpp's extra CPU weight buffers include AMX's where the processor has it, and that path crashes this
+        # build (a segfault in llama_decode on Q4_K/Q6_K weights, e.g. a 9-token prompt of the 27B-shaped demo on a
+        # Sapphire Rapids Xeon): weights stay in plain buffers there (llama-server's --no-repack)
+        params.use_extra_bufts = not amx_cpu()
         stopped = threading.Event()
         callback: Any = None
         if on_progress is not None:
