@@ -451,3 +451,18 @@ def fit_cuda_archs(nvcc: str, archs: list[str]) -> list[str]:
         portable = [code for code in known if not 120 <= code <= 129 and code < int(arch)]
         fitted.append(f"{(portable or known)[-1]}-virtual")
     return sorted(set(fitted))
+
+
+@functools.cache
+def cpu_has_amx() -> bool:
+    """Whether this processor has AMX (``amx_int8`` in /proc/cpuinfo's flags), so llama.cpp's CPU backend uses its
+    AMX weight buffers: their path segfaults in ``llama_decode`` on Q4_K/Q6_K weights in the pinned build, so the
+    engine (``native.handles.Model``) and llama-server (``--no-repack``) keep weights in plain buffers there, the
+    same on both sides. ``FASTMTP_EXTRA_BUFFERS=1`` keeps the extra buffers on, to check a newer build."""
+    if os.environ.get("FASTMTP_EXTRA_BUFFERS") == "1":
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            return any(line.startswith("flags") and " amx_int8" in line for line in handle)
+    except OSError:
+        return False

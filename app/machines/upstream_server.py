@@ -21,6 +21,7 @@ import httpx
 from app.backend import archive
 from app.backend.builder import BuildOptions, build_dir_of, build_program, plan_build
 from app.backend.events import EventSink
+from app.backend.toolchain import cpu_has_amx
 from app.core import defaults, paths, processes
 from app.core.cancel import CancelToken
 from app.core.errors import EngineError
@@ -96,6 +97,8 @@ class UpstreamServer:
                "-c", str(ctx_size * parallel), "-np", str(parallel), "-ngl", str(n_gpu_layers), "--no-webui"]
         if threads:
             cmd += ["-t", str(threads), "-tb", str(threads)]
+        if cpu_has_amx():  # as our engine loads its weights there (``toolchain.cpu_has_amx``)
+            cmd.append("--no-repack")
         if draft is not None:
             cmd += ["--spec-type", "draft-mtp", "--spec-draft-model", str(draft),
                     "--spec-draft-n-max", str(draft_depth), "--spec-draft-n-min", "0",

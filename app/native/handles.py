@@ -20,6 +20,7 @@ from typing import Any, Protocol, Self, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from app.backend.toolchain import cpu_has_amx
 from app.core.errors import EngineError, FastMTPError, ModelLoadError, SidecarError, UnpatchedBackendError
 from app.gguftools.d2t import D2T_ADVICE, check_d2t
 from app.native.loader import import_llama_cpp
@@ -103,14 +104,6 @@ def system_info() -> str:
     return str(llama().llama_print_system_info().decode(errors="replace").strip())
 
 
-def amx_cpu() -> bool:
-    """Whether llama.cpp's CPU backend uses AMX here (built with it, and the processor has it): its extra weight
-    buffers are left off then (``Model``). ``FASTMTP_EXTRA_BUFFERS=1`` keeps them on, to check a newer build."""
-    if os.environ.get("FASTMTP_EXTRA_BUFFERS") == "1":
-        return False
-    return "AMX_INT8 = 1" in system_info()
-
-
 def explain_load_failure(path: Path, log_lines: list[str]) -> FastMTPError:
     """Turn llama.cpp's load log into an error a user can act on."""
     for line in log_lines:
@@ -160,7 +153,7 @@ class Model:
         # llama.cpp's extra CPU weight buffers include AMX's where the processor has it, and that path crashes this
         # build (a segfault in llama_decode on Q4_K/Q6_K weights, e.g. a 9-token prompt of the 27B-shaped demo on a
         # Sapphire Rapids Xeon): weights stay in plain buffers there (llama-server's --no-repack)
-        params.use_extra_bufts = not amx_cpu()
+        params.use_extra_bufts = not cpu_has_amx()
         stopped = threading.Event()
         callback: Any = None
         if on_progress is not None:
