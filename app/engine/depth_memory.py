@@ -29,10 +29,9 @@ SUFFIX = ".depth.json"
 
 
 @dataclass(frozen=True)
-class MemoryKey:
-    """Everything that decides what a round costs and how far drafts get accepted: the model files (by path,
-    size and modification time: a file replaced by another of the same name is another model), the drafting
-    mode, the backend build, the threads, the GPU layers and the RPC workers, and the machine."""
+class FilesKey:
+    """The model files a record was made with, by path, size and modification time (a file replaced by another
+    of the same name is another model): the first fields of every key (``files_identity`` fills them)."""
 
     target: str
     target_size: int
@@ -40,6 +39,13 @@ class MemoryKey:
     draft: str | None
     draft_size: int | None
     draft_mtime_ns: int | None
+
+
+@dataclass(frozen=True)
+class MemoryKey(FilesKey):
+    """Everything that decides what a round costs and how far drafts get accepted: the model files, the drafting
+    mode, the backend build, the threads, the GPU layers and the RPC workers, and the machine."""
+
     mode: str
     backend: str
     threads: int

@@ -56,7 +56,7 @@ from app.core.regular_files import open_regular
 from app.core.settings_file import set_aside
 from app.core.units import format_bytes
 from app.engine.config import EngineConfig
-from app.engine.depth_memory import files_identity
+from app.engine.depth_memory import FilesKey, files_identity
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +77,10 @@ FloatArray = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True)
-class StateKey:
-    """What a state is only valid for: the model files as they are on disk (a file replaced by another of the same
-    name is another model), the backend build, the drafting mode and the context settings."""
+class StateKey(FilesKey):
+    """What a state is only valid for: the model files as they are on disk, the backend build, the drafting mode
+    and the context settings."""
 
-    target: str
-    target_size: int
-    target_mtime_ns: int
-    draft: str | None
-    draft_size: int | None
-    draft_mtime_ns: int | None
     backend: str
     mode: str
     n_ctx: int
