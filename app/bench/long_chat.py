@@ -395,7 +395,7 @@ def _engine(stack: contextlib.ExitStack, config: EngineConfig, log_name: str | N
     from app.engine.client import EngineClient
 
     client = EngineClient()
-    if log_name is not None:  # the second worker logs apart (the first keeps the usual engine.log)
+    if log_name is not None:  # the second worker logs apart from the first (both are this process)
         client.log_path = client.log_path.with_name(log_name)
         client.previous_log_path = client.log_path.with_name(log_name + ".1")
     stack.callback(client.close)

@@ -4,11 +4,14 @@ Events arrive as dicts (see ``protocol``). If the worker dies (a native abort, a
 the stream ends with an ``error`` event of kind ``WorkerCrashed`` carrying the tail of the engine log and
 llama.cpp's own assert line (``native_error``); ``restart()`` starts a fresh worker and reloads the last
 configuration, without the sidecar when the crash came while loading it or in the first drafting pass (the
-same pair would crash again). Each worker start keeps the previous run's log as ``engine.log.1``.
+same pair would crash again). The log is this app process's own, ``logs/engine-<pid>.log`` (a second app, a CLI run
+or a test run beside it must not rotate or overwrite the lines a crash report reads); each worker start keeps the
+previous run's log as ``engine-<pid>.log.1``, and logs of processes that have ended are pruned to the newest few.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -17,16 +20,19 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 from app.core import paths
 from app.core.errors import EngineError
-from app.core.processes import child_python, creationflags
+from app.core.processes import child_python, creationflags, pid_alive
 from app.engine import protocol
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig
 
 _END = {"loaded", "done", "error", "reset_done"}
+_KEEP_ENDED_LOGS = 5  # logs of app processes that have ended, kept for a look after a crash
+_LOG_NAME = re.compile(r"engine-(?P<pid>\d{1,9})\.log(?:\.1)?")
 # what a native abort prints: ggml's "file.c:123: GGML_ASSERT(x) failed" / GGML_ABORT, a C++ terminate, an assert
 _NATIVE_ABORT = re.compile(r"GGML_ASSERT|GGML_ABORT|\.(?:c|cc|cpp|cu|h):\d+: |terminate called|Assertion .+ failed")
 
@@ -38,7 +44,7 @@ class EngineClient:
         self._proc: subprocess.Popen[str] | None = None
         self._events: queue.Queue[dict[str, Any]] = queue.Queue()
         self._config: EngineConfig | None = None
-        self.log_path = paths.cache_dir() / "logs" / "engine.log"
+        self.log_path = paths.cache_dir() / "logs" / f"engine-{os.getpid()}.log"
         self.previous_log_path = self.log_path.with_name(self.log_path.name + ".1")
         # what the worker is doing, kept by the pump thread in event order: a crash in "load" or "first_pass"
         # (a first reply up to its first verified draft round) blames the pair
@@ -59,6 +65,7 @@ class EngineClient:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _prune_ended_logs(self.log_path.parent)
         if self.log_path.is_file() and self.log_path.stat().st_size:  # keep the previous run (a crash's lines)
             os.replace(self.log_path, self.previous_log_path)
         log = self.log_path.open("w", encoding="utf-8")
@@ -246,3 +253,18 @@ def _describe_exit(code: int) -> str:
         return f"The engine process was stopped by {name}."
     return f"The engine process ended unexpectedly (exit code {code})."
 
+
+def _prune_ended_logs(folder: Path) -> None:
+    """Removes engine logs of app processes that are no longer running, past the newest few (best effort)."""
+    ended: list[tuple[float, Path]] = []
+    try:
+        for path in folder.iterdir():
+            match = _LOG_NAME.fullmatch(path.name)
+            if match is None or int(match["pid"]) == os.getpid() or pid_alive(int(match["pid"])):
+                continue
+            ended.append((path.lstat().st_mtime, path))
+    except OSError:
+        return
+    for _, path in sorted(ended, reverse=True)[_KEEP_ENDED_LOGS * 2:]:  # a log and its .1 per process
+        with contextlib.suppress(OSError):
+            path.unlink()
