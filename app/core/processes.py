@@ -1,12 +1,16 @@
 """Child processes of builds and installs: run one with its output streamed and cancellable, stop a whole
-process group, tell whether a pid still runs."""
+process group, tell whether a pid still runs, prove a process is one we started (:class:`OwnedProcess`)."""
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -126,3 +130,114 @@ def file_tail(path: Path, lines: int) -> str:
     except OSError:
         return ""
     return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+
+
+# ----------------------------------------------------------------------------- proving a process is ours
+
+MAX_ENVIRON = 4 << 20
+"""The most of a process's environment read to find a token (Linux caps it near this; more is not ours)."""
+
+
+def _environ_holds(raw: bytes, entry: bytes) -> bool:
+    return any(hmac.compare_digest(item, entry) for item in raw.split(b"\0"))
+
+
+def _linux_environ(pid: int) -> bytes | None:
+    """``/proc/PID/environ``, at most :data:`MAX_ENVIRON` bytes; None when unreadable (gone, another user's)."""
+    try:
+        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        chunks: list[bytes] = []
+        total = 0
+        while total <= MAX_ENVIRON:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _ps_environ(pid: int) -> bytes | None:
+    """Elsewhere (macOS, BSD): ``ps -E`` prints a process's arguments and environment (its owner's, or root's)."""
+    try:
+        done = subprocess.run(["ps", "-E", "-ww", "-o", "command=", "-p", str(pid)], capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0 or len(done.stdout) > MAX_ENVIRON:
+        return None
+    return b"\0".join(done.stdout.split())
+
+
+class OwnedProcess:
+    """A process proven to hold ``NAME=token`` in its own environment: the secret it was started with, which a
+    state file naming its pid cannot forge. On Linux it is held by a pidfd from the proof on, so a pid that is
+    reused after the check is never signalled; elsewhere the pid is signalled right after the proof."""
+
+    def __init__(self, pid: int, pidfd: int | None) -> None:
+        self.pid = pid
+        self._pidfd = pidfd
+
+    @classmethod
+    def prove(cls, pid: int, name: str, token: str) -> OwnedProcess | None:
+        """The process ``pid`` when its environment holds ``name=token``; None when it does not, is gone, is a
+        zombie or belongs to someone else, or the system cannot say (Windows): then nothing may signal it."""
+        entry = f"{name}={token}".encode()
+        if not token or sys.platform == "win32" or pid <= 1:
+            return None
+        if hasattr(os, "pidfd_open") and os.path.exists("/proc/self/environ"):
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                return None
+            raw = _linux_environ(pid)
+            # still the same process after the read (the pidfd keeps its identity): then the read was of it
+            if raw is not None and _environ_holds(raw, entry) and _pidfd_alive(pidfd) and pid_alive(pid):
+                return cls(pid, pidfd)
+            os.close(pidfd)
+            return None
+        raw = _ps_environ(pid)
+        return cls(pid, None) if raw is not None and _environ_holds(raw, entry) else None
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum``; a process that has ended meanwhile is not an error."""
+        with contextlib.suppress(ProcessLookupError):
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            else:
+                os.kill(self.pid, signum)
+
+    def wait_gone(self, timeout: float) -> bool:
+        """Whether the process ended within ``timeout`` seconds (it is not our child: it cannot be waited for)."""
+        deadline = time.monotonic() + timeout
+        if self._pidfd is not None:
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)  # readable once the process has exited
+            while time.monotonic() < deadline:
+                if poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                    return True
+            return False
+        while time.monotonic() < deadline:
+            if not pid_alive(self.pid):
+                return True
+            time.sleep(0.05)  # polling a process that is not ours to wait for; not test synchronisation
+        return not pid_alive(self.pid)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def _pidfd_alive(pidfd: int) -> bool:
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError:
+        return False
+    return True

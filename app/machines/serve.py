@@ -12,29 +12,30 @@ loopback by default, a local-network address is allowed (with a warning), a publ
 ``0.0.0.0``) only when the user says they understand. A server started with ``--detach`` (or the window's "keep
 running") outlives its starter; ``serve --stop`` ends it, through the state file ``<cache>/serve.json``.
 
-That file names a process to signal, so it is believed only when it proves the process is still ours: it records
-the pid with the process's start time (``/proc/PID/stat`` field 22 on Linux, ``ps -o lstart=`` elsewhere) and its
-command line, and ``--stop``/``--status`` act only while both still match. A pid that is not an int in 2..pid_max
-(0 would signal our own process group, -1 every process we may reach) makes the file damaged (moved aside as
-``serve.json.bad``); a pid that is gone, or now another process (after a reboot), makes it stale (removed). Either
-way nothing is signalled, the user is told, and ``serve`` may start.
+That file names a process to signal, and whoever can write the cache folder can write it, so nothing in it is
+proof by itself. The proof is a secret the server was started with: a random token (``FASTMTP_SERVE_TOKEN``) in the
+server's environment, recorded in serve.json. ``--stop``/``--status`` believe the file only while the process it
+names holds that exact token in its own environment (``/proc/PID/environ`` on Linux, readable only by its owner;
+``ps -E`` elsewhere; Windows: never believed). A forged file naming some other process (its pid, start time and
+command line copied) names a process without the token: refused in words, nothing signalled. On Linux the process is
+held by a pidfd from the check to the signal, so a pid reused in between cannot be hit either. A pid that is not an
+int in 2..pid_max (0 would signal our own process group, -1 every process we may reach) or a missing token makes the
+file damaged (moved aside as ``serve.json.bad``); a pid that is gone, or another process, makes it stale (removed).
+Either way nothing is signalled, the user is told, and ``serve`` may start.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import re
 import secrets as token_source
 import signal
-import subprocess
-import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.core import defaults, netaddr, paths, secrets, settings_file
 from app.core.errors import FastMTPError
+from app.core.processes import OwnedProcess
 from app.engine.config import DEFAULT_DRAFT_DEPTH
 from app.machines.upstream_server import UpstreamServer
 
@@ -121,9 +122,11 @@ def chat_model_files(chat_model: str, draft: bool = True) -> tuple[Path, Path | 
 
 
 def make_server(plan: ServePlan, binary: Path, api_key: str) -> UpstreamServer:
+    """The server of ``plan``, with a fresh secret in its environment (``write_state`` records it)."""
     return UpstreamServer(binary, plan.target, draft=plan.draft, draft_depth=plan.draft_depth, threads=plan.threads,
                           ctx_size=plan.ctx_size, n_gpu_layers=plan.n_gpu_layers, host=plan.host, port=plan.port,
-                          parallel=plan.parallel, api_key=api_key, rpc=plan.rpc or None, alias=plan.alias)
+                          parallel=plan.parallel, api_key=api_key, rpc=plan.rpc or None, alias=plan.alias,
+                          owner_token=new_token())
 
 
 # ----------------------------------------------------------------------------- a detached server's state
@@ -154,37 +157,21 @@ def check_pid(value: Any) -> int:
     return value
 
 
-def process_identity(pid: int) -> dict[str, Any] | None:
-    """What proves which process ``pid`` is: ``{"start": its start time, "cmdline": its arguments}``; None when
-    there is no such process or the system does not say (then nothing may be signalled)."""
-    proc = Path(f"/proc/{pid}")
-    if Path("/proc/self/stat").exists():
-        try:
-            fields = (proc / "stat").read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[1].split()
-            raw = (proc / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            return None
-        if len(fields) < 20 or fields[0] == "Z":  # a zombie has ended
-            return None
-        return {"start": fields[19], "cmdline": [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]}
-    if sys.platform == "win32":
-        return None
-    try:
-        start = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True, timeout=10)
-        command = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True,
-                                 timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if start.returncode != 0 or not start.stdout.strip():
-        return None
-    return {"start": start.stdout.strip(), "cmdline": command.stdout.split()}
+TOKEN_ENV = "FASTMTP_SERVE_TOKEN"
+"""The environment variable that carries a detached server's secret: the proof that a process is ours."""
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{32,128}")
+
+
+def new_token() -> str:
+    """A fresh secret for one server (43 URL-safe characters, 256 bits)."""
+    return token_source.token_urlsafe(32)
 
 
 def write_state(server: UpstreamServer, plan: ServePlan) -> None:
-    assert server.proc is not None
-    identity = process_identity(server.proc.pid) or {"start": None, "cmdline": []}
-    data = {"pid": server.proc.pid, "start": identity["start"], "cmdline": identity["cmdline"], "url": server.url,
-            "host": plan.host, "port": server.port, "log": str(server.log_path),
+    """Record the detached server: its pid, its secret (the proof it is ours), where it listens and what it serves."""
+    assert server.proc is not None and server.owner_token
+    data = {"pid": server.proc.pid, "token": server.owner_token, "url": server.url, "host": plan.host,
+            "port": server.port, "log": str(server.log_path),
             "plan": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(plan).items()}}
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,33 +180,45 @@ def write_state(server: UpstreamServer, plan: ServePlan) -> None:
 
 def _check_state(data: dict[str, Any]) -> None:
     check_pid(data.get("pid"))
-    if not isinstance(data.get("start"), str):
-        raise ValueError("it does not record the server's start time")
-    cmdline = data.get("cmdline")
-    if not isinstance(cmdline, list) or not cmdline or not all(isinstance(a, str) for a in cmdline):
-        raise ValueError("it does not record the server's command line")
+    token = data.get("token")
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        raise ValueError("it does not record the secret the server was started with (a server started by an older "
+                         "version cannot be proven ours: stop it by hand)")
     if not isinstance(data.get("url"), str):
         raise ValueError("it does not record the server's address")
 
 
-def _is_our_server(state: dict[str, Any]) -> bool:
-    identity = process_identity(int(state["pid"]))
-    return identity is not None and identity["start"] == state["start"] and identity["cmdline"] == state["cmdline"]
+def _prove(state: dict[str, Any]) -> OwnedProcess | None:
+    return OwnedProcess.prove(int(state["pid"]), TOKEN_ENV, str(state["token"]))
+
+
+def _find(path: Path) -> tuple[dict[str, Any] | None, OwnedProcess | None, str | None]:
+    data, damaged = settings_file.check_state(path, _check_state)
+    if data is None:
+        return None, None, (f"serve.json was damaged ({damaged}); it is set aside as serve.json.bad" if damaged
+                            else None)
+    owned = _prove(data)
+    if owned is None:
+        path.unlink(missing_ok=True)
+        return None, None, (f"serve.json was stale or forged: pid {data['pid']} is not a server this app started (it "
+                            "does not hold the secret its server was started with: ended, another process, or "
+                            "this system cannot tell); it is removed")
+    return data, owned, None
 
 
 def find_running() -> tuple[dict[str, Any] | None, str | None]:
-    """``(state, None)`` while the detached server that ``serve.json`` names still runs, as proven by its pid, start
-    time and command line; else ``(None, why the file was not believed)`` (the file is gone: a damaged one moved
-    aside as ``serve.json.bad``, a stale one removed), or ``(None, None)`` when there is no file."""
-    path = state_path()
-    data, damaged = settings_file.check_state(path, _check_state)
-    if data is None:
-        return None, (f"serve.json was damaged ({damaged}); it is set aside as serve.json.bad" if damaged else None)
-    if not _is_our_server(data):
-        path.unlink(missing_ok=True)
-        return None, (f"serve.json was stale: pid {data['pid']} is no longer the server it recorded (ended, or "
-                      "another process since a restart); it is removed")
-    return data, None
+    """``(state, None)`` while the detached server that ``serve.json`` names still runs, as proven by the secret in
+    its environment; else ``(None, why the file was not believed)`` (the file is gone: a damaged one moved aside
+    as ``serve.json.bad``, a stale or forged one removed), or ``(None, None)`` when there is no file."""
+    data, owned, why = _find(state_path())
+    if owned is not None:
+        owned.close()
+    return _shown(data), why
+
+
+def _shown(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The state without its secret (it is printed, and ``--json`` output may be pasted anywhere)."""
+    return None if data is None else {k: v for k, v in data.items() if k != "token"}
 
 
 def running() -> dict[str, Any] | None:
@@ -230,24 +229,21 @@ def running() -> dict[str, Any] | None:
 def stop_detached(timeout: float = 15.0) -> dict[str, Any] | None:
     """End the detached server (SIGTERM, the way llama-server shuts down cleanly; SIGKILL after ``timeout``) and
     wait until it is gone; its state, or None when none was running. Only a process proven to be the server
-    (its pid, start time and command line as recorded) is signalled."""
+    (the secret in its environment) is signalled."""
     return stop_detached_checked(timeout)[0]
 
 
 def stop_detached_checked(timeout: float = 15.0) -> tuple[dict[str, Any] | None, str | None]:
     """``stop_detached`` with ``find_running``'s reason when nothing was signalled."""
-    state, stale = find_running()
-    if state is None:
-        return None, stale
-    pid = int(state["pid"])
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _is_our_server(state):
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + timeout
-        time.sleep(0.05)  # waiting on a process that is not our child (it cannot be waited for)
+    data, owned, why = _find(state_path())
+    if owned is None:
+        return None, why
+    try:
+        owned.signal(signal.SIGTERM)
+        if not owned.wait_gone(timeout):
+            owned.signal(signal.SIGKILL)
+            owned.wait_gone(timeout)
+    finally:
+        owned.close()
     state_path().unlink(missing_ok=True)
-    return state, None
+    return _shown(data), None

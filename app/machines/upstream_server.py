@@ -88,8 +88,9 @@ class UpstreamServer:
                  threads: int | None = None, ctx_size: int = defaults.CONTEXT_SIZE, p_min: float = 0.0,
                  n_gpu_layers: int = 0, extra_args: list[str] | None = None, *, host: str = "127.0.0.1",
                  port: int | None = None, parallel: int = 1, api_key: str | None = None,
-                 rpc: list[str] | None = None, alias: str | None = None) -> None:
+                 rpc: list[str] | None = None, alias: str | None = None, owner_token: str | None = None) -> None:
         self.host = host
+        self.owner_token = owner_token  # serve's proof that the process is ours (serve.TOKEN_ENV)
         self.port = port or free_port()
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # where this machine reaches it
         self.url = f"http://{'[' + local + ']' if ':' in local else local}:{self.port}"
@@ -147,6 +148,9 @@ class UpstreamServer:
         env.pop("LLAMA_API_KEY", None)
         if self.api_key:
             env["LLAMA_API_KEY"] = self.api_key  # not in argv: any user of the machine can read a command line
+        env.pop("FASTMTP_SERVE_TOKEN", None)
+        if self.owner_token:
+            env["FASTMTP_SERVE_TOKEN"] = self.owner_token  # serve.TOKEN_ENV; as private as the key
         binary = Path(self.cmd[0])
         if binary.parent.name == archive.SERVER_DIR:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(
