@@ -17,6 +17,10 @@ def cmd_gguf_inspect(args: argparse.Namespace) -> int:
 
     report = inspect_gguf(args.file)
     emit(args, report.to_dict(), lambda: _describe(report))
+    if report.problem:  # the facts are shown, and the exit says the file is unusable (issue 37)
+        emit_line(args, None, f"problem: {Path(report.path).name} cannot be used: {report.problem}. Download or "
+                  "build the sidecar again.")
+        return 1
     return 0
 
 
@@ -111,10 +115,10 @@ def _demo_sequence(args: argparse.Namespace, target: Any) -> list[int]:
 def cmd_sidecar_make(args: argparse.Namespace) -> int:
     """The window's "Make FastMTP sidecar": with ``--json`` one event per line, then ``{"kind": "result", ...}``."""
     from app.models import local_models
-    from app.models.sidecar_job import Corpus, default_out, make_sidecar, replaces_current
+    from app.models.sidecar_job import Corpus, free_out, make_sidecar, replaces_current
 
     control = stop_on_signals(Control())
-    out = args.out or default_out(args.target.absolute(), args.vocab)
+    out = args.out or free_out(args.target.absolute(), args.vocab)  # a free name, never "already exists"
     corpus = Corpus(prompt_sets=tuple(args.prompts or ()), history=args.history, files=tuple(args.corpus or ()))
     model = local_models.find(args.target.absolute())
     current = model.sidecar_d2t if model is not None else None  # measured beside the new one, kept unless beaten
@@ -169,7 +173,8 @@ def add_commands(sub: Subparsers) -> None:
     mk = command(ssub, "make", cmd_sidecar_make, "make a FastMTP d2t sidecar with progress, then measure its "
                  "acceptance against the embedded head (the window's job)")
     mk.add_argument("--target", type=Path, required=True)
-    mk.add_argument("--out", type=Path, help="default: <target>-FastMTP-<N>K.gguf beside the target")
+    mk.add_argument("--out", type=Path, help="default: <target>-FastMTP-<N>K.gguf beside the target (or the first "
+                    "free <target>-FastMTP-<N>K-2.gguf, -3, ... when that file exists)")
     mk.add_argument("--vocab", type=int, choices=list(defaults.DRAFT_VOCAB_SIZES), default=defaults.DRAFT_VOCAB,
                     help="draft vocabulary size")
     mk.add_argument("--prompts", nargs="+", metavar="SET", help="built-in prompt sets (document, reasoning)")

@@ -36,11 +36,17 @@ from app.engine.chat_template import Message, render
 if TYPE_CHECKING:
     from app.gguftools.counts import TokenCounts
     from app.gguftools.tokenizer import Tokenize
+    from app.native.draft_probe import DraftProbe
 
 Step = Literal["tokenizing", "counting", "slicing", "writing", "checking"]
 STEPS: tuple[Step, ...] = ("tokenizing", "counting", "slicing", "writing", "checking")
 VOCAB_SIZES = defaults.DRAFT_VOCAB_SIZES
-CHECK_TOKENS = 48
+CHECK_TOKENS = 256  # positions the check measures along: enough that a few lucky tokens do not decide (issue 36 item 7)
+MIN_DECIDING_POSITIONS = 200  # fewer measured positions never replace the current sidecar
+MIN_GAIN = 0.01  # and the new one must be at least this much better (one-token acceptance) ...
+# ... and its extra right guesses must stand out of the noise: (new_only - current_only) >= Z * sqrt(new_only +
+# current_only), a sign test on the positions where exactly one of the two was right (about 98% one-sided at 2.0)
+SIGN_Z = 2.0
 _MAX_FILE_BYTES = 64 << 20  # a corpus file larger than this is read in part: counts settle long before
 _READ_BYTES = 1 << 20  # a corpus file is read in blocks of this size
 
@@ -96,28 +102,54 @@ class SidecarCheck:
     sidecar_acceptance: float
     embedded_acceptance: float
     current_acceptance: float | None = None  # the model's d2t sidecar until now, on the same text (when it had one)
+    new_only: int | None = None  # positions the new sidecar got right and the current one missed
+    current_only: int | None = None  # positions the current sidecar got right and the new one missed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def clearly_better(check: SidecarCheck) -> bool:
+    """Whether the new sidecar measured clearly better than the current one: on at least
+    :data:`MIN_DECIDING_POSITIONS` positions, by at least :data:`MIN_GAIN`, and (when the paired counts are known)
+    with more extra right guesses than chance gives. A tie never is."""
+    if check.current_acceptance is None or check.positions < MIN_DECIDING_POSITIONS:
+        return False
+    if check.sidecar_acceptance - check.current_acceptance < MIN_GAIN:
+        return False
+    if check.new_only is None or check.current_only is None:
+        return True
+    gain = check.new_only - check.current_only
+    return gain > 0 and gain >= SIGN_Z * (check.new_only + check.current_only) ** 0.5
+
+
 def replaces_current(check: SidecarCheck | None, current: Path | None, new: Path) -> tuple[bool, str]:
-    """Whether the new sidecar becomes the model's d2t drafting mode, and why (issue 29 item 4): it does when the
-    model had none, or when it measured at least as well as the current one along the same text; a new sidecar
-    that measured worse, or was not measured, is kept beside the current one, which stays the d2t mode."""
+    """Whether the new sidecar becomes the model's d2t drafting mode, and why (issue 29 item 4, issue 36 item 7): it
+    does when the model had none, or when it measured clearly better than the current one along the same text
+    (:func:`clearly_better`: a check large enough to mean something, never a tie); otherwise the new sidecar is kept
+    beside the current one, which stays the d2t mode. The sentence gives both figures and the size of the check."""
     if current is None:
         return True, f"{new.name} is this model's FastMTP d2t drafting mode."
     if check is None or check.current_acceptance is None:
         return False, (f"{current.name} stays this model's d2t drafting mode: {new.name} was not measured against "
                        "it. It is kept beside it; attach it to use it anyway.")
-    if check.sidecar_acceptance >= check.current_acceptance:
-        return True, (f"{new.name} replaces {current.name} as this model's d2t drafting mode: it measured "
-                      f"{check.sidecar_acceptance:.1%} one-token acceptance, {current.name} "
-                      f"{check.current_acceptance:.1%}, along the same text.")
-    return False, (f"{current.name} stays this model's d2t drafting mode: it measured "
-                   f"{check.current_acceptance:.1%} one-token acceptance, {new.name} only "
-                   f"{check.sidecar_acceptance:.1%}, along the same text. The new file is kept beside it; "
-                   "attach it to use it anyway.")
+    figures = (f"{new.name} {check.sidecar_acceptance:.1%} one-token acceptance, {current.name} "
+               f"{check.current_acceptance:.1%}, along the same {check.positions:,} tokens of the model's own text")
+    if check.new_only is not None and check.current_only is not None:
+        figures += (f" ({new.name} alone right at {check.new_only:,} of them, {current.name} alone at "
+                    f"{check.current_only:,})")
+    if clearly_better(check):
+        return True, f"{new.name} replaces {current.name} as this model's d2t drafting mode: it measured clearly " \
+                     f"better: {figures}."
+    if check.positions < MIN_DECIDING_POSITIONS:
+        why = (f"the check measured only {check.positions:,} tokens, too few to decide (a replacement needs "
+               f"{MIN_DECIDING_POSITIONS:,})")
+    elif check.sidecar_acceptance < check.current_acceptance:
+        why = "the new one measured worse"
+    else:
+        why = "the new one did not measure clearly better (a difference this small is within chance)"
+    return False, (f"{current.name} stays this model's d2t drafting mode: {why}: {figures}. The new file is kept "
+                   "beside it; attach it to use it anyway.")
 
 
 @dataclass(frozen=True)
@@ -315,6 +347,23 @@ def default_out(target: Path, vocab_size: int) -> Path:
     return target.with_name(f"{target.stem}-FastMTP-{vocab_size // 1024}K.gguf")
 
 
+def free_name(wanted: Path) -> Path:
+    """``wanted`` when no file has that name, else the first free ``<stem>-2.gguf``, ``<stem>-3.gguf``, ... beside
+    it: the name the window and ``sidecar make`` suggest instead of refusing (issue 36 item 7)."""
+    if not wanted.exists() and not wanted.with_name(wanted.name + ".partial").exists():
+        return wanted
+    for n in range(2, 10_000):
+        candidate = wanted.with_name(f"{wanted.stem}-{n}{wanted.suffix}")
+        if not candidate.exists() and not candidate.with_name(candidate.name + ".partial").exists():
+            return candidate
+    raise SidecarError(f"Every name like {wanted.name} is taken in {wanted.parent}.", "Choose another folder.")
+
+
+def free_out(target: Path, vocab_size: int) -> Path:
+    """:func:`default_out`, or the first free name like it when that file exists."""
+    return free_name(default_out(target, vocab_size))
+
+
 def make_sidecar(target: Path, out: Path, vocab_size: int = defaults.DRAFT_VOCAB, corpus: Corpus = Corpus(), *,
                  check: bool = True, on_progress: OnProgress = lambda _p: None, control: Control | None = None,
                  history_path: Path | None = None, n_threads: int | None = None,
@@ -332,7 +381,8 @@ def make_sidecar(target: Path, out: Path, vocab_size: int = defaults.DRAFT_VOCAB
     control = control or Control()
     target, out = Path(target), Path(out)
     if out.exists():
-        raise SidecarError(f"{out} already exists.", "Choose another file name, or remove the old sidecar first.")
+        raise SidecarError(f"{out} already exists; a sidecar is never written over another file.",
+                           f"Use a free name such as {free_name(out).name} (--out), or remove the old file first.")
     check_corpus_files(corpus)  # a FIFO or a device is refused now, not waited on later
     source = SidecarSource(target)  # refuses a non-qwen35 or MTP-less target before any work
     counted = _count_with_model(target, corpus, history_path, on_progress, control)
@@ -422,14 +472,28 @@ def check_sidecar(target: Path, sidecar: Path, *, n_new: int = CHECK_TOKENS, on_
         control.check()
         sequence = prompt + generated
         on_progress(Progress("checking", 2, 3, "Measuring the new sidecar and the embedded head"))
-        sidecar_rate = draft_probe.probe(model, sequence, sidecar, n_threads).acceptance(len(prompt))
+        new_probe = draft_probe.probe(model, sequence, sidecar, n_threads)
+        sidecar_rate = new_probe.acceptance(len(prompt))
         control.check()
         embedded_rate = draft_probe.probe(model, sequence, None, n_threads).acceptance(len(prompt))
-        current_rate = None
+        current_rate, new_only, current_only = None, None, None
         if current is not None and Path(current).is_file():
             control.check()
             current_probe = draft_probe.probe(model, sequence, Path(current), n_threads)
             current_rate = round(current_probe.acceptance(len(prompt)), 4)
+            new_only, current_only = paired_counts(new_probe, current_probe, len(prompt))
     on_progress(Progress("checking", 3, 3, "Checked"))
     return SidecarCheck(positions=len(generated), sidecar_acceptance=round(sidecar_rate, 4),
-                        embedded_acceptance=round(embedded_rate, 4), current_acceptance=current_rate)
+                        embedded_acceptance=round(embedded_rate, 4), current_acceptance=current_rate,
+                        new_only=new_only, current_only=current_only)
+
+
+def paired_counts(new: DraftProbe, current: DraftProbe, start: int) -> tuple[int, int]:
+    """Along the same text from ``start``: positions only ``new`` guessed right, and positions only ``current`` did
+    (the ones that tell the two apart; positions both got right or both missed say nothing about which is better)."""
+    rows = zip(new.target_next[start:], new.draft_next[start:], current.draft_next[start:], strict=True)
+    new_only = current_only = 0
+    for truth, guess_new, guess_current in rows:
+        new_only += guess_new == truth and guess_current != truth
+        current_only += guess_current == truth and guess_new != truth
+    return new_only, current_only

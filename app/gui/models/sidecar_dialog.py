@@ -22,7 +22,9 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QListWidget,
+    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QVBoxLayout,
@@ -34,7 +36,7 @@ from app.core.child_job import ChildJob
 from app.core.errors import FastMTPError, JobCancelled
 from app.gui.shell.page_ops import OwnedOps, error_text
 from app.models import local_models
-from app.models.sidecar_job import VOCAB_SIZES, default_out, prompt_sets
+from app.models.sidecar_job import VOCAB_SIZES, free_out, prompt_sets
 
 STEP_WORDS = {"tokenizing": "Tokenizing the corpus", "counting": "Counting tokens", "slicing": "Slicing rows",
               "writing": "Writing", "checking": "Checking"}
@@ -62,7 +64,7 @@ class MakeSidecarDialog(QDialog):
             note = " (the release's size)" if size == defaults.DRAFT_VOCAB else ""
             self.vocab.addItem(f"{size // 1024}K ({size:,} draft tokens){note}", size)
         self.vocab.setCurrentIndex(VOCAB_SIZES.index(defaults.DRAFT_VOCAB))
-        self.vocab.currentIndexChanged.connect(lambda _i: self._show_out())
+        self.vocab.currentIndexChanged.connect(lambda _i: self._suggest_name())
         self.prompt_boxes: dict[str, QCheckBox] = {}
         corpus = QVBoxLayout()
         for name in prompt_sets():
@@ -84,23 +86,42 @@ class MakeSidecarDialog(QDialog):
         file_row.addStretch(1)
         corpus.addWidget(self.files)
         corpus.addLayout(file_row)
+        # the file name is the user's to choose; it starts as a free name, so "already exists" is never a dead end
+        self.suggested = ""
+        self.name_edit = QLineEdit()
+        self.name_edit.setToolTip(f"The new sidecar's file name, written in {target.parent}")
+        self.name_edit.textChanged.connect(lambda _t: self._show_out())
+        self.use_free_button = QPushButton("Use a free name")
+        self.use_free_button.setToolTip("Put a file name that no file in this folder has yet")
+        self.use_free_button.clicked.connect(lambda: self._suggest_name(force=True))
+        self.use_free_button.hide()
+        name_row = QHBoxLayout()
+        name_row.addWidget(self.name_edit, 1)
+        name_row.addWidget(self.use_free_button)
         self.out_label = QLabel()
         self.out_label.setWordWrap(True)
         self.out_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        writes = QVBoxLayout()
+        writes.addLayout(name_row)
+        writes.addWidget(self.out_label)
         form = QFormLayout()
         form.addRow("Model", QLabel(target.name))
         form.addRow("Draft vocabulary", self.vocab)
         form.addRow("Corpus", corpus)
-        form.addRow("Writes", self.out_label)
+        form.addRow("File name", writes)
 
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
         self.step_label = QLabel("The token frequencies of the corpus choose the draft vocabulary.")
         self.step_label.setWordWrap(True)
-        self.result_label = QLabel()
-        self.result_label.setWordWrap(True)
-        self.result_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # the result is a read-only text box of its own height (scrolls when long): a long result never pushes over
+        # or under the buttons (issue 36 item 7: the widgets overlapped after a result)
+        self.result_label = QPlainTextEdit()
+        self.result_label.setReadOnly(True)
+        self.result_label.setFrameShape(QPlainTextEdit.Shape.NoFrame)
+        self.result_label.setMinimumHeight(self.fontMetrics().lineSpacing() * 7)
+        self.result_label.hide()
         self.make_button = QPushButton("Make sidecar")
         self.make_button.setDefault(True)
         self.make_button.clicked.connect(self.start)
@@ -124,9 +145,9 @@ class MakeSidecarDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.bar)
         layout.addWidget(self.step_label)
-        layout.addWidget(self.result_label)
+        layout.addWidget(self.result_label, 1)
         layout.addLayout(buttons)
-        self._show_out()
+        self._suggest_name()
 
     @property
     def running(self) -> bool:
@@ -134,10 +155,37 @@ class MakeSidecarDialog(QDialog):
 
     @property
     def out(self) -> Path:
-        return default_out(self.target, int(self.vocab.currentData()))
+        """Where the sidecar is written: the typed name (``.gguf`` added when missing) in the target's folder."""
+        name = self.name_edit.text().strip()
+        if name and not name.lower().endswith(".gguf"):
+            name += ".gguf"
+        return self.target.parent / name
+
+    def _suggest_name(self, *, force: bool = False) -> None:
+        """A free name for the chosen vocabulary; a name the user typed stays unless ``force``."""
+        typed = self.name_edit.text().strip()
+        if force or not typed or typed == self.suggested:
+            self.suggested = free_out(self.target, int(self.vocab.currentData())).name
+            self.name_edit.setText(self.suggested)
+        self._show_out()
+
+    def name_problem(self) -> str:
+        """What is wrong with the typed file name, in words ("" when it can be written)."""
+        name = self.name_edit.text().strip()
+        if not name:
+            return "Type a file name for the new sidecar."
+        if "/" in name or "\\" in name or name in (".", ".."):
+            return "Type a file name only (it is written beside the model)."
+        if self.out.exists():
+            return (f"{self.out.name} already exists in this folder: type another name, or press "
+                    "\u201cUse a free name\u201d.")
+        return ""
 
     def _show_out(self) -> None:
-        self.out_label.setText(str(self.out))
+        problem = self.name_problem()
+        self.out_label.setText(problem or f"Writes {self.out}")
+        self.use_free_button.setVisible(bool(problem) and bool(self.name_edit.text().strip()))
+        self.make_button.setEnabled(not problem and not self.running)
 
     def pick_files(self) -> QFileDialog:
         dialog = QFileDialog(self, "Text files for the corpus", str(Path.home()), "Text (*.txt *.md);;All files (*)")
@@ -165,13 +213,14 @@ class MakeSidecarDialog(QDialog):
         return args
 
     def start(self) -> None:
-        if self.running:
+        if self.running or self.name_problem():
             return
         job = self.job = ChildJob(self.command(), leftovers=[self.out])
         self.outcome, self.last_error = None, None
         self.steps_seen.clear()
         self.bar.setValue(0)
-        self.result_label.setText("")
+        self.result_label.setPlainText("")
+        self.result_label.hide()
         self.step_label.setText("Starting…")
         self._set_running(True)
         self.ops.start(job.run, self._done, self._failed, self._progress)
@@ -183,9 +232,14 @@ class MakeSidecarDialog(QDialog):
             self.job.cancel()
 
     def _set_running(self, running: bool) -> None:
-        self.make_button.setEnabled(not running)
+        self.make_button.setEnabled(not running and not self.name_problem())
         self.cancel_button.setEnabled(running)
         self.vocab.setEnabled(not running)
+        self.name_edit.setEnabled(not running)
+
+    def show_result(self, text: str) -> None:
+        self.result_label.setPlainText(text)
+        self.result_label.setVisible(bool(text))
 
     def _progress(self, event: object) -> None:
         if not isinstance(event, dict) or event.get("kind") != "progress":
@@ -205,7 +259,7 @@ class MakeSidecarDialog(QDialog):
         text = (f"Made {Path(result['path']).name}: {result['vocab_size']:,} draft tokens chosen from "
                 f"{result['corpus']}.")
         if check:
-            text += (f"\nMeasured one-token acceptance along {check['positions']} tokens of the model's own text: "
+            text += (f"\nMeasured one-token acceptance along {check['positions']:,} tokens of the model's own text: "
                      f"this sidecar {check['sidecar_acceptance']:.1%}, the embedded MTP head "
                      f"{check['embedded_acceptance']:.1%}.")
         for warning in result.get("warnings", []):
@@ -215,7 +269,8 @@ class MakeSidecarDialog(QDialog):
         if result.get("attached"):
             text += "\nThe chat's model selector offers it as the FastMTP d2t drafting mode of this model."
         self.use_anyway_button.setVisible(bool(result.get("attach_note")) and not result.get("attached"))
-        self.result_label.setText(text)
+        self.show_result(text)
+        self._suggest_name(force=True)  # the name just written is taken now: the next build gets a free one
         self.made.emit(str(result["path"]))
 
     def use_anyway(self) -> None:
@@ -226,12 +281,12 @@ class MakeSidecarDialog(QDialog):
         try:
             local_models.attach_sidecar(self.target, path)
         except FastMTPError as exc:
-            self.result_label.setText(self.result_label.text() + "\n" + error_text(exc))
+            self.show_result(self.result_label.toPlainText() + "\n" + error_text(exc))
             return
         self.outcome = dict(self.outcome, attached=True)
         self.use_anyway_button.hide()
-        self.result_label.setText(self.result_label.text() + f"\nAs you chose, {path.name} is now this model's "
-                                  "FastMTP d2t drafting mode.")
+        self.show_result(self.result_label.toPlainText() + f"\nAs you chose, {path.name} is now this model's "
+                         "FastMTP d2t drafting mode.")
         self.made.emit(str(path))
 
     def _failed(self, exc: Exception) -> None:
@@ -242,7 +297,7 @@ class MakeSidecarDialog(QDialog):
             self.step_label.setText("Cancelled: no sidecar was written.")
             return
         self.step_label.setText("The sidecar could not be made.")
-        self.result_label.setText(error_text(exc))
+        self.show_result(error_text(exc))
 
     def reject(self) -> None:
         self.cancel()  # closing the dialog stops the build; nothing half-written stays

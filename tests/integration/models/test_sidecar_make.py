@@ -41,7 +41,7 @@ def test_make_reports_each_step_and_measures_against_the_embedded_head(
     report = inspect_gguf(out)
     assert report.kind == "mtp_sidecar_d2t" and report.d2t_length == made.vocab_size == 16384
     assert made.corpus == "the document prompts, notes.txt" and made.corpus_tokens > 100
-    assert made.check is not None and made.check.positions == 48
+    assert made.check is not None and made.check.positions == 256
     assert 0.0 <= made.check.sidecar_acceptance <= 1.0 and made.check.embedded_acceptance > 0.5
     assert _leftovers(out) == [out]
 
