@@ -11,7 +11,7 @@ QT_DEB_PACKAGES := $(shell cat installers/debian-qt-packages.txt)
 # Only for the tests: a real X server and xprop, so the window's X11 class and icon are checked (not the .deb's).
 TEST_DEB_PACKAGES := xvfb xauth x11-utils
 
-.PHONY: run test check unit lint lint-workflows venv clean package package-test gpu-prepare gpu-check
+.PHONY: run test check unit lint lint-workflows venv clean package package-test release-dry-run gpu-prepare gpu-check
 
 venv: $(VENV)/.installed
 
@@ -54,7 +54,7 @@ test: lint
 	$(BIN)/python -m app backend fetch --version 0.3.35 --version 0.3.36
 	$(BIN)/python -m app backend cuda-toolkit fetch --cuda 13.0  # the wheels tests/integration/backend/test_cuda_wheels.py builds with
 	$(BIN)/python -m pytest -ra --durations=15  # the slowest tests named, to keep CI under its hour
-	$(MAKE) package-test
+	$(MAKE) package-test release-dry-run
 
 # The fast inner loop: lint and tests/unit/ (no backend built, nothing downloaded) spread over the cores
 # (pytest-xdist), about 2 minutes on 2 cores.
@@ -77,6 +77,12 @@ package: venv
 
 package-test: package
 	$(BIN)/python installers/smoke.py
+
+# The release workflow's steps (installers/release_steps.py) in its order, on the Linux job's real outputs above,
+# stand-ins for the other systems' files, a throwaway key and temp app folders; then verified as a user's app
+# would (installers/README.md, "Releases").
+release-dry-run: package
+	$(BIN)/python installers/release_dry_run.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist

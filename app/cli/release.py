@@ -289,9 +289,10 @@ def cmd_release_sign(args: argparse.Namespace) -> int:
     from app.release.publish import sign_release
 
     signed = sign_release(args.dir, args.key, version=args.version, expires=args.expires, repo=args.repo,
-                          llama_cpp_commit=args.llama_cpp_commit)
-    emit(args, signed.to_dict(), f"Signed release {signed.version} of {len(signed.files)} files in {signed.folder} "
-                                 f"with {signed.fingerprint}")
+                          llama_cpp_commit=args.llama_cpp_commit, app=args.app)
+    what = "app release" if args.app else "release"
+    emit(args, dict(signed.to_dict(), app=args.app),
+         f"Signed {what} {signed.version} of {len(signed.files)} files in {signed.folder} with {signed.fingerprint}")
     return 0
 
 
@@ -345,7 +346,10 @@ def add_commands(sub: Subparsers) -> None:
     sg.add_argument("--key", type=Path, required=True, metavar="PRIVATE.pem")
     sg.add_argument("--version", help="release version, a number or 1.2.3 (default: one more than the folder's)")
     sg.add_argument("--expires", help="ISO date after which verifiers warn, e.g. 2026-12-31")
-    sg.add_argument("--repo", help="repository id (default: the catalog's)")
+    sg.add_argument("--repo", help="repository id (default: the catalog's; with --app, the app's own)")
+    sg.add_argument("--app", action="store_true",
+                    help="a FastMTP Chat release (installers, backend archives, feeds): no model patch needed, "
+                         "signed for the app's repository ([app_updates] repo)")
     sg.add_argument("--llama-cpp-commit", default="4df29be", help="llama.cpp commit the patch applies to")
     sb = command(rsub, "sign-backend", cmd_release_sign_backend,
                  "sign a `backend pack` archive: writes ARCHIVE.manifest.json and its .sig beside it")

@@ -95,9 +95,22 @@ def _json_bytes(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, indent=2) + "\n").encode("utf-8")
 
 
+def app_repository() -> str:
+    """The app's own repository id (``[app_updates] repo``): what the app's releases, backend archives and feeds are
+    signed for, so they never claim the model publisher's repository (one key is pinned per repository)."""
+    from app.release.updates import default_source
+
+    return default_source().repo
+
+
 def sign_release(folder: Path, key_path: Path, *, version: str | None = None, expires: str | None = None,
-                 repo: str | None = None, llama_cpp_commit: str = LLAMA_CPP_COMMIT) -> SignedRelease:
-    """Hash the folder's files and write SHA256SUMS, the manifest, the provenance, their signatures and the key."""
+                 repo: str | None = None, llama_cpp_commit: str = LLAMA_CPP_COMMIT, app: bool = False) -> SignedRelease:
+    """Hash the folder's files and write SHA256SUMS, the manifest, the provenance, their signatures and the key.
+
+    ``app``: a FastMTP Chat release (installers, backend archives, feeds), signed for the app's own repository
+    unless ``repo`` says otherwise; it carries no model patch, so none is required and the provenance names the
+    app's build instead of a llama.cpp patch.
+    """
     catalog = load_catalog()
     integ = catalog.integrity
     if not folder.is_dir():
@@ -105,7 +118,11 @@ def sign_release(folder: Path, key_path: Path, *, version: str | None = None, ex
     key = signing.load_private_key(key_path)
     files = [FileEntry(p.name, sha256_file(p), p.stat().st_size) for p in _payload(folder, key_path)]
     patch = next((f for f in files if f.name == integ.patch), None)
-    if patch is None:
+    if app:
+        repo = repo or app_repository()
+        if not files:
+            raise FastMTPError(f"{folder} holds no files to sign.", "Gather the release files into it first.")
+    elif patch is None:
         raise FastMTPError(f"{folder} has no {integ.patch}.",
                            "The release ships the llama.cpp patch its models need; put it in the folder.")
     version_value: int | str = int(version) if version and version.isdigit() and len(version) < 100 else \
@@ -120,13 +137,16 @@ def sign_release(folder: Path, key_path: Path, *, version: str | None = None, ex
     if expires is not None:
         manifest["expires"] = expires
     manifest["files"] = listing
-    provenance = {
+    llama_cpp: dict[str, Any] = {"repository": "https://github.com/ggml-org/llama.cpp", "commit": llama_cpp_commit}
+    if patch is not None:
+        llama_cpp["patch"] = patch.to_dict()
+    provenance: dict[str, Any] = {
         "format": PROVENANCE_FORMAT, "repo": repo or catalog.repo, "version": version_value, "date": now,
-        "llama_cpp": {"repository": "https://github.com/ggml-org/llama.cpp", "commit": llama_cpp_commit,
-                      "patch": patch.to_dict()},
-        "files": [f for f in listing if f["name"] != integ.patch],
-        "tool": f"fastmtp-chat {app_version} release sign",
+        "llama_cpp": llama_cpp, "files": [f for f in listing if f["name"] != integ.patch],
+        "tool": f"fastmtp-chat {app_version} release sign{' --app' if app else ''}",
     }
+    if app:
+        provenance["app"] = {"name": "FastMTP Chat", "version": app_version}
     outputs = {integ.checksums: format_sha256sums({f.name: f for f in files}).encode("utf-8"),
                integ.manifest: _json_bytes(manifest), integ.provenance: _json_bytes(provenance),
                integ.public_key: signing.public_key_pem(key.public_key())}
