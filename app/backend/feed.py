@@ -40,7 +40,7 @@ from app.core.errors import BackendError, FastMTPError, VerificationError
 from app.core.json_object import load_object
 from app.release import signing, trust
 from app.release.catalog import backend_feed_url, load_catalog
-from app.release.fetcher import FetchControl, FileRequest
+from app.release.fetcher import FetchControl, FileRequest, pid_folder
 from app.release.manifest import check_file_name, normalize_sha256
 from app.release.verify import INTEGRITY_MAX_BYTES, read_capped
 
@@ -601,7 +601,8 @@ def read_feed(url: str | None = None, *, repo: str | None = None, trust_fingerpr
     url = backend_feed_url(url)
     events = Events(on_event)
     cancel = cancel or CancelToken()
-    folder = paths.ensure_dir(paths.data_dir() / "downloads" / "backends", "downloads") / f"feed-{os.getpid()}"
+    # this run's own folder; those of killed runs (their process is gone) are removed first
+    folder = pid_folder(paths.ensure_dir(paths.data_dir() / "downloads" / "backends", "downloads"), "feed")
     control = FetchControl()
     cancel.set_kill(control.cancel)
     try:

@@ -22,16 +22,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit
 
 import httpcore
 import httpx
 
 from app import __version__
+from app.core import net_failures, processes
 from app.core.bounded_http import header_int
 from app.core.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
 from app.core.hashing import BackgroundSha256
+from app.core.net_failures import NetFailure, NetKind
 from app.core.units import format_bytes
 from app.release import part_state
 from app.release.part_state import PartState
@@ -53,6 +55,10 @@ NETWORK_ADVICE = "Check the network connection or try another mirror."
 RETRY_ADVICE = "Start the download again."  # nothing was kept: there is nothing to resume
 DISK_FULL_ADVICE = ("Free some space, then start the download again: the part already downloaded is kept and "
                     "the download resumes.")
+# Small files (feeds, manifests, signatures, checksum lists: a request with ``max_size`` and no known size) get a
+# total deadline for the whole batch, so a server dripping a byte now and then cannot hold a command for ever.
+SMALL_FILE_DEADLINE_S = 30.0
+DEADLINE_ENV = "FASTMTP_SMALL_FILE_DEADLINE_S"  # tests (and a very slow link) set another
 NO_ROOM_ADVICE = ("Free some space or choose another folder, then start the download again; parts already "
                   "downloaded are kept.")
 
@@ -175,8 +181,8 @@ class _Settings:
 def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: str | None = None,
                 max_workers: int = 3, on_event: Callable[[FetchEvent], None] | None = None,
                 control: FetchControl | None = None, retries: int = 5, stall_timeout: float = 30.0,
-                connect_timeout: float = 15.0, backoff_base: float = 1.0,
-                token_hosts: Sequence[str] | None = None) -> dict[str, FetchedFile]:
+                connect_timeout: float = 10.0, backoff_base: float = 1.0,
+                token_hosts: Sequence[str] | None = None, deadline: float | None = None) -> dict[str, FetchedFile]:
     """Download every request into ``staging_dir``, resuming ``.part`` files, verified as far as known.
 
     Args:
@@ -187,11 +193,15 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
         max_workers: files downloaded at once.
         on_event: receives ``FetchEvent``s from worker threads, one at a time; keep it quick.
         control: pause / resume / cancel from any thread.
-        retries: retries per mirror after a reset, timeout, stall or 5xx; progress resets the count.
+        retries: retries per mirror after a reset, a stall after data, a 5xx or a 429; progress resets the count.
+            A name that does not resolve, a refused connection or a connect timeout is never retried.
         stall_timeout: seconds without a byte before the connection counts as stalled and is retried.
         connect_timeout: seconds to open a connection.
         backoff_base: first retry delay in seconds, doubling each retry (tests make it small).
         token_hosts: host names the token may go to (e.g. ``["huggingface.co"]``), when mirrors are mixed.
+        deadline: seconds for the whole batch, after which it stops with a "too slow" :class:`NetworkDownloadError`;
+            by default :func:`small_file_deadline` when every request is a small capped file (``max_size`` and no
+            ``size``), none for model files (their stall timeout guards them).
 
     Returns:
         name -> ``FetchedFile``, in request order; files are at ``staging_dir / name``.
@@ -205,6 +215,8 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
     """
     requests = list(requests)
     _check_names(requests)
+    if deadline is None and requests and all(r.size is None and r.max_size is not None for r in requests):
+        deadline = small_file_deadline()
     staging_dir.mkdir(parents=True, exist_ok=True)
     _check_disk_space(requests, staging_dir)
     settings = _Settings(token, frozenset(token_hosts) if token_hosts is not None else None, retries,
@@ -220,10 +232,21 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
         batch.cancel()
     results: dict[str, FetchedFile] = {}
     errors: list[BaseException] = []
+    expired = threading.Event()
+    timer: threading.Timer | None = None
+    if deadline is not None:
+        def expire() -> None:  # the workers put their bytes down as on a cancel; the words say "too slow"
+            expired.set()
+            batch.cancel()
+
+        timer = threading.Timer(max(0.0, deadline), expire)
+        timer.daemon = True
+        timer.start()
+    downloads = [_Download(r, staging_dir, settings, batch, progress) for r in requests]
     try:
         workers = max(1, min(max_workers, len(requests)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
-            futures = [pool.submit(_Download(r, staging_dir, settings, batch, progress).run) for r in requests]
+            futures = [pool.submit(d.run) for d in downloads]
             for future in as_completed(futures):
                 try:
                     fetched = future.result()
@@ -233,6 +256,8 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
                 else:
                     results[fetched.name] = fetched
     finally:
+        if timer is not None:
+            timer.cancel()
         unlink_user()
         unlink_batch()
     if user.cancelled:
@@ -240,15 +265,59 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
         raise DownloadCancelled(f"Download cancelled; {format_bytes(kept)} kept in .part files in {staging_dir}.",
                                 RESUME_ADVICE)
     real = [e for e in errors if not isinstance(e, DownloadCancelled)]
+    if not real and expired.is_set() and deadline is not None:
+        real = [_too_slow([d for d in downloads if d.name not in results], deadline, progress)]
     if real or errors:
         first = (real or errors)[0]
         if isinstance(first, NetworkDownloadError):
             first.kept_bytes = sum(_size(_part_path(staging_dir, r.name)) for r in requests)
             if not first.kept_bytes:  # say "resume" only when there is something to resume
-                first.advice = f"{NETWORK_ADVICE} {RETRY_ADVICE}"
+                first.advice = f"{net_failures.advice(first.failures)} {RETRY_ADVICE}"
         raise first
     progress.event("done", "", f"{len(results)} file(s) in {staging_dir}")
     return {r.name: results[r.name] for r in requests}
+
+
+def small_file_deadline() -> float:
+    """The total deadline of a batch of small files: :data:`SMALL_FILE_DEADLINE_S`, or ``FASTMTP_SMALL_FILE_DEADLINE_S``
+    when it holds a number of seconds between 0.1 and 3600."""
+    text = os.environ.get(DEADLINE_ENV, "").strip()
+    try:
+        value = float(text) if 0 < len(text) <= 16 else SMALL_FILE_DEADLINE_S
+    except ValueError:
+        return SMALL_FILE_DEADLINE_S
+    return value if 0.1 <= value <= 3600 else SMALL_FILE_DEADLINE_S
+
+
+def _too_slow(unfinished: list[_Download], deadline: float, progress: Progress) -> NetworkDownloadError:
+    """The error of a batch stopped at its deadline: which files, from where, in words."""
+    failures = [net_failures.too_slow(d.current_url, deadline, role=d._role(d.current_url)) for d in unfinished]
+    names = ", ".join(d.name for d in unfinished)
+    error = NetworkDownloadError(f"Could not download {names}: {net_failures.joined(failures)}\n"
+                                 f"Tried: {', '.join(d.current_url for d in unfinished)}",
+                                 "The server is far too slow for these small files; try again later or another "
+                                 "mirror.", failures=failures, kind="download-network",
+                                 detail="\n".join(f.detail for f in failures))
+    for download in unfinished:
+        progress.event("error", download.name, error.message, error.kind)
+    return error
+
+
+def pid_folder(parent: Path, prefix: str) -> Path:
+    """``parent/<prefix>-<pid>``, a folder of this process's own, after removing those a killed run left behind
+    (named for a process that no longer runs, or for a number no process can have). Not created here."""
+    with contextlib.suppress(OSError):
+        for entry in parent.glob(prefix + "-*"):
+            pid_text = entry.name[len(prefix) + 1:]
+            if not (pid_text.isascii() and pid_text.isdigit()):
+                continue  # not a name we give
+            if len(pid_text) <= 9 and (int(pid_text) == os.getpid() or processes.pid_alive(int(pid_text))):
+                continue
+            if entry.is_symlink() or not entry.is_dir():
+                entry.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+    return parent / f"{prefix}-{os.getpid()}"
 
 
 def _apply_change(control: FetchControl, change: ControlChange) -> None:
@@ -267,70 +336,63 @@ def _report_change(progress: Progress, change: ControlChange) -> None:
         progress.event("resumed")
 
 
-# Why a mirror could not be reached or read, for machines and the window (which words it, never this module's
-# English): the name does not resolve, nothing listens, no answer, stalled, the connection dropped, a 5xx.
-NetworkCause = Literal["name-not-resolved", "connection-refused", "connect-timeout", "stalled", "connection-lost",
-                       "server-error"]
+# Why a mirror could not be reached or read, for machines and the window (which words it through
+# app.core.net_failures, never this module's English): the kinds of :data:`net_failures.NetKind`.
+NetworkCause = NetKind
 
 
 class NetworkDownloadError(DownloadError):
     """A file could not be fetched because the network or the server failed (not a refusal or a check).
 
-    ``cause`` and ``host`` say what failed where, so a window can say "could not reach huggingface.co (the name
-    does not resolve)" without parsing ``message`` (the technical detail, kept for a tooltip or a log);
-    ``kept_bytes`` is what the batch's ``.part`` files hold, so "resume" is only promised when something was kept.
+    ``failures`` holds every endpoint's failure (the mirror's and the hub's), so the words name them all;
+    ``cause`` and ``host`` are the first one's. ``message`` is in words, ``detail`` keeps the technical text (the
+    URLs, the exceptions) for a tooltip or a log; ``kept_bytes`` is what the batch's ``.part`` files hold, so
+    "resume" is only promised when something was kept.
     """
 
-    def __init__(self, message: str, advice: str, *, cause: NetworkCause, host: str, kind: str) -> None:
+    def __init__(self, message: str, advice: str, *, failures: Sequence[NetFailure], kind: str,
+                 detail: str = "") -> None:
         super().__init__(message, advice, kind=kind)
-        self.cause: NetworkCause = cause
-        self.host = host
+        self.failures = list(failures)
+        self.cause: NetworkCause = self.failures[0].kind if self.failures else "connection-lost"
+        self.host = self.failures[0].host if self.failures else ""
+        self.detail = detail or message
         self.kept_bytes = 0
 
-    def to_dict(self) -> dict[str, str]:
-        return {**super().to_dict(), "cause": self.cause, "host": self.host, "kept_bytes": str(self.kept_bytes)}
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "cause": self.cause, "host": self.host, "kept_bytes": str(self.kept_bytes),
+                "failures": [f.to_dict() for f in self.failures]}
 
 
 def network_cause(exc: BaseException) -> NetworkCause:
     """The cause of an httpx transport error, from the exception types in its chain (never their text)."""
-    if isinstance(exc, httpx.ReadTimeout):
-        return "stalled"
-    if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
-        return "connect-timeout"
-    seen: BaseException | None = exc
-    for _ in range(8):  # httpx wraps httpcore, which wraps the socket's OSError
-        if seen is None:
-            break
-        if isinstance(seen, socket.gaierror):
-            return "name-not-resolved"
-        if isinstance(seen, ConnectionRefusedError):
-            return "connection-refused"
-        if isinstance(seen, (TimeoutError, socket.timeout)) and isinstance(exc, httpx.ConnectError):
-            return "connect-timeout"
-        seen = seen.__cause__ or seen.__context__
-    return "connection-lost"
+    return net_failures.kind_of(exc)
 
 
 class _Retry(Exception):
-    """This attempt failed in a way worth retrying on the same mirror."""
+    """This attempt failed; ``retry`` says whether trying the same mirror again can help (a reset, a 5xx, a 429, a
+    stall after data) or not (a name that does not resolve, a refused connection: the next mirror, at once)."""
 
-    def __init__(self, reason: str, *, retry_after: float | None = None, immediate: bool = False,
-                 cause: NetworkCause = "connection-lost") -> None:
+    def __init__(self, reason: str, *, failure: NetFailure | None = None, retry_after: float | None = None,
+                 immediate: bool = False, retry: bool = True) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.failure = failure
         self.retry_after = retry_after
         self.immediate = immediate
-        self.cause: NetworkCause = cause
+        self.retry = retry
 
 
 class _MirrorFailed(Exception):
     """This mirror cannot serve the file (404, 403, a bad certificate ...): go to the next one."""
 
-    def __init__(self, reason: str, advice: str = "", kind: str = "download-refused") -> None:
+    def __init__(self, reason: str, advice: str = "", kind: str = "download-refused",
+                 failure: NetFailure | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.advice = advice
         self.kind = kind
+        self.failure = failure
 
 
 class _Interrupted(Exception):
@@ -410,11 +472,16 @@ class _Download:
         self.done = self._hash_file(self.part, kept, self.hasher)
 
     def _download_from_mirrors(self) -> None:
-        """Attempts with backoff on one mirror, then the next; returns when the part holds the whole file."""
-        failures: list[str] = []
+        """Attempts with backoff on one mirror, then the next; returns when the part holds the whole file.
+
+        Only failures a retry can help are retried (a reset, a 5xx, a 429, a stall after data); a name that does
+        not resolve or a refused connection goes to the next mirror at once, so an offline machine gives up in
+        seconds. The error names every mirror tried, each in words (:mod:`app.core.net_failures`)."""
+        words: list[str] = []  # each mirror's failure, in words
+        details: list[str] = []  # the same with URLs and exceptions, for a tooltip or a log
+        network: list[NetFailure] = []
         advice = ""
         kind = "download-network"  # unless a mirror's failure gives the advice: then its kind goes with it
-        network: tuple[NetworkCause, str] | None = None  # the first mirror given up on for a network cause
         for url in self.request.urls:
             attempt = 0
             high_water = self.done
@@ -426,7 +493,10 @@ class _Download:
                 except _Interrupted:
                     continue
                 except _MirrorFailed as exc:
-                    failures.append(f"{url}: {exc.reason}")
+                    words.append(exc.failure.clause() if exc.failure else f"{self._who(url)}: {exc.reason}")
+                    details.append(exc.failure.detail if exc.failure else f"{url}: {exc.reason}")
+                    if exc.failure is not None and exc.failure.kind != "tls-certificate":
+                        network.append(exc.failure)
                     if not advice and exc.advice:
                         advice, kind = exc.advice, exc.kind
                     break
@@ -434,23 +504,47 @@ class _Download:
                     if self.done > high_water:  # progress was made: the link works, just not for long
                         high_water, attempt = self.done, 0
                     attempt += 1
-                    if attempt > self.settings.retries:
-                        failures.append(f"{url}: {exc.reason} (gave up after {self.settings.retries} retries)")
-                        network = network or (exc.cause, urlsplit(url).hostname or url)
+                    if not exc.retry or attempt > self.settings.retries:
+                        tried = f" (still after {self.settings.retries} retries)" if exc.retry else ""
+                        words.append((exc.failure.clause() if exc.failure else exc.reason) + tried)
+                        details.append((exc.failure.detail if exc.failure else f"{url}: {exc.reason}")
+                                       + (f" (gave up after {self.settings.retries} retries)" if exc.retry
+                                          else " (not retried: a retry would not help)"))
+                        network.append(exc.failure or NetFailure("connection-lost", net_failures.host_of(url),
+                                                                 detail=f"{url}: {exc.reason}"))
                         break
                     delay = 0.0 if exc.immediate else self._backoff(attempt, exc.retry_after)
-                    self.progress.event("retry", self.name,
-                                        f"{exc.reason}; retry {attempt} of {self.settings.retries}"
-                                        + (f" in {delay:.1f} s" if delay else ""))
+                    when = f"retrying in {_seconds(delay)}" if delay else "retrying now"
+                    self.progress.waiting(self.name, f"{exc.reason}; {when} (retry {attempt} of "
+                                                     f"{self.settings.retries})", delay)
                     self.control.sleep(delay)
             if url != self.request.urls[-1]:
-                self.progress.event("retry", self.name, f"{failures[-1]}; trying the next mirror")
-        where = failures[0] if len(failures) == 1 else "every mirror failed:\n  " + "\n  ".join(failures)
-        message = f"Could not download {self.name}: {where}"
-        if network is not None and not advice:
-            raise NetworkDownloadError(message, NETWORK_ADVICE + " " + RESUME_ADVICE, cause=network[0],
-                                       host=network[1], kind=kind)
+                self.progress.event("retry", self.name, f"{words[-1]}; trying the next mirror")
+        tried = ", ".join(self.request.urls)
+        message = f"Could not download {self.name}: " + net_failures.joined_words(words) + f"\nTried: {tried}"
+        detail = "\n".join(details)
+        if network and not advice:
+            raise NetworkDownloadError(message, net_failures.advice(network) + " " + RESUME_ADVICE,
+                                       failures=network, kind=kind, detail=detail)
         raise DownloadError(message, advice or NETWORK_ADVICE + " " + RESUME_ADVICE, kind=kind)
+
+    @property
+    def current_url(self) -> str:
+        """The URL being tried now (the first before any attempt)."""
+        return self._url or self.request.urls[0]
+
+    def _who(self, url: str) -> str:
+        """The mirror as the words name it: "the mirror HOST" when the batch mixes the hub and mirrors."""
+        failure = NetFailure("connection-lost", net_failures.host_of(url), self._role(url))
+        return failure.who
+
+    def _role(self, url: str) -> str:
+        """"mirror" for a URL whose host is not the hub's, when the request has several endpoints (the hub's own
+        hosts are ``token_hosts``); "" otherwise (a lone URL is named by its host alone)."""
+        hubs = self.settings.token_hosts
+        if len(self.request.urls) < 2 or not hubs:
+            return ""
+        return "" if urlsplit(url).hostname in hubs else "mirror"
 
     def _finish(self) -> FetchedFile:
         """Check size and hash, then move into place; a mismatch deletes the part."""
@@ -479,6 +573,7 @@ class _Download:
     def _attempt(self, url: str) -> None:
         """One request from ``self.done`` onwards; returns when the part is complete, else raises."""
         same_source = self.state is not None and self.state.url == url
+        started = self.done
         self._aborted = False
         self._url = url
         headers = {"Accept-Encoding": "identity", "User-Agent": f"fastmtp-chat/{__version__}"}
@@ -502,15 +597,20 @@ class _Download:
             if self._aborted:  # we shut the socket ourselves: a pause or cancel, not a network failure
                 self._checkpoint()
                 raise _Interrupted() from exc
-            if _is_certificate_error(exc):
-                raise _MirrorFailed(f"its TLS certificate could not be verified ({exc})",
+            failure = net_failures.describe(exc, url, role=self._role(url), seconds=self.settings.stall_timeout)
+            if failure.kind == "tls-certificate" or _is_certificate_error(exc):
+                failure = NetFailure("tls-certificate", failure.host, failure.role, detail=failure.detail)
+                raise _MirrorFailed(failure.clause(),
                                     "The connection may be intercepted; check the system clock and any proxy. "
-                                    "Certificate checks are never turned off.", "tls-unverified") from exc
-            reason = f"no data for {self.settings.stall_timeout:.0f} s (stalled)" \
-                if isinstance(exc, httpx.ReadTimeout) else f"{type(exc).__name__}: {exc or 'connection lost'}"
-            raise _Retry(reason, cause=network_cause(exc)) from exc
+                                    "Certificate checks are never turned off.", "tls-unverified", failure) from exc
+            # a stall only counts as worth a retry once this attempt had data: a server that accepts and then
+            # says nothing at all will not say more a second later
+            retry = failure.retryable and (failure.kind != "stalled" or self.done > started)
+            raise _Retry(failure.clause(), failure=failure, retry=retry) from exc
         if self.expected is not None and self.done < self.expected:
-            raise _Retry(f"the connection closed early at {self.done} of {self.expected} bytes")
+            failure = NetFailure("connection-lost", net_failures.host_of(url), self._role(url),
+                                 detail=f"{url}: the connection closed early at {self.done} of {self.expected} bytes")
+            raise _Retry(failure.clause(), failure=failure)
 
     def _send(self, client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
         """GET with redirects followed by hand, so the token only ever goes where it was meant to."""
@@ -561,7 +661,8 @@ class _Download:
                                 "The file is not on this mirror: check the repository, the revision and the "
                                 "quantization name.", "not-found")
         if status in (408, 429) or status >= 500:
-            raise _Retry(f"server error (HTTP {status})", retry_after=_retry_after(response), cause="server-error")
+            failure = net_failures.from_status(status, url, role=self._role(url))
+            raise _Retry(failure.clause(), failure=failure, retry_after=_retry_after(response))
         if status not in (200, 206):
             raise _MirrorFailed(f"unexpected answer (HTTP {status})")
         etag, modified = response.headers.get("etag"), response.headers.get("last-modified")
@@ -809,6 +910,10 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
+
+
+def _seconds(delay: float) -> str:
+    return f"{delay:.0f} s" if delay >= 10 else f"{delay:.1f} s"
 
 
 def _content_range(value: str | None) -> tuple[int | None, int | None]:

@@ -37,6 +37,7 @@ class FetchEvent:
     eta_s: float | None
     message: str = ""
     error_kind: str = ""  # an "error" event's FastMTPError kind ("sha256-mismatch", …): what a window chooses by
+    retry_in_s: float | None = None  # a "retry" event's wait before the next attempt (0: at once)
 
     def to_json(self) -> str:
         return json.dumps({"event": "fetch", **asdict(self)})
@@ -121,6 +122,17 @@ class Progress:
             meter.done = meter.tick_bytes = 0
             self._emit("retry", name, message)
 
+    def waiting(self, name: str, message: str, seconds: float) -> None:
+        """A retry of ``name`` in ``seconds``: its speed (and the batch's) is unknown while it waits, so no ETA is
+        shown frozen at its last value; the batch's line is refreshed too."""
+        with self._lock:
+            now = time.monotonic()
+            meter = self._files[name]
+            meter.speed, meter.tick_time, meter.tick_bytes = 0.0, now, meter.done
+            self._batch.speed, self._batch.tick_time, self._batch.tick_bytes = 0.0, now, self._batch.done
+            self._emit("retry", name, message, retry_in_s=round(seconds, 1))
+            self._emit("progress", "")
+
     def event(self, kind: EventKind, name: str = "", message: str = "", error_kind: str = "") -> None:
         """An event now, unthrottled (start, retry, done, error, paused, resumed); an error carries its kind."""
         with self._lock:
@@ -134,7 +146,8 @@ class Progress:
         totals = [m.total for m in self._files.values()]
         self._batch.total = None if any(t is None for t in totals) else sum(t for t in totals if t is not None)
 
-    def _emit(self, kind: EventKind, name: str, message: str = "", error_kind: str = "") -> None:
+    def _emit(self, kind: EventKind, name: str, message: str = "", error_kind: str = "",
+              retry_in_s: float | None = None) -> None:
         meter = self._files[name] if name else self._batch
         meter.emitted = time.monotonic()
         if self._on_event is None:
@@ -142,7 +155,7 @@ class Progress:
         self._on_event(FetchEvent(kind=kind, file=name, bytes_done=meter.done, bytes_total=meter.total,
                                   total_done=self._batch.done, total_bytes=self._batch.total,
                                   speed_bps=round(meter.speed, 1), eta_s=_round(meter.eta()), message=message,
-                                  error_kind=error_kind))
+                                  error_kind=error_kind, retry_in_s=retry_in_s))
 
 
 def _round(value: float | None) -> float | None:
