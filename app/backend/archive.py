@@ -16,22 +16,24 @@ import json
 import os
 import re
 import shutil
+import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.backend import registry
+from app.backend import registry, runtime_libs
 from app.core import paths, safe_paths
 from app.core.errors import BackendError
 from app.core.safe_paths import UnpackLimits
 
 SERVER_DIR = "server"
 SERVER_BINARY = "llama-server"
+SERVER_RUNPATH = "$ORIGIN:$ORIGIN/../llama_cpp/lib"  # the server's own folder, then the backend's libraries
 ORIGIN = "fastmtp-origin.json"
 _SHARED = re.compile(r"^lib[\w.+-]*\.(so(\.\d+)*|dylib)$|^[\w.+-]*\.dll$")
 REFUSED_ADVICE = ("This looks like a path-traversal attempt or a broken archive; nothing was installed. Do not use it, "
@@ -56,31 +58,103 @@ def server_library_path(binary: Path) -> list[str]:
     return [str(binary.parent), str(binary.parent.parent / "llama_cpp" / "lib")]
 
 
+@dataclass(frozen=True)
+class Packed:
+    """What :func:`pack` wrote: the archive, the libraries it carries from outside the build, the RUNPATHs set."""
+
+    archive: Path
+    bundled: tuple[str, ...] = ()
+    runpaths_fixed: tuple[str, ...] = ()
+
+
+def archive_name(manifest: registry.BackendManifest, platform: str | None = None, machine: str | None = None,
+                 app: str | None = None) -> str:
+    """The versioned file name of a backend's archive: app version, llama-cpp-python version, what it runs on.
+
+    ``fastmtp-backend-0.9.0-0.3.35-cuda13-linux-x86_64.tar.xz``; a CPU build for any x86-64 PC is ``cpu``, one
+    tuned to the machine that built it ``cpu-native``; an unpatched build says so. Two releases, or two CUDA
+    majors, never share a name.
+    """
+    import platform as platform_module
+
+    from app import __version__
+
+    if manifest.flavor == "cuda":
+        kind = f"cuda{(manifest.cuda_version or '0').split('.')[0]}"
+    else:
+        kind = "cpu" if manifest.portable else "cpu-native"
+    if not manifest.patched:
+        kind += "-unpatched"
+    system = (platform or sys.platform).lower()
+    system = "windows" if system.startswith("win") else "macos" if system == "darwin" else \
+        system.rstrip("0123456789")
+    arch = (machine or platform_module.machine() or "unknown").lower().replace("amd64", "x86_64")
+    arch = "arm64" if arch == "aarch64" and system == "macos" else arch
+    return f"fastmtp-backend-{app or __version__}-{manifest.llama_cpp_python_version}-{kind}-{system}-{arch}.tar.xz"
+
+
 def pack(backend_id: str, out: Path, server_binary: Path | None = None) -> Path:
-    """Write ``out`` (``.tar.xz``) with the installed backend ``backend_id`` and, if given, its llama-server."""
+    """:func:`pack_archive`, for callers that want only the archive's path."""
+    return pack_archive(backend_id, out, server_binary).archive
+
+
+def pack_archive(backend_id: str, out: Path, server_binary: Path | None = None) -> Packed:
+    """Write ``out`` (``.tar.xz``; a folder: the :func:`archive_name` inside it) with the installed backend
+    ``backend_id`` and, if given, its llama-server, made to run with only the NVIDIA driver and a base system.
+
+    The backend is staged beside ``out`` first: the libraries its binaries need from outside it (the CUDA
+    runtime) are copied in (:func:`runtime_libs.bundle`), every RUNPATH is made ``$ORIGIN``-relative, and the
+    staged copy is checked; the packed manifest lists no build-machine folders (``runtime_lib_dirs``).
+
+    Raises:
+        BackendError: the backend failed its self-test, a needed library is found nowhere, or a RUNPATH points
+            outside the archive and cannot be rewritten; nothing is written then.
+    """
     folder = registry.backend_dir(backend_id)
     manifest = registry.BackendManifest.read(folder)
     if not manifest.selftest_ok:
         raise BackendError(f"Backend {backend_id} did not pass its self-test; it is not worth carrying.",
                            "Build it again, or pick another with `backend list`.")
+    if out.is_dir() or not out.name.endswith(".tar.xz"):
+        out = out / archive_name(manifest)
     lib_names = {p.name for p in (folder / "llama_cpp" / "lib").iterdir()}
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    with tarfile.open(partial, "w:xz", preset=6) as archive:
-        archive.add(folder, arcname=backend_id, filter=_no_caches)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".pack-") as scratch:
+        staged = Path(scratch) / backend_id
+        shutil.copytree(folder, staged, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", ORIGIN))
+        lib_dir = staged / "llama_cpp" / "lib"
+        server_dir = staged / SERVER_DIR
         if server_binary is not None:
-            archive.add(server_binary, arcname=f"{backend_id}/{SERVER_DIR}/{SERVER_BINARY}")
+            server_dir.mkdir(exist_ok=True)
+            shutil.copy2(server_binary, server_dir / SERVER_BINARY)
             for lib in sorted(server_binary.parent.iterdir()):
                 if _SHARED.match(lib.name) and lib.name not in lib_names:
-                    archive.add(lib, arcname=f"{backend_id}/{SERVER_DIR}/{lib.name}")
-    os.replace(partial, out)
-    return out
-
-
-def _no_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    """Leave out bytecode caches and the origin note: where a backend came from is told by whoever installs it."""
-    parts = info.name.split("/")
-    return None if "__pycache__" in parts or parts[1:] == [ORIGIN] else info
+                    if lib.is_symlink():
+                        (server_dir / lib.name).symlink_to(os.readlink(lib))
+                    else:
+                        shutil.copy2(lib, server_dir / lib.name)
+        bundled: list[str] = []
+        fixed: list[str] = []
+        if sys.platform.startswith("linux"):
+            bundled = runtime_libs.bundle(staged, lib_dir, manifest.runtime_lib_dirs)
+            fixed = runtime_libs.fix_runpaths(staged, {server_dir: SERVER_RUNPATH})
+            problems = runtime_libs.runpath_problems(staged)
+            lacking = runtime_libs.missing(staged)
+            if problems or lacking:
+                raise BackendError(f"The packed {backend_id} would not run with only the driver: "
+                                   + "; ".join([*(f"{k} looks in {v!r}" for k, v in problems.items()),
+                                                *(f"{k} needs {', '.join(v)}" for k, v in lacking.items())]),
+                                   "Nothing was packed. Build it again with this version of the app.",
+                                   kind="backend-not-self-contained")
+        elif sys.platform == "win32":
+            bundled = runtime_libs.bundle_windows(lib_dir, manifest.runtime_lib_dirs)
+        if manifest.runtime_lib_dirs:
+            replace(manifest, runtime_lib_dirs=[]).write(staged)  # carried inside now: no build-machine folders
+        partial = out.with_name(out.name + ".partial")
+        with tarfile.open(partial, "w:xz", preset=6) as archive:
+            archive.add(staged, arcname=backend_id)
+        os.replace(partial, out)
+    return Packed(out, tuple(bundled), tuple(fixed))
 
 
 @dataclass(frozen=True)

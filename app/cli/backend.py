@@ -239,11 +239,14 @@ def cmd_backend_pack(args: argparse.Namespace) -> int:
         server = build_server(BuildOptions(flavor="cuda" if manifest.flavor == "cuda" else "cpu",
                                            cuda_archs=manifest.cuda_archs, version=manifest.llama_cpp_python_version,
                                            portable=manifest.portable))
-    out = archive.pack(backend_id, args.out, server)
-    data = {"archive": str(out), "bytes": out.stat().st_size, "backend": backend_id,
-            "server": server is not None}
+    packed = archive.pack_archive(backend_id, args.out, server)
+    out = packed.archive
+    data = {"archive": str(out), "name": out.name, "bytes": out.stat().st_size, "backend": backend_id,
+            "server": server is not None, "bundled": list(packed.bundled),
+            "runpaths_fixed": list(packed.runpaths_fixed)}
+    carried = f"; carries {', '.join(packed.bundled)}" if packed.bundled else ""
     emit(args, data, lambda: f"packed {backend_id}{' with llama-server' if server else ''} into {out} "
-                             f"({format_bytes(out.stat().st_size)})")
+                             f"({format_bytes(out.stat().st_size)}){carried}")
     return 0
 
 
@@ -477,7 +480,9 @@ def add_commands(sub: Subparsers) -> None:
 
     pk = command(bsub, "pack", cmd_backend_pack, "pack an installed backend (and llama-server) to carry elsewhere")
     pk.add_argument("id", nargs="?", help="backend id (default: the active one)")
-    pk.add_argument("--out", type=Path, required=True, help="the .tar.xz to write")
+    pk.add_argument("--out", type=Path, required=True,
+                    help="the .tar.xz to write, or a folder: the archive is named from its manifest there "
+                         "(fastmtp-backend-APP-LLAMACPP-KIND-OS-ARCH.tar.xz, e.g. …-0.3.35-cuda13-linux-x86_64)")
     pk.add_argument("--server", action="store_true", help="build llama-server in its tree and include it")
     up = command(bsub, "unpack", cmd_backend_unpack, "install a backend archive made by `backend pack`")
     up.add_argument("archive", type=Path)
