@@ -12,6 +12,7 @@ them behind. The one ``FetchControl`` pauses and cancels every phase.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,10 @@ from app.release.fetcher import (
     FetchControl,
     FetchEvent,
     FileRequest,
+    NetworkDownloadError,
     bytes_to_fetch,
     fetch_files,
+    small_file_deadline,
 )
 from app.release.install import Installed, install
 from app.release.verify import INTEGRITY_MAX_BYTES, ReleaseMetadata, verify_file, verify_metadata
@@ -117,15 +120,23 @@ def _control_events(on_event: Callable[[FetchEvent], None] | None) -> Callable[[
 
 
 def _fetch_first(plan: FetchPlan, names: list[str], folder: Path, token: str | None,
-                 control: FetchControl | None, on_event: Callable[[FetchEvent], None] | None) -> str | None:
-    """Try the variants of one integrity file (``X.sig``, ``X.sig.b64``) in order; None when none exists."""
+                 control: FetchControl | None, on_event: Callable[[FetchEvent], None] | None,
+                 deadline_at: float) -> str | None:
+    """Try the variants of one integrity file (``X.sig``, ``X.sig.b64``) in order; None when none exists. A server
+    too slow for the integrity files' shared deadline (``deadline_at``) ends it all, in its own words."""
     for name in names:
         try:
             fetch_files([_integrity_request(plan, name)], folder, token=token, max_workers=1,
-                        token_hosts=token_hosts(plan), control=control, on_event=on_event)
+                        token_hosts=token_hosts(plan), control=control, on_event=on_event,
+                        deadline=_left(deadline_at))
             return name
         except DownloadCancelled:
             raise
+        except NetworkDownloadError as exc:
+            if exc.cause == "too-slow":
+                raise
+            _remove_partial(folder, name)
+            (folder / name).unlink(missing_ok=True)
         except DownloadError:
             _remove_partial(folder, name)
             (folder / name).unlink(missing_ok=True)
@@ -138,28 +149,36 @@ def _remove_partial(folder: Path, name: str) -> None:
     part_state.remove(part_state.state_path(part))
 
 
+def _left(deadline_at: float) -> float:
+    """Seconds left of a shared deadline (a little at least, so the last call still says "too slow" in words)."""
+    return max(0.05, deadline_at - time.monotonic())
+
+
 def fetch_integrity(plan: FetchPlan, folder: Path, token: str | None, *, control: FetchControl | None = None,
                     on_event: Callable[[FetchEvent], None] | None = None) -> None:
     """Download the small integrity files afresh into ``folder`` (never resumed from an older run).
 
-    Each is capped at :data:`INTEGRITY_MAX_BYTES` (a larger one is a :class:`VerificationError`). When this
-    fails or is cancelled, ``folder`` is removed: no partial integrity file stays behind.
+    Each is capped at :data:`INTEGRITY_MAX_BYTES` (a larger one is a :class:`VerificationError`), and all of them
+    together have one total deadline (:func:`~app.release.fetcher.small_file_deadline`). When this fails or is
+    cancelled, ``folder`` is removed: no partial integrity file stays behind.
     """
     integ = load_catalog().integrity
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     relay = _control_events(on_event)
+    deadline_at = time.monotonic() + small_file_deadline()
     try:
         required = [integ.checksums, integ.manifest, integ.provenance]
         fetch_files([_integrity_request(plan, n) for n in required], folder, token=token,
-                    max_workers=plan.max_workers, token_hosts=token_hosts(plan), control=control, on_event=relay)
+                    max_workers=plan.max_workers, token_hosts=token_hosts(plan), control=control, on_event=relay,
+                    deadline=_left(deadline_at))
         for signed in (integ.manifest, integ.provenance):
             names = integ.signature_names(signed)
-            if _fetch_first(plan, names, folder, token, control, relay) is None:
+            if _fetch_first(plan, names, folder, token, control, relay, deadline_at) is None:
                 raise DownloadError(f"The signature of {signed} could not be fetched (tried {', '.join(names)}).",
                                     "Check the mirror; a release without signatures is never used.",
                                     kind="signature-unavailable")
-        _fetch_first(plan, [integ.public_key], folder, token, control, relay)  # optional when a key is pinned
+        _fetch_first(plan, [integ.public_key], folder, token, control, relay, deadline_at)  # optional when pinned
     except DownloadCancelled as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise DownloadCancelled("Download cancelled while fetching the integrity files; no partial file was kept.",

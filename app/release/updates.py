@@ -27,12 +27,13 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 import httpx
 
 from app import __version__
-from app.core import bounded_http, paths, settings_file
+from app.core import bounded_http, net_failures, paths, settings_file
 from app.core.errors import DownloadError, StorageError, VerificationError
 from app.core.resources import resources_dir
 from app.release import signing, trust
 from app.release.app_feed import AppDownload, AppFeed, AppVersion, current_platform, parse_app_version, parse_feed
 from app.release.catalog import CatalogError, check_url, load_catalog
+from app.release.fetcher import small_file_deadline
 
 Status = Literal["up_to_date", "available", "unverified", "unreachable"]
 STATUSES: tuple[Status, ...] = ("up_to_date", "available", "unverified", "unreachable")
@@ -118,7 +119,7 @@ class UpdateCheck:
             return f"FastMTP Chat {self.current_version} is up to date.{warning}"
         if self.status == "unverified":
             return f"{_NOT_VERIFIED}: {self.message}{warning}"
-        return f"Could not reach the update server: {self.message}{warning}"
+        return f"Could not reach the update server: {net_failures.lower_first(self.message)}{warning}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "newer_available": self.newer_available,
@@ -168,19 +169,24 @@ class VerifiedFeed:
 
 
 class _Reader:
-    """GETs with a byte cap, a deadline, hand-followed redirects (never https to http) and no retries."""
+    """GETs with a byte cap, one total deadline, hand-followed redirects (never https to http) and no retries: the
+    check is asked again tomorrow, and an offline machine hears so at once. Failures are in words
+    (:mod:`app.core.net_failures`)."""
 
     def __init__(self, client: httpx.Client, limit: int, deadline: float) -> None:
         self._client = client
         self._limit = limit
         self._deadline = deadline
+        self._seconds = max(0.0, deadline - time.monotonic())
 
     def get(self, url: str, what: str, *, optional: bool = False) -> bytes | None:
         """The body of ``url``; None for a 404 when ``optional``. Raises DownloadError / VerificationError."""
         current = url
         for _ in range(_MAX_REDIRECTS + 1):
+            reader = bounded_http.BoundedRead(f"The {what} at {url}", max_body=self._limit,
+                                              deadline_at=self._deadline)
             try:
-                with self._client.stream("GET", current) as response:
+                with self._client.stream("GET", current, extensions=reader.extensions) as response:
                     location = response.headers.get("location")
                     if response.status_code in _REDIRECTS and location:
                         current = self._redirect(current, urljoin(current, location), what)
@@ -188,18 +194,29 @@ class _Reader:
                     if response.status_code == 404 and optional:
                         return None
                     if response.status_code != 200:
-                        raise DownloadError(f"The {what} at {url} answered HTTP {response.status_code}.",
+                        failure = net_failures.from_status(response.status_code, current)
+                        raise DownloadError(f"The {what} could not be read: {failure.clause()}.",
                                             "The update server may be down or moved; try again later.")
-                    return self._body(response, url, what)
+                    return self._body(reader, response, url, what)
+            except bounded_http.TooSlow:
+                raise self._too_slow(current, what) from None
             except httpx.TransportError as exc:
-                host = urlsplit(current).netloc
-                reason = "it did not answer in time" if isinstance(exc, httpx.TimeoutException) else \
-                    str(exc) or type(exc).__name__
-                raise DownloadError(f"{host}: {reason}.",
-                                    "Check the network connection; nothing was changed. The app works offline.") \
-                    from exc
+                try:
+                    reader.explain(exc)  # the deadline shut the socket: say "too slow", not "closed"
+                except bounded_http.TooSlow:
+                    raise self._too_slow(current, what) from None
+                failure = net_failures.describe(exc, current, seconds=self._client.timeout.read)
+                raise DownloadError(failure.sentence(), net_failures.advice([failure]) + " Nothing was changed; the "
+                                    "app works offline.") from exc
+            finally:
+                reader.finish()
         raise DownloadError(f"The {what} at {url} redirects more than {_MAX_REDIRECTS} times.",
                             "The update server is misconfigured; try again later.")
+
+    def _too_slow(self, url: str, what: str) -> DownloadError:
+        failure = net_failures.too_slow(url, self._seconds)
+        return DownloadError(f"The {what} could not be read: {failure.clause()}.",
+                             "The update server is far too slow; try again later. Nothing was changed.")
 
     @staticmethod
     def _redirect(current: str, target: str, what: str) -> str:
@@ -209,21 +226,18 @@ class _Reader:
                                 "(not http(s), or from https to plain http).", "Try again later.")
         return target
 
-    def _body(self, response: httpx.Response, url: str, what: str) -> bytes:
+    def _body(self, reader: bounded_http.BoundedRead, response: httpx.Response, url: str, what: str) -> bytes:
         too_big = VerificationError(f"The {what} at {url} is larger than {self._limit} bytes, far more than any "
                                     f"{what} holds; it was not read further.",
                                     "Nothing was trusted. The server may be misconfigured or hostile.")
-        reader = bounded_http.BoundedRead(f"The {what} at {url}", max_body=self._limit, deadline_at=self._deadline)
         try:
             return reader.body(response)
         except bounded_http.TooLarge:
             raise too_big from None
         except bounded_http.TooSlow:
-            raise DownloadError(f"The {what} at {url} came too slowly.", "Try again later.") from None
+            raise
         except bounded_http.ReadLimitError as exc:
             raise VerificationError(exc.message, "Nothing was trusted.") from None
-        finally:
-            reader.finish()
 
 
 def fetch_feed(source: UpdateSource, *, trust_fingerprint: str | None = None, confirm: trust.Confirm | None = None,
@@ -241,7 +255,7 @@ def fetch_feed(source: UpdateSource, *, trust_fingerprint: str | None = None, co
     """
     headers = {"User-Agent": f"fastmtp-chat/{__version__}", "Accept-Encoding": "identity"}
     with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False) as client:
-        reader = _Reader(client, source.max_bytes, time.monotonic() + 3 * timeout)
+        reader = _Reader(client, source.max_bytes, time.monotonic() + min(3 * timeout, small_file_deadline()))
         data = reader.get(source.url, "update information")
         assert data is not None
         signature = None
@@ -284,7 +298,8 @@ def check_for_update(current_version: str = __version__, *, source: UpdateSource
         include_prereleases: consider ``-rc``/``-beta``/… versions too (ignored by default).
         trust_fingerprint: trust the key with this fingerprint on first use (no question).
         confirm: asks the user about a key seen for the first time; None refuses it.
-        timeout: seconds for each connect and read; the whole check gets three times this.
+        timeout: seconds for each connect and read; the whole check gets three times this, at most the small
+            files' total deadline (:func:`~app.release.fetcher.small_file_deadline`, 30 s).
         now: the time of the check (tests pass a fixed clock).
         platform: the download to point at (default: this machine's, e.g. ``linux-x86_64``).
         remember: save the result and time in the update state (the once-a-day rule reads it).

@@ -69,7 +69,8 @@ def test_a_503_with_a_superscript_retry_after_is_retried_in_words(server: Releas
     fetch_files([FileRequest(NAME, [server.url(NAME)], len(DATA), hashlib.sha256(DATA).hexdigest())], tmp_path,
                 on_event=events.append, **FAST)
     assert (tmp_path / NAME).read_bytes() == DATA
-    assert [e.message.split(";")[0] for e in events if e.kind == "retry"] == ["server error (HTTP 503)"] * 2
+    assert [e.message.split(";")[0] for e in events if e.kind == "retry"] == [
+        f"127.0.0.1:{server.port} had a server error (HTTP 503)"] * 2
 
 
 def test_a_resume_answered_with_a_superscript_content_range_restarts_from_zero(server: ReleaseServer,
