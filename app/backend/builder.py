@@ -15,13 +15,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from app.backend import buildlock, patching, registry, source, toolchain
+from app.backend import buildlock, patching, registry, runtime_libs, source, toolchain
 from app.backend.events import BuildEvent, EventKind, EventSink, ninja_fraction
 from app.core import paths, processes
 from app.core.cancel import CancelToken
@@ -115,7 +116,7 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
     if problems:
         raise ToolchainError("The backend cannot be built on this machine yet.", "\n".join(problems),
                              kind="toolchain-missing")
-    archs = sorted(set(options.cuda_archs or [gpu.cuda_arch for gpu in tools.gpus])) if flavor == "cuda" else []
+    archs = sort_archs(options.cuda_archs or [gpu.cuda_arch for gpu in tools.gpus]) if flavor == "cuda" else []
     if flavor == "cuda" and not archs:
         raise ToolchainError("No NVIDIA GPU was found, so the CUDA architecture is unknown.",
                              "Pass --cuda-arch (for example --cuda-arch 89,90) or build with --cpu.",
@@ -124,7 +125,7 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
     native = f"-DGGML_NATIVE={'OFF' if options.portable else 'ON'}"
     if flavor == "cuda":
         assert tools.nvcc is not None and tools.cublas is not None
-        archs = toolchain.fit_cuda_archs(tools.nvcc.path, archs)  # a GPU newer than nvcc: PTX, JIT-compiled
+        archs = sort_archs(toolchain.fit_cuda_archs(tools.nvcc.path, archs))  # newer than nvcc: PTX, JIT-compiled
         args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}",
                  f"-DCMAKE_CUDA_COMPILER={tools.nvcc.path}", native]
         if tools.cublas.from_wheel:
@@ -151,6 +152,35 @@ def plan_build(options: BuildOptions, tools: toolchain.Toolchain | None = None) 
     return BuildPlan(pin, patch, flavor, archs, args, tools, variants)
 
 
+_BUILD_ARCH = re.compile(r"^(\d{2,3})([af]?)(-real|-virtual)?$")
+
+
+def parse_archs(text: str) -> list[str]:
+    """``--cuda-arch``: CMake's CUDA_ARCHITECTURES, separated by ``;`` or ``,``: ``86`` (the GPU's code and PTX),
+    ``86-real`` (code only), ``90-virtual`` (PTX only, compiled by the driver for newer GPUs), ``120a`` (the
+    architecture-specific features of exactly that GPU), as llama.cpp's releases list them:
+    ``75-virtual;80-virtual;86;89;90-virtual;120a;121a``.
+
+    Raises:
+        ValueError: an entry is none of these (the message names it).
+    """
+    archs = [part.strip().lower().removeprefix("sm_") for part in re.split(r"[;,]", text) if part.strip()]
+    bad = [arch for arch in archs if not _BUILD_ARCH.match(arch)]
+    if not archs or bad:
+        raise ValueError(f"{', '.join(bad) or repr(text)} is not a CUDA architecture: give numbers like 89 or "
+                         "86;89, with -real, -virtual or an a suffix where wanted (75-virtual;86;120a)")
+    return sort_archs(archs)
+
+
+def sort_archs(archs: list[str]) -> list[str]:
+    """Each architecture once, by number (``75-virtual`` before ``120a``), so one list always gives one id."""
+    def key(arch: str) -> tuple[int, str]:
+        match = _BUILD_ARCH.match(arch)
+        return (int(match.group(1)), arch) if match else (10**6, arch)
+
+    return sorted(set(archs), key=key)
+
+
 def _is_x86() -> bool:
     import platform
 
@@ -165,12 +195,15 @@ def _x86_feature_args(enabled: tuple[str, ...]) -> list[str]:
 def _wheel_cublas_args(cublas: toolchain.Cublas, toolkit: toolchain.CudaToolkit | None = None) -> list[str]:
     """Point CMake's FindCUDAToolkit at the ``nvidia-cublas`` wheel (versioned .so names, own include dir).
 
-    The app's own toolkit (all wheels merged into one root) is a whole toolkit: CUDAToolkit_ROOT names it,
-    and a RUNPATH to its lib folder lets the backend find libcudart/libcublas where the system has none.
+    The app's own toolkit (all wheels merged into one root) is a whole toolkit: CUDAToolkit_ROOT names it, and
+    the linker finds libcublasLt (which libcublas needs) in its lib folder (``-rpath-link``: at link time only).
+    No RUNPATH names it: the install copies libcudart/libcublas beside the backend (``$ORIGIN``, see
+    :func:`_install`), so the backend runs the same here and on a machine with only the driver.
     """
     if toolkit is not None and toolkit.source == "app":
         root = Path(toolkit.root)
-        return [f"-DCUDAToolkit_ROOT={root}", f"-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath,{root / 'lib'}"]
+        link = f"-Wl,-rpath-link,{root / 'lib'}"
+        return [f"-DCUDAToolkit_ROOT={root}", f"-DCMAKE_SHARED_LINKER_FLAGS={link}", f"-DCMAKE_EXE_LINKER_FLAGS={link}"]
     lib = Path(cublas.lib_dir)
     found = {name: sorted(lib.glob(f"lib{name}.so*")) for name in ("cublas", "cublasLt")}
     args = [f"-DCUDA_{name}_LIBRARY={paths[0]}" for name, paths in found.items() if paths]
@@ -244,7 +277,7 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
             compile_target(plan, options, tree, build_dir, "llama", report, cancel)
             variant_libs = _compile_cpu_variants(plan, options, tree, build_dir, report, cancel)
             report.start("install", "installing into a staging folder")
-            _install(tree, build_dir, staging)
+            _install(tree, build_dir, staging, runtime_dirs(plan) if plan.flavor == "cuda" else None)
             for name, lib in variant_libs.items():
                 shutil.copy2(lib, staging / "llama_cpp" / "lib" / cpu_variant_library(name, lib))
         manifest = _manifest(plan, time.monotonic() - started)
@@ -430,11 +463,22 @@ def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: Cance
 _SHARED_LIB = re.compile(r"^(lib)?(llama|ggml[\w-]*)\.(so(\.\d+)*|dylib|dll)$")
 
 
-def _install(tree: Path, build_dir: Path, staging: Path) -> None:
+def runtime_dirs(plan: BuildPlan) -> list[str]:
+    """Where a CUDA build's runtime libraries (libcudart, libcublas, libcublasLt) are: its toolkit's lib folders."""
+    tools = plan.tools
+    dirs = [tools.cublas.lib_dir] if tools.cublas else []
+    if tools.cuda_toolkit is not None:
+        dirs += [str(Path(tools.cuda_toolkit.root) / sub) for sub in ("lib", "lib64", "targets/x86_64-linux/lib")]
+    return dirs
+
+
+def _install(tree: Path, build_dir: Path, staging: Path, runtime: list[str] | None = None) -> None:
     """Stage ``llama_cpp/``: the Python bindings from the sdist plus the freshly built shared libraries.
 
     Only the ``llama`` target and what it links are built, so the libraries are copied straight
-    from the build tree (their RUNPATH is ``$ORIGIN``), instead of a full ``cmake --install``.
+    from the build tree (their RUNPATH is ``$ORIGIN``), instead of a full ``cmake --install``. A CUDA build
+    (``runtime``: its toolkit's lib folders) gets the CUDA runtime libraries it needs copied beside them, so it
+    runs with only the NVIDIA driver, here and wherever it is carried (``runtime_libs.bundle``).
     """
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(tree / "llama_cpp", staging / "llama_cpp",
@@ -450,6 +494,8 @@ def _install(tree: Path, build_dir: Path, staging: Path) -> None:
             (lib_dir / path.name).symlink_to(os.readlink(path))
         else:
             shutil.copy2(path, lib_dir / path.name)
+    if runtime is not None and sys.platform.startswith("linux"):
+        runtime_libs.bundle(lib_dir, lib_dir, runtime)
 
 
 def _replace_dir(new: Path, final: Path) -> None:

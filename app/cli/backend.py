@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.backend.events import BuildEvent
-from app.cli.common import Subparsers, cancel_on_signals, command, cuda_archs, emit, emit_line, group, trust_prompt
+from app.cli.common import Subparsers, cancel_on_signals, command, emit, emit_line, group, trust_prompt
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError, ToolchainError
 from app.core.units import format_bytes
@@ -67,6 +67,16 @@ def cmd_backend_build(args: argparse.Namespace) -> int:
     manifest = build_estimate.build_and_record(options, on_event, cancel, wait.cached)  # remembered for next time
     emit_line(args, {"kind": "result", "manifest": manifest.to_dict()})  # people saw the "done" event
     return 0
+
+
+def _build_archs(text: str) -> list[str]:
+    """``--cuda-arch``: CMake's list (``75-virtual;86;120a`` or ``89,90``), checked and sorted (parse_archs)."""
+    from app.backend.builder import parse_archs
+
+    try:
+        return parse_archs(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_backend_server(args: argparse.Namespace) -> int:
@@ -435,7 +445,10 @@ def add_commands(sub: Subparsers) -> None:
     kind.add_argument("--auto", action="store_true", help="CUDA when nvcc and a GPU are present (default)")
     kind.add_argument("--cpu", action="store_true", help="CPU-only build")
     kind.add_argument("--cuda", action="store_true", help="CUDA build")
-    b.add_argument("--cuda-arch", type=cuda_archs, help="CUDA architectures, e.g. 89,90 (default: detected GPUs)")
+    b.add_argument("--cuda-arch", type=_build_archs, metavar="ARCHS",
+                   help="CUDA architectures, e.g. 89,90 or llama.cpp's release list "
+                        "'75-virtual;80-virtual;86;89;90-virtual;120a;121a' (-virtual: PTX the driver compiles for "
+                        "newer GPUs; a: that GPU only); default: the detected GPUs. Recorded in the manifest")
     b.add_argument("--version", default="0.3.35", help="llama-cpp-python version (pinned ones only)")
     b.add_argument("--unpatched", action="store_true", help="build without the d2t patch (for diagnosis)")
     b.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
@@ -458,7 +471,7 @@ def add_commands(sub: Subparsers) -> None:
                  "build llama.cpp's own llama-server from the same patched tree (for bench spec)")
     sv.add_argument("--cuda", action="store_true", help="CUDA build (default: CPU)")
     sv.add_argument("--version", default="0.3.35", help="llama-cpp-python version (pinned ones only)")
-    sv.add_argument("--cuda-arch", type=cuda_archs, help="CUDA architectures of the backend's build")
+    sv.add_argument("--cuda-arch", type=_build_archs, metavar="ARCHS", help="CUDA architectures of the backend's build")
     sv.add_argument("--portable", action="store_true", help="the tree of a --portable backend build")
     sv.add_argument("--jobs", type=int, help="parallel compile jobs")
     sv.add_argument("-v", "--verbose", action="store_true", help="print every build log line")

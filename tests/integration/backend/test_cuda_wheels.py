@@ -224,7 +224,9 @@ def test_detection_finds_the_apps_toolkit_and_the_plan_builds_with_it(app_cache:
     assert plan.flavor == "cuda" and plan.cuda_archs == ["90"]
     assert f"-DCMAKE_CUDA_COMPILER={root / 'bin' / 'nvcc'}" in plan.cmake_args
     assert f"-DCUDAToolkit_ROOT={root}" in plan.cmake_args
-    assert f"-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath,{root / 'lib'}" in plan.cmake_args
+    # the linker finds the toolkit's libraries, no RUNPATH names the cache: the install carries them ($ORIGIN)
+    assert f"-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,{root / 'lib'}" in plan.cmake_args
+    assert not any(f"-rpath,{root}" in arg for arg in plan.cmake_args)
     manifest = _manifest(plan, 0.0)
     assert manifest.runtime_lib_dirs == [str(root / "lib")] and manifest.cuda_version == PIN
 
@@ -326,7 +328,7 @@ def test_the_cuda_backend_configures_and_compiles_with_only_the_wheels(app_cache
     assert f"CUDA_cublas_LIBRARY:FILEPATH={root}/lib/libcublas.so" in cache
     assert f"CUDA_cudart_LIBRARY:FILEPATH={root}/lib/libcudart.so" in cache
     link = (build_dir / "build.ninja").read_text()
-    assert f"-Wl,-rpath,{root}/lib" in link  # the backend finds libcudart/libcublas at run time
+    assert f"-Wl,-rpath-link,{root}/lib" in link and f"-Wl,-rpath,{root}/lib" not in link  # carried, not pointed at
     assert len(result["targets"]) == 3, result["targets"]
     assert len(result["commands"]) == 3 and all(line.startswith(f"{root}/bin/nvcc ") for line in result["commands"])
     assert all("arch=compute_90" in line for line in result["commands"])
