@@ -51,7 +51,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.toolchain import Gpu, detect_gpus
-from app.core import secrets
+from app.core import net_failures, secrets
 from app.core.errors import FastMTPError, VerificationError
 from app.core.units import format_bytes
 from app.gui.models.local_models_panel import LocalModelsPanel
@@ -164,22 +164,11 @@ def window_advice(exc: FastMTPError) -> str:
     return WINDOW_ADVICE.get(exc.kind, exc.advice)
 
 
-# What failed, by the core's structured cause (never its message): "Could not reach HOST (...)".
-NETWORK_CAUSE_WORDS: dict[str, str] = {
-    "name-not-resolved": "Could not reach {host} (the name does not resolve): check the internet connection.",
-    "connection-refused": "Could not reach {host} (nothing answers there: the connection was refused): check the "
-                          "internet connection and the mirror's address.",
-    "connect-timeout": "Could not reach {host} (no answer in time): check the internet connection.",
-    "stalled": "The download from {host} stalled (no data for a long while): check the internet connection.",
-    "connection-lost": "The connection to {host} was lost: check the internet connection.",
-    "server-error": "{host} had a server error and kept failing: try again later or another mirror.",
-}
-
-
 def network_failure_text(exc: NetworkDownloadError) -> str:
-    """A network failure in words (what failed and where), then retry or resume: "resume" only when the
-    download's ``.part`` files hold bytes, since with nothing kept there is nothing to resume."""
-    words = NETWORK_CAUSE_WORDS.get(exc.cause, NETWORK_CAUSE_WORDS["connection-lost"]).format(host=exc.host)
+    """A network failure in words, from the one place that words them (:mod:`app.core.net_failures`): every
+    endpoint tried and what failed there, what to do, then retry or resume: "resume" only when the download's
+    ``.part`` files hold bytes, since with nothing kept there is nothing to resume."""
+    words = f"{net_failures.joined(exc.failures)} {net_failures.advice(exc.failures)}"
     if exc.kept_bytes > 0:
         return (f"{words}\nPress Download again to resume: {format_bytes(exc.kept_bytes)} already downloaded is "
                 "kept and it goes on from there.")
@@ -585,7 +574,9 @@ class ModelsPage(QWidget):
             self._cell(row, F_STATUS, "downloading")
         elif event.kind == "start":
             self._cell(row, F_STATUS, event.message or "downloading")
-        elif event.kind == "retry":
+        elif event.kind == "retry":  # "… retrying in 2.0 s": no speed or ETA while it waits
+            self._cell(row, F_SPEED, "")
+            self._cell(row, F_ETA, human_eta(None))
             self._cell(row, F_STATUS, event.message)
         elif event.kind == "done":
             if isinstance(bar, QProgressBar):
@@ -695,7 +686,7 @@ class ModelsPage(QWidget):
         self.total_label.setText("")
         self._set_title(f"{self.download_quant}: the download failed")
         if isinstance(exc, NetworkDownloadError):  # in words; the mirror's URL and the exception in the tooltip
-            self._set_step("Nothing was installed. " + network_failure_text(exc), error=True, detail=exc.message)
+            self._set_step("Nothing was installed. " + network_failure_text(exc), error=True, detail=exc.detail)
             return
         self._set_step("Nothing was installed. " + download_error_text(exc), error=True)
 

@@ -1,11 +1,11 @@
-"""A failed download in words (first-hour issue, item 1): "ConnectError: [Errno -2] Name or service not known (gave
-up after 5 retries)" and "Press Download again to resume" when nothing was downloaded became "Could not reach HOST
-(the name does not resolve): check the internet connection" and "retry"; the technical words stay in the
-tooltip. The page words the core's structured cause and host (``NetworkDownloadError``), never its English.
+"""A failed download in words (first-hour issue, item 1; issue 36 item 8): "ConnectError: [Errno -2] Name or service
+not known (gave up after 5 retries)" and "Press Download again to resume" when nothing was downloaded became "The
+name HOST could not be found (DNS): …" and "retry", in the words of the one place (app.core.net_failures), with no
+retries for a name that does not resolve or a refused connection; the technical words stay in the tooltip.
 
 The real page and fetcher against mirrors that cannot be reached: a name under ``.invalid`` (never resolves) and
 127.0.0.1 port 1 (nothing listens); then the release server on 127.0.0.1 failing mid-file, so bytes are kept and
-the page says "resume". No internet; the retry backoff is zero so the five retries do not take half a minute."""
+the page says "resume". No internet; the retry backoff is zero so the 503 retries do not take half a minute."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from app.release.fetcher import NetworkDownloadError
 from tests.helpers.release_server import Fault, ReleaseServer
 from tests.unit.gui.test_gui_download_wording import MODEL, WAIT_MS, server  # noqa: F401  (the signed release)
 
-ENGLISH = ("Name or service not known", "gave up after", "ConnectError", "Errno")
+ENGLISH = ("Name or service not known", "gave up after", "ConnectError", "Errno", "RemoteProtocolError")
 
 
 @pytest.fixture
@@ -52,8 +52,9 @@ def _fail(qtbot: QtBot, page: ModelsPage) -> NetworkDownloadError:
 
 @pytest.mark.parametrize(("url", "cause", "words"), [
     ("http://fastmtp-no-such-host.invalid/", "name-not-resolved",
-     "Could not reach fastmtp-no-such-host.invalid (the name does not resolve): check the internet connection."),
-    ("http://127.0.0.1:1/", "connection-refused", "Could not reach 127.0.0.1 (nothing answers there"),
+     "The name fastmtp-no-such-host.invalid could not be found (DNS): no internet connection, or a wrong address. "
+     "This machine may be offline: check the internet connection"),
+    ("http://127.0.0.1:1/", "connection-refused", "127.0.0.1:1 refused the connection"),
 ], ids=["unresolvable", "closed-port"])
 def test_an_unreachable_mirror_reads_in_words_and_says_retry(qtbot: QtBot, page: ModelsPage,
                                                             monkeypatch: pytest.MonkeyPatch, url: str, cause: str,
@@ -66,7 +67,7 @@ def test_an_unreachable_mirror_reads_in_words_and_says_retry(qtbot: QtBot, page:
     assert text.endswith("Press Download again to retry.") and "resume" not in text.lower()
     for english in ENGLISH:
         assert english not in text, text
-    assert "gave up after" in page.step_label.toolTip()  # the technical detail is kept, out of the way
+    assert "not retried" in page.step_label.toolTip() and url in page.step_label.toolTip()  # the technical detail
     assert "resume" not in error.advice  # the CLI's advice: nothing kept, nothing to resume
 
 
@@ -86,4 +87,5 @@ def test_a_failure_after_bytes_were_kept_says_resume(qtbot: QtBot, page: ModelsP
     error = _fail(qtbot, page)
     assert error.cause == "server-error" and error.kept_bytes > 0
     text = page.step_label.text()
-    assert "had a server error" in text and "Press Download again to resume" in text, text
+    assert f"127.0.0.1:{server.port} had a server error (HTTP 503)" in text, text
+    assert "Press Download again to resume" in text, text
