@@ -24,9 +24,10 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.core.words import noun
 from app.engine.config import EngineConfig
 from app.engine.stats import describe_depth
 
@@ -34,6 +35,17 @@ MIN_SAMPLES = 3  # per side, and rounds with both sides in them
 MIN_TOKENS = 32  # a reply shorter than this is no sample: its speed is mostly noise
 
 Outcome = Literal["faster", "slower", "no clear difference", "not enough"]
+# what an outcome means for drafting, in the words every place that shows a verdict uses (the HUD, the Benchmark
+# page, Auto, quickstart, ``bench matrix``)
+PAYS: dict[str, str] = {"faster": "pays", "slower": "does not pay", "no clear difference": "no clear gain",
+                        "not enough": "not decided yet"}
+
+
+def side_words(mode: str, depth: str = "") -> str:
+    """A side of a comparison in words: ``drafting off``, ``d2t at depth 3``, ``d2t at adaptive depth ≤8``."""
+    if mode == "off":
+        return "drafting off"
+    return f"{mode} at {depth}" if depth else mode
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,10 @@ class Verdict:
     missing: tuple[str, ...] = ()  # why there is no verdict yet, in words
     left_out: tuple[str, ...] = ()  # samples not counted, and why
     rounds: int = 0  # rounds in which both sides were measured
+    a_words: str = ""  # the sides in words (``side_words``): "drafting off", "d2t at depth 3"
+    b_words: str = ""
+    needs: tuple[int, int, int] = (0, 0, 0)  # samples still missing: side a, side b, alternating rounds
+    min_samples: int = MIN_SAMPLES
 
     @property
     def decided(self) -> bool:
@@ -150,6 +166,28 @@ class Verdict:
             return f"measuring: {counts}"
         return f"{self.ratio:.2f}x, {self.outcome}"
 
+    def headline(self, unit: str = "reply") -> str:
+        """What is compared and the outcome, in the words shown everywhere: ``d2t at depth 3 vs drafting off:
+        1.12x, pays``; undecided: ``... vs drafting off: needs 2 more replies with d2t at depth 3 and 1 with
+        drafting off``."""
+        head = f"{self.b_words or self.b} vs {self.a_words or self.a}"
+        if not self.decided:
+            return f"{head}: needs {self.missing_words(unit)}"
+        return f"{head}: {self.ratio:.2f}x, {PAYS[self.outcome]}"
+
+    def missing_words(self, unit: str = "reply") -> str:
+        """What a verdict still needs, in words: ``2 more replies with d2t at depth 3 and 1 with drafting off``;
+        when each side has enough but they were not taken in turn, how many more of each, in turn."""
+        a_need, b_need, _rounds = self.needs
+        parts = [(b_need, f"with {self.b_words or self.b}"), (a_need, f"with {self.a_words or self.a}")]
+        wanted = [(n, what) for n, what in parts if n > 0]
+        if not wanted:
+            return "nothing more"
+        many = "replies" if unit == "reply" else None
+        text = f"{wanted[0][0]} more {noun(wanted[0][0], unit, many)} {wanted[0][1]}"
+        text += "".join(f" and {n} {what}" for n, what in wanted[1:])
+        return text + (", in turn" if len(wanted) == 2 else "")  # one each way at a time: a burst of load hits both
+
     def sentence(self) -> str:
         """The verdict in one sentence, with the medians, spreads, samples, sampling and load; or what is missing."""
         if not self.decided:
@@ -173,7 +211,8 @@ class Verdict:
                 "b_spread": self.spread("b"), "a_tps": list(self.a_tps), "b_tps": list(self.b_tps),
                 "samples": [len(self.a_tps), len(self.b_tps)], "rounds": self.rounds, "sampling": self.sampling,
                 "load": self.load, "missing": list(self.missing), "left_out": list(self.left_out),
-                "sentence": self.sentence()}
+                "sentence": self.sentence(), "headline": self.headline(), "needs": list(self.needs),
+                "a_words": self.a_words, "b_words": self.b_words}
 
 
 def alternating_rounds(sides: Sequence[str]) -> int:
@@ -187,19 +226,47 @@ def alternating_rounds(sides: Sequence[str]) -> int:
     return rounds
 
 
+def still_needed(sides: Sequence[str], a: str, b: str, min_samples: int = MIN_SAMPLES) -> tuple[int, int]:
+    """How many more samples of ``a`` and of ``b`` a verdict needs after ``sides`` (the sides of the samples
+    counted, in the order taken), taken in turn from now on: enough of each and ``min_samples`` alternating rounds
+    (``alternating_rounds``). So ``a a a b b b`` (3 each, 1 round) still needs 2 of each."""
+    rounds, seen = 0, set[str]()
+    for side in sides:
+        seen.add(side)
+        if len(seen) == 2:
+            rounds, seen = rounds + 1, set()
+    have = {a: sum(1 for s in sides if s == a), b: sum(1 for s in sides if s == b)}
+    more = {a: 0, b: 0}
+    while rounds < min_samples or have[a] < min_samples or have[b] < min_samples:
+        # half a round: the other side completes it; else the side further from enough (b on a tie: the mode judged)
+        further = a if have[a] < have[b] else b
+        side = (b if a in seen else a) if seen else further
+        seen.add(side)
+        have[side] += 1
+        more[side] += 1
+        if len(seen) == 2:
+            rounds, seen = rounds + 1, set()
+    return more[a], more[b]
+
+
 def _left_out(count: int, why: str) -> list[str]:
     return [f"{count} {'sample' if count == 1 else 'samples'} {why}"] if count else []
 
 
-def compare(samples: Iterable[Sample], a: str, b: str, min_samples: int = MIN_SAMPLES) -> Verdict:
-    """Side ``b`` (a drafting mode) against side ``a`` (usually ``off``) from ``samples`` (any order, any mix).
+def compare(samples: Iterable[Sample], a: str, b: str, min_samples: int = MIN_SAMPLES,
+            depth: str | None = None) -> Verdict:
+    """Side ``b`` (a drafting mode) against side ``a`` (usually ``off``) from ``samples`` (any order, any mix): the one
+    function every verdict the app shows comes from.
 
     The conditions compared are the latest sample's (its sampling, model and threads), each side at the depth
-    of its own latest sample; see the module's docstring for the rules."""
+    of its own latest sample, or side ``b`` at ``depth`` when given (the HUD: the depth loaded now, so replies at
+    another depth never decide for it); see the module's docstring for the rules."""
     pool = [s for s in samples if s.condition.mode in (a, b)]
-    label = {a: a, b: b}
+    label = {a: a, b: b if depth is None else Condition(b, depth).label}
+    words = {a: side_words(a), b: side_words(b, depth or "")}
     if not pool:
-        return Verdict(a, b, "not enough", missing=(f"no sample of {a} or {b} yet",))
+        return Verdict(a, label[b], "not enough", missing=(f"no sample of {a} or {label[b]} yet",), a_words=words[a],
+                       b_words=words[b], needs=(min_samples, min_samples, 0), min_samples=min_samples)
     latest = max(pool, key=lambda s: s.order)
     setup = latest.condition.setup
     left: list[str] = []
@@ -210,11 +277,13 @@ def compare(samples: Iterable[Sample], a: str, b: str, min_samples: int = MIN_SA
     used: dict[str, list[Sample]] = {}
     for side in (a, b):
         mine = [s for s in same if s.condition.mode == side]
-        if mine:
-            depth = max(mine, key=lambda s: s.order).condition.depth
-            label[side] = replace(mine[0].condition, depth=depth).label
-            kept = [s for s in mine if s.condition.depth == depth]
-            left += _left_out(len(mine) - len(kept), f"of {side} at another depth than {depth}")
+        pinned = depth if side == b and depth is not None else None
+        if mine or pinned is not None:
+            at = pinned if pinned is not None else max(mine, key=lambda s: s.order).condition.depth
+            label[side] = Condition(side, at).label
+            words[side] = side_words(side, at)
+            kept = [s for s in mine if s.condition.depth == at]
+            left += _left_out(len(mine) - len(kept), f"of {side} at another depth than {at}")
             mine = kept
         warm = [s for s in mine if s.warm]
         left += _left_out(len(mine) - len(warm), f"of {side} taken before a warm-up")
@@ -242,7 +311,9 @@ def compare(samples: Iterable[Sample], a: str, b: str, min_samples: int = MIN_SA
         outcome = "no clear difference"
     else:
         outcome = "faster" if min(b_tps) > max(a_tps) else "slower"
-    return Verdict(label[a], label[b], outcome, a_tps, b_tps, setup[0], load, tuple(missing), tuple(left), rounds)
+    need_a, need_b = still_needed([s.condition.mode for s in order], a, b, min_samples)
+    return Verdict(label[a], label[b], outcome, a_tps, b_tps, setup[0], load, tuple(missing), tuple(left), rounds,
+                   words[a], words[b], (need_a, need_b, max(min_samples - rounds, 0)), min_samples)
 
 
 @dataclass
@@ -263,5 +334,5 @@ class SampleLog:
         self.samples.append(sample)
         return sample
 
-    def compare(self, a: str, b: str) -> Verdict:
-        return compare(self.samples, a, b)
+    def compare(self, a: str, b: str, depth: str | None = None) -> Verdict:
+        return compare(self.samples, a, b, depth=depth)

@@ -10,9 +10,14 @@ the corners too). The chat view places it and the window remembers where and how
 The words for the drafting mode live in ``app.engine.breakeven``, and whether drafting pays here is a verdict
 from ``app.engine.verdict`` (Qt-free, the same rules as ``quickstart`` and ``bench matrix``): every finished reply
 long enough to tell is a sample, labelled with its drafting mode, depth, sampling, model and threads; the "vs off"
-row compares the mode loaded with drafting off only from 3 replies each under the same conditions, after a
-warm-up, taken in turn, and says "measuring" (with what is missing) until then, and "no clear difference" when
-the replies' spreads overlap. The note under it says so when drafting does not pay. The "measured" row states the
+row compares the mode *and depth* loaded with drafting off (``verdict.compare`` with the depth pinned: replies at
+another depth, Auto's at adaptive depth say, never decide for it) only from 3 replies each under the same
+conditions, after a warm-up, taken in turn, and says "measuring" until then, and "no clear gain" when the replies'
+spreads overlap. The line under it names what is compared and the outcome ("d2t at depth 3 vs drafting off: 1.12x,
+pays"), or what is still missing in words ("needs 2 more replies with d2t at depth 3 and 1 with drafting off"). The
+note under that says so when drafting does not pay; it goes with its row (a load of another mode or depth, or a
+verdict not decided, clears it). The HUD keeps one width (``_reserve_width``), so a finished reply does not
+re-wrap the transcript beside it. The "measured" row states the
 sampling and depth of the reply's decode speed; the "auto" line is Auto drafting's own account (set by the
 window). This module only shows them.
 """
@@ -50,7 +55,8 @@ from PySide6.QtWidgets import (
 
 from app.engine.breakeven import describe_mode
 from app.engine.config import EngineConfig
-from app.engine.verdict import MIN_SAMPLES, SampleLog, Verdict, condition_for, load_average, mode_name
+from app.engine.stats import describe_depth
+from app.engine.verdict import PAYS, SampleLog, Verdict, condition_for, load_average, mode_name
 
 _STYLE = """
 #hud { background: rgb(24, 28, 36); border: 1px solid rgb(62, 67, 76); border-radius: 8px; }
@@ -174,20 +180,64 @@ class Hud(QFrame):
         self.mode = self._row(grid, 7, "mode")
         self.measured = self._row(grid, 8, "measured")  # the sampling and depth the decode speed was measured at
         self.vs_off = self._row(grid, 9, "vs off")  # the verdict against drafting off (``app.engine.verdict``)
+        # what the verdict compares and its outcome, or what it still needs, in words (``Verdict.headline``)
+        self.compared = QLabel()
+        self.compared.setProperty("role", "title")
+        self.compared.setWordWrap(True)
+        self.compared.hide()
+        grid.addWidget(self.compared, 10, 0, 1, 2)
         self.auto = QLabel()  # Auto drafting: which mode it uses and by how much it won, or that it is measuring
         self.auto.setProperty("role", "title")
         self.auto.setWordWrap(True)
         self.auto.hide()
-        grid.addWidget(self.auto, 10, 0, 1, 2)
+        grid.addWidget(self.auto, 11, 0, 1, 2)
         self.note = QLabel()  # drafting does not pay here, when the verdict says so
         self.note.setProperty("role", "note")
         self.note.hide()
-        grid.addWidget(self.note, 11, 0, 1, 2)
+        grid.addWidget(self.note, 12, 0, 1, 2)
         self.samples = SampleLog()  # every finished reply of this window, labelled with its conditions
         self._config: EngineConfig | None = None
-        self.mode.setText(describe_mode(None))
+        self._value_width = 1 << 16
+        self._reserve_width()
+        self._set_value(self.mode, describe_mode(None))
         self.reset()
         self.set_collapsed(False)
+
+    def _reserve_width(self) -> None:
+        """Give the HUD one width from the start, that of its widest usual state (the figures a finished reply
+        brings, the wrapped note), so that it does not widen when a reply ends and the transcript beside it never
+        re-wraps (issue 36 item 9); a longer value (``temperature 0.7 · adaptive depth ≤8``) wraps in its row
+        instead. The widest texts are put in, measured with the HUD's own style, and taken out."""
+        self.ensurePolished()
+        widest = {self.acceptance: "100%  (9999/9999)", self.vs_off: "9.99x · no clear gain",
+                  self.note: textwrap.fill("Drafting gains nothing clear here (the replies' speeds overlap): 9.99x, "
+                                           "median 9999 against 9999 tok/s with drafting off over 99 and 99 "
+                                           "replies, temperature 0.7.", NOTE_CHARS)}
+        for label, text in widest.items():
+            label.ensurePolished()
+            label.setText(text)
+        probe = QLabel("tokens / pass", self.full)  # the widest name, in the HUD's style
+        probe.ensurePolished()
+        names = probe.sizeHint().width()
+        probe.hide()
+        probe.setParent(None)
+        layout = self.full.layout()
+        spacing = layout.horizontalSpacing() if isinstance(layout, QGridLayout) else 12
+        values = max(self.acceptance.sizeHint().width(), self.vs_off.sizeHint().width())
+        margins = layout.contentsMargins() if layout is not None else None
+        extra = margins.left() + margins.right() if margins is not None else 0
+        width = max(names + spacing + values, self.note.sizeHint().width())
+        self.full.setFixedWidth(width + extra)
+        self._value_width = width - names - spacing
+        for label in widest:
+            label.setText("")
+
+    def _set_value(self, label: QLabel, text: str) -> None:
+        """A row's value; one wider than the HUD's value column breaks at its " · " onto further lines, so the HUD
+        keeps its width (``_reserve_width``)."""
+        if label.fontMetrics().horizontalAdvance(text) > self._value_width and " · " in text:
+            text = text.replace(" · ", "\n")
+        label.setText(text)
 
     @staticmethod
     def _row(grid: QGridLayout, row: int, name: str) -> QLabel:
@@ -214,7 +264,7 @@ class Hud(QFrame):
         """The engine's configuration being loaded: the numbers shown so far belong to the previous one, so
         they are blanked until this one's first reply brings its own."""
         self._config = config
-        self.mode.setText(describe_mode(config))
+        self._set_value(self.mode, describe_mode(config))
         self.reset()
         self.set_note(None)
         self._show_verdict()
@@ -228,7 +278,7 @@ class Hud(QFrame):
             parts.append(self.acceptance.text().split()[0] + " accepted")
         if self.per_pass.text() != "—":
             parts.append(f"{self.per_pass.text()}/pass")
-        parts.append(self.mode.text().split(" · ")[0])
+        parts.append(self.mode.text().replace("\n", " · ").split(" · ")[0])
         if self.note_text():
             parts.append("no gain here")
         return " · ".join(parts)
@@ -338,11 +388,11 @@ class Hud(QFrame):
             self.per_pass.setText(f"{per_pass:.2f}")
         depth = stats.get("depth")
         if self._config is not None and self._config.adaptive and isinstance(depth, int):
-            self.mode.setText(describe_mode(self._config, depth))
+            self._set_value(self.mode, describe_mode(self._config, depth))
         if final:
             measured = [str(stats[key]) for key in ("sampling", "depth_setting") if stats.get(key)]
             if measured:
-                self.measured.setText(" · ".join(measured))
+                self._set_value(self.measured, " · ".join(measured))
             self._log_reply(stats)
         self._update_pill()
 
@@ -361,7 +411,7 @@ class Hud(QFrame):
         config = self._config
         if config is None or config.mode == "off":
             return None
-        return self.samples.compare("off", mode_name(config))
+        return self.samples.compare("off", mode_name(config), describe_depth(config))
 
     def _show_verdict(self) -> None:
         """The "vs off" row (its tooltip the whole verdict) and, when drafting does not pay, the note."""
@@ -369,14 +419,31 @@ class Hud(QFrame):
         if verdict is None:
             self.vs_off.setText("—")
             self.vs_off.setToolTip("With drafting off there is nothing to compare.")
+            self._set_compared(None)
+            self.set_note(None)
             return
         self.vs_off.setToolTip(verdict.sentence())
-        if not verdict.decided:
-            self.vs_off.setText(f"measuring {len(verdict.a_tps)}/{MIN_SAMPLES} · {len(verdict.b_tps)}/{MIN_SAMPLES}")
+        self._set_compared(verdict.headline())
+        if not verdict.decided:  # the row and its note go together: no note from another mode or depth stays
+            self.vs_off.setText("measuring")
+            self.set_note(None)
             return
-        words = {"faster": "pays", "slower": "does not pay", "no clear difference": "no clear gain"}
-        self.vs_off.setText(f"{verdict.ratio:.2f}x · {words[verdict.outcome]}")
+        self.vs_off.setText(f"{verdict.ratio:.2f}x · {PAYS[verdict.outcome]}")
         self.set_note(None if verdict.outcome == "faster" else gain_note(verdict))
+
+    def compared_text(self) -> str:
+        """What the verdict compares and its outcome (or what it needs), on one line; empty with none."""
+        return " ".join(self.compared.text().split())
+
+    def _set_compared(self, text: str | None) -> None:
+        wrapped = textwrap.fill(text, NOTE_CHARS) if text else ""
+        if wrapped == self.compared.text():
+            return
+        self.compared.setText(wrapped)
+        self.compared.setToolTip(text or "")
+        self.compared.setVisible(bool(wrapped))
+        self.adjustSize()
+        self.note_changed.emit()
 
     def set_auto(self, text: str | None) -> None:
         """Auto drafting's line (which mode it uses and by how much it won, or that it is measuring); None hides it."""

@@ -191,7 +191,9 @@ def test_the_hud_judges_drafting_only_from_alternating_same_condition_replies(qt
     off, d2t = _config("off"), _config()
     _final(hud, off, 27.0)  # the model's first reply: the warm-up, not counted
     _final(hud, d2t, 21.0)  # one reply each way: what the HUD used to call "does not pay"
-    assert hud.vs_off.text() == "measuring 0/3 · 1/3" and hud.note_text() == ""
+    assert hud.vs_off.text() == "measuring" and hud.note_text() == ""
+    assert hud.compared_text() == ("d2t at depth 3 vs drafting off: needs 2 more replies with d2t at depth 3 and 3 "
+                                   "with drafting off, in turn")
     assert hud.vs_off.toolTip().startswith("Not enough comparable samples yet to compare d2t (depth 3) with off")
     assert hud.measured.text() == "temperature 0.7 · depth 3"  # what the decode speed was measured at
     for plain, drafted in ((36.0, 30.0), (37.0, 31.0), (35.5, 29.0)):
@@ -199,6 +201,7 @@ def test_the_hud_judges_drafting_only_from_alternating_same_condition_replies(qt
         assert hud.vs_off.text() == "—"  # drafting off: nothing to compare
         _final(hud, d2t, drafted)
     assert hud.vs_off.text() == "0.82x · does not pay"  # d2t 21-31 (median 29.5) against off 35.5-37: apart
+    assert hud.compared_text() == "d2t at depth 3 vs drafting off: 0.82x, does not pay"
     assert hud.note.isVisible() and hud.note_text() == ("Drafting does not pay here: 0.82x, median 30 against 36 "
                                                         "tok/s with drafting off over 4 and 3 replies, "
                                                         "temperature 0.7.")
@@ -211,7 +214,7 @@ def test_the_hud_judges_drafting_only_from_alternating_same_condition_replies(qt
     # greedy replies now: the chat's earlier temperature-0.7 replies are not compared with them
     _final(hud, off, 100.0, "greedy")
     _final(hud, d2t, 120.0, "greedy")
-    assert hud.vs_off.text() == "measuring 1/3 · 1/3"
+    assert hud.vs_off.text() == "measuring"
     assert "8 samples at other sampling than greedy" in hud.vs_off.toolTip()  # the warm-up too
     assert hud.note_text() == ""  # that verdict was about other replies
 
@@ -240,7 +243,10 @@ def test_the_hud_says_no_clear_difference_when_the_replies_overlap_and_pays_when
     assert hud.vs_off.text() == "1.33x · pays" and hud.note_text() == ""
     assert hud.vs_off.toolTip().startswith("d2t (depth 3) is faster than off: 1.33x")
     hud.set_config(_config("embedded"))  # another mode: its own replies decide
-    assert hud.vs_off.text() == "measuring 3/3 · 0/3"
+    assert hud.vs_off.text() == "measuring"
+    assert hud.compared_text() == (
+        "embedded at depth 3 vs drafting off: needs 3 more replies with embedded at depth 3 and 2 with drafting off, "
+        "in turn")  # the replies with drafting off so far came before any of embedded: not in turn with them
 
 
 @pytest.fixture(scope="module")
@@ -283,5 +289,6 @@ def test_on_the_cpu_demo_the_hud_refuses_to_judge_drafting_from_one_reply_each_w
             assert stats["decode_tps"] == pytest.approx((stats["generated"] - 1) / stats["decode_span_seconds"])
             assert stats["sampling"] == "temperature 0.7"
         # one reply each way (the first of the model being the warm-up) is no verdict, whatever the numbers
-        assert hud.vs_off.text() == "measuring 0/3 · 1/3" and hud.note_text() == ""
+        assert hud.vs_off.text() == "measuring" and hud.note_text() == ""
+        assert hud.compared_text().startswith("d2t at depth 3 vs drafting off: needs ")
         assert hud.measured.text() == "temperature 0.7 · depth 3"
