@@ -38,6 +38,8 @@ from typing import Any, Literal
 
 import httpx
 
+from app.core import net_failures
+from app.core.errors import FastMTPError
 from app.core.bounded_http import (
     KIB,
     MIB,
@@ -390,8 +392,8 @@ class RemoteClient:
                 events.put(self._failure(exc, reply, stats))
         except Exception as exc:  # report, never leave the caller waiting on an empty queue
             if not cancel.is_set():
-                events.put({"kind": "error", "error": type(exc).__name__, "message": str(exc), "advice": "",
-                            "log_tail": [], "text": reply.text, "partial": bool(reply.text)})
+                events.put({"kind": "error", **_in_words(exc, self.server.name), "log_tail": [], "text": reply.text,
+                            "partial": bool(reply.text)})
         finally:
             reader.finish()
 
@@ -529,13 +531,12 @@ class RemoteClient:
             error = _unreachable(self.server, exc)
             return {"kind": "error", **error.to_dict(), "log_tail": [], "text": "", "partial": False,
                     "retryable": True, "stats": stats.to_dict()}
-        if isinstance(exc, httpx.TimeoutException):
-            what = f"{name} sent nothing for {READ_TIMEOUT_S:.0f} s"
-        else:
-            what = f"The connection to {name} dropped"
         so_far = f" after {stats.generated} tokens" if reply.pieces else " before the first token"
-        return {"kind": "error", "error": "RemoteConnectionLost",
-                "message": f"{what}{so_far}: the server stopped answering mid-reply ({type(exc).__name__}).",
+        if isinstance(exc, httpx.TimeoutException):
+            what = f"{name} sent nothing for {READ_TIMEOUT_S:.0f} s{so_far}."
+        else:  # why, in words from the one place ("HOST closed the connection …"), never the exception's class
+            what = f"The connection to {name} dropped{so_far}: {net_failures.describe(exc, self.server.url).clause()}."
+        return {"kind": "error", "error": "RemoteConnectionLost", "message": what,
                 "advice": ("The text written so far is kept. Retry to ask again (the reply starts over); if it fails "
                            "again, check that the server is still running and reachable."),
                 "log_tail": [], "text": reply.text, "partial": bool(reply.text), "retryable": True,
@@ -659,12 +660,14 @@ def _error_text(response: _Answer) -> str:
 def _unreachable(server: RemoteServer, exc: Exception) -> RemoteError:
     from app.machines.remote_servers import RemoteNetworkError
 
-    if isinstance(exc, httpx.ConnectError) and "CERTIFICATE" in str(exc).upper():
-        return RemoteError(f"The certificate of {server.host} could not be verified ({exc}).",
+    failure = net_failures.describe(exc, server.url, seconds=READ_TIMEOUT_S)  # in words, from the one place
+    if failure.kind == "tls-certificate" or (isinstance(exc, httpx.ConnectError) and "CERTIFICATE" in str(exc).upper()):
+        return RemoteError(f"The certificate of {server.host} could not be verified.",
                            "Fix the server's certificate; only if you know why it fails, add the server again with "
                            "--no-verify-tls.")
-    return RemoteNetworkError(f"{server.name} ({server.url}) cannot be reached: {type(exc).__name__}.",
-                              "Check that the server is running and the address and port are right.")
+    return RemoteNetworkError(f"{server.name} ({server.url}) cannot be reached: "
+                              f"{net_failures.lower_first(failure.sentence())}",
+                              net_failures.advice([failure]))
 
 
 def _drafting_of(props: dict[str, Any]) -> str | None:
@@ -682,3 +685,13 @@ def _strip_special(text: str) -> str:
     for marker in ("<|im_end|>", "<|endoftext|>"):
         text = text.replace(marker, "")
     return text
+
+
+def _in_words(exc: Exception, name: str) -> dict[str, str]:
+    """An unexpected failure of a reply as an error event's fields, in words (never a bare "error: ")."""
+    if isinstance(exc, FastMTPError):
+        return exc.to_dict()
+    detail = " ".join(str(exc).split())[:300]
+    return {"error": type(exc).__name__,
+            "message": f"Asking {name} for a reply failed: {detail or type(exc).__name__}.",
+            "advice": "Try again; if it fails again, check the chat's settings and the server."}
