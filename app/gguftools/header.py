@@ -10,7 +10,9 @@ Headers are cached per process by (resolved path, size, mtime_ns) (:class:`FileC
 read once; a changed one is read again.
 
 Hostile input is refused in words (:class:`GGUFError`), never with a MemoryError or a bare traceback: every
-count and length is checked against the bytes the file has left before it is used.
+count and length is checked against the bytes the file has left before it is used, and against what a real
+header holds (:data:`LIMITS`): a sparse file makes its size free, so a 3 GiB "string" in a file of holes must
+be refused by its claim, not read (issue 37).
 """
 
 from __future__ import annotations
@@ -39,6 +41,25 @@ VERSIONS = (2, 3)  # what llama.cpp and the gguf package read
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NESTING = 8  # arrays of arrays: deeper than any real file, shallow enough for the stack
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a real GGUF header holds, with room to spare: Qwen's vocabulary is 248,320 strings (about 3 MiB of
+    tokens, 4 MiB of merges), its chat template about 10 KiB, its KV pairs about 50 and its tensors a few
+    thousand. A claim beyond these is a damaged or hostile file, whatever the file's (possibly sparse) size."""
+
+    string: int = 1 << 20  # one string value or array item: 1 MiB
+    template: int = 8 << 20  # tokenizer.chat_template (and its named variants): 8 MiB
+    name: int = 64 << 10  # a key or a tensor name: 64 KiB (ggml's tensor names are under 64 bytes)
+    array: int = 1 << 23  # items of one array: 8,388,608
+    nested: int = 1 << 16  # arrays inside arrays, all of a file's together: 65,536 (real files have none)
+    metadata: int = 256 << 20  # all KV pairs together: 256 MiB
+    kv: int = 1 << 16  # KV pairs: 65,536
+    tensors: int = 1 << 20  # tensor infos: 1,048,576
+
+
+LIMITS = Limits()
 
 _SCALARS: dict[int, struct.Struct] = {
     GGUFValueType.UINT8: struct.Struct("<B"), GGUFValueType.INT8: struct.Struct("<b"),
@@ -259,6 +280,7 @@ class _Walk:
         self.size = size
         self.name = name
         self.pos = 0
+        self.nested = 0  # arrays seen inside arrays so far (LIMITS.nested)
 
     def damaged(self, what: str) -> GGUFError:
         return GGUFError(f"{self.name} is damaged or incomplete: {what}.", _CUT_ADVICE)
@@ -279,11 +301,13 @@ class _Walk:
         self.pos += 8
         return value
 
-    def string(self, what: str) -> str:
+    def string(self, what: str, cap: int) -> str:
         n = self.u64(what)
         if n > self.size - self.pos:
             raise self.damaged(f"{what} claims {n:,} bytes at byte {self.pos:,}, but only {self.size - self.pos:,} "
                                "are left in the file")
+        if n > cap:  # a sparse file makes its size free: the claim itself is bounded
+            raise self.damaged(f"{what} claims {n:,} bytes, more than the {cap:,} any real GGUF file holds there")
         raw = self.data[self.pos : self.pos + n]
         self.pos += n
         try:
@@ -308,13 +332,22 @@ class _Walk:
         if n_tensors > left // _MIN_TENSOR:
             raise self.damaged(f"its header claims {n_tensors:,} tensors, more than a file of {self.size:,} bytes "
                                "can hold")
+        if n_kv > LIMITS.kv:
+            raise self.damaged(f"its header claims {n_kv:,} metadata pairs; real files have a few dozen (at most "
+                               f"{LIMITS.kv:,} are read)")
+        if n_tensors > LIMITS.tensors:
+            raise self.damaged(f"its header claims {n_tensors:,} tensors; real files have a few thousand (at most "
+                               f"{LIMITS.tensors:,} are read)")
         fields: dict[str, Field] = {}
         for i in range(n_kv):
-            key = self.string(f"the name of metadata pair {i}")
+            key = self.string(f"the name of metadata pair {i}", LIMITS.name)
             if key in fields:
                 raise self.damaged(f"the metadata key {key!r} appears twice")
             vtype = self.u32(f"the type of {key!r}")
             fields[key] = self.value(vtype, key)
+            if self.pos - 24 > LIMITS.metadata:
+                raise self.damaged(f"its metadata takes more than {LIMITS.metadata:,} bytes (at {key!r}), far more "
+                                   "than any real model's")
         alignment = self.alignment(fields.get("general.alignment"))
         tensors = self.tensor_infos(n_tensors)
         data_offset = self.pos + (-self.pos % alignment)
@@ -334,7 +367,8 @@ class _Walk:
             self.pos += scalar.size
             return Field(GGUFValueType(vtype), value)
         if vtype == GGUFValueType.STRING:
-            return Field(GGUFValueType.STRING, self.string(f"the value of {key!r}"))
+            cap = LIMITS.template if key.startswith("tokenizer.chat_template") else LIMITS.string
+            return Field(GGUFValueType.STRING, self.string(f"the value of {key!r}", cap))
         if vtype == GGUFValueType.ARRAY:
             return Field(GGUFValueType.ARRAY, self.array(key, 0))
         raise self.damaged(f"the metadata value {key!r} has the unknown type {vtype} (GGUF's types are 0 to 12)")
@@ -353,6 +387,17 @@ class _Walk:
         if count > left // least:
             raise self.damaged(f"the array {key!r} claims {count:,} items, more than the {left:,} bytes left in the "
                                "file can hold")
+        if count > LIMITS.array:
+            raise self.damaged(f"the array {key!r} claims {count:,} items; real files have at most a few hundred "
+                               f"thousand (at most {LIMITS.array:,} are read)")
+        if item == GGUFValueType.ARRAY:
+            self.nested += count
+            if self.nested > LIMITS.nested:
+                raise self.damaged(f"the array {key!r} holds more than {LIMITS.nested:,} arrays inside arrays; real "
+                                   "files hold none")
+        if count * least > LIMITS.metadata - (start - 24):
+            raise self.damaged(f"its metadata takes more than {LIMITS.metadata:,} bytes (at the array {key!r}), far "
+                               "more than any real model's")
         if scalar is not None:
             self.pos += count * scalar.size
         elif item == GGUFValueType.STRING:
@@ -364,14 +409,19 @@ class _Walk:
 
     def skip_strings(self, pos: int, count: int, key: str) -> int:
         """Step over ``count`` length-prefixed strings without building them: the hot loop of the whole reader."""
-        data, unpack = self.data, _U64.unpack_from
+        data, unpack, cap, longest = self.data, _U64.unpack_from, LIMITS.string, 0
         try:
             for _ in range(count):
-                pos += 8 + unpack(data, pos)[0]
+                n = unpack(data, pos)[0]
+                pos += 8 + n
+                longest = n if n > longest else longest
         except (struct.error, OverflowError):  # a length ran past the end (or past any offset at all)
             pos = self.size + 1
         if pos > self.size:
             raise self.damaged(f"the strings of the array {key!r} run past the end of the file")
+        if longest > cap:
+            raise self.damaged(f"a string of the array {key!r} claims {longest:,} bytes, more than the {cap:,} any "
+                               "real GGUF file holds there")
         return pos
 
     def alignment(self, item: Field | None) -> int:
@@ -387,7 +437,7 @@ class _Walk:
         infos: list[tuple[str, int, tuple[int, ...], int, int, int]] = []
         seen: set[str] = set()
         for i in range(count):
-            name = self.string(f"the name of tensor {i}")
+            name = self.string(f"the name of tensor {i}", LIMITS.name)
             if name in seen:
                 raise self.damaged(f"the tensor {name!r} appears twice")
             seen.add(name)

@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from app.gguftools.header import FileCache, GgufHeader, gguf_header
+from app.core.errors import GGUFError
+from app.gguftools.header import LIMITS, FileCache, GgufHeader, gguf_header
 
 Kind = Literal["target", "mtp_sidecar_full", "mtp_sidecar_d2t", "other"]
 
@@ -35,6 +36,7 @@ class GgufReport:
     d2t_min: int | None = None
     d2t_max: int | None = None
     d2t_unique: bool | None = None
+    problem: str | None = None  # what makes the file unusable although its header reads (a d2t id out of range)
 
     @property
     def is_sidecar(self) -> bool:
@@ -75,7 +77,12 @@ def report_from_header(header: GgufHeader) -> GgufReport:
 
     d2t = header.tensor("d2t")
     d2t_facts: dict[str, Any] = {}
+    problem: str | None = None
     if d2t is not None:
+        if d2t.n_bytes > 8 * LIMITS.array:  # a draft vocabulary is at most a real one: never read gigabytes of ids
+            raise GGUFError(f"{header.path.name} is damaged: its d2t map claims {d2t.n_bytes:,} bytes, more than "
+                            "any draft vocabulary takes.", "Download the sidecar again, or build it again.",
+                            kind="bad-d2t-map")
         ids = header.read_tensor("d2t").reshape(-1)
         d2t_facts = {
             "d2t_length": int(ids.size),
@@ -83,6 +90,7 @@ def report_from_header(header: GgufHeader) -> GgufReport:
             "d2t_max": int(ids.max()) if ids.size else None,
             "d2t_unique": bool(np.unique(ids).size == ids.size),
         }
+        problem = _d2t_problem(ids, vocab, d2t_facts["d2t_unique"])
 
     has_trunk = header.tensor("blk.0.attn_norm.weight") is not None
     mtp_only = nextn > 0 and not has_trunk
@@ -109,8 +117,24 @@ def report_from_header(header: GgufHeader) -> GgufReport:
         nextn_layers=nextn,
         output_shape=output_shape,
         tensor_types=dict(sorted(Counter(t.type_name for t in tensors).items())),
+        problem=problem,
         **d2t_facts,
     )
+
+
+def _d2t_problem(ids: np.ndarray[Any, Any], vocab: int | None, unique: bool) -> str | None:
+    """Why a d2t map cannot be drafted with (llama.cpp aborts on an id outside the vocabulary), or None."""
+    if ids.dtype.kind not in "iu":
+        return f"its d2t map holds {ids.dtype} values, not token ids"
+    if vocab is not None and ids.size:
+        bad = np.flatnonzero((ids < 0) | (ids >= vocab))
+        if bad.size:
+            i = int(bad[0])
+            return (f"its d2t map sends draft row {i} to token {int(ids[i])}, outside its vocabulary of {vocab} "
+                    f"tokens ({bad.size} of {ids.size} ids out of range); llama.cpp would abort on it")
+    if not unique:
+        return "its d2t map sends two draft rows to the same token"
+    return None
 
 
 _REPORTS: FileCache[GgufReport] = FileCache(64)
