@@ -262,6 +262,7 @@ def chat_options(args: argparse.Namespace) -> ChatOptions:
     """How to sample a reply, from the engine options (``--seed`` unset: SamplingParams' seed)."""
     from app.engine.config import ChatOptions
 
+    _check_numbers(args)
     seed = SamplingParams().seed if args.seed is None else args.seed
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               repeat_penalty=args.repeat_penalty, seed=seed)
@@ -270,6 +271,29 @@ def chat_options(args: argparse.Namespace) -> ChatOptions:
                            "Give 0 or a positive number.", kind="bad-usage")
     return ChatOptions(max_tokens=args.max_tokens, sampling=sampling, stop=tuple(args.stop or ()),
                        thinking=not args.no_think, overflow=args.overflow, thinking_budget=args.thinking_budget)
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The sampling numbers in range before they reach llama.cpp or a server's JSON (issue 37): NaN, infinities,
+    negative or astronomically large values are refused in words, exit 2."""
+    import math
+
+    from app.settings.chat_settings import REPLY_TOKENS_MAX
+
+    for flag, value in (("--temp", args.temp), ("--top-p", args.top_p), ("--min-p", args.min_p),
+                        ("--repeat-penalty", args.repeat_penalty)):
+        if not math.isfinite(value) or value < 0 or value > 1e6:
+            raise FastMTPError(f"{flag} {value} is not a number the sampler can use.",
+                               f"Give {flag} a finite number of 0 or more (e.g. --temp 0.7, --top-p 0.95).",
+                               kind="bad-usage")
+    for flag, number, high in (("--max-tokens", args.max_tokens, REPLY_TOKENS_MAX),
+                               ("--thinking-budget", args.thinking_budget, REPLY_TOKENS_MAX),
+                               ("--top-k", args.top_k, 2**31 - 1), ("--seed", args.seed, 2**32 - 1)):
+        if number is not None and not 0 <= number <= high:
+            raise FastMTPError(f"{flag} {number} is outside 0..{high:,}.",
+                               f"Give {flag} a number from 0 to {high:,}"
+                               + (" (0: none)." if flag in ("--max-tokens", "--thinking-budget") else "."),
+                               kind="bad-usage")
 
 
 def reply_options(args: argparse.Namespace, options: ChatOptions) -> ChatOptions:

@@ -100,7 +100,8 @@ class BoundedRead:
         self._expired = False
         self._timer: threading.Timer | None = None
         if deadline_at is not None:
-            self._timer = threading.Timer(max(0.0, deadline_at - time.monotonic()), self._expire)
+            # a deadline beyond a month is none at all (a huge one overflows threading's wait: issue 37)
+            self._timer = threading.Timer(min(max(0.0, deadline_at - time.monotonic()), 30 * 86400.0), self._expire)
             self._timer.daemon = True
             self._timer.start()
 

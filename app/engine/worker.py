@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from app.core.errors import EngineError, FastMTPError
 from app.engine import protocol
+from app.engine.chat_template import take_notices
 from app.engine.config import EngineConfig
 from app.engine.model_pool import ModelPool, target_slot
 from app.engine.session import ChatSession
@@ -212,6 +213,7 @@ class Worker:
         reused = reply.stats.reused_tokens
         state = "reread" if reused <= 0 else "restored" if arrival["restored_tokens"] else "kept"
         notices = self.states.settle() if self.states is not None else []
+        notices += take_notices()  # a model's chat template that broke and was replaced by ChatML, said once
         return {**arrival, "state": state, "state_tokens": max(reused, 0), "state_notices": notices}
 
     def close(self) -> None:

@@ -39,7 +39,6 @@ from typing import Any, Literal
 import httpx
 
 from app.core import net_failures
-from app.core.errors import FastMTPError
 from app.core.bounded_http import (
     KIB,
     MIB,
@@ -51,6 +50,7 @@ from app.core.bounded_http import (
     finite,
     loads,
 )
+from app.core.errors import FastMTPError
 from app.engine.chat_template import Message, render
 from app.engine.config import ChatOptions
 from app.engine.stats import decode_tps
