@@ -28,7 +28,7 @@ from urllib.parse import quote, urljoin, urlsplit
 import httpx
 
 from app import __version__
-from app.core import bounded_http, netaddr
+from app.core import bounded_http, net_failures, netaddr
 from app.core.errors import DownloadError, FastMTPError, VerificationError
 
 State = Literal["publisher-signed", "hub-hash-matches", "hub-hash-mismatch", "unverified"]
@@ -201,8 +201,9 @@ def _tree_page(client: httpx.Client, url: str, headers: dict[str, str],
             body = _read_listing(response, url)
             link = response.headers.get("link", "")
     except httpx.HTTPError as exc:
-        raise DownloadError(f"The hub at {url} cannot be reached: {exc}.",
-                            "Check the network (or the endpoint), then verify again.", kind="download-network") from exc
+        failure = net_failures.describe(exc, url)  # in words, from the one place
+        raise DownloadError(f"The hub could not be read: {net_failures.lower_first(failure.sentence())}",
+                            f"{net_failures.advice([failure])} Then verify again.", kind="download-network") from exc
     try:
         entries = bounded_http.loads(body)
     except ValueError as exc:
