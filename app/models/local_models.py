@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -24,6 +25,7 @@ from typing import Any, Literal
 from app.core import paths, safe_paths, settings_file
 from app.core.errors import FastMTPError, GGUFError, StorageError, UnsafeInputError
 from app.core.hashing import sha256_file
+from app.core.regular_files import kind_of
 from app.core.units import format_bytes
 from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, HubOrigin, State, cached_blob_sha256, origin_from_path
 
@@ -304,7 +306,14 @@ def add(path: Path, *, copy: bool = False, origin: HubOrigin | None = None, side
     source = Path(path).expanduser().absolute()
     given = [Path(s).absolute() for s in sidecars]
     if not source.is_file():
-        raise LocalModelError(f"There is no file at {source}.", "Check the path.", kind="not-found")
+        try:
+            mode = source.stat().st_mode
+        except OSError:  # missing (or a dangling link)
+            raise LocalModelError(f"There is no file at {source}.", "Check the path.", kind="not-found") from None
+        raise LocalModelError(f"{source} is {kind_of(mode)}, not a model file.",
+                              "Choose the .gguf file itself (inside a folder, pick the file)."
+                              if stat.S_ISDIR(mode) else "Choose a .gguf file (llama.cpp's model format).",
+                              kind="not-a-file")
     if source.suffix.lower() != ".gguf":
         raise LocalModelError(f"{source.name} is not a .gguf file.", "Choose a GGUF model file (llama.cpp's format).",
                               kind="not-gguf")
