@@ -33,6 +33,10 @@ sys.path.insert(0, str(ROOT))
 from app import __version__  # noqa: E402
 from installers import release_steps as steps  # noqa: E402
 
+# The `sign` job of .github/workflows/release.yml, step by step (tests/unit/installers/test_workflows.py checks
+# that the workflow calls installers/release_steps.py in this order).
+SIGN_STEPS = ("public-key", "sign-backends", "sign-feed", "app-feed", "sign-app", "check-sums", "verify")
+
 STAND_IN_TEXT = ("STAND-IN for {what}, made by installers/release_dry_run.py on Linux. The real file is built by "
                  "the {job} job of .github/workflows/release.yml; this one only lets the signing steps run here.\n")
 
@@ -65,7 +69,7 @@ def run_step(name: str, args: list[str]) -> None:
     steps.say(f"    {time.monotonic() - started:.1f} s")
 
 
-def dry_run(work: Path, *, dist: Path, build: Path, version: str = __version__) -> steps.Verified:
+def dry_run(work: Path, *, dist: Path, build: Path, version: str = __version__) -> None:
     """Every step of the workflow into ``work`` (job outputs, the merged release folder, the key, a user's home)."""
     import os
 
@@ -89,23 +93,23 @@ def dry_run(work: Path, *, dist: Path, build: Path, version: str = __version__) 
     for job in sorted((work / "jobs").iterdir()):  # actions/download-artifact, merge-multiple
         for path in sorted(job.iterdir()):
             shutil.copyfile(path, release / path.name)
-    run_step("public-key", ["--key", str(key), "--out", str(keys / "public-copy.pem")])
     from app.release import signing
 
     fingerprint = signing.fingerprint(signing.load_private_key(key).public_key())
-    run_step("sign-backends", ["--dir", str(release), "--key", str(key)])
-    run_step("sign-feed", ["--dir", str(release), "--key", str(key)])
     notes = work / "notes.md"
     notes.write_text(f"FastMTP Chat {version} (dry run of the release workflow; not published).\n", encoding="utf-8")
-    run_step("app-feed", ["--dir", str(release), "--key", str(key), "--version", version, "--notes", str(notes)])
-    run_step("sign-app", ["--dir", str(release), "--key", str(key), "--version", version])
-    run_step("check-sums", ["--dir", str(release)])
-    steps.say("==> verify as a user's app would (fresh folders, the release served on 127.0.0.1)")
-    verified = steps.verify(release, fingerprint=fingerprint, version=version, home=work / "user")
+    signing_args = ["--dir", str(release), "--key", str(key)]
+    step_args = {"public-key": ["--key", str(key), "--out", str(keys / "public-copy.pem")],
+                 "sign-backends": signing_args, "sign-feed": signing_args,
+                 "app-feed": [*signing_args, "--version", version, "--notes", str(notes)],
+                 "sign-app": [*signing_args, "--version", version],
+                 "check-sums": ["--dir", str(release)],
+                 "verify": ["--dir", str(release), "--trust-fingerprint", fingerprint, "--version", version]}
+    for name in SIGN_STEPS:  # the `sign` job's steps, in its order; verify runs in fresh user folders of its own
+        run_step(name, step_args[name])
     steps.say(f"\nrelease folder {release}:")
     for path in sorted(release.iterdir()):
         steps.say(f"  {path.stat().st_size:>12,}  {path.name}")
-    return verified
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,17 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.keep is not None:
             args.keep.mkdir(parents=True, exist_ok=False)
-            verified = dry_run(args.keep, dist=args.dist, build=args.build)
+            dry_run(args.keep, dist=args.dist, build=args.build)
         else:
             with tempfile.TemporaryDirectory(prefix="fastmtp-release-dry-run-") as tmp:
-                verified = dry_run(Path(tmp), dist=args.dist, build=args.build)
+                dry_run(Path(tmp), dist=args.dist, build=args.build)
     except (steps.StepFailed, FastMTPError) as exc:
         text = exc.args[0] if isinstance(exc, steps.StepFailed) else f"{exc.message} {exc.advice}"
         print(f"\nrelease dry run FAILED: {text}", file=sys.stderr)
         return 1
-    steps.say(f"\nrelease dry run passed in {time.monotonic() - started:.0f} s: {verified.release_files} files "
-              f"verified, backend {verified.backend} installed from the feed, update check {verified.update_status} "
-              f"({verified.latest}). Stand-ins (labelled above) replaced the Windows and macOS jobs' files.")
+    steps.say(f"\nrelease dry run passed in {time.monotonic() - started:.0f} s: signed, verified, installed from the "
+              "feed and found by update check as a user's app would. Stand-ins (labelled STAND-IN above) replaced "
+              "the Windows and macOS jobs' files; no CUDA archive was built.")
     return 0
 
 

@@ -171,6 +171,53 @@ def gather(job: str, out: Path, *, dist: Path, build: Path, version: str, archiv
     raise StepFailed(f"No build job {job!r}: linux, windows, macos or backend.")
 
 
+# ----------------------------------------------------------------------------- Windows: the MSVC runtime
+
+WINDOWS_RUNTIME_DLLS = ("vcomp140.dll", "msvcp140.dll", "vcruntime140.dll", "vcruntime140_1.dll")
+
+
+def msvc_redist_dlls(roots: Sequence[Path]) -> dict[str, Path]:
+    """The newest MSVC redistributable copy of each DLL a Windows backend needs besides the driver's (the C++
+    runtime and OpenMP, which ggml's CPU threads use), from ``VC/Redist/MSVC/<version>/x64/Microsoft.VC*.{CRT,
+    OpenMP}`` under a Visual Studio install."""
+    found: dict[str, Path] = {}
+    for root in roots:
+        for dll in sorted(root.glob("VC/Redist/MSVC/*/x64/Microsoft.VC*.*/*.dll"), key=lambda p: p.parts):
+            if dll.name.lower() in WINDOWS_RUNTIME_DLLS and dll.parent.name.endswith((".CRT", ".OpenMP")):
+                found[dll.name.lower()] = dll  # sorted: a newer version folder comes later and wins
+    return found
+
+
+def visual_studio_roots() -> list[Path]:
+    bases = [Path(os.environ[name]) / "Microsoft Visual Studio" for name in ("ProgramFiles", "ProgramFiles(x86)")
+             if os.environ.get(name)]
+    return [edition for base in bases for year in sorted(base.glob("*")) for edition in sorted(year.glob("*"))
+            if (edition / "VC").is_dir()]
+
+
+def add_windows_runtime(lib_dir: Path | None = None, roots: Sequence[Path] | None = None) -> list[Path]:
+    """Copy the MSVC and OpenMP runtime DLLs beside the active backend's libraries, before ``backend pack``, so the
+    archive loads on a Windows PC without the Visual C++ Redistributable."""
+    if lib_dir is None:
+        from app.backend import registry
+
+        active = registry.active_id()
+        if active is None:
+            raise StepFailed("No active backend to add the MSVC runtime to; build it first (`backend build`).")
+        lib_dir = registry.backend_dir(active) / "llama_cpp" / "lib"
+    dlls = msvc_redist_dlls(visual_studio_roots() if roots is None else roots)
+    absent = [name for name in WINDOWS_RUNTIME_DLLS if name not in dlls]
+    if absent:
+        raise StepFailed(f"The MSVC redistributable DLLs {', '.join(absent)} were not found under Visual Studio's "
+                         "VC/Redist/MSVC; install the C++ build tools with their redistributables.")
+    copied = []
+    for name in WINDOWS_RUNTIME_DLLS:
+        shutil.copyfile(dlls[name], lib_dir / name)
+        copied.append(lib_dir / name)
+        say(f"  {name} from {dlls[name].parent}")
+    return copied
+
+
 # ----------------------------------------------------------------------------- keys
 
 
@@ -405,6 +452,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--archive", type=Path, help="backend: the `backend pack` archive")
     g.add_argument("--flavor", help="backend: cpu or cudaX.Y")
     g.add_argument("--os", dest="os_name", choices=["linux", "windows", "macos"], help="backend: its system")
+    w = sub.add_parser("windows-runtime", help="the MSVC and OpenMP runtime DLLs into the active backend")
+    w.add_argument("--lib-dir", type=Path, help="default: the active backend's llama_cpp/lib")
     pk = sub.add_parser("public-key", help="the signing key's public half and fingerprint")
     pk.add_argument("--key", type=Path, required=True)
     pk.add_argument("--out", type=Path)
@@ -441,6 +490,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.step == "gather":
             gather(args.job, args.out, dist=args.dist, build=args.build, version=__version__, archive=args.archive,
                    flavor=args.flavor, os_name=args.os_name)
+        elif args.step == "windows-runtime":
+            add_windows_runtime(args.lib_dir)
         elif args.step == "public-key":
             fp = public_key(args.key, args.out)
             if args.github_output is not None:

@@ -1,6 +1,7 @@
 """Smoke test of the packaged Linux app, run by `make test` after `installers/build.py`.
 
-On Windows and macOS (the release workflow) it runs the steps of the one-folder app: 1, 3 and 4.
+On Windows and macOS (the release workflow) it runs the steps of the one-folder app: 1, its ``quickstart``
+with the bundled backend (as 2, from the folder), 3 and 4.
 
 Every run uses a clean environment (``env -i`` style: a fresh HOME, data, config and cache folder, no
 venv on PATH), as a person who just installed the package has:
@@ -168,6 +169,14 @@ def step_tarball(tarball: Path, backend_id: str, base: Path) -> str:
     return check_quickstart(result, backend_id)
 
 
+def step_folder_quickstart(app: Path, backend_id: str, base: Path) -> str:
+    """Windows and macOS (the release workflow): the one-folder app's own ``quickstart`` with the system's PATH
+    only, so a bundled backend that does not load there (a missing runtime DLL, a too-new macOS target) fails
+    the job instead of the user's first start."""
+    user = Machine(base, "folder", system_path())
+    return check_quickstart(user.run_json(app, "quickstart", timeout=600), backend_id)
+
+
 def step_verify(app: Path, base: Path) -> str:
     user = Machine(base, "verify", system_path())
     keys = user.run_json(app, "release", "keygen", "--out", str(user.home / "keys"))
@@ -266,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         ("--help, demo-model, gguf inspect", lambda base: step_help_and_demo(app, base))]
     if linux:
         steps.append(("tarball: quickstart, no compiler", lambda base: step_tarball(tarballs[-1], backend_id, base)))
+    else:
+        steps.append(("one-folder app: quickstart", lambda base: step_folder_quickstart(app, backend_id, base)))
     steps += [("release sign + verify", lambda base: step_verify(app, base)),
               ("window (offscreen) first-run panel", lambda base: step_window(app, base))]
     if linux:

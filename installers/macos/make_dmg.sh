@@ -49,5 +49,16 @@ if [[ -n "$STAGE_ONLY" ]]; then
 fi
 
 mkdir -p "$(dirname "$OUT")"
-hdiutil create -volname "$NAME $VERSION" -srcfolder "$STAGE" -fs HFS+ -format UDZO -ov "$OUT"
-echo "disk image: $OUT"
+# hdiutil fails now and then on hosted Macs ("Resource busy" while a Spotlight or XProtect scan holds the
+# image): try again a few times, with a growing pause, before giving up (HDIUTIL_TRIES, HDIUTIL_PAUSE seconds).
+TRIES="${HDIUTIL_TRIES:-5}"
+for try in $(seq 1 "$TRIES"); do
+    if hdiutil create -volname "$NAME $VERSION" -srcfolder "$STAGE" -fs HFS+ -format UDZO -ov "$OUT"; then
+        echo "disk image: $OUT"
+        exit 0
+    fi
+    echo "make_dmg: hdiutil failed (try $try of $TRIES)" >&2
+    if [[ "$try" -lt "$TRIES" ]]; then sleep $((try * ${HDIUTIL_PAUSE:-10})); fi
+done
+echo "make_dmg: hdiutil failed $TRIES times; no disk image was made" >&2
+exit 1

@@ -169,30 +169,81 @@ def test_ci_runs_make_test_on_linux_and_the_unit_tier_on_windows_and_macos() -> 
     assert "tests/unit/installers/test_workflows.py" in tier
 
 
+def job_calls(job: dict[str, Any]) -> list[list[str]]:
+    return [w for _, s in run_scripts({"jobs": {"job": job}}) for w in commands(s)]
+
+
+def step_scripts(job: dict[str, Any]) -> list[list[str]]:
+    """``[script, subcommand]`` of each python call of a repository script (``installers/x.py STEP``)."""
+    return [w[1:3] for w in job_calls(job) if w[0] in PYTHONS and len(w) > 1 and w[1].endswith(".py")]
+
+
 def test_release_builds_and_smoke_tests_with_the_projects_scripts() -> None:
     release = load(ROOT / ".github" / "workflows" / "release.yml")
     jobs = release["jobs"]
-    for job_id, runner in (("linux", "ubuntu-latest"), ("windows", "windows-latest"), ("macos", "macos-latest")):
+    # 22.04: glibc 2.35 for Debian 12; windows-2022: nvcc 13 rejects VS 2026 of windows-latest (issue 35)
+    for job_id, runner in (("linux", "ubuntu-22.04"), ("windows", "windows-2022"), ("macos", "macos-14")):
         assert jobs[job_id]["runs-on"] == runner
-        calls = [w for _, s in run_scripts({"jobs": {job_id: jobs[job_id]}}) for w in commands(s)]
-        scripts = [w[1] for w in calls if w[0] in PYTHONS and len(w) > 1]
+        scripts = [w[0] for w in step_scripts(jobs[job_id])]
         assert scripts.index("installers/build.py") < scripts.index("installers/smoke.py"), job_id
+        assert ["installers/release_steps.py", "gather"] in step_scripts(jobs[job_id])
         assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in jobs[job_id]["steps"])
-    cuda = jobs["cuda-backend"]
-    assert cuda["strategy"]["matrix"]["arch"] == ["75", "86", "89", "90", "120"]
-    assert set(cuda["strategy"]["matrix"]["os"]) == {"ubuntu-latest", "windows-latest"}
-    cuda_calls = [w for _, s in run_scripts({"jobs": {"c": cuda}}) for w in commands(s)]
-    app_calls = [w[3:5] for w in cuda_calls if w[1:3] == ["-m", "app"]]
-    assert app_calls == [["backend", "build"], ["backend", "pack"], ["release", "sign-backend"]]
-    build = next(w for w in cuda_calls if w[3:5] == ["backend", "build"])
-    assert "--fetch-cuda-toolkit" in build and "--cuda" in build and "--cuda-arch" in build
-    final = jobs["release"]
-    assert set(final["needs"]) == {"linux", "windows", "macos", "cuda-backend"}
-    final_calls = [w for _, s in run_scripts({"jobs": {"r": final}}) for w in commands(s)]
-    app_steps = [w[3:5] for w in final_calls if w[1:3] == ["-m", "app"]]
-    assert app_steps == [["backend", "sign-feed"], ["release", "sign"]]  # the feed first: SHA256SUMS covers it
-    assert ["sha256sum", "-c", "SHA256SUMS"] in final_calls
-    assert "secrets.FASTMTP_RELEASE_KEY" in (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    assert jobs["macos"]["env"]["MACOSX_DEPLOYMENT_TARGET"] == "12.0"
+    assert any(s.get("uses", "").startswith("anchore/sbom-action") for s in jobs["linux"]["steps"])
+    for job_id, runner, os_name in (("cuda-linux", "ubuntu-22.04", "linux"), ("cuda-windows", "windows-2022",
+                                                                               "windows")):
+        cuda = jobs[job_id]
+        assert cuda["runs-on"] == runner
+        assert {m["cuda"] for m in cuda["strategy"]["matrix"]["include"]} == {"13.0", "12.8"}
+        app_calls = [w[3:5] for w in job_calls(cuda) if w[1:3] == ["-m", "app"]]
+        assert app_calls == [["backend", "build"], ["backend", "pack"]]  # no signing where there is no key
+        build = next(w for w in job_calls(cuda) if w[3:5] == ["backend", "build"])
+        assert "--cuda" in build and "--cuda-arch" in build and "--portable" in build
+        gather = next(w for w in job_calls(cuda) if w[1:3] == ["installers/release_steps.py", "gather"])
+        assert gather[gather.index("--os") + 1] == os_name
+    assert ["installers/release_steps.py", "windows-runtime"] in step_scripts(jobs["cuda-windows"])
+    assert any(s.get("uses", "").startswith("Jimver/cuda-toolkit") for s in jobs["cuda-windows"]["steps"])
+
+
+def test_one_protected_job_signs_in_the_dry_runs_order() -> None:
+    """Only the `sign` job, under the protected environment, sees the release key; its steps are the ones
+    `make release-dry-run` runs, in the same order."""
+    from installers.release_dry_run import SIGN_STEPS
+
+    release = load(ROOT / ".github" / "workflows" / "release.yml")
+    jobs = release["jobs"]
+    sign = jobs["sign"]
+    assert sign["environment"] == "release-signing"
+    assert set(sign["needs"]) == set(jobs) - {"sign", "publish"}
+    for job_id, job in jobs.items():
+        if job_id != "sign":
+            assert "FASTMTP_RELEASE_KEY" not in yaml.safe_dump(job), job_id
+    steps = [w[1] for w in step_scripts(sign) if w[0] == "installers/release_steps.py"]
+    assert tuple(steps) == SIGN_STEPS
+    assert any(s.get("uses", "").startswith("actions/download-artifact") for s in sign["steps"])
+
+
+def test_manual_runs_are_dry_and_rc_tags_are_drafts() -> None:
+    release = load(ROOT / ".github" / "workflows" / "release.yml")
+    triggers = release[True]  # YAML 1.1 reads the key `on` as true
+    assert "workflow_dispatch" in triggers and triggers["push"]["tags"] == ["v*"]
+    publish = release["jobs"]["publish"]
+    assert "github.event_name == 'push'" in publish["if"] and publish["needs"] == ["sign"]
+    assert any(s.get("uses", "").startswith("actions/attest-build-provenance") for s in publish["steps"])
+    script = next(s["run"] for s in publish["steps"] if "gh release create" in s.get("run", ""))
+    assert "*-rc*" in script and "--draft" in script
+
+
+def test_platform_signing_is_wired_to_secrets_with_a_notice_when_absent() -> None:
+    release = load(ROOT / ".github" / "workflows" / "release.yml")
+    jobs = release["jobs"]
+    windows = [w[1] for w in step_scripts(jobs["windows"]) if w[0] == "installers/codesign.py"]
+    macos = [w[1] for w in step_scripts(jobs["macos"]) if w[0] == "installers/codesign.py"]
+    assert windows == ["windows", "windows"] and macos == ["macos-app", "macos-dmg"]
+    for job in (jobs["windows"], jobs["macos"]):
+        for step in job["steps"]:
+            if "installers/codesign.py" in step.get("run", ""):
+                assert all(str(v).startswith("${{ secrets.") for v in step["env"].values())
 
 
 @pytest.mark.parametrize(("platform", "wanted"), [
