@@ -14,19 +14,29 @@ absolute, links that could lead out of the folder (absolute, or with a ``..`` an
 links to anything but a file earlier in the archive, members written through an earlier file or link, and
 anything that is not a regular file, a folder or a link (FIFOs, devices, sparse files).
 
+Writes that cannot be redirected: :func:`open_new` creates a file of a fixed name without following a link and
+only when nothing else is there, :func:`open_existing_or_new` reopens a partial download only when it is a plain
+file of its own, and :func:`new_temporary` / :func:`write_replacing` / :func:`copy_replacing` write under a unique
+random name and rename it into place, for every file written in a folder a user or a download names.
+
 Every refusal is an :class:`~app.core.errors.UnsafeInputError` (CLI exit code 4) that names the source, the value
 and the reason. docs/security.md lists where each boundary is checked. Qt-free.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import shutil
+import stat
 import tarfile
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from app.core.errors import UnsafeInputError
 
@@ -129,6 +139,108 @@ def inside(parent: Path, path: Path, what: str, advice: str = DEFAULT_ADVICE) ->
 def child(parent: Path, name: object, what: str, source: str, advice: str = DEFAULT_ADVICE) -> Path:
     """``parent / name`` for a plain ``name`` (:func:`check_name`) that stays inside ``parent`` (:func:`inside`)."""
     return inside(parent, parent / check_name(name, what, source, advice), what, advice)
+
+
+# ----------------------------------------------------------------------------- writing where others may write
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_WRITE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+_WRITE_ON = (os.O_WRONLY | os.O_CREAT | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+             | getattr(os, "O_CLOEXEC", 0))  # O_NONBLOCK: a FIFO fails at once instead of waiting for a reader
+LINK_ADVICE = ("Nothing was written through it. Something other than the app put a link (or another kind of entry) "
+               "where the app writes its own files: remove it, and check who else can write to that folder.")
+
+
+def _not_a_file(path: Path, what: str, kind: str) -> UnsafeInputError:
+    return UnsafeInputError(f"The {what} {path} is {kind}, not a file the app wrote; the app does not write through "
+                            "it.", LINK_ADVICE)
+
+
+def _entry_problem(mode: int, links: int) -> str | None:
+    """Why an entry found where the app writes its own file must not be written through, or None when it is a plain
+    file (a leftover of an interrupted run)."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(mode):
+        return "not a regular file"
+    if links > 1:
+        return "a hard link to another file"
+    return None
+
+
+def open_new(path: Path, what: str, mode: int = 0o644) -> BinaryIO:
+    """``path`` created anew for writing in binary: never through a link (``O_NOFOLLOW``), never into a file that
+    is already there (``O_EXCL``). A plain file left there (an interrupted run's) is removed first; a link, a hard
+    link, a FIFO or a folder is refused with an :class:`UnsafeInputError` that names it (``what`` says what the
+    file is). Use it for every temporary or final file with a fixed name in a folder a user or a download names."""
+    for _ in range(2):
+        try:
+            return os.fdopen(os.open(path, _WRITE_NEW, mode), "wb")
+        except FileExistsError:
+            info = os.lstat(path)
+            kind = _entry_problem(info.st_mode, info.st_nlink)
+            if kind is not None:
+                raise _not_a_file(path, what, kind) from None
+            path.unlink()
+    raise _not_a_file(path, what, "being written by another program at the same time")
+
+
+def open_existing_or_new(path: Path, what: str, mode: int = 0o644) -> int:
+    """A write descriptor on ``path`` (created when missing) to resume a partial download: never through a link,
+    and only a plain file with no other name (a hard link planted there would write into another file)."""
+    try:
+        fd = os.open(path, _WRITE_ON, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK) or path.is_symlink():
+            raise _not_a_file(path, what, "a symbolic link") from None
+        if exc.errno == errno.ENXIO:
+            raise _not_a_file(path, what, "not a regular file") from None
+        raise
+    info = os.fstat(fd)
+    kind = _entry_problem(info.st_mode, info.st_nlink)
+    if kind is not None:
+        os.close(fd)
+        raise _not_a_file(path, what, kind)
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return fd
+
+
+def new_temporary(final: Path, mode: int = 0o644) -> tuple[Path, BinaryIO]:
+    """A new file beside ``final`` under a unique random hidden name (created exclusively, not through a link: a
+    name planted in advance can never be the one used), open for writing; rename it over ``final`` when it is
+    complete (``os.replace`` replaces a link at ``final`` itself, never what it points to)."""
+    fd, name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".incoming")
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, mode)
+    return Path(name), os.fdopen(fd, "wb")
+
+
+def write_replacing(final: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` as ``final`` atomically through :func:`new_temporary` (flushed to disk before the rename)."""
+    tmp, handle = new_temporary(final, mode)
+    try:
+        with handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def copy_replacing(src: Path, final: Path, mode: int = 0o644) -> None:
+    """Copy ``src`` to ``final`` atomically through :func:`new_temporary`, so a link planted at any name in
+    ``final``'s folder is never written through and ``final`` ends up a file of its own."""
+    tmp, handle = new_temporary(final, mode)
+    try:
+        with handle, src.open("rb") as reader:
+            shutil.copyfileobj(reader, handle, 1 << 20)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- unpacking

@@ -29,7 +29,7 @@ import httpcore
 import httpx
 
 from app import __version__
-from app.core import net_failures, processes
+from app.core import net_failures, processes, safe_paths
 from app.core.bounded_http import header_int
 from app.core.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
 from app.core.hashing import BackgroundSha256
@@ -713,7 +713,7 @@ class _Download:
 
     def _stream(self, response: httpx.Response) -> None:
         """Append the body to the part, hashing as it goes; never a byte past the expected size."""
-        fd = os.open(self.part, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = safe_paths.open_existing_or_new(self.part, "partial download")  # never through a planted link
         try:
             os.ftruncate(fd, self.done)
             os.lseek(fd, self.done, os.SEEK_SET)
@@ -774,8 +774,7 @@ class _Download:
         self.hasher.close()
         self.hasher = BackgroundSha256()
         self.state = None
-        if self.part.exists():
-            os.truncate(self.part, 0)
+        self.part.unlink(missing_ok=True)  # the next attempt creates it anew (truncating could follow a link)
         part_state.remove(self.state_file)
         self.progress.restart(self.name, message)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core import safe_paths
 from app.core.errors import DiskSpaceError, FastMTPError, VerificationError
 from app.core.hashing import sha256_file
 from app.release import trust
@@ -40,14 +41,14 @@ def _move(src: Path, target: Path, expected_sha256: str | None) -> None:
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-    tmp = target.with_name(f".{target.name}.incoming-{os.getpid()}")
+    free = shutil.disk_usage(target.parent).free
+    if src.stat().st_size > free:
+        raise DiskSpaceError(f"Not enough free space in {target.parent} for {src.name} "
+                             f"({src.stat().st_size} bytes needed, {free} free).",
+                             "Free some space or pick another folder with --dest.", kind="install-no-room")
+    tmp, handle = safe_paths.new_temporary(target)  # a unique name: a link planted in --dest is never written
     try:
-        free = shutil.disk_usage(target.parent).free
-        if src.stat().st_size > free:
-            raise DiskSpaceError(f"Not enough free space in {target.parent} for {src.name} "
-                                 f"({src.stat().st_size} bytes needed, {free} free).",
-                                 "Free some space or pick another folder with --dest.", kind="install-no-room")
-        with src.open("rb") as reader, tmp.open("wb") as writer:
+        with src.open("rb") as reader, handle as writer:
             shutil.copyfileobj(reader, writer, 1 << 20)
             writer.flush()
             os.fsync(writer.fileno())
@@ -83,8 +84,7 @@ def install(meta: ReleaseMetadata, files: dict[str, Path], dest: Path) -> Instal
         _move(path, dest / name, meta.entry(name).sha256)
     for name, path in meta.metadata_files.items():
         if path.resolve() != (dest / name).resolve():
-            shutil.copy2(path, dest / f".{name}.incoming")
-            os.replace(dest / f".{name}.incoming", dest / name)
+            safe_paths.copy_replacing(path, dest / name)  # never through a link planted in --dest
     trust.record_verified(meta.repo, meta.manifest, meta.manifest_sha256)
     return Installed(folder=dest, files=sorted(files), version=meta.manifest.version.text,
                      fingerprint=meta.fingerprint, warnings=meta.warnings)

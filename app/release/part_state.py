@@ -9,9 +9,10 @@ response, so the file survives a SIGKILL as it is, and the state never has to be
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from app.core import safe_paths
 
 _VERSION = 1
 
@@ -60,13 +61,7 @@ def load(path: Path) -> PartState | None:
 
 def save(path: Path, state: PartState) -> None:
     """Write atomically (temp file + rename), so a crash leaves the old state or the new, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps({"version": _VERSION, **asdict(state)}, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    safe_paths.write_replacing(path, json.dumps({"version": _VERSION, **asdict(state)}, indent=1).encode())
 
 
 def remove(path: Path) -> None:
