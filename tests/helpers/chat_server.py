@@ -36,6 +36,7 @@ class ChatFault:
     status: int | None = None  # answer this status with an error body
     redirect_to: str | None = None  # answer 302 with this Location
     endless_line: bool = False  # after the first chunk, one ``data:`` line that never ends (until the client hangs up)
+    open_line: bool = False  # after the first chunk, the start of a ``data:`` line, then silence until a hang-up
     endless_body: bool = False  # with ``status``: an error body that never ends
     hold_after: int | None = None  # send this many token chunks, then wait for the client to hang up
     chunks: list[Any] | None = None  # send these ``data:`` payloads (objects, or raw JSON bytes with Infinity)
@@ -195,6 +196,12 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.endless_line:
             self._event(chunks[0])
             self._flood(b'data: {"content": "', b"x" * 65536)  # a chunk of the stream, then one endless line
+            return
+        if fault.open_line:
+            self._event(chunks[0])
+            head = b'data: {"content": "' + b"x" * 65536  # far below the line cap: only a Stop can end this
+            self.wfile.write(f"{len(head):x}\r\n".encode() + head + b"\r\n")
+            self._hold()
             return
         for sent, data in enumerate(chunks):
             if fault.drop_after is not None and sent == fault.drop_after:
