@@ -66,6 +66,19 @@ MIN_DRIVER: dict[str, dict[str, str]] = {
 }
 
 _ARCH = re.compile(r"\d{2,3}")
+
+
+def min_driver_for(cuda: str, platform: str) -> str | None:
+    """The oldest driver for a CUDA version: the table's GA entry; a newer minor of a major in the table (13.2)
+    takes that major's first release's (NVIDIA's minor version compatibility: its compiled code runs there; the
+    publisher gives --min-driver when its PTX needs the newer driver's compiler). None: unknown."""
+    table = MIN_DRIVER.get(platform, {})
+    if cuda in table:
+        return table[cuda]
+    major = cuda.split(".")[0]
+    known = sorted((v for v in table if v.split(".")[0] == major and version_key(v) < version_key(cuda)),
+                   key=version_key)
+    return table[known[0]] if known else None
 _DRIVER = re.compile(r"\d{2,4}(?:\.\d{1,4}){0,3}")
 _CUDA = re.compile(r"\d{1,2}\.\d{1,2}")
 FLOOR_FILE = "backend-feed-floor.json"  # in the data folder: the last feed version verified, per repository
@@ -103,8 +116,65 @@ def normalize_driver(value: object, source: str = "--driver") -> str:
     return text
 
 
+_BUILD_ARCH = re.compile(r"(\d{2,3})([af]?)(?:-(real|virtual))?")
+
+
+def normalize_build_arch(value: object, source: str) -> str:
+    """An archive's architecture as CMake's CUDA_ARCHITECTURES names it: ``86`` (the GPU code and its PTX),
+    ``86-real`` (the code only), ``90-virtual`` (PTX only; ``compute_90`` says the same), ``120a`` (the
+    architecture-specific features: that GPU only). ``sm_86`` and ``8.6`` are read as ``86``."""
+    text = str(value).strip().lower()
+    if text.startswith("compute_"):
+        text = text.removeprefix("compute_") + "-virtual"
+    text = text.removeprefix("sm_")
+    text = text.replace(".", "") if re.fullmatch(r"\d{1,2}\.\d[af]?(-real|-virtual)?", text) else text
+    if not _BUILD_ARCH.fullmatch(text):
+        raise VerificationError(f"{source}: {str(value)[:40]!r} is not a GPU architecture like 86, 90-virtual "
+                                "or 120a.", _MALFORMED)
+    return text
+
+
+def arch_runs(build: str, gpu: str) -> str | None:
+    """How code built for ``build`` runs on a GPU of compute capability ``gpu`` ("89"): "code" (its compiled code:
+    the same major version, a minor not newer than the GPU's: sm_86 runs on sm_89, not on sm_75 or sm_90), "ptx"
+    (a ``-virtual`` architecture: PTX the driver compiles on first use for any GPU at least as new: 90-virtual on
+    sm_100 and sm_120), or None. ``120a`` (and a plain 12x, which ggml builds as 12xa) runs on exactly that GPU,
+    an ``f`` architecture on its family. A plain ``86`` also embeds compute_86 PTX (CMake), but the pick does not
+    count on it: a release names the PTX it means to ship as ``-virtual``, as llama.cpp's do."""
+    match = _BUILD_ARCH.fullmatch(build)
+    if match is None or not gpu.isdigit():
+        return None
+    number, special, mode = int(match.group(1)), match.group(2), match.group(3)
+    target = int(gpu)
+    if special == "a" or (not special and 120 <= number <= 129):
+        return None if target != number else "ptx" if mode == "virtual" else "code"
+    if mode == "virtual":
+        return "ptx" if target >= number else None
+    if target // 10 == number // 10 and target >= number:
+        return "code"
+    return None
+
+
+def covers(archs: Sequence[str], gpu: str) -> str | None:
+    """The best way any of ``archs`` runs on ``gpu``: "code" before "ptx"; None when none runs there."""
+    ways = {arch_runs(arch, gpu) for arch in archs}
+    return "code" if "code" in ways else "ptx" if "ptx" in ways else None
+
+
+def arch_key(arch: str) -> tuple[int, str]:
+    match = _BUILD_ARCH.fullmatch(arch)
+    return (int(match.group(1)), arch) if match else (10**6, arch)
+
+
 def sm(archs: Sequence[str]) -> str:
-    return ", ".join(f"sm_{arch}" for arch in archs)
+    """``sm_86, compute_90 (PTX), sm_120a``: GPUs' and archives' architectures in words."""
+    def word(arch: str) -> str:
+        match = _BUILD_ARCH.fullmatch(arch)
+        if match and match.group(3) == "virtual":
+            return f"compute_{match.group(1)}{match.group(2)} (PTX)"
+        return f"sm_{match.group(1)}{match.group(2)}" if match else arch
+
+    return ", ".join(word(arch) for arch in archs)
 
 
 # ----------------------------------------------------------------------------- the format
@@ -198,7 +268,7 @@ def _archive(item: object, source: str, number: int) -> FeedArchive:
     archs_value = item.get("cuda_archs", [])
     if not isinstance(archs_value, list):
         raise _bad(where, "its cuda_archs is not a list")
-    archs = tuple(normalize_arch(a, where) for a in archs_value)
+    archs = tuple(normalize_build_arch(a, where) for a in archs_value)
     cuda, driver = item.get("cuda_version"), item.get("min_driver")
     if flavor == "cuda":
         if not isinstance(cuda, str) or not _CUDA.fullmatch(cuda):
@@ -252,11 +322,11 @@ def feed_entry(archive: Path, claim: BackendClaim, *, platform: Platform, flavor
     the minimum driver defaults to the one the CUDA version's GA toolkit needs on ``platform``."""
     flavor = flavor or ("cuda" if claim.backend.get("flavor") == "cuda" else "cpu")
     cuda = cuda_version or claim.backend.get("cuda_version")
-    archs = tuple(normalize_arch(a, archive.name) for a in (cuda_archs if cuda_archs is not None
-                                                             else claim.backend.get("cuda_archs") or []))
+    archs = tuple(normalize_build_arch(a, archive.name) for a in (cuda_archs if cuda_archs is not None
+                                                                   else claim.backend.get("cuda_archs") or []))
     if flavor == "cuda":
         cuda = ".".join(str(cuda or "").split(".")[:2])
-        driver = min_driver or MIN_DRIVER[platform].get(cuda)
+        driver = min_driver or min_driver_for(cuda, platform)
         if driver is None:
             raise BackendError(f"{archive.name}: no minimum driver is known for CUDA {cuda or '?'} on {platform}.",
                                "Give it (--min-driver) from NVIDIA's CUDA Toolkit release notes.")
@@ -355,7 +425,7 @@ def _why_not(archive: FeedArchive, machine: Machine) -> str | None:
         return "it needs an NVIDIA GPU" if archive.flavor == "cuda" else None
     if archive.flavor == "cpu":
         return "a CPU backend, and this machine has an NVIDIA GPU"
-    missing = [a for a in machine.gpu_archs if a not in archive.cuda_archs]
+    missing = [a for a in machine.gpu_archs if covers(archive.cuda_archs, a) is None]
     if missing:
         return f"it holds no {sm(missing)} (only {sm(archive.cuda_archs)})"
     if machine.driver is None:
@@ -372,7 +442,8 @@ def select_archive(archives: Sequence[FeedArchive], machine: Machine) -> Selecti
     why = {a.name: _why_not(a, machine) for a in archives}
     fits = [a for a in archives if why[a.name] is None]
     if fits:
-        best = max(fits, key=lambda a: version_key(a.cuda_version) if a.cuda_version else ())
+        best = max(fits, key=lambda a: (version_key(a.cuda_version) if a.cuda_version else (),
+                                        sum(covers(a.cuda_archs, g) == "code" for g in machine.gpu_archs)))
         passed = tuple(f"{a.name}: {why[a.name] or _older(a, best)}" for a in archives if a is not best)
         return Selection(machine, best, _chosen_reason(best, machine, len(fits)), passed)
     passed = tuple(f"{a.name}: {why[a.name]}" for a in archives)
@@ -387,7 +458,10 @@ def _chosen_reason(best: FeedArchive, machine: Machine, fitting: int) -> str:
     if best.flavor == "cpu":
         return f"No NVIDIA GPU here: {best.name} is the CPU backend for {machine.platform}."
     newest = " the newest CUDA this driver supports among" if fitting > 1 else ""
-    return (f"{best.name} holds {sm(machine.gpu_archs)} (it is built for {sm(best.cuda_archs)}) and needs driver "
+    jit = [g for g in machine.gpu_archs if covers(best.cuda_archs, g) == "ptx"]
+    ptx = (f" ({sm(jit)} from PTX: the driver compiles it on first use, so the first start takes longer)"
+           if jit else "")
+    return (f"{best.name} holds {sm(machine.gpu_archs)}{ptx} (it is built for {sm(best.cuda_archs)}) and needs driver "
             f"{best.min_driver} for CUDA {best.cuda_version}; this one is {machine.driver}. "
             f"It is{newest or ' the only one of'} {fitting} fitting archive{'s' if fitting > 1 else ''}.")
 
@@ -402,11 +476,11 @@ def _no_fit_reason(archives: Sequence[FeedArchive], machine: Machine) -> str:
     cuda = [a for a in here if a.flavor == "cuda"]
     if not cuda:
         return f"The feed has no CUDA archive for {machine.platform}."
-    missing = [g for g in machine.gpu_archs if not any(g in a.cuda_archs for a in cuda)]
+    missing = [g for g in machine.gpu_archs if not any(covers(a.cuda_archs, g) for a in cuda)]
     if missing:
-        have = sorted({x for a in cuda for x in a.cuda_archs}, key=int)
+        have = sorted({x for a in cuda for x in a.cuda_archs}, key=arch_key)
         return f"No archive for {sm(missing)} (the feed's CUDA archives hold {sm(have)})."
-    holding = [a for a in cuda if all(g in a.cuda_archs for g in machine.gpu_archs)]
+    holding = [a for a in cuda if all(covers(a.cuda_archs, g) for g in machine.gpu_archs)]
     if not holding:
         return f"No single archive holds all of {sm(machine.gpu_archs)}."
     if machine.driver is None:
