@@ -176,17 +176,8 @@ class Verdict:
         return f"{head}: {self.ratio:.2f}x, {PAYS[self.outcome]}"
 
     def missing_words(self, unit: str = "reply") -> str:
-        """What a verdict still needs, in words: ``2 more replies with d2t at depth 3 and 1 with drafting off``;
-        when each side has enough but they were not taken in turn, how many more of each, in turn."""
-        a_need, b_need, _rounds = self.needs
-        parts = [(b_need, f"with {self.b_words or self.b}"), (a_need, f"with {self.a_words or self.a}")]
-        wanted = [(n, what) for n, what in parts if n > 0]
-        if not wanted:
-            return "nothing more"
-        many = "replies" if unit == "reply" else None
-        text = f"{wanted[0][0]} more {noun(wanted[0][0], unit, many)} {wanted[0][1]}"
-        text += "".join(f" and {n} {what}" for n, what in wanted[1:])
-        return text + (", in turn" if len(wanted) == 2 else "")  # one each way at a time: a burst of load hits both
+        """What a verdict still needs, in words (``needs_words``)."""
+        return needs_words(self.a_words or self.a, self.b_words or self.b, self.needs[:2], unit)
 
     def sentence(self) -> str:
         """The verdict in one sentence, with the medians, spreads, samples, sampling and load; or what is missing."""
@@ -213,6 +204,20 @@ class Verdict:
                 "load": self.load, "missing": list(self.missing), "left_out": list(self.left_out),
                 "sentence": self.sentence(), "headline": self.headline(), "needs": list(self.needs),
                 "a_words": self.a_words, "b_words": self.b_words}
+
+
+def needs_words(a_words: str, b_words: str, needs: Sequence[int], unit: str = "reply") -> str:
+    """What a verdict still needs, in words: ``2 more replies with d2t at depth 3 and 1 with drafting off, in
+    turn`` (``needs``: the samples of side a and side b still missing, ``still_needed``; ``unit``: "reply" or
+    "run"). Each side's count when enough of each were taken but not in turn, too."""
+    a_need, b_need = int(needs[0]), int(needs[1])
+    wanted = [(n, what) for n, what in ((b_need, f"with {b_words}"), (a_need, f"with {a_words}")) if n > 0]
+    if not wanted:
+        return "nothing more"
+    many = "replies" if unit == "reply" else None
+    text = f"{wanted[0][0]} more {noun(wanted[0][0], unit, many)} {wanted[0][1]}"
+    text += "".join(f" and {n} {what}" for n, what in wanted[1:])
+    return text + (", in turn" if len(wanted) == 2 else "")  # one each way at a time: a burst of load hits both
 
 
 def alternating_rounds(sides: Sequence[str]) -> int:

@@ -50,7 +50,7 @@ from app.core.errors import JobCancelled
 from app.core.words import noun
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.modes import DRAFT_MODES, depth_series, mode_colour, mode_label
-from app.engine.verdict import MIN_SAMPLES
+from app.engine.verdict import MIN_SAMPLES, PAYS, needs_words
 from app.gui.shell.page_ops import OwnedOps, error_text
 
 COLUMNS = ["variant", "prompts", "tok/s", "acceptance", "tokens / pass", "vs off"]
@@ -98,15 +98,27 @@ def bar_style(palette: QPalette) -> str:
 
 
 def vs_off_text(verdict: dict[str, Any]) -> str:
-    """The "vs off" cell: ``1.21x, faster``, ``0.99x, no clear difference``, or the ratio so far and what is missing
-    (``1.04x? 1 of 3 runs``; the tooltip says why); ``–`` for off itself."""
+    """The "vs off" cell, in the words the HUD and Auto use (``verdict.PAYS``): ``1.21x, pays``, ``0.99x, no clear
+    gain``, or the ratio so far and how many more runs a verdict needs (``1.04x? needs 2 more runs``; the tooltip,
+    ``vs_off_tooltip``, says of which); ``–`` for off itself."""
     ratio = verdict.get("ratio")
     if not verdict or not isinstance(ratio, int | float):
         return "–"
-    if verdict.get("outcome") != "not enough":
-        return f"{ratio:.2f}x, {verdict.get('outcome')}"
-    runs = min(verdict.get("samples") or [0])
-    return f"{ratio:.2f}x? {runs} of {MIN_SAMPLES} runs" if runs < MIN_SAMPLES else f"{ratio:.2f}x? no verdict"
+    outcome = str(verdict.get("outcome"))
+    if outcome != "not enough":
+        return f"{ratio:.2f}x, {PAYS.get(outcome, outcome)}"
+    needs = verdict.get("needs") or [0, 0]
+    more = sum(int(n) for n in needs[:2])
+    return f"{ratio:.2f}x? needs {more} more {noun(more, 'run')}" if more else f"{ratio:.2f}x? no verdict"
+
+
+def vs_off_tooltip(verdict: dict[str, Any]) -> str:
+    """What the row compares and what it still needs in runs (``verdict.needs_words``), then the whole verdict."""
+    sentence = str(verdict.get("sentence", ""))
+    a, b, needs = verdict.get("a_words"), verdict.get("b_words"), verdict.get("needs")
+    if verdict.get("outcome") != "not enough" or not a or not b or not isinstance(needs, list):
+        return sentence
+    return f"{b} vs {a}: needs {needs_words(str(a), str(b), needs, 'run')}. {sentence}"
 
 
 @dataclass(frozen=True)
@@ -502,7 +514,7 @@ class BenchmarkPage(QWidget):
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c == len(cells) - 1 and verdict:
-                    item.setToolTip(str(verdict.get("sentence", "")))
+                    item.setToolTip(vs_off_tooltip(verdict))
                 self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
         self._fit_results()

@@ -25,7 +25,7 @@ from app.engine import stats, verdict
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.stats import ReplyStats, decode_tps, describe_depth, describe_sampling, pooled_decode_tps
 from app.engine.verdict import Condition, Sample, SampleLog, alternating_rounds, compare
-from app.gui.benchmark.benchmark_page import vs_off_text
+from app.gui.benchmark.benchmark_page import vs_off_text, vs_off_tooltip
 from app.machines import remote_client as remote
 from tests.helpers.demo_copies import DemoCopies
 
@@ -235,11 +235,13 @@ def test_bench_matrix_refuses_a_verdict_from_one_run_blocks_no_warm_up_or_overla
     one = verdicts(matrix({OFF_V: [(40.0, 0)], D2T_V: [(60.0, 1)]}))["d2t sidecar k=3"]
     assert one is not None and one["outcome"] == "not enough"
     assert one["missing"] == ["off has 1 of 3 samples", "d2t (depth 3) has 1 of 3 samples"]
-    assert vs_off_text(one) == "1.50x? 1 of 3 runs"  # the Benchmark page's cell
+    assert vs_off_text(one) == "1.50x? needs 4 more runs"  # the Benchmark page's cell
+    assert vs_off_tooltip(one).startswith("d2t at depth 3 vs drafting off: needs 2 more runs with d2t at depth 3 "
+                                          "and 2 with drafting off, in turn. Not enough comparable samples")
     blocks = verdicts(matrix({OFF_V: [(40.0, 0), (41.0, 1), (39.0, 2)],
                               D2T_V: [(60.0, 3), (61.0, 4), (59.0, 5)]}))["d2t sidecar k=3"]
     assert blocks is not None and blocks["outcome"] == "not enough" and blocks["rounds"] == 1
-    assert vs_off_text(blocks) == "1.50x? no verdict"
+    assert vs_off_text(blocks) == "1.50x? needs 3 more runs"  # 1 more d2t (half a round), then 2 off in turn
     cold = verdicts(matrix({OFF_V: [(40.0, 0), (41.0, 2), (39.0, 4)], D2T_V: [(60.0, 1), (61.0, 3), (59.0, 5)]},
                            warm=False))["d2t sidecar k=3"]
     assert cold is not None and cold["outcome"] == "not enough"
@@ -247,7 +249,7 @@ def test_bench_matrix_refuses_a_verdict_from_one_run_blocks_no_warm_up_or_overla
     close = verdicts(matrix({OFF_V: [(40.0, 0), (45.0, 2), (39.0, 4)],
                              D2T_V: [(44.0, 1), (41.0, 3), (46.0, 5)]}))["d2t sidecar k=3"]
     assert close is not None and close["outcome"] == "no clear difference"
-    assert vs_off_text(close) == f"{close['ratio']:.2f}x, no clear difference"
+    assert vs_off_text(close) == f"{close['ratio']:.2f}x, no clear gain"  # the HUD's words
 
 
 @pytest.mark.usefixtures("patched_backend")
