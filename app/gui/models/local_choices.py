@@ -28,11 +28,15 @@ def find(key: str | None) -> LocalModel | None:
 
 def add_items(box: QComboBox, set_enabled: SetEnabled) -> None:
     """Append an item per added file: ``name · Q4_K_M · 15.3 GiB · hub hash matches``."""
-    for model in local_models.load_registry():
+    from app.gui.models.local_models_panel import distinct_names
+
+    models = local_models.load_registry()
+    names = distinct_names([m.path for m in models])  # two target.gguf files show their folders
+    for model in models:
         if box.findData(model.key) >= 0:  # a downloaded release's file: listed already, as the release
             continue
         facts = model.facts
-        box.addItem(f"{model.path.name} · {facts.quantization} · {format_bytes(facts.size_bytes)} · "
+        box.addItem(f"{names[model.path]} · {facts.quantization} · {format_bytes(facts.size_bytes)} · "
                     f"{LABELS[model.state]}", model.key)
         row = box.count() - 1
         sidecar = model.sidecar_d2t.name if model.sidecar_d2t else "none (Models page: Make FastMTP sidecar…)"

@@ -73,6 +73,29 @@ def facts_text(facts: local_models.ModelFacts) -> str:
     return f"{facts.architecture} · {facts.quantization} · {format_bytes(facts.size_bytes)} · {sidecar}"
 
 
+def distinct_names(paths: list[Path]) -> dict[Path, str]:
+    """What a list shows for each file: its name, and where two files share a name (two ``target.gguf``), the
+    name with as much of its folder as tells them apart: ``target.gguf (in models/)``, ``target.gguf (in
+    a/models/)`` (issue 36 item 9: two such files looked identical everywhere)."""
+    by_name: dict[str, list[Path]] = {}
+    for path in paths:
+        by_name.setdefault(path.name, []).append(path)
+    shown: dict[Path, str] = {}
+    for name, group in by_name.items():
+        unique = list(dict.fromkeys(group))
+        if len(unique) == 1:
+            shown[unique[0]] = name
+            continue
+        depth = 1
+        longest = max(len(p.parent.parts) for p in unique)
+        while depth < longest and len({p.parent.parts[-depth:] for p in unique}) < len(unique):
+            depth += 1
+        for path in unique:
+            folder = "/".join(path.parent.parts[-depth:]).lstrip("/") or "/"
+            shown[path] = f"{name} (in {folder}/)" if folder != "/" else f"{name} (in /)"
+    return shown
+
+
 NO_OWN_FILES = "No model files added yet. Add a GGUF you already have, or let the app look for them."
 HUB_UNKNOWN_REPO = ("Not available: this file's repository on the Hugging Face hub is not known. Only files in "
                     "the Hugging Face cache or LM Studio's models folders can be checked (their folders name the "
@@ -208,8 +231,9 @@ class LocalModelsPanel(QGroupBox):
         self.models = local_models.load_registry()
         table = self.added_table
         table.setRowCount(len(self.models))
+        names = distinct_names([m.path for m in self.models])
         for row, model in enumerate(self.models):
-            item = QTableWidgetItem(model.path.name)
+            item = QTableWidgetItem(names[model.path])
             item.setToolTip(str(model.path) + (f"\ncopied from {model.copied_from}" if model.copied_from else ""))
             table.setItem(row, A_FILE, item)
             shown = facts_text(model.facts) if model.present else model.problem
@@ -220,9 +244,25 @@ class LocalModelsPanel(QGroupBox):
             table.setItem(row, A_FACTS, facts)
             sidecars = ", ".join(f"{kind} {path.name}" for kind, path in (("d2t", model.sidecar_d2t),
                                                                           ("full", model.sidecar_full)) if path)
-            table.setItem(row, A_SIDECARS, QTableWidgetItem(sidecars or "none yet"))
+            sidecar_item = QTableWidgetItem(sidecars or "none yet")
+            sidecar_item.setToolTip("\n".join(str(p) for p in (model.sidecar_d2t, model.sidecar_full) if p)
+                                    or "No FastMTP sidecar yet")
+            table.setItem(row, A_SIDECARS, sidecar_item)
             table.setCellWidget(row, A_STATE, badge(model.state))
             table.setCellWidget(row, A_ACTIONS, self._actions(model))
+        self._fit_columns()
+
+    def _fit_columns(self) -> None:
+        """The action buttons always show whole (issue 36 item 9: at 1024x700 Remove was off the table's edge): the
+        file and sidecar columns are capped (elided, their tooltips have it all), "What it is" takes what is left."""
+        table = self.added_table
+        header = table.horizontalHeader()
+        metrics = table.fontMetrics()
+        for column, cap in ((A_FILE, 30), (A_SIDECARS, 0)):  # the sidecars column: as wide as its heading
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            wanted = max(table.sizeHintForColumn(column), header.sectionSizeHint(column))
+            table.setColumnWidth(column, min(wanted, max(metrics.averageCharWidth() * cap,
+                                                         header.sectionSizeHint(column))))
 
     def _actions(self, model: LocalModel) -> QWidget:
         holder = QWidget()
@@ -235,12 +275,14 @@ class LocalModelsPanel(QGroupBox):
                                     f"{model.origin.repo if model.origin else ''}")
         check.setAccessibleDescription(why_not or "")
         check.clicked.connect(lambda _c=False, p=model.path: self.check_with_hub(p))
-        make = QPushButton("Make FastMTP sidecar…")
+        make = QPushButton("Make sidecar…")  # the whole "Make FastMTP sidecar…" did not fit at 1024x700
+        make.setAccessibleName("Make FastMTP sidecar…")
         make.setEnabled(model.facts.mtp_head and model.present)
-        make.setToolTip(f"This model already drafts with its d2t sidecar {model.sidecar_d2t.name}: a new one "
-                        "replaces it only if it measures better" if model.sidecar_d2t is not None
-                        else "Build a trimmed d2t draft head from this model's MTP head" if model.facts.mtp_head
-                        else "This model has no MTP head to build a sidecar from")
+        make.setToolTip("Make FastMTP sidecar: " + (
+            f"this model already drafts with its d2t sidecar {model.sidecar_d2t.name}; a new one replaces it only "
+            "if it measures clearly better" if model.sidecar_d2t is not None
+            else "build a trimmed d2t draft head from this model's MTP head" if model.facts.mtp_head
+            else "this model has no MTP head to build a sidecar from"))
         make.clicked.connect(lambda _c=False, p=model.path: self.make_sidecar(p))
         remove = QPushButton("Remove")
         remove.setToolTip("Forget it here (the file itself stays)")
@@ -397,6 +439,7 @@ class LocalModelsPanel(QGroupBox):
         name = QTableWidgetItem(found.path.name)
         name.setToolTip(str(found.path))
         table.setItem(row, S_FILE, name)
+        self._name_found_rows()
         table.setItem(row, S_WHERE, QTableWidgetItem(found.where))
         what = QTableWidgetItem(facts_text(found.facts) if found.facts else "unreadable")
         what.setToolTip(what.text())  # elided in a narrow window: the whole text here
@@ -408,6 +451,14 @@ class LocalModelsPanel(QGroupBox):
         button.setEnabled(found.usable and not found.added)
         button.clicked.connect(lambda _c=False, p=found.path: self.add_path(p))
         table.setCellWidget(row, S_ACTION, button)
+
+    def _name_found_rows(self) -> None:
+        """Found files that share a name show the folder that tells them apart."""
+        names = distinct_names([f.path for f in self.found])
+        for row, found in enumerate(self.found):
+            item = self.scan_table.item(row, S_FILE)
+            if item is not None:
+                item.setText(names[found.path])
 
     def _mark_found_added(self) -> None:
         added = {m.path for m in self.models}

@@ -281,13 +281,13 @@ def test_a_sidecar_made_in_the_window_drafts_in_a_chat(qtbot: QtBot, window: Mai
     dialog = _make_dialog(qtbot, window, target)
     qtbot.mouseClick(dialog.make_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not dialog.running, timeout=WAIT_MS)
-    assert dialog.last_error is None, dialog.result_label.text()
+    assert dialog.last_error is None, dialog.result_label.toPlainText()
     assert dialog.steps_seen[0] == "tokenizing" and "checking" in dialog.steps_seen
     made = Path(dialog.outcome["path"])
     assert inspect_gguf(made).kind == "mtp_sidecar_d2t" and inspect_gguf(made).d2t_length == 16384
     check = dialog.outcome["check"]
-    assert f"this sidecar {check['sidecar_acceptance']:.1%}" in dialog.result_label.text()
-    assert "the embedded MTP head" in dialog.result_label.text()
+    assert f"this sidecar {check['sidecar_acceptance']:.1%}" in dialog.result_label.toPlainText()
+    assert "the embedded MTP head" in dialog.result_label.toPlainText()
     assert panel.model(target).sidecar_d2t == made  # type: ignore[union-attr]
     dialog.accept()
 
@@ -331,17 +331,17 @@ def test_a_worse_sidecar_is_kept_beside_the_good_one_until_the_user_chooses_it(
     dialog.files.addItem(str(junk))
     qtbot.mouseClick(dialog.make_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not dialog.running, timeout=WAIT_MS)
-    assert dialog.last_error is None, dialog.result_label.text()
+    assert dialog.last_error is None, dialog.result_label.toPlainText()
     made = Path(dialog.outcome["path"])
     check = dialog.outcome["check"]
     assert check["sidecar_acceptance"] < check["current_acceptance"]
-    assert "Keep-FastMTP-d2t.gguf stays" in dialog.result_label.text()
-    assert f"{check['current_acceptance']:.1%}" in dialog.result_label.text()
+    assert "Keep-FastMTP-d2t.gguf stays" in dialog.result_label.toPlainText()
+    assert f"{check['current_acceptance']:.1%}" in dialog.result_label.toPlainText()
     assert panel.model(target).sidecar_d2t == good and made.is_file()  # type: ignore[union-attr]
     assert dialog.use_anyway_button.isVisible()
     qtbot.mouseClick(dialog.use_anyway_button, Qt.MouseButton.LeftButton)
     assert panel.model(target).sidecar_d2t == made  # type: ignore[union-attr]
-    assert not dialog.use_anyway_button.isVisible() and "As you chose" in dialog.result_label.text()
+    assert not dialog.use_anyway_button.isVisible() and "As you chose" in dialog.result_label.toPlainText()
     dialog.accept()
 
 
