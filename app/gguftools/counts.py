@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core import safe_paths
 from app.core.errors import SidecarError
 from app.gguftools.tokenizer import Tokenize
 
@@ -103,7 +104,8 @@ class TokenCounts:
             "counts": {str(t): n for t, n in sorted(self._counts.items())},
         }
         try:
-            partial.write_text(json.dumps(body, indent=0), encoding="utf-8")
+            with safe_paths.open_new(partial, "partial token-count file") as handle:  # never through a link
+                handle.write(json.dumps(body, indent=0).encode("utf-8"))
             os.replace(partial, out)
         except OSError as exc:
             partial.unlink(missing_ok=True)

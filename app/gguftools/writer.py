@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
+from app.core import safe_paths
 from app.core.errors import GGUFError
 from app.gguftools.reader import HEADER_KEYS
 
@@ -142,6 +143,7 @@ def write_gguf(out: str | os.PathLike[str], arch: str, kv: Iterable[KVItem], ten
     partial = out.with_name(out.name + ".partial")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        safe_paths.open_new(partial, "partial GGUF file").close()  # a link planted here: refused, not followed
         writer = GGUFWriter(partial, arch)
         for item in kv:
             writer.add_key_value(item.key, item.value, item.vtype, item.sub_type)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__ as app_version
+from app.core import safe_paths
 from app.core.errors import FastMTPError
 from app.core.hashing import sha256_file
 from app.release import signing
@@ -156,7 +157,5 @@ def sign_release(folder: Path, key_path: Path, *, version: str | None = None, ex
         for stale in names[1:]:
             (folder / stale).unlink(missing_ok=True)
     for name, data in outputs.items():
-        tmp = folder / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, folder / name)
+        safe_paths.write_replacing(folder / name, data)  # never through a link planted in the release folder
     return SignedRelease(folder, parsed_version.text, files, signing.fingerprint(key.public_key()))

@@ -111,3 +111,29 @@ def test_the_writers_refuse_a_link_a_hard_link_or_a_fifo_in_words(tmp_path: Path
     assert not (tmp_path / "link").is_symlink() and (tmp_path / "link").read_bytes() == b"fresh"
     assert outside.read_text() == "precious\n"
     assert not list(tmp_path.glob(".*.incoming"))
+
+
+def test_gguf_counts_and_release_writers_refuse_or_replace_planted_links(tmp_path: Path, key: KeyPair) -> None:
+    from app.gguftools.counts import TokenCounts
+    from app.gguftools.writer import write_gguf
+
+    outside = tmp_path / "outside"
+    outside.write_text("precious\n")
+    out = tmp_path / "out" / "model.gguf"
+    out.parent.mkdir()
+    (out.parent / "model.gguf.partial").symlink_to(outside)
+    with pytest.raises(UnsafeInputError, match="symbolic link"):
+        write_gguf(out, "llama", [], [])
+    (tmp_path / "counts.json.partial").symlink_to(outside)
+    with pytest.raises(UnsafeInputError, match="symbolic link"):
+        TokenCounts({1: 2}).save(tmp_path / "counts.json")
+
+    release = tmp_path / "release"
+    release.mkdir()
+    for name, data in PAYLOAD.items():
+        (release / name).write_bytes(data)
+    (release / f".{INTEG.checksums}.tmp").symlink_to(outside)  # the old fixed temporary name
+    (release / INTEG.manifest).symlink_to(outside)
+    sign_release(release, key.private, version="1")
+    assert not (release / INTEG.manifest).is_symlink() and (release / INTEG.checksums).is_file()
+    assert outside.read_text() == "precious\n"
