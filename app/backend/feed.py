@@ -33,13 +33,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from app import __version__ as app_version
 from app.backend.events import EventSink
 from app.backend.prebuilt import Events, InstalledPrebuilt, fetch_checked, install_prebuilt
-from app.backend.signing import BackendClaim, key_in
+from app.backend.signing import BackendClaim, backend_repo, claimed_repo, key_in
 from app.core import paths, processes, settings_file
 from app.core.cancel import CancelToken
 from app.core.errors import BackendError, FastMTPError, VerificationError
 from app.core.json_object import load_object
 from app.release import signing, trust
-from app.release.catalog import backend_feed_url, load_catalog
+from app.release.catalog import backend_feed_url
 from app.release.fetcher import FetchControl, FileRequest, pid_folder
 from app.release.manifest import check_file_name, normalize_sha256
 from app.release.verify import INTEGRITY_MAX_BYTES, read_capped
@@ -358,7 +358,7 @@ def write_feed(archives: Sequence[FeedArchive], key: Ed25519PrivateKey, out: Pat
     """
     moment = datetime.now(UTC).replace(microsecond=0)
     version = int(moment.timestamp()) if version is None else version
-    body = {"format": FORMAT, "repo": repo or load_catalog().repo, "date": _iso(moment), "version": version,
+    body = {"format": FORMAT, "repo": repo or backend_repo(), "date": _iso(moment), "version": version,
             "expires": _iso(expires or moment + timedelta(days=valid_days)),
             "archives": [a.to_dict() for a in archives],
             "public_key": signing.public_key_pem(key.public_key()).decode("ascii"),
@@ -642,7 +642,7 @@ def verify_feed(data: bytes, raw_signature: bytes, url: str, *, repo: str | None
         TrustError: the feed's key is not the one trusted (the message names both fingerprints) or not trusted.
         VerificationError: the signature does not hold, the feed is malformed or for another repository.
     """
-    repo = repo or load_catalog().repo
+    repo = claimed_repo(repo, _load(data, FEED_NAME).get("repo"))  # the app's, or an older feed's legacy one
     key, is_new = trust.decide(repo, served_key(data, FEED_NAME), trust_fingerprint=trust_fingerprint,
                                confirm=confirm)
     signing.verify(key, data, signing.decode_signature(raw_signature, FEED_NAME + SIGNATURE_SUFFIX), FEED_NAME)

@@ -40,6 +40,30 @@ CLAIMED = ("id", "flavor", "cuda_archs", "cuda_version", "llama_cpp_python_versi
 """The fields of the archive's own ``fastmtp-backend.json`` that the signed manifest vouches for."""
 
 
+def backend_repo() -> str:
+    """The repository id backend archives and the backend feed are signed for: the app's own
+    (``[app_updates] repo``), whose release key signs them, never the model publisher's (one key is pinned per
+    repository, so sharing an id would make whichever key was trusted first refuse the other)."""
+    from app.release.updates import default_source
+
+    return default_source().repo
+
+
+def legacy_repo() -> str:
+    """The model publisher's repository, which archives and feeds signed before issue 35 claim: still read, under
+    that repository's trusted keys as before, so a key a user trusted for them keeps working."""
+    return load_catalog().repo
+
+
+def claimed_repo(repo: str | None, claimed: object) -> str:
+    """The repository whose trusted keys must have signed a file: ``repo`` when given (``--repo``), else the
+    app's, or the legacy one when that is what the file claims (an older archive or feed)."""
+    if repo:
+        return repo
+    return legacy_repo() if isinstance(claimed, str) and claimed == legacy_repo() != backend_repo() \
+        else backend_repo()
+
+
 def manifest_name(archive_name: str) -> str:
     return archive_name + MANIFEST_SUFFIX
 
@@ -126,7 +150,7 @@ def sign_backend_archive(archive: Path, key_path: Path, *, repo: str | None = No
     inner = backend_archive.read_manifest(archive).to_dict()
     unpacked = backend_archive.contents(archive)
     now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    body = {"format": FORMAT, "repo": repo or load_catalog().repo, "date": now,
+    body = {"format": FORMAT, "repo": repo or backend_repo(), "date": now,
             "archive": {"name": archive.name, "size": archive.stat().st_size, "sha256": sha256_file(archive)},
             "unpacked": {"bytes": unpacked.bytes, "members": unpacked.members},
             "backend": {name: inner.get(name) for name in CLAIMED},
@@ -210,7 +234,6 @@ def verify_claim(manifest_path: Path, signature_path: Path, *, repo: str | None 
         VerificationError: a file is missing, too large or malformed, the signature does not hold, or the
             manifest is for another repository; :class:`TrustError` when the key is not trusted.
     """
-    repo = repo or load_catalog().repo
     for path, what in ((manifest_path, "signed manifest"), (signature_path, "signature")):
         if not path.is_file():
             raise VerificationError(f"The backend archive has no {what}: {path.name} is missing.",
@@ -218,6 +241,7 @@ def verify_claim(manifest_path: Path, signature_path: Path, *, repo: str | None 
                                     "packed it yourself, `python -m app backend unpack` installs it unchecked.")
     data = read_capped(manifest_path, "signed manifest")
     raw_signature = read_capped(signature_path, "signature")
+    repo = claimed_repo(repo, _load(data, manifest_path.name).get("repo"))  # which keys: read before they vouch
     key, is_new = trust.decide(repo, served_key(data, manifest_path.name), trust_fingerprint=trust_fingerprint,
                                confirm=confirm)
     signing.verify(key, data, signing.decode_signature(raw_signature, signature_path.name), manifest_path.name)

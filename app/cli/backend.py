@@ -514,7 +514,9 @@ def add_commands(sub: Subparsers) -> None:
                      help="with the feed: this NVIDIA driver version (e.g. 550.54.14) instead of the detected one")
     ins.add_argument("-v", "--verbose", action="store_true", help="with the feed: say why each other archive "
                                                                   "was passed over")
-    ins.add_argument("--repo", help="repository whose trusted key must have signed it (default: the catalog's)")
+    ins.add_argument("--repo", help="repository whose trusted key must have signed it (default: the app's own, "
+                                    "[app_updates] repo; an older archive or feed claiming the model publisher's "
+                                    "is checked with that repository's trusted key)")
     ins.add_argument("--trust-fingerprint", help="trust the signing key with this fingerprint (no prompt)")
     ins.add_argument("--no-activate", action="store_true", help="install but keep the current active backend")
     sf = command(bsub, "sign-feed", cmd_backend_sign_feed,
@@ -527,7 +529,7 @@ def add_commands(sub: Subparsers) -> None:
                                          "they were built with needs)")
     sf.add_argument("--key", type=Path, required=True, metavar="PRIVATE.pem")
     sf.add_argument("--out", type=Path, required=True, help="folder for the feed and its .sig")
-    sf.add_argument("--repo", help="repository id whose key signs it (default: the catalog's)")
+    sf.add_argument("--repo", help="repository id whose key signs it (default: the app's own, [app_updates] repo)")
     sf.add_argument("--feed-version", type=int, metavar="N",
                     help="the feed's monotonic version, larger than the last one published (default: the signing "
                          "time in seconds since 1970); the app refuses a feed older than the last it verified")

@@ -15,8 +15,8 @@ import pytest
 
 from app.backend.feed import FEED_NAME, FLOOR_FILE, write_feed
 from app.backend.registry import BackendManifest
+from app.backend.signing import backend_repo
 from app.release import signing
-from app.release.catalog import load_catalog
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import ReleaseServer
 from tests.helpers.signed_backend import (
@@ -73,7 +73,7 @@ def refused(done: subprocess.CompletedProcess[str], got: list[str], words: str) 
 
 
 def floor(env: dict[str, str]) -> int:
-    return int(json.loads((Path(env["FASTMTP_DATA_DIR"]) / FLOOR_FILE).read_text())[load_catalog().repo]["version"])
+    return int(json.loads((Path(env["FASTMTP_DATA_DIR"]) / FLOOR_FILE).read_text())[backend_repo()]["version"])
 
 
 def test_rolled_back_expired_and_unversioned_feeds_exit_4_before_any_archive(

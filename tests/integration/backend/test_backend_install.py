@@ -22,15 +22,14 @@ import pytest
 
 from app.backend import archive, registry
 from app.backend.registry import BackendManifest
-from app.backend.signing import manifest_name, signature_name
+from app.backend.signing import backend_repo, manifest_name, signature_name
 from app.release import signing
-from app.release.catalog import load_catalog
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import Fault, ReleaseServer
 from tests.helpers.signed_backend import PREVIOUS, Signed, last_json, other_machine, run_app, sign_packed
 from tests.helpers.signed_backend import installed as installed_in
 
-REPO = load_catalog().repo
+REPO = backend_repo()  # the app's own repository: what backend archives and feeds are signed for
 
 
 @pytest.fixture(scope="module")

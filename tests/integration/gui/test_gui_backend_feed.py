@@ -23,16 +23,16 @@ from pytestqt.qtbot import QtBot
 from app.backend import registry
 from app.backend.feed import FEED_NAME, NoFittingArchive, write_feed
 from app.backend.registry import BackendManifest
+from app.backend.signing import backend_repo
 from app.core.errors import TrustError
 from app.gui.backend.backend_page import BackendPage
 from app.release import signing, trust
-from app.release.catalog import load_catalog
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import ReleaseServer
 from tests.helpers.signed_backend import PREVIOUS, Signed, SignedFeed, installed, other_machine, sign_feed, sign_packed
 
 WAIT_MS = 300_000  # a self-test on a busy machine; waits end as soon as they can
-REPO = load_catalog().repo
+REPO = backend_repo()  # the app's own repository: what backend archives and feeds are signed for
 CUDA124 = "fastmtp-backend-cuda12.4-linux-x86_64.tar.xz"
 
 

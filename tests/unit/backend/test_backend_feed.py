@@ -26,11 +26,11 @@ from app.backend.feed import (
     verify_feed,
     write_feed,
 )
+from app.backend.signing import backend_repo
 from app.core.errors import TrustError, VerificationError
 from app.release import signing, trust
-from app.release.catalog import load_catalog
 
-REPO = load_catalog().repo
+REPO = backend_repo()  # the app's own repository: what backend archives and feeds are signed for
 SHA = "ab" * 32
 
 

@@ -16,12 +16,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from app.backend.feed import FLOOR_FILE, FeedArchive, parse_feed, verify_feed, write_feed
+from app.backend.signing import backend_repo
 from app.core import settings_file
 from app.core.errors import VerificationError
 from app.release import signing, trust
-from app.release.catalog import load_catalog
 
-REPO = load_catalog().repo
+REPO = backend_repo()  # the app's own repository: what backend archives and feeds are signed for
 CPU = FeedArchive("cpu-linux.tar.xz", 1000, "ab" * 32, "cpu", "linux", None, None, (), "0.3.35", "cd" * 32)
 URL = "http://127.0.0.1/fastmtp-backends.json"
 

@@ -24,12 +24,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from app.backend import registry
-from app.backend.signing import CLAIMED, FORMAT, manifest_name, signature_name
+from app.backend.signing import CLAIMED, FORMAT, backend_repo, manifest_name, signature_name
 from app.release import signing
-from app.release.catalog import load_catalog
 from tests.helpers.signed_backend import last_json, run_app
 
-REPO = load_catalog().repo
+REPO = backend_repo()  # the app's own repository: what backend archives and feeds are signed for
 PREVIOUS = "previous-backend"
 Extra = Callable[[tarfile.TarFile, str], None]
 
