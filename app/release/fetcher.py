@@ -293,7 +293,8 @@ def _too_slow(unfinished: list[_Download], deadline: float, progress: Progress) 
     """The error of a batch stopped at its deadline: which files, from where, in words."""
     failures = [net_failures.too_slow(d.current_url, deadline, role=d._role(d.current_url)) for d in unfinished]
     names = ", ".join(d.name for d in unfinished)
-    error = NetworkDownloadError(f"Could not download {names}: {net_failures.joined(failures)}\n"
+    words = net_failures.lower_first(net_failures.joined(failures))
+    error = NetworkDownloadError(f"Could not download {names}: {words}\n"
                                  f"Tried: {', '.join(d.current_url for d in unfinished)}",
                                  "The server is far too slow for these small files; try again later or another "
                                  "mirror.", failures=failures, kind="download-network",
@@ -521,7 +522,8 @@ class _Download:
             if url != self.request.urls[-1]:
                 self.progress.event("retry", self.name, f"{words[-1]}; trying the next mirror")
         tried = ", ".join(self.request.urls)
-        message = f"Could not download {self.name}: " + net_failures.joined_words(words) + f"\nTried: {tried}"
+        message = (f"Could not download {self.name}: {net_failures.lower_first(net_failures.joined_words(words))}"
+                   f"\nTried: {tried}")
         detail = "\n".join(details)
         if network and not advice:
             raise NetworkDownloadError(message, net_failures.advice(network) + " " + RESUME_ADVICE,
