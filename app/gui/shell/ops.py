@@ -8,9 +8,11 @@ starts threads.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal, Slot
 
 T = TypeVar("T")
@@ -79,11 +81,25 @@ class _Job(QRunnable):
     def run(self) -> None:
         op, relay = self._op, self._relay
         try:
-            result = op._work(lambda value: relay.progress.emit((op, value)))
+            result = op._work(lambda value: _emit(relay.progress, (op, value)))
         except Exception as exc:  # delivered to on_failure on the GUI thread
-            relay.failed.emit((op, exc))
+            _emit(relay.failed, (op, exc))
         else:
-            relay.succeeded.emit((op, result))
+            _emit(relay.succeeded, (op, result))
+
+
+def _emit(signal: Any, payload: object) -> None:
+    """Emit from a worker; once the app is gone (its objects deleted at exit while a job still ran), there is no
+    one to tell: the result is dropped, not printed as "Signal source has been deleted" (issue 37)."""
+    with contextlib.suppress(RuntimeError):
+        signal.emit(payload)
+
+
+def _alive(callback: Callable[..., Any] | None) -> bool:
+    """Whether ``callback``'s widget (a bound method's QObject) still exists: a window closed while its job ran
+    has nothing to update."""
+    owner = getattr(callback, "__self__", None)
+    return not isinstance(owner, QObject) or shiboken6.isValid(owner)
 
 
 class BackgroundOp(Generic[T]):
@@ -114,18 +130,20 @@ class BackgroundOp(Generic[T]):
         return self
 
     def _progress(self, value: Any) -> None:
-        if self._on_progress is not None:
+        if self._on_progress is not None and _alive(self._on_progress):
             self._on_progress(value)
 
     def _succeeded(self, result: T) -> None:
         self._finish()
-        self._on_success(result)
+        if _alive(self._on_success):
+            self._on_success(result)
 
     def _failed(self, exc: Exception) -> None:
         self._finish()
         if self._on_failure is None:
             raise exc
-        self._on_failure(exc)
+        if _alive(self._on_failure):
+            self._on_failure(exc)
 
     def _finish(self) -> None:
         self.running = False
