@@ -42,6 +42,7 @@ STATE_FILE = "update-state.json"
 FLOOR_FILE = "update-floor.json"  # in the data folder: not a cache, it guards against replayed old feeds
 URL_ENV = "FASTMTP_UPDATE_URL"
 DEFAULT_TIMEOUT = 15.0
+CONNECT_TIMEOUT = 10.0  # the most one connect waits: a dropped SYN (a firewall, a captive network) is not waited on
 _MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
 _NOT_VERIFIED = "The update information could not be verified"
@@ -254,7 +255,8 @@ def fetch_feed(source: UpdateSource, *, trust_fingerprint: str | None = None, co
             for the key cases).
     """
     headers = {"User-Agent": f"fastmtp-chat/{__version__}", "Accept-Encoding": "identity"}
-    with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False) as client:
+    limits = httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT))
+    with httpx.Client(timeout=limits, headers=headers, follow_redirects=False) as client:
         reader = _Reader(client, source.max_bytes, time.monotonic() + min(3 * timeout, small_file_deadline()))
         data = reader.get(source.url, "update information")
         assert data is not None
