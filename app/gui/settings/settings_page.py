@@ -125,6 +125,12 @@ class SettingsPage(QWidget):
         self.theme.currentTextChanged.connect(self._theme_picked)
         self.save_button = QPushButton("Save")
         self.save_button.clicked.connect(self.save)
+        self.save_button.setDefault(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Put the fields back as they were last saved")
+        self.cancel_button.clicked.connect(self.revert)
+        self.dirty_label = QLabel("Unsaved changes")  # an edit not saved yet is marked (issue 36 item 9)
+        self.dirty_label.setStyleSheet("font-weight: 600;")
         self.note = QLabel()
         self.note.setWordWrap(True)
 
@@ -154,20 +160,71 @@ class SettingsPage(QWidget):
         self.machines = MachinesGroup(settings)  # remote servers, RPC workers, serving this machine
         layout.addWidget(self.machines)
         layout.addWidget(self._build_updates_group())
-        row = QHBoxLayout()
-        row.addWidget(self.save_button)
-        row.addWidget(self.note, 1)
-        layout.addLayout(row)
         layout.addStretch(1)
         self.scroll_area = QScrollArea()  # the window may be shorter (or narrower) than the page: scroll, never squash
         self.scroll_area.setWidgetResizable(True)
         self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
         self.scroll_area.setWidget(content)
+        # Save and Cancel sit in a bar below the scrolling fields: reachable at any height (issue 36 item 9: Save
+        # was below the fold at 700 px)
+        self.save_bar = QFrame()
+        self.save_bar.setFrameShape(QFrame.Shape.NoFrame)
+        self.save_bar.setObjectName("settings-save-bar")
+        row = QHBoxLayout(self.save_bar)
+        row.setContentsMargins(24, 8, 24, 10)
+        row.addWidget(self.note, 1)
+        row.addWidget(self.dirty_label)
+        row.addWidget(self.cancel_button)
+        row.addWidget(self.save_button)
+        line = QFrame()
+        line.setFrameShape(QFrame.Shape.HLine)
+        line.setFrameShadow(QFrame.Shadow.Sunken)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(self.scroll_area)
+        outer.setSpacing(0)
+        outer.addWidget(self.scroll_area, 1)
+        outer.addWidget(line)
+        outer.addWidget(self.save_bar)
         self.show_settings(settings)
         self.show_context_fit()
+        self._watch_edits(content)
+        self.refresh_dirty()
+
+    def _watch_edits(self, content: QWidget) -> None:
+        """Every field that Save writes marks the page dirty when it changes."""
+        for edit in content.findChildren(QLineEdit):
+            edit.textChanged.connect(lambda _t: self.refresh_dirty())
+        for spin in content.findChildren(QSpinBox):
+            spin.valueChanged.connect(lambda _v: self.refresh_dirty())
+        for double in content.findChildren(QDoubleSpinBox):
+            double.valueChanged.connect(lambda _v: self.refresh_dirty())
+        for box in content.findChildren(QCheckBox):
+            box.toggled.connect(lambda _on: self.refresh_dirty())
+        for combo in content.findChildren(QComboBox):
+            combo.currentIndexChanged.connect(lambda _i: self.refresh_dirty())
+
+    @property
+    def dirty(self) -> bool:
+        """The fields differ from what was last saved (fields that cannot be saved as typed count as a change)."""
+        try:
+            return self.current() != self._settings.validated()
+        except FastMTPError:
+            return True
+
+    def refresh_dirty(self) -> None:
+        """"Unsaved changes" and an enabled Save only while the fields differ from the saved settings."""
+        if not hasattr(self, "save_bar"):
+            return  # still building the page
+        dirty = self.dirty
+        self.dirty_label.setVisible(dirty)
+        self.save_button.setEnabled(dirty)
+        self.cancel_button.setEnabled(dirty)
+
+    def revert(self) -> None:
+        """Cancel: the fields as last saved."""
+        self.show_settings(self._settings)
+        self.note.setText("Changes undone: the fields show the saved settings.")
+        self.refresh_dirty()
 
     def show_settings(self, settings: Settings) -> None:
         self._settings = settings  # fields this page does not show are kept as they are
@@ -184,11 +241,13 @@ class SettingsPage(QWidget):
         self.theme.setCurrentText(settings.theme)
         self.check_updates.setChecked(settings.check_for_updates)
         self.machines.show_settings(settings)
+        self.refresh_dirty()
 
     def keep_chat_model(self, key: str) -> None:
         """The chat's model was picked in the window: keep it when this page saves (the fields shown stay as edited)."""
         self._settings = replace(self._settings, chat_model=key)
         self.machines.keep_chat_model(key)
+        self.refresh_dirty()
 
     def current(self) -> Settings:
         theme = self.theme.currentText()
@@ -210,6 +269,7 @@ class SettingsPage(QWidget):
             return
         app_settings.save(settings)
         self._settings = settings
+        self.refresh_dirty()
         self.note.setText(f"Saved to {app_settings.settings_path()}.")  # the window adds when the engine reloads
         self.saved.emit(settings)
 
@@ -223,6 +283,7 @@ class SettingsPage(QWidget):
         settings = replace(self._settings, theme=theme)
         app_settings.save(settings)
         self._settings = settings
+        self.refresh_dirty()
         self.note.setText(f"Theme saved to {app_settings.settings_path()}.")
         self.saved.emit(settings)
 
