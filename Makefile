@@ -16,11 +16,19 @@ TEST_DEB_PACKAGES := xvfb xauth x11-utils
 venv: $(VENV)/.installed
 
 # Debian packages from the list given, those not installed yet; only as root with apt-get, else nothing.
+# A freshly booted machine's unattended upgrade may hold apt's locks: wait for them (DPkg::Lock::Timeout), and
+# try the whole step again a few times for the lists lock, which older apt does not wait for.
+APT_WAIT := -o DPkg::Lock::Timeout=300
 define apt_install
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  missing=""; for pkg in $(1); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	  if [ -n "$$missing" ]; then \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	    for attempt in 1 2 3 4 5 6; do \
+	      apt-get $(APT_WAIT) update -q && DEBIAN_FRONTEND=noninteractive apt-get $(APT_WAIT) install -y -q \
+	        --no-install-recommends $$missing && break; \
+	      if [ $$attempt = 6 ]; then echo "apt-get failed six times: is another package job stuck?" >&2; exit 1; fi; \
+	      echo "apt-get failed (another package job may hold its lock); trying again in 30 s" >&2; sleep 30; \
+	    done; \
 	  fi; \
 	fi
 endef
