@@ -139,7 +139,7 @@ def pack_archive(backend_id: str, out: Path, server_binary: Path | None = None) 
             bundled = runtime_libs.bundle(staged, lib_dir, manifest.runtime_lib_dirs)
             fixed = runtime_libs.fix_runpaths(staged, {server_dir: SERVER_RUNPATH})
             problems = runtime_libs.runpath_problems(staged)
-            lacking = runtime_libs.missing(staged)
+            lacking = runtime_libs.unreachable(staged)
             if problems or lacking:
                 raise BackendError(f"The packed {backend_id} would not run with only the driver: "
                                    + "; ".join([*(f"{k} looks in {v!r}" for k, v in problems.items()),

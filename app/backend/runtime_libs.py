@@ -67,6 +67,32 @@ def missing(folder: Path) -> dict[str, list[str]]:
     return found
 
 
+def search_folders(path: Path, runpath: str | None) -> list[Path]:
+    """The folders the loader searches for ``path``'s NEEDED libraries through its RUNPATH (``$ORIGIN`` expanded)."""
+    folders: list[Path] = []
+    for entry in (runpath.split(":") if runpath is not None else []):
+        for prefix in ("${ORIGIN}", "$ORIGIN"):
+            if entry.startswith(prefix):
+                entry = str(path.parent) + entry[len(prefix):]
+        folders.append(Path(entry) if entry else Path.cwd())
+    return folders
+
+
+def unreachable(root: Path) -> dict[str, list[str]]:
+    """Per ELF file under ``root``, the NEEDED libraries that are not the system's and that its own RUNPATH does
+    not find inside ``root``: what the loader would look for elsewhere (or fail to find) on the user's machine."""
+    found: dict[str, list[str]] = {}
+    top = root.resolve()
+    for path in elf_files(root):
+        info = elf.read(path)
+        folders = [f for f in search_folders(path, info.runpath) if f.resolve().is_relative_to(top)]
+        lacking = [lib for lib in info.needed
+                   if not is_system_library(lib) and not any((f / lib).exists() for f in folders)]
+        if lacking:
+            found[str(path.relative_to(root))] = lacking
+    return found
+
+
 def _ldconfig_cache() -> dict[str, str]:
     """``ldconfig -p``: the libraries the system loader knows, by name (the first, for this machine's ABI)."""
     tool = shutil.which("ldconfig") or ("/sbin/ldconfig" if Path("/sbin/ldconfig").is_file() else None)
