@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeAlias, TypeVar
 
-from app.core import defaults
+from app.core import defaults, engine_limits
 from app.core.cancel import CancelToken
 from app.core.errors import FastMTPError
 from app.engine.config import (
@@ -205,9 +205,9 @@ def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max
     p.add_argument("--ctx", type=context_argument, default=defaults.CONTEXT_AUTO, metavar="TOKENS|auto",
                    help="context size in tokens; auto (the default): the largest that fits the model on this machine "
                         "(`python -m app context` shows the arithmetic)")
-    p.add_argument("--batch", type=int, default=512)
-    p.add_argument("--gpu-layers", type=int, default=0)
-    p.add_argument("--threads", type=int)
+    p.add_argument("--batch", type=engine_limits.batch_argument, default=512)
+    p.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0)
+    p.add_argument("--threads", type=engine_limits.threads_argument)
     p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto", help="flash attention")
     p.add_argument("--max-tokens", type=int, default=max_tokens,
                    help=f"reply cap in tokens; 0: until the model stops or the context is full (default {max_tokens})")
@@ -308,16 +308,32 @@ def reply_options(args: argparse.Namespace, options: ChatOptions) -> ChatOptions
     return replace(options, sampling=replace(options.sampling, seed=settings.reply_seed()))
 
 
+MESSAGES_MAX_BYTES = 64 << 20
+"""The largest ``--messages`` file read: far more than any context holds."""
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"a message's {what} is {type(value).__name__}, not text")
+    return value
+
+
 def prompt_messages(args: argparse.Namespace) -> list[Message]:
     """``generate``'s conversation: ``--messages FILE``, else ``--system`` and ``--prompt``."""
     from app.engine.chat_template import Message
 
     if args.messages:
-        try:
-            data = json.loads(Path(args.messages).read_text(encoding="utf-8"))
-            return [Message(str(m["role"]), str(m["content"])) for m in data]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise FastMTPError(f"{args.messages} is not a JSON list of {{role, content}} messages ({exc}).",
+        from app.core import settings_file
+
+        try:  # the bounded reader: a regular file of at most MESSAGES_MAX_BYTES, no FIFO/device, no deep nesting
+            data = settings_file.read_json(Path(args.messages), MESSAGES_MAX_BYTES)
+            if data is None:
+                raise FileNotFoundError(f"there is no file {args.messages}")
+            if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
+                raise ValueError("it is not a list of objects")
+            return [Message(_text(m["role"], "role"), _text(m["content"], "content")) for m in data]
+        except (settings_file.DamagedFile, OSError, ValueError, KeyError, TypeError) as exc:
+            raise FastMTPError(f"{args.messages} is not a JSON list of {{role, content}} messages ({str(exc)[:300]}).",
                                'Write it like [{"role": "user", "content": "Hi"}].', kind="bad-messages-file") from exc
     messages = [Message("system", args.system)] if args.system else []
     return [*messages, Message("user", args.prompt)]

@@ -27,6 +27,7 @@ from app.cli.common import (
     reply_options,
     stream_reply,
 )
+from app.core.engine_limits import check_engine_numbers
 from app.core.errors import EngineError, FastMTPError
 from app.engine.config import CHAT_MAX_TOKENS, CHAT_SAMPLING, DRAFT_DEPTH_MAX, EngineConfig, SamplingParams
 
@@ -96,12 +97,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from app.cli.remote import remote_generate
 
         return remote_generate(args)
+    messages = prompt_messages(args)  # read (bounded) before the model loads: a bad file costs no load
     auto = auto_run(args) if args.mtp == "auto" else None
     if auto is not None:
         print(f"auto: {auto.auto.status()}" + (" One reply cannot be compared: this one uses drafting off; "
                                                "`chat --mtp auto` measures." if auto.auto.measuring else ""),
               file=sys.stderr)
-    session = ChatSession(auto.config(measure=False) if auto is not None else engine_config(args))
+    config = auto.config(measure=False) if auto is not None else engine_config(args)
+    check_engine_numbers(config.n_threads, config.n_batch, config.n_ctx, config.n_gpu_layers)
+    session = ChatSession(config)
     try:
         model = session.decoder.target
 
@@ -110,7 +114,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 sys.stdout.write(model.piece(token).decode("utf-8", errors="replace"))
                 sys.stdout.flush()
 
-        reply, text = session.reply(prompt_messages(args), chat_options(args), for_people(args, on_token))
+        reply, text = session.reply(messages, chat_options(args), for_people(args, on_token))
         stats = reply.stats.to_dict()
         config = session.decoder.config
         # the window's two judgements of the drafting: its banner (warning) and the HUD's note
@@ -153,8 +157,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     history: list[Message] = [Message("system", args.system)] if args.system else []
     options = chat_options(args)
     auto = auto_run(args) if args.mtp == "auto" else None
+    first = auto.config() if auto is not None else engine_config(args)
+    check_engine_numbers(first.n_threads, first.n_batch, first.n_ctx, first.n_gpu_layers)
     with EngineClient() as client:
-        loaded = client.load(auto.config() if auto is not None else engine_config(args))
+        loaded = client.load(first)
         if loaded["kind"] == "error" and loaded.get("error") == "WorkerCrashed":
             print(f"error: {loaded['message']}\nwhat to do: {loaded.get('advice', '')}", file=sys.stderr)
             _restarted(client)

@@ -24,7 +24,7 @@ from app.cli.common import (
     stream,
     stream_reply,
 )
-from app.core import defaults
+from app.core import defaults, engine_limits
 from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH
 
@@ -391,10 +391,10 @@ def add_commands(sub: Subparsers) -> None:
     sv.add_argument("--port", type=int, default=defaults.SERVER_PORT)
     sv.add_argument("--parallel", type=int, default=1, help="slots: replies served at once")
     sv.add_argument("--ctx", type=int, default=defaults.CONTEXT_SIZE, help="context size per slot")
-    sv.add_argument("--gpu-layers", type=int, default=0)
+    sv.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0)
     sv.add_argument("--depth", "--n-max", dest="draft_depth", type=depth_argument, default=DEFAULT_DRAFT_DEPTH,
                     help="draft depth")
-    sv.add_argument("--threads", type=int)
+    sv.add_argument("--threads", type=engine_limits.threads_argument)
     sv.add_argument("--rpc", metavar="HOST:PORT[,HOST:PORT]", help="RPC workers to spread the layers over")
     sv.add_argument("--new-key", action="store_true", help="make a new API key (the old one stops working)")
     sv.add_argument("--detach", action="store_true", help="keep running after this command ends")
@@ -407,7 +407,7 @@ def add_commands(sub: Subparsers) -> None:
                  "offer this machine's device to another machine's model over llama.cpp's RPC (no authentication)")
     rw.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     rw.add_argument("--port", type=int, default=defaults.RPC_PORT)
-    rw.add_argument("--threads", type=int, help="CPU threads when the device is the CPU")
+    rw.add_argument("--threads", type=engine_limits.threads_argument, help="CPU threads when the device is the CPU")
     rw.add_argument("--cache", action="store_true", help="cache received tensors on disk (faster reloads)")
     rw.add_argument("--i-understand-no-auth", action="store_true",
                     help="allow a public address: anyone who reaches the port can use this machine's device")

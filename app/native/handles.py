@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.backend.toolchain import cpu_has_amx
+from app.core import engine_limits
 from app.core.errors import EngineError, FastMTPError, ModelLoadError, SidecarError, UnpatchedBackendError
 from app.gguftools.d2t import D2T_ADVICE, check_d2t
 from app.native.loader import import_llama_cpp
@@ -136,6 +137,7 @@ class Model:
                  vocab_only: bool = False, on_progress: LoadProgress | None = None) -> None:
         """Load ``path``; ``on_progress(fraction)`` is called as llama.cpp reads it (0..1, ending at 1.0), so a
         long load can be watched; returning False from it stops the load (a ``ModelLoadError``)."""
+        _check_counts(engine_limits.engine_number_problems(n_gpu_layers=n_gpu_layers))
         self.lib = llama()
         self.path = path
         self.load_mtp = load_mtp and not vocab_only
@@ -341,6 +343,12 @@ def default_threads() -> int:
     return max(1, logical // 2) if logical >= 4 else max(1, logical - 1) if logical > 1 else 1
 
 
+def _check_counts(problems: list[str]) -> None:
+    """Counts llama.cpp would overflow on (C ints) or abort with (100,000 threads): refused before the call."""
+    if problems:
+        raise ModelLoadError(f"Not loading: {'; '.join(problems)}.", engine_limits.LIMITS_ADVICE)
+
+
 class Context:
     """A ``llama_context``: a target context, or an MTP draft context bound to a target one."""
 
@@ -348,6 +356,8 @@ class Context:
                  n_rs_seq: int = 0, draft_for: Context | None = None, nextn_outputs: bool = False,
                  flash_attn: bool | None = None, timer: EvalCallbackOwner | None = None,
                  max_outputs_per_pass: int = 0) -> None:
+        _check_counts(engine_limits.engine_number_problems(n_threads=n_threads, n_batch=n_batch, n_ctx=n_ctx,
+                                                           ctx_min=1))
         self.lib = model.lib
         self.model = model
         params = self.lib.llama_context_default_params()
