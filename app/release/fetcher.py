@@ -180,7 +180,7 @@ class _Settings:
 
 def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: str | None = None,
                 max_workers: int = 3, on_event: Callable[[FetchEvent], None] | None = None,
-                control: FetchControl | None = None, retries: int = 5, stall_timeout: float = 30.0,
+                control: FetchControl | None = None, retries: int = 4, stall_timeout: float = 30.0,
                 connect_timeout: float = 10.0, backoff_base: float = 1.0,
                 token_hosts: Sequence[str] | None = None, deadline: float | None = None) -> dict[str, FetchedFile]:
     """Download every request into ``staging_dir``, resuming ``.part`` files, verified as far as known.

@@ -160,7 +160,7 @@ def test_a_503_then_200_is_one_retry_that_says_when(server: ReleaseServer, tmp_p
     retries = [e for e in events if e.kind == "retry"]
     assert len(retries) == 1 and len(server.gets("model.gguf")) == 2
     assert retries[0].message.startswith(f"127.0.0.1:{server.port} had a server error (HTTP 503); retrying in 0.")
-    assert retries[0].message.endswith(" s (retry 1 of 5)")
+    assert retries[0].message.endswith(" s (retry 1 of 4)")
     assert retries[0].retry_in_s is not None and 0.2 <= retries[0].retry_in_s <= 0.3
 
 
