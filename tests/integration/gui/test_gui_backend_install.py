@@ -241,5 +241,5 @@ def test_the_cuda_hints_wrap_and_show_their_whole_text_in_a_small_window(
 
     for label in (page.problems_label, page.toolkit_label):
         assert label.wordWrap() and label.text()
-        qtbot.waitUntil(lambda label=label: fits(label), timeout=5_000)  # the layout settles after the texts
+        qtbot.waitUntil(lambda label=label: fits(label), timeout=60_000)  # the layout settles after the texts
     win.close()

@@ -31,7 +31,7 @@ from app.gui.main import MainWindow
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
 
-WAIT_MS = 10_000
+WAIT_MS = 60_000  # a loaded machine may be slow; each wait ends as soon as its condition holds
 ENGINE_WAIT_MS = 60_000
 
 

@@ -18,6 +18,7 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.chat.chat_view import DRAFT_TINT, ChatView
 from app.gui.chat.markdown import BlockSplitter, DraftSpans, MarkdownRenderer, mark_drafts, split_thinking
+from tests.helpers.gui_windows import WAIT_MS
 
 REPLY = (
     "# Plan\n\nFirst some **bold** words and `inline()` code.\n\n"
@@ -124,7 +125,7 @@ def test_the_render_timer_draws_the_stream_without_a_flush(qtbot: QtBot) -> None
     view = ChatView()
     qtbot.addWidget(view)
     _stream(view, "Streaming words arrive here.")
-    qtbot.waitUntil(lambda: "Streaming words arrive here." in view.transcript_text(), timeout=5000)
+    qtbot.waitUntil(lambda: "Streaming words arrive here." in view.transcript_text(), timeout=WAIT_MS)
 
 
 def test_thinking_streams_muted_then_collapses_and_opens_on_click(qtbot: QtBot) -> None:
