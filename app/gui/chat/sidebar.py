@@ -10,10 +10,13 @@ or deleted after the user confirmed it (Delete in the list, or the context menu)
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from PySide6 import QtGui
-from PySide6.QtCore import QPoint, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QIcon, QKeySequence, QPixmap
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPoint, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor, QIcon, QKeySequence, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLineEdit,
@@ -21,6 +24,9 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMenu,
     QPushButton,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
@@ -35,6 +41,56 @@ RENAME_KEY = "F2"
 DELETE_KEY = "Del"
 NO_CHATS = "No chats yet. Your conversations are kept here."
 NO_MATCH = "No chat matches the search."
+DATE_ROLE = int(Qt.ItemDataRole.UserRole) + 2  # the short date shown at the row's right (issue 36 item 9)
+
+
+def chat_date(when: float, now: float) -> str:
+    """When a chat last changed, as short as tells it: today the time (``14:05``), this past week the weekday
+    (``Mon``), earlier the date (``3 Nov``; with the year when it is not this year's)."""
+    then, today = datetime.fromtimestamp(when), datetime.fromtimestamp(now)
+    if then.date() == today.date():
+        return then.strftime("%H:%M")
+    if today.date() - timedelta(days=6) <= then.date() < today.date():
+        return then.strftime("%a")
+    if then.year == today.year:
+        return f"{then.day} {then.strftime('%b')}"
+    return f"{then.day} {then.strftime('%b %Y')}"
+
+
+class DatedRows(QStyledItemDelegate):
+    """Draws a row as usual with the title elided short of the date, and the date right-aligned in a muted
+    colour: the title stays the item's text (renaming edits the title alone)."""
+
+    def __init__(self, muted: Callable[[], QColor], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._muted = muted
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
+              index: QModelIndex | QPersistentModelIndex) -> None:
+        date = str(index.data(DATE_ROLE) or "")
+        if not date:
+            super().paint(painter, option, index)
+            return
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        widget = opt.widget
+        style = widget.style() if widget is not None else None
+        if style is None:
+            super().paint(painter, option, index)
+            return
+        metrics = opt.fontMetrics
+        gap = metrics.horizontalAdvance(date) + 14
+        text_rect = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, widget)
+        opt.text = metrics.elidedText(opt.text, Qt.TextElideMode.ElideRight,
+                                      max(text_rect.width() - gap, 0))
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, widget)
+        selected = bool(opt.state & QStyle.StateFlag.State_Selected)
+        painter.save()
+        painter.setPen(opt.palette.highlightedText().color() if selected
+                       else self._muted())
+        rect = opt.rect.adjusted(0, 0, -6, 0)
+        painter.drawText(rect, int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), date)
+        painter.restore()
 
 
 class Sidebar(QWidget):
@@ -61,6 +117,8 @@ class Sidebar(QWidget):
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setIconSize(QSize(14, 14))  # the pin mark, the size of a capital letter
+        self.now: Callable[[], float] = time.time  # the clock the dates are told against (tests set it)
+        self.list.setItemDelegate(DatedRows(lambda: QColor(self._colours.muted), self.list))
         self.list.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)  # F2 and the menu start a rename
         self.list.currentItemChanged.connect(self._picked)
         self.list.itemChanged.connect(self._edited)
@@ -100,8 +158,11 @@ class Sidebar(QWidget):
                 item.setData(Qt.ItemDataRole.UserRole, conv.id)
                 item.setData(Qt.ItemDataRole.UserRole + 1, conv.pinned)
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
+                item.setData(DATE_ROLE, chat_date(conv.updated, self.now()))
                 tip = QtGui.Qt.convertFromPlainText(conv.title)  # a title is text, never HTML
-                item.setToolTip(tip + ("<p><i>Pinned: stays at the top</i></p>" if conv.pinned else ""))
+                changed = datetime.fromtimestamp(conv.updated).strftime("%A %d %B %Y, %H:%M")
+                item.setToolTip(tip + f"<p>Last message: {changed}</p>"
+                                + ("<p><i>Pinned: stays at the top</i></p>" if conv.pinned else ""))
                 item.setIcon(pin if conv.pinned else QIcon(blank))
                 item.setSizeHint(QSize(1, height))
                 self.list.addItem(item)
@@ -123,6 +184,10 @@ class Sidebar(QWidget):
         """The pin mark in the theme's colours."""
         self._colours = colours
         self.refresh()
+
+    def dates(self) -> list[str]:
+        """The dates shown beside the titles, top to bottom (what a user reads; for tests)."""
+        return [str(self.list.item(i).data(DATE_ROLE)) for i in range(self.list.count())]
 
     def conversation_ids(self) -> list[int]:
         """The ids listed, top to bottom."""
