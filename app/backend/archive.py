@@ -230,7 +230,7 @@ def read_manifest(archive_path: Path) -> registry.BackendManifest:
                         safe_paths.check_name(manifest.id, "backend id", f"{archive_path.name} ({member.name})",
                                               REFUSED_ADVICE)
                         return manifest
-    except (tarfile.TarError, EOFError, OSError, ValueError, TypeError) as exc:
+    except (*safe_paths.DAMAGED_ARCHIVE, ValueError, TypeError) as exc:
         raise BackendError(f"Could not read the backend manifest in {archive_path}: {exc}",
                            "The file is damaged or not a backend archive; make it with `backend pack`.") from exc
     raise BackendError(f"{archive_path} is not a backend archive (no {registry.MANIFEST} in its folder).",
@@ -240,8 +240,12 @@ def read_manifest(archive_path: Path) -> registry.BackendManifest:
 def contents(archive_path: Path) -> safe_paths.Extracted:
     """What an archive unpacks to (bytes of its files, members), read without unpacking: the signed manifest
     records it so that ``backend install`` can refuse an archive that unpacks to more."""
-    with tarfile.open(archive_path, "r:*") as archive:
-        members = archive.getmembers()
+    try:
+        with tarfile.open(archive_path, "r:*") as archive:
+            members = archive.getmembers()
+    except safe_paths.DAMAGED_ARCHIVE as exc:  # xz broken mid-stream or cut short: words, not a traceback
+        raise BackendError(f"Could not read the backend archive {archive_path}: it is damaged or incomplete ({exc}).",
+                           "Make it again with `backend pack`, or copy it again.") from exc
     return safe_paths.Extracted(sum(m.size for m in members if m.isfile()), len(members))
 
 
@@ -264,7 +268,7 @@ def staged(archive_path: Path, limits: UnpackLimits | None = None) -> Iterator[P
         try:
             limits = limits or UnpackLimits.for_archive(archive_path.stat().st_size)
             safe_paths.extract_tar(archive_path, Path(tmp), limits, archive_path.name, REFUSED_ADVICE)
-        except (tarfile.TarError, EOFError, OSError) as exc:
+        except safe_paths.DAMAGED_ARCHIVE as exc:
             raise BackendError(f"Could not unpack the backend archive {archive_path}: {exc}",
                                "The file is damaged or incomplete; copy it again.") from exc
         roots = list(Path(tmp).iterdir())

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import lzma
 import os
 import re
 import shutil
 import stat
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,10 @@ _WINDOWS_DEVICE = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9]|LPT[0-9]|CONIN\$|CONOUT
 _MAX_MEMBER_PATH = 1024
 _MAX_DEPTH = 32
 _MAX_HEADER = 1 << 16  # a GNU long name or a PAX header: tarfile reads it whole into memory before we see it
+
+DAMAGED_ARCHIVE = (tarfile.TarError, EOFError, OSError, lzma.LZMAError, zlib.error)
+"""What reading a damaged or truncated compressed tar raises (xz broken mid-stream: ``LZMAError``; cut short:
+``EOFError``; gzip: ``zlib.error``): callers catch these and say the archive is damaged, in words."""
 
 UNPACK_FLOOR_BYTES = 512 << 20
 UNPACK_RATIO = 16
