@@ -92,8 +92,8 @@ def cleanup_stale_staging() -> list[Path]:
     """Remove staging folders left by a build that was killed; they were never usable."""
     removed: list[Path] = []
     for entry in paths.backends_dir().glob(STAGING_PREFIX + "*"):
-        pid_text = entry.name.rsplit("-", 1)[-1]
-        if pid_text.isdigit() and processes.pid_alive(int(pid_text)):
+        pid = processes.parse_pid(entry.name.rsplit("-", 1)[-1])  # a stray name's 20 digits: no process, stale
+        if pid is not None and processes.pid_alive(pid):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)

@@ -92,10 +92,25 @@ def kill_tree_command(pid: int) -> list[str]:
     return ["taskkill", "/F", "/T", "/PID", str(pid)]
 
 
+PID_T_LIMIT = 2**31
+"""pid_t is a C int: no process has a larger id, and ``os.kill`` overflows on one."""
+
+
+def parse_pid(text: str) -> int | None:
+    """The pid a name ends with (``…-12345``) when it is ASCII digits of a pid_t, else None (``²``, 20 digits)."""
+    if not text.isascii() or not text.isdigit() or len(text) > 10:
+        return None
+    pid = int(text)
+    return pid if 0 < pid < PID_T_LIMIT else None
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this id runs (ours counts); a stale folder or state file named for it can go.
 
-    A zombie (a child of ours that ended and is not yet reaped) is not running."""
+    A zombie (a child of ours that ended and is not yet reaped) is not running. A number no process can have (0 and
+    below would ask about process groups, past pid_t's range ``kill`` overflows) is not running either."""
+    if type(pid) is not int or not 0 < pid < PID_T_LIMIT:
+        return False
     if pid == os.getpid():
         return True
     try:
