@@ -14,9 +14,12 @@ endpoint tried ("the mirror X refused the connection; huggingface.co could not b
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
 import ssl
-from collections.abc import Sequence
+import threading
+import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -189,6 +192,59 @@ def explain(exc: BaseException, url: str, *, role: str = "", seconds: float | No
     """One failure as a sentence and its advice: for a place that has no words of its own to add."""
     failure = describe(exc, url, role=role, seconds=seconds)
     return f"{failure.sentence()} {advice([failure])}"
+
+
+class LookupTimedOut(socket.gaierror):
+    """The name's lookup did not end in time (no resolver answers: typically offline); read as a name not found."""
+
+
+Lookup = Callable[[str, int], object]
+
+
+def resolve_within(url: str, seconds: float, lookup: Lookup | None = None) -> None:
+    """Look ``url``'s host up, giving up after ``seconds``: ``socket.gaierror`` when it does not resolve,
+    :class:`LookupTimedOut` when no answer came in time.
+
+    An unreachable resolver can hold ``getaddrinfo`` for 20 s and more, and no HTTP timeout covers it; asked first,
+    in a thread of its own, an offline machine hears so within ``seconds``. Skipped for an IP address and when a
+    proxy resolves the name instead (``HTTPS_PROXY`` and friends, as httpx reads them)."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host or _is_address(host) or _proxied(parts.scheme, host):
+        return
+    resolve = lookup or (lambda name, port: socket.getaddrinfo(name, port, type=socket.SOCK_STREAM))
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+        done.set()
+
+    done = threading.Event()
+    threading.Thread(target=run, name="resolve", daemon=True).start()  # a stuck lookup is left to end by itself
+    if not done.wait(seconds):
+        raise LookupTimedOut(socket.EAI_AGAIN, f"no answer for {host} within {seconds:.0f} s")
+    if outcome and isinstance(outcome[0], socket.gaierror):
+        raise outcome[0]
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _proxied(scheme: str, host: str) -> bool:
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(host)
 
 
 def _sentence(clause: str) -> str:

@@ -586,6 +586,11 @@ class _Download:
                 headers["If-Range"] = if_range
         timeout = httpx.Timeout(self.settings.stall_timeout, connect=self.settings.connect_timeout)
         try:
+            net_failures.resolve_within(url, self.settings.connect_timeout)  # no resolver: offline, said in seconds
+        except socket.gaierror as exc:
+            failure = net_failures.describe(exc, url, role=self._role(url))
+            raise _Retry(failure.clause(), failure=failure, retry=False) from exc
+        try:
             with httpx.Client(timeout=timeout, follow_redirects=False) as client:
                 response = self._send(client, url, headers)
                 try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import socket
 import time
 import tomllib
 from dataclasses import dataclass, replace
@@ -187,6 +188,8 @@ class _Reader:
             reader = bounded_http.BoundedRead(f"The {what} at {url}", max_body=self._limit,
                                               deadline_at=self._deadline)
             try:
+                # no resolver answering (offline) is said within the connect timeout, not after getaddrinfo's own
+                net_failures.resolve_within(current, self._client.timeout.connect or CONNECT_TIMEOUT)
                 with self._client.stream("GET", current, extensions=reader.extensions) as response:
                     location = response.headers.get("location")
                     if response.status_code in _REDIRECTS and location:
@@ -201,7 +204,7 @@ class _Reader:
                     return self._body(reader, response, url, what)
             except bounded_http.TooSlow:
                 raise self._too_slow(current, what) from None
-            except httpx.TransportError as exc:
+            except (httpx.TransportError, socket.gaierror) as exc:
                 try:
                     reader.explain(exc)  # the deadline shut the socket: say "too slow", not "closed"
                 except bounded_http.TooSlow:

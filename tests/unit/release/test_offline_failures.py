@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -319,3 +320,35 @@ def test_the_terminal_says_it_in_words_quickly(argv: list[str], tmp_path: Path,
     assert elapsed < 5.0, elapsed
     assert "refused the connection" in err or "could not be found (DNS)" in err, err
     in_words(err)
+
+
+# ----------------------------------------------------------------------------- a resolver that never answers
+
+
+def test_a_lookup_that_never_ends_is_given_up_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unreachable resolver holds getaddrinfo for 20 s and more, beyond any HTTP timeout: the lookup is asked
+    in a thread of its own and given up after the connect timeout. The stuck lookup is a real blocking call here
+    (it waits on an event the test sets at the end), since no resolver can be made unreachable from a test."""
+    release = threading.Event()
+    asked: list[str] = []
+
+    def stuck(host: str, _port: int) -> object:
+        asked.append(host)
+        release.wait(30)
+        return []
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(socket.gaierror) as caught:
+            net_failures.resolve_within("https://hub.example/x", 0.3, lookup=stuck)
+        assert 0.3 <= time.monotonic() - started < 2.0 and asked == ["hub.example"]
+        failure = net_failures.describe(caught.value, "https://hub.example/x")
+        assert failure.kind == "name-not-resolved" and not failure.retryable
+        net_failures.resolve_within("http://127.0.0.1:1/x", 0.3, lookup=stuck)  # an address: nothing to look up
+        with pytest.raises(socket.gaierror):
+            net_failures.resolve_within(f"https://{NOWHERE}/x", 5.0)  # the real resolver: not found, at once
+        monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+        net_failures.resolve_within("https://hub.example/x", 0.3, lookup=stuck)  # the proxy resolves it
+        assert asked == ["hub.example"]
+    finally:
+        release.set()
