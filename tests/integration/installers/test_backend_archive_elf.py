@@ -1,14 +1,17 @@
-"""The packed CPU backend archive runs on a bare Debian: every library its binaries need is inside it or one of
-the system's base libraries, and the .deb's ``libc6 (>= X)`` floor covers the newest glibc symbol version any of
-its binaries requires.
+"""The packed CPU backend archive runs on a bare Debian: every library its binaries need is inside it, where their
+RUNPATH looks, or one of the system's base libraries, no RUNPATH leaves the archive, and the .deb's ``libc6 (>= X)``
+floor covers the newest glibc symbol version any of its binaries requires.
 
-The archive is a real one: the d2t-patched CPU backend packed by ``python -m app backend pack`` (the same code the
-release and the one-folder app's bundled archive use). The ELF headers are read with ``readelf`` through
-``installers/elf_needs.py``, which ``installers/debian.py`` uses to compute the floor.
+The archives are real ones: the d2t-patched CPU backend packed by ``python -m app backend pack`` (the same code the
+release and the one-folder app's bundled archive use), alone and with its llama-server (whose build-tree RUNPATH
+the pack rewrites to ``$ORIGIN``). The ELF headers are read with ``readelf`` through ``installers/elf_needs.py``,
+which ``installers/debian.py`` uses to compute the floor. (A CUDA archive: tests/integration/backend/
+test_pack_self_contained.py, with NVIDIA's runtime from the cached wheels.)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from app import __version__
+from app.backend import archive
 from app.backend.registry import BackendManifest
 from installers import debian, elf_needs
 from tests.helpers.module_folders import ModuleFolders
@@ -25,12 +30,17 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux" or shutil.which("readelf
                                 reason="ELF binaries and binutils' readelf")
 
 
+def _pack(backend_id: str, out: Path, *extra: str) -> Path:
+    done = subprocess.run([sys.executable, "-m", "app", "backend", "pack", backend_id, "--out", str(out), "--json",
+                           *extra], env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return Path(json.loads(done.stdout)["archive"])
+
+
 @pytest.fixture(scope="module")
 def packed(patched_backend: BackendManifest, module_tmp: ModuleFolders) -> Path:
-    out = module_tmp.mktemp("packed") / f"fastmtp-backend-{patched_backend.id}.tar.xz"
-    done = subprocess.run([sys.executable, "-m", "app", "backend", "pack", patched_backend.id, "--out", str(out),
-                           "--json"], env=dict(os.environ), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = _pack(patched_backend.id, module_tmp.mktemp("packed"))  # a folder: the name comes from the manifest
+    assert out.name == f"fastmtp-backend-{__version__}-0.3.35-cpu-native-linux-x86_64.tar.xz"
     return out
 
 
@@ -43,11 +53,28 @@ def test_every_library_the_archives_binaries_need_is_inside_or_a_base_library(un
     binaries = list(elf_needs.elf_files(unpacked))
     names = {path.name for path in binaries}
     assert any(name.startswith("libllama") for name in names) and any(name.startswith("libggml") for name in names)
-    assert elf_needs.unresolved(unpacked) == {}
+    assert elf_needs.unresolved(unpacked) == {} and elf_needs.outside_runpaths(unpacked) == {}
     needs = {lib for path in binaries for lib in elf_needs.needed(path)}
     assert "libc.so.6" in needs  # the reading works: every binary here needs libc
     if any(lib.startswith("libgomp") for lib in needs):  # OpenMP from the system: the .deb must declare it
         assert "libgomp1" in debian.BASE_DEPENDS
+
+
+def test_the_packed_llama_server_runs_from_the_unpacked_archive_alone(patched_backend: BackendManifest,
+                                                                      module_tmp: ModuleFolders) -> None:
+    """Built in the backend's tree, its RUNPATH names that tree; packed, it looks beside itself and in the backend's
+    lib folder ($ORIGIN), and runs with no LD_LIBRARY_PATH from wherever the archive was unpacked."""
+    with_server = _pack(patched_backend.id, module_tmp.mktemp("with-server") / "backend.tar.xz", "--server")
+    assert with_server.name == "backend.tar.xz"  # a file name given: kept
+    assert elf_needs.check_archive(with_server) == []
+    root = elf_needs.unpack(with_server, module_tmp.mktemp("server-unpacked")) / patched_backend.id
+    server = root / archive.SERVER_DIR / archive.SERVER_BINARY
+    assert elf_needs.runpath(server) == archive.SERVER_RUNPATH
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    done = subprocess.run([str(server), "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "version:" in done.stdout + done.stderr, done.stdout + done.stderr
+    ldd = subprocess.run(["ldd", str(server)], env=env, capture_output=True, text=True).stdout
+    assert f"libllama.so.0 => {root / archive.SERVER_DIR}/../llama_cpp/lib/libllama.so.0" in ldd
 
 
 def test_a_library_missing_from_the_archive_is_named(unpacked: Path, tmp_path: Path) -> None:
