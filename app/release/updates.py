@@ -47,6 +47,7 @@ CONNECT_TIMEOUT = 10.0  # the most one connect waits: a dropped SYN (a firewall,
 _MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
 _NOT_VERIFIED = "The update information could not be verified"
+_ADVICE_OF_ITS_OWN = net_failures.OFFLINE | {"tls", "tls-certificate"}  # the other kinds: "the server may be down"
 
 
 @dataclass(frozen=True)
@@ -210,8 +211,12 @@ class _Reader:
                 except bounded_http.TooSlow:
                     raise self._too_slow(current, what) from None
                 failure = net_failures.describe(exc, current, seconds=self._client.timeout.read)
-                raise DownloadError(failure.sentence(), net_failures.advice([failure]) + " Nothing was changed; the "
-                                    "app works offline.") from exc
+                # the update server is not the user's to start: "is it running?" is no advice for them
+                own_words = failure.kind in _ADVICE_OF_ITS_OWN
+                advice = net_failures.advice([failure]) if own_words else \
+                    "Check the network connection, or try again later: the update server may be down."
+                raise DownloadError(failure.sentence(), advice + " Nothing was changed; the app works offline.") \
+                    from exc
             finally:
                 reader.finish()
         raise DownloadError(f"The {what} at {url} redirects more than {_MAX_REDIRECTS} times.",
