@@ -14,6 +14,19 @@ from typing import Any
 from app.cli.common import Subparsers, command, emit, group
 from app.core.words import plural
 
+SQLITE_INT_MAX = 2**63 - 1
+
+
+def chat_id(text: str) -> int:
+    """A conversation id as SQLite stores it: a whole number from 1 to 2**63-1 (a larger one would overflow SQLite's
+    integer binding), else words (exit 2)."""
+    stripped = text.strip()
+    value = int(stripped) if stripped.isascii() and stripped.isdigit() and len(stripped) <= 19 else 0
+    if not 1 <= value <= SQLITE_INT_MAX:
+        raise argparse.ArgumentTypeError(f"a conversation id is a whole number from 1 to {SQLITE_INT_MAX} "
+                                          f"(`history list` shows them), not {text[:40]!r}")
+    return value
+
 
 def _store() -> Any:
     """The history for a command. A damaged file is reported (exit 1), never replaced: the window does that."""
@@ -137,19 +150,19 @@ def add_commands(sub: Subparsers) -> None:
     ls = command(hsub, "list", cmd_list, "list conversations, newest first")
     ls.add_argument("--search", help="only those whose title or messages contain this")
     sh = command(hsub, "show", cmd_show, "print one conversation")
-    sh.add_argument("id", type=int)
+    sh.add_argument("id", type=chat_id)
     ex = command(hsub, "export", cmd_export, "export conversations to Markdown or JSON")
-    ex.add_argument("ids", type=int, nargs="*", help="conversation ids (default: all)")
+    ex.add_argument("ids", type=chat_id, nargs="*", help="conversation ids (default: all)")
     ex.add_argument("--format", choices=["md", "json"], default="json")
     ex.add_argument("--out", type=Path)
     im = command(hsub, "import", cmd_import, "import a JSON export (as new conversations)")
     im.add_argument("file", type=Path)
     rn = command(hsub, "rename", cmd_rename, "give a conversation a new title")
-    rn.add_argument("id", type=int)
+    rn.add_argument("id", type=chat_id)
     rn.add_argument("title")
     pn = command(hsub, "pin", cmd_pin, "keep a conversation at the top of the list")
-    pn.add_argument("id", type=int)
+    pn.add_argument("id", type=chat_id)
     up = command(hsub, "unpin", cmd_unpin, "let a pinned conversation take its place by date again")
-    up.add_argument("id", type=int)
+    up.add_argument("id", type=chat_id)
     de = command(hsub, "delete", cmd_delete, "delete a conversation")
-    de.add_argument("id", type=int)
+    de.add_argument("id", type=chat_id)

@@ -8,6 +8,7 @@ the open descriptor, so it cannot be swapped between the check and the read. Qt-
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -45,3 +46,23 @@ def open_regular(path: Path) -> tuple[BinaryIO, int]:
         os.close(fd)
         raise
     return handle, info.st_size
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]+|\\.)*"')
+
+
+def json_shape_problem(raw: bytes, max_containers: int, max_values: int) -> str | None:
+    """Why parsing ``raw`` as JSON would build more Python objects than ``max_containers`` lists and objects or
+    ``max_values`` values in all, found before parsing (``json.loads`` of 250 MiB of ``[],`` builds 80 million
+    lists, gigabytes); None when it stays within both. Brackets and commas inside strings do not count."""
+    def over(text: bytes) -> str | None:
+        containers = text.count(b"[") + text.count(b"{")
+        if containers > max_containers:
+            return f"it holds more than {max_containers:,} lists and objects"
+        if text.count(b",") + containers > max_values:
+            return f"it holds more than {max_values:,} values"
+        return None
+
+    if over(raw) is None:  # counted with the strings' characters too: an upper bound, so certainly within
+        return None
+    return over(_JSON_STRING.sub(b'""', raw))
