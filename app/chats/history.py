@@ -65,6 +65,8 @@ MIGRATIONS: list[tuple[int, str]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 EXPORT_FORMAT = "fastmtp-chat-history/1"
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another process's lock before it gives up
+EXPORT_MAX_CONTAINERS = 4_000_000  # lists and objects in an import file: ~10 per message, so 400,000 messages
+EXPORT_MAX_VALUES = 16_000_000  # values in all; both keep json.loads' peak to a few hundred MiB
 EXPORT_MAX_BYTES = 256 << 20  # an import file is refused beyond this, unread (an export of years of chats is MiBs)
 _CONVERSATION_COLUMNS = "id, title, system_prompt, settings, created, updated, pinned"  # ``_conversation``'s order
 # a message's version group as stored, read only where it is a message id: a damaged ``version_of`` (text, a real;
@@ -503,7 +505,7 @@ class HistoryStore:
 
 def read_export(path: Path) -> Any:
     """The parsed JSON of an export file, or a :class:`HistoryError` that says why it cannot be read."""
-    from app.core.regular_files import NotRegularFile, open_regular
+    from app.core.regular_files import NotRegularFile, json_shape_problem, open_regular
 
     advice = "Pick a JSON file exported by FastMTP Chat (`python -m app history export`)."
     try:
@@ -512,7 +514,14 @@ def read_export(path: Path) -> Any:
             if size > EXPORT_MAX_BYTES:
                 raise HistoryError(f"{path} is larger than {EXPORT_MAX_BYTES >> 20} MiB, far more than a history "
                                    "export holds; it was not read, nothing was imported.", advice)
-            text = handle.read(EXPORT_MAX_BYTES + 1).decode("utf-8")
+            raw = handle.read(EXPORT_MAX_BYTES + 1)
+        if len(raw) > EXPORT_MAX_BYTES:  # grew since its size was read
+            raise HistoryError(f"{path} is larger than {EXPORT_MAX_BYTES >> 20} MiB; nothing was imported.", advice)
+        shape = json_shape_problem(raw, EXPORT_MAX_CONTAINERS, EXPORT_MAX_VALUES)
+        if shape is not None:  # parsed, it would take gigabytes (250 MiB of `[],` is 80 million lists)
+            raise HistoryError(f"{path} is not a history export: {shape}, far more than any export holds; it was "
+                               "not parsed, nothing was imported.", advice)
+        text = raw.decode("utf-8")
     except NotRegularFile as exc:
         raise HistoryError(f"{path} is not a regular file ({exc.strerror}), so it is not a history export; it was "
                            "not read, nothing was imported.", advice) from None
