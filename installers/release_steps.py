@@ -195,9 +195,27 @@ def visual_studio_roots() -> list[Path]:
             if (edition / "VC").is_dir()]
 
 
-def add_windows_runtime(lib_dir: Path | None = None, roots: Sequence[Path] | None = None) -> list[Path]:
-    """Copy the MSVC and OpenMP runtime DLLs beside the active backend's libraries, before ``backend pack``, so the
-    archive loads on a Windows PC without the Visual C++ Redistributable."""
+CUDA_RUNTIME_DLLS = ("cudart64_*.dll", "cublas64_*.dll", "cublasLt64_*.dll")
+
+
+def cuda_runtime_dlls(cuda_path: Path) -> list[Path]:
+    """The CUDA runtime DLLs a ggml-cuda build loads (as llama.cpp ships them beside ggml-cuda.dll), from the
+    toolkit's ``bin`` (CUDA 12) or ``bin/x64`` (CUDA 13)."""
+    found = []
+    for pattern in CUDA_RUNTIME_DLLS:
+        matches = sorted({p for folder in (cuda_path / "bin", cuda_path / "bin" / "x64") for p in folder.glob(pattern)})
+        if not matches:
+            raise StepFailed(f"No {pattern} under {cuda_path}/bin or bin/x64: is CUDA_PATH the toolkit the backend was "
+                             "built with?")
+        found += matches
+    return found
+
+
+def add_windows_runtime(lib_dir: Path | None = None, roots: Sequence[Path] | None = None,
+                        cuda_path: Path | None = None) -> list[Path]:
+    """Copy the MSVC and OpenMP runtime DLLs, and with ``cuda_path`` the CUDA runtime's, beside the active backend's
+    libraries before ``backend pack``, so the archive loads on a Windows PC with only the NVIDIA driver and without
+    the Visual C++ Redistributable."""
     if lib_dir is None:
         from app.backend import registry
 
@@ -215,6 +233,10 @@ def add_windows_runtime(lib_dir: Path | None = None, roots: Sequence[Path] | Non
         shutil.copyfile(dlls[name], lib_dir / name)
         copied.append(lib_dir / name)
         say(f"  {name} from {dlls[name].parent}")
+    for dll in cuda_runtime_dlls(cuda_path) if cuda_path is not None else []:
+        shutil.copyfile(dll, lib_dir / dll.name)
+        copied.append(lib_dir / dll.name)
+        say(f"  {dll.name} from {dll.parent}")
     return copied
 
 
@@ -454,6 +476,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--os", dest="os_name", choices=["linux", "windows", "macos"], help="backend: its system")
     w = sub.add_parser("windows-runtime", help="the MSVC and OpenMP runtime DLLs into the active backend")
     w.add_argument("--lib-dir", type=Path, help="default: the active backend's llama_cpp/lib")
+    w.add_argument("--cuda-path", type=Path, help="also the CUDA runtime DLLs of this toolkit (e.g. \"$CUDA_PATH\")")
     pk = sub.add_parser("public-key", help="the signing key's public half and fingerprint")
     pk.add_argument("--key", type=Path, required=True)
     pk.add_argument("--out", type=Path)
@@ -491,7 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gather(args.job, args.out, dist=args.dist, build=args.build, version=__version__, archive=args.archive,
                    flavor=args.flavor, os_name=args.os_name)
         elif args.step == "windows-runtime":
-            add_windows_runtime(args.lib_dir)
+            add_windows_runtime(args.lib_dir, cuda_path=args.cuda_path)
         elif args.step == "public-key":
             fp = public_key(args.key, args.out)
             if args.github_output is not None:
