@@ -69,18 +69,18 @@ class Packed:
 
 def archive_name(manifest: registry.BackendManifest, platform: str | None = None, machine: str | None = None,
                  app: str | None = None) -> str:
-    """The versioned file name of a backend's archive: app version, llama-cpp-python version, what it runs on.
-
-    ``fastmtp-backend-0.9.0-0.3.35-cuda13-linux-x86_64.tar.xz``; a CPU build for any x86-64 PC is ``cpu``, one
-    tuned to the machine that built it ``cpu-native``; an unpatched build says so. Two releases, or two CUDA
-    majors, never share a name.
+    """The versioned file name of a backend's archive: the app's version (which pins llama-cpp-python and the
+    patch) and what it runs on, as the release names them (``installers/release_steps.backend_archive_name``):
+    ``fastmtp-backend-0.9.0-cuda13.0-linux-x86_64.tar.xz``, ``fastmtp-backend-0.9.0-cpu-windows-x86_64.tar.xz``.
+    A CPU build tuned to the machine that built it is ``cpu-native``, an unpatched one says so; two releases or two
+    CUDA versions never share a name.
     """
     import platform as platform_module
 
     from app import __version__
 
     if manifest.flavor == "cuda":
-        kind = f"cuda{(manifest.cuda_version or '0').split('.')[0]}"
+        kind = "cuda" + ".".join((manifest.cuda_version or "0.0").split(".")[:2])
     else:
         kind = "cpu" if manifest.portable else "cpu-native"
     if not manifest.patched:
@@ -90,7 +90,7 @@ def archive_name(manifest: registry.BackendManifest, platform: str | None = None
         system.rstrip("0123456789")
     arch = (machine or platform_module.machine() or "unknown").lower().replace("amd64", "x86_64")
     arch = "arm64" if arch == "aarch64" and system == "macos" else arch
-    return f"fastmtp-backend-{app or __version__}-{manifest.llama_cpp_python_version}-{kind}-{system}-{arch}.tar.xz"
+    return f"fastmtp-backend-{app or __version__}-{kind}-{system}-{arch}.tar.xz"
 
 
 def pack(backend_id: str, out: Path, server_binary: Path | None = None) -> Path:

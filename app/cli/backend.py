@@ -495,7 +495,7 @@ def add_commands(sub: Subparsers) -> None:
     pk.add_argument("id", nargs="?", help="backend id (default: the active one)")
     pk.add_argument("--out", type=Path, required=True,
                     help="the .tar.xz to write, or a folder: the archive is named from its manifest there "
-                         "(fastmtp-backend-APP-LLAMACPP-KIND-OS-ARCH.tar.xz, e.g. …-0.3.35-cuda13-linux-x86_64)")
+                         "(fastmtp-backend-VERSION-KIND-OS-ARCH.tar.xz, e.g. …-0.9.0-cuda13.0-linux-x86_64)")
     pk.add_argument("--server", action="store_true", help="build llama-server in its tree and include it")
     up = command(bsub, "unpack", cmd_backend_unpack, "install a backend archive made by `backend pack`")
     up.add_argument("archive", type=Path)

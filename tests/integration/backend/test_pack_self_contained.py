@@ -103,7 +103,7 @@ def test_pack_carries_what_the_backend_needs_and_points_at_it_with_origin(toolki
     assert done.returncode == 0, done.stdout + done.stderr
     got = json.loads(done.stdout)
     archive = Path(got["archive"])
-    assert archive.parent == out and archive.name == f"fastmtp-backend-{__version__}-0.3.35-cuda13-linux-x86_64.tar.xz"
+    assert archive.parent == out and archive.name == f"fastmtp-backend-{__version__}-cuda13.0-linux-x86_64.tar.xz"
     assert sorted(got["bundled"]) == [BLAS, BLAS_LT]  # and what that needs in turn
     assert got["runpaths_fixed"] == ["llama_cpp/lib/libggml-cuda.so"]
     assert sorted(p.name for p in out.iterdir()) == [archive.name]  # no staging or .partial left

@@ -26,7 +26,7 @@ from app.core.errors import TrustError, VerificationError
 from app.release import signing, trust
 from app.release.updates import default_source
 
-FEED = (FeedArchive("fastmtp-backend-1.0.0-0.3.35-cpu-linux-x86_64.tar.xz", 1000, "ab" * 32, "cpu", "linux", None,
+FEED = (FeedArchive("fastmtp-backend-1.0.0-cpu-linux-x86_64.tar.xz", 1000, "ab" * 32, "cpu", "linux", None,
                     None, (), "0.3.35", "cd" * 32),)
 
 
@@ -38,7 +38,7 @@ def own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _claim(folder: Path, key: Ed25519PrivateKey, repo: str) -> Path:
     """A signed manifest as ``release sign-backend`` writes it, claiming ``repo``."""
-    archive = folder / "fastmtp-backend-1.0.0-0.3.35-cpu-linux-x86_64.tar.xz"
+    archive = folder / "fastmtp-backend-1.0.0-cpu-linux-x86_64.tar.xz"
     archive.parent.mkdir(parents=True, exist_ok=True)
     archive.write_bytes(b"not unpacked here")
     body = {"format": FORMAT, "repo": repo, "date": "2026-12-01T00:00:00Z",

@@ -40,7 +40,7 @@ def test_ptx_of_an_older_architecture_runs_on_newer_gpus_compiled_code_only_with
 
 
 def test_the_release_list_covers_every_gpu_from_turing_on_and_says_which_by_ptx() -> None:
-    feed = (cuda("fastmtp-backend-1.0.0-0.3.35-cuda13-linux-x86_64.tar.xz", "13.0", "580.65.06", RELEASE_13),)
+    feed = (cuda("fastmtp-backend-1.0.0-cuda13.0-linux-x86_64.tar.xz", "13.0", "580.65.06", RELEASE_13),)
     for gpu, way in (("75", "ptx"), ("80", "ptx"), ("86", "code"), ("87", "code"), ("89", "code"), ("90", "ptx"),
                      ("100", "ptx"), ("103", "ptx"), ("120", "code"), ("121", "code")):
         chosen = select_archive(feed, Machine("linux", (gpu,), "580.65.06"))
@@ -97,11 +97,11 @@ def _manifest(**changes: object) -> BackendManifest:
 
 def test_archive_names_carry_the_versions_and_what_they_run_on() -> None:
     assert archive_name(_manifest(), "linux", "x86_64", app="1.2.0") == \
-        "fastmtp-backend-1.2.0-0.3.35-cuda13-linux-x86_64.tar.xz"
+        "fastmtp-backend-1.2.0-cuda13.0-linux-x86_64.tar.xz"
     assert archive_name(_manifest(cuda_version="12.8"), "win32", "AMD64", app="1.2.0") == \
-        "fastmtp-backend-1.2.0-0.3.35-cuda12-windows-x86_64.tar.xz"
+        "fastmtp-backend-1.2.0-cuda12.8-windows-x86_64.tar.xz"
     cpu = _manifest(flavor="cpu", cuda_version=None, cuda_archs=[])
-    assert archive_name(cpu, "linux", "x86_64", app="1.2.0") == "fastmtp-backend-1.2.0-0.3.35-cpu-linux-x86_64.tar.xz"
+    assert archive_name(cpu, "linux", "x86_64", app="1.2.0") == "fastmtp-backend-1.2.0-cpu-linux-x86_64.tar.xz"
     native = _manifest(flavor="cpu", cmake_args=["-DGGML_NATIVE=ON"], patch_sha256=None)
     assert archive_name(native, "darwin", "arm64", app="1.2.0") == \
-        "fastmtp-backend-1.2.0-0.3.35-cpu-native-unpatched-macos-arm64.tar.xz"
+        "fastmtp-backend-1.2.0-cpu-native-unpatched-macos-arm64.tar.xz"
