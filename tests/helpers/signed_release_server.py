@@ -10,14 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 
 from app.core import secrets
 from app.release import signing, trust
 from app.release.catalog import load_catalog
 from app.release.publish import keygen, sign_release
+from tests.helpers.file_keyring import plaintext_keyring
 from tests.helpers.release_server import ReleaseServer
 
 
@@ -27,14 +26,8 @@ def own_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.delenv(secrets.ENV_VAR, raising=False)
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    try:
+    with plaintext_keyring(tmp_path / "keyring.cfg"):
         yield
-    finally:
-        keyring.set_keyring(previous)
 
 
 def serve_signed_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

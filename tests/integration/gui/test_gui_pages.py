@@ -18,7 +18,6 @@ from pathlib import Path
 
 import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLabel, QStackedWidget
 from pytestqt.qtbot import QtBot
@@ -44,6 +43,7 @@ from tests.helpers.cuda_index import (
     require_cached_wheelhouse,
     tiny_wheel,
 )
+from tests.helpers.file_keyring import plaintext_keyring
 from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import Fault, ReleaseServer
@@ -64,12 +64,8 @@ def folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.delenv(secrets.ENV_VAR, raising=False)
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    yield tmp_path
-    keyring.set_keyring(previous)
+    with plaintext_keyring(tmp_path / "keyring.cfg"):
+        yield tmp_path
 
 
 @pytest.fixture

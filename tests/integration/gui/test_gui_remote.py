@@ -12,9 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDialog, QMessageBox
 from pytestqt.qtbot import QtBot
@@ -31,6 +29,7 @@ from app.machines.upstream_server import UpstreamServer, build_server
 from app.settings import app_settings
 from tests.helpers.chat_server import WORDS, ChatFault, ChatServer
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.file_keyring import plaintext_keyring
 from tests.helpers.module_folders import ModuleFolders
 
 WAIT_MS = 60_000
@@ -40,12 +39,8 @@ WAIT_MS = 60_000
 def own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A config folder and a real file-backed keyring of this test's own."""
     monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    yield tmp_path / "config"
-    keyring.set_keyring(previous)
+    with plaintext_keyring(tmp_path / "keyring.cfg"):
+        yield tmp_path / "config"
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import keyring
 import pytest
 from keyrings.alt.file import PlaintextKeyring
 
@@ -34,6 +33,7 @@ from app.machines.remote_servers import (
 from app.machines.upstream_server import UpstreamServer, build_server, free_port
 from tests.helpers.chat_server import TIMINGS, WORDS, ChatFault, ChatServer
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.file_keyring import child_keyring_env, plaintext_keyring
 from tests.helpers.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
@@ -44,12 +44,8 @@ OPTIONS = ChatOptions(max_tokens=40, sampling=SamplingParams(temperature=0.0))
 def file_keyring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PlaintextKeyring]:
     """A real file-backed keyring and a config folder of the test's own, restored afterwards."""
     monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)
+    with plaintext_keyring(tmp_path / "keyring.cfg") as backend:
+        yield backend
 
 
 @pytest.fixture(scope="module")
@@ -269,8 +265,7 @@ def test_https_is_allowed_anywhere_and_an_unchecked_certificate_is_warned() -> N
 
 
 def _cli(args: list[str], tmp_path: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
-           "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    env = {**os.environ, **child_keyring_env(tmp_path)}
     return subprocess.run([sys.executable, "-m", "app", *args], input=stdin, capture_output=True, text=True,
                           env=env, timeout=120)
 

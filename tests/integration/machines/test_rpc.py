@@ -34,6 +34,7 @@ from app.engine.session import ChatSession
 from app.gguftools.demo_model import DemoModel
 from app.machines.upstream_server import free_port
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.file_keyring import child_keyring_env
 from tests.helpers.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
@@ -135,7 +136,7 @@ def test_rpc_commands_refuse_an_active_backend_built_without_rpc(patched_backend
     old.write(folder)
     (folder.parent / "active.json").write_text(json.dumps({"id": old.id}) + "\n")
     env = {**os.environ, "FASTMTP_DATA_DIR": str(tmp_path / "data"), "FASTMTP_BACKEND_DIR": "",
-           "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring", "XDG_DATA_HOME": str(tmp_path / "xdg"),
+           **child_keyring_env(tmp_path),
            "FASTMTP_CONFIG_DIR": str(tmp_path / "config")}
     endpoint = f"127.0.0.1:{free_port()}"
     commands = [["rpc-worker", "--port", str(free_port())],
@@ -236,8 +237,7 @@ def test_serve_with_rpc_workers_answers_with_the_unsplit_tokens(worker_binary: P
     from app.machines.remote_client import RemoteClient
     from app.machines.remote_servers import RemoteServer
 
-    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
-           "XDG_DATA_HOME": str(tmp_path / "xdg"), "FASTMTP_CONFIG_DIR": str(tmp_path / "config"),
+    env = {**os.environ, **child_keyring_env(tmp_path), "FASTMTP_CONFIG_DIR": str(tmp_path / "config"),
            "LLAMA_ARG_LOG_VERBOSITY": "4"}  # llama-server's log then names where each layer went
     with RpcWorker(worker_binary, port=free_port(), threads=1) as worker:
         proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--json", "--model", str(demo.target),

@@ -24,6 +24,7 @@ from app.machines.remote_servers import RemoteServer
 from app.machines.serve import ServeError, check_host
 from app.machines.upstream_server import free_port
 from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.file_keyring import child_keyring_env
 from tests.helpers.module_folders import ModuleFolders
 
 MESSAGES = [Message("user", "Hello there")]
@@ -38,8 +39,7 @@ def demo(module_tmp: ModuleFolders, default_demo: DemoCopies) -> DemoModel:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """The commands' environment: a file-backed keyring and a config folder of this test's own."""
-    return {**os.environ, "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
-            "XDG_DATA_HOME": str(tmp_path / "xdg"), "FASTMTP_CONFIG_DIR": str(tmp_path / "config")}
+    return {**os.environ, **child_keyring_env(tmp_path), "FASTMTP_CONFIG_DIR": str(tmp_path / "config")}
 
 
 def _serve(demo: DemoModel, env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:

@@ -23,9 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
@@ -39,6 +37,7 @@ from app.gui.main import MainWindow
 from app.release import signing, trust
 from app.release.catalog import load_catalog
 from app.release.publish import KeyPair, keygen, sign_release
+from tests.helpers.file_keyring import child_keyring_env, plaintext_keyring
 
 ROOT = Path(__file__).resolve().parents[3]
 INTEG = load_catalog().integrity
@@ -399,7 +398,7 @@ KEYRING_DAMAGE = {
 @pytest.mark.parametrize("damage_kind", list(KEYRING_DAMAGE))
 def test_a_damaged_keyring_file_is_named_and_never_quoted(tmp_path: Path, folders: dict[str, Path],
                                                           damage_kind: str) -> None:
-    env = {"PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring", "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    env = {**child_keyring_env(tmp_path)}
     file = tmp_path / "xdg" / "python_keyring" / "keyring_pass.cfg"
     file.parent.mkdir(parents=True)
     file.write_bytes(KEYRING_DAMAGE[damage_kind])
@@ -421,14 +420,8 @@ def test_a_damaged_keyring_file_is_named_and_never_quoted(tmp_path: Path, folder
     status = app("token", "status", env={**env, "HF_TOKEN": "hf_from_env"})  # the variable still works
     assert status.returncode == 0 and "HF_TOKEN" in status.stdout
 
-    previous = keyring.get_keyring()  # the same through the API, on a real file-backed keyring
-    backend = PlaintextKeyring()
-    backend.file_path = str(backend_file)  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    try:
+    with plaintext_keyring(backend_file):  # the same through the API, on a real file-backed keyring
         with pytest.raises(secrets.SecretsError, match="cannot be read"):
             secrets.status()
         with pytest.raises(secrets.SecretsError, match="cannot be read"):
             secrets.get_token()
-    finally:
-        keyring.set_keyring(previous)

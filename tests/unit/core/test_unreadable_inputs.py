@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.file_keyring import child_keyring_env
 from tests.helpers.release_server import ReleaseServer
 
 REPO, REVISION = "org/model-GGUF", "main"
@@ -38,8 +39,7 @@ def _drop_root_reading() -> None:
 
 def _cli(args: list[str], tmp_path: Path, *, unprivileged: bool = False,
          timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
-           "XDG_DATA_HOME": str(tmp_path / "xdg"), "HF_TOKEN": ""}
+    env = {**os.environ, **child_keyring_env(tmp_path), "HF_TOKEN": ""}
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env,
                           timeout=timeout, preexec_fn=_drop_root_reading if unprivileged else None)
 

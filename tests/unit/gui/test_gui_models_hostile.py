@@ -16,9 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import keyring
 import pytest
-from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
@@ -29,6 +27,7 @@ from app.models.installed import default_destination
 from app.release import signing, trust
 from app.release.catalog import load_catalog, repo_slug
 from app.release.publish import KeyPair, keygen, sign_release
+from tests.helpers.file_keyring import plaintext_keyring
 from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.release_server import Fault, ReleaseServer
 
@@ -45,12 +44,8 @@ def folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.delenv(secrets.ENV_VAR, raising=False)
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    yield tmp_path
-    keyring.set_keyring(previous)
+    with plaintext_keyring(tmp_path / "keyring.cfg"):
+        yield tmp_path
 
 
 @pytest.fixture

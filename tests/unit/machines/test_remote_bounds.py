@@ -23,6 +23,7 @@ from app.machines.remote_client import RemoteClient
 from app.machines.remote_servers import RemoteServer, add_server
 from tests.helpers import peak_rss
 from tests.helpers.chat_server import WORDS, ChatFault, ChatServer
+from tests.helpers.file_keyring import child_keyring_env
 
 MESSAGES = [Message("user", "Hello there")]
 OPTIONS = ChatOptions(max_tokens=40, sampling=SamplingParams(temperature=0.0))
@@ -75,8 +76,7 @@ def test_stop_closes_the_connection_at_once(fault: ChatFault) -> None:
 @pytest.fixture
 def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
-    return {**os.environ, "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
-            "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    return {**os.environ, **child_keyring_env(tmp_path)}
 
 
 def _remote_test(server: ChatServer, env: dict[str, str]) -> peak_rss.Measured:

@@ -33,6 +33,7 @@ from app.release.download import FetchPlan, fetch_release, token_hosts
 from app.release.fetcher import DownloadCancelled, FetchControl, FetchEvent
 from app.release.install import Installed
 from app.release.publish import KeyPair, keygen, sign_release
+from tests.helpers.file_keyring import plaintext_keyring
 from tests.helpers.release_server import Fault, ReleaseServer
 
 CATALOG = load_catalog()
@@ -426,12 +427,8 @@ def test_a_hand_edited_mirror_list_is_checked_on_load(env: dict[str, str], bad: 
 @pytest.fixture
 def file_keyring(tmp_path: Path) -> Iterator[PlaintextKeyring]:
     """A real file-backed keyring in the test's folder, restored afterwards."""
-    previous = keyring.get_keyring()
-    backend = PlaintextKeyring()
-    backend.file_path = str(tmp_path / "keyring.cfg")  # type: ignore[misc]
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)
+    with plaintext_keyring(tmp_path / "keyring.cfg") as backend:
+        yield backend
 
 
 def test_token_set_status_clear_never_print_the_token(file_keyring: PlaintextKeyring, monkeypatch: pytest.MonkeyPatch,
