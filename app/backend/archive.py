@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.backend import registry, runtime_libs
+from app.backend import elf, registry, runtime_libs
 from app.core import paths, safe_paths
 from app.core.errors import BackendError
 from app.core.safe_paths import UnpackLimits
@@ -136,10 +136,14 @@ def pack_archive(backend_id: str, out: Path, server_binary: Path | None = None) 
         bundled: list[str] = []
         fixed: list[str] = []
         if sys.platform.startswith("linux"):
-            bundled = runtime_libs.bundle(staged, lib_dir, manifest.runtime_lib_dirs)
-            fixed = runtime_libs.fix_runpaths(staged, {server_dir: SERVER_RUNPATH})
-            problems = runtime_libs.runpath_problems(staged)
-            lacking = runtime_libs.unreachable(staged)
+            try:
+                bundled = runtime_libs.bundle(staged, lib_dir, manifest.runtime_lib_dirs)
+                fixed = runtime_libs.fix_runpaths(staged, {server_dir: SERVER_RUNPATH})
+                problems = runtime_libs.runpath_problems(staged)
+                lacking = runtime_libs.unreachable(staged)
+            except elf.ElfError as exc:
+                raise BackendError(f"A binary of {backend_id} cannot be read: {exc}.",
+                                   "Nothing was packed. Build the backend again.", kind="backend-damaged") from exc
             if problems or lacking:
                 raise BackendError(f"The packed {backend_id} would not run with only the driver: "
                                    + "; ".join([*(f"{k} looks in {v!r}" for k, v in problems.items()),
