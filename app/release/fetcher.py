@@ -246,15 +246,17 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
     try:
         workers = max(1, min(max_workers, len(requests)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
-            futures = [pool.submit(d.run) for d in downloads]
+            futures = {pool.submit(d.run): index for index, d in enumerate(downloads)}
+            failed: list[tuple[int, BaseException]] = []
             for future in as_completed(futures):
                 try:
                     fetched = future.result()
                 except BaseException as exc:
-                    errors.append(exc)
+                    failed.append((futures[future], exc))
                     batch.cancel()
                 else:
                     results[fetched.name] = fetched
+            errors = [exc for _, exc in sorted(failed, key=lambda pair: pair[0])]  # named in request order
     finally:
         if timer is not None:
             timer.cancel()
