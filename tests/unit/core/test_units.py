@@ -13,13 +13,3 @@ from app.core.units import GIB, KIB, MIB, format_bytes
 ])
 def test_sizes_in_binary_units(n: int, words: str) -> None:
     assert format_bytes(n) == words
-
-
-def test_no_module_formats_gigabytes_of_its_own() -> None:
-    """The helpers this replaced are gone: nothing in the models or the first-run card divides by GIB to print."""
-    from pathlib import Path
-
-    app = Path(__file__).resolve().parents[3] / "app"
-    for name in ("models/fit.py", "models/sidecar_job.py", "gui/chat/first_run.py"):
-        text = (app / name).read_text(encoding="utf-8")
-        assert "/ GIB:" not in text and "/ (1 << 20):" not in text, name
