@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-CHAT = ROOT / "app" / "gui" / "chat"
 
 _PROBE = """
 import json, sys
