@@ -173,7 +173,7 @@ def gather(job: str, out: Path, *, dist: Path, build: Path, version: str, archiv
 
 # ----------------------------------------------------------------------------- Windows: the MSVC runtime
 
-WINDOWS_RUNTIME_DLLS = ("vcomp140.dll", "msvcp140.dll", "vcruntime140.dll", "vcruntime140_1.dll")
+WINDOWS_RUNTIME_DLLS = ("vcomp140.dll", "msvcp140.dll", "msvcp140_1.dll", "vcruntime140.dll", "vcruntime140_1.dll")
 
 
 def msvc_redist_dlls(roots: Sequence[Path]) -> dict[str, Path]:
@@ -215,7 +215,9 @@ def add_windows_runtime(lib_dir: Path | None = None, roots: Sequence[Path] | Non
                         cuda_path: Path | None = None) -> list[Path]:
     """Copy the MSVC and OpenMP runtime DLLs, and with ``cuda_path`` the CUDA runtime's, beside the active backend's
     libraries before ``backend pack``, so the archive loads on a Windows PC with only the NVIDIA driver and without
-    the Visual C++ Redistributable."""
+    the Visual C++ Redistributable. ``backend pack`` copies what it finds of them too (runtime_libs.bundle_windows),
+    but silently skips what it does not find and looks for MSVC's redist only in a Developer prompt's
+    VCTOOLSREDISTDIR; this step finds Visual Studio's folders itself and fails the job when one is missing."""
     if lib_dir is None:
         from app.backend import registry
 
