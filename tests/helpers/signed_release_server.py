@@ -37,10 +37,16 @@ def serve_signed_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     with own_user(tmp_path, monkeypatch):
         pair = keygen(tmp_path / "keys")
         trust.pin_key(repo, signing.load_public_key(pair.public.read_bytes(), str(pair.public)))
-        release = tmp_path / "release"
-        release.mkdir()
-        for name, data in payload.items():
-            (release / name).write_bytes(data)
-        sign_release(release, pair.private, version="1")
-        with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
+        with ReleaseServer(signed_release_files(tmp_path / "release", payload, pair.private)) as srv:
             yield srv
+
+
+def signed_release_files(folder: Path, payload: dict[str, bytes], private_key: Path,
+                         version: str = "1") -> dict[str, bytes]:
+    """``payload`` written to ``folder`` (new) and signed there as ``version``: every file of the release by name,
+    ready for a ReleaseServer."""
+    folder.mkdir()
+    for name, data in payload.items():
+        (folder / name).write_bytes(data)
+    sign_release(folder, private_key, version=version)
+    return {p.name: p.read_bytes() for p in folder.iterdir()}

@@ -34,7 +34,7 @@ from app.models.fit import GIB, fit
 from app.models.installed import default_destination, list_installed
 from app.release import signing, trust
 from app.release.catalog import add_user_endpoint, endpoints_for, load_catalog
-from app.release.publish import KeyPair, keygen, sign_release
+from app.release.publish import KeyPair, keygen
 from tests.helpers.cuda_index import (
     PIN,
     LocalIndex,
@@ -47,6 +47,7 @@ from tests.helpers.file_keyring import plaintext_keyring
 from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import Fault, ReleaseServer
+from tests.helpers.signed_release_server import signed_release_files
 
 WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
 BUILD_WAIT_MS = 300_000  # a cached rebuild takes seconds; a busy machine may still need minutes
@@ -75,12 +76,7 @@ def key(folders: Path) -> KeyPair:
 
 @pytest.fixture
 def server(folders: Path, key: KeyPair) -> Iterator[ReleaseServer]:
-    release = folders / "release"
-    release.mkdir()
-    for name, data in PAYLOAD.items():
-        (release / name).write_bytes(data)
-    sign_release(release, key.private, version="1")
-    with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
+    with ReleaseServer(signed_release_files(folders / "release", PAYLOAD, key.private)) as srv:
         yield srv
 
 

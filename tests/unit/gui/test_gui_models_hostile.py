@@ -26,10 +26,11 @@ from app.gui.models.models_page import ModelsPage
 from app.models.installed import default_destination
 from app.release import signing, trust
 from app.release.catalog import load_catalog, repo_slug
-from app.release.publish import KeyPair, keygen, sign_release
+from app.release.publish import KeyPair, keygen
 from tests.helpers.file_keyring import plaintext_keyring
 from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.release_server import Fault, ReleaseServer
+from tests.helpers.signed_release_server import signed_release_files
 
 WAIT_MS = 60_000
 CATALOG = load_catalog()
@@ -57,12 +58,7 @@ def key(folders: Path) -> KeyPair:
 
 @pytest.fixture
 def server(folders: Path, key: KeyPair) -> Iterator[ReleaseServer]:
-    release = folders / "release"
-    release.mkdir()
-    for name, data in PAYLOAD.items():
-        (release / name).write_bytes(data)
-    sign_release(release, key.private, version="1")
-    with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
+    with ReleaseServer(signed_release_files(folders / "release", PAYLOAD, key.private)) as srv:
         yield srv
 
 

@@ -22,8 +22,9 @@ from app.models.installed import default_destination
 from app.release import download
 from app.release.catalog import Endpoint, load_catalog
 from app.release.download import DownloadDeclined, FetchPlan, fetch_release
-from app.release.publish import KeyPair, keygen, sign_release
+from app.release.publish import KeyPair, keygen
 from tests.helpers.release_server import ReleaseServer
+from tests.helpers.signed_release_server import signed_release_files
 
 CATALOG = load_catalog()
 MODEL = CATALOG.quant("Q4_K_P").file
@@ -50,12 +51,7 @@ def key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KeyPair:
 
 @pytest.fixture
 def server(tmp_path: Path, key: KeyPair) -> Iterator[ReleaseServer]:
-    release = tmp_path / "release"
-    release.mkdir()
-    for name, data in PAYLOAD.items():
-        (release / name).write_bytes(data)
-    sign_release(release, key.private, version="1")
-    with ReleaseServer({p.name: p.read_bytes() for p in release.iterdir()}) as srv:
+    with ReleaseServer(signed_release_files(tmp_path / "release", PAYLOAD, key.private)) as srv:
         yield srv
 
 
