@@ -2,7 +2,9 @@
 install it: the release's ``redistrib_<version>.json`` names each component's archive with its sha256; the
 components a llama.cpp build needs are downloaded, checked and merged into one folder that then looks like an
 installed toolkit (``bin/nvcc.exe``, ``lib/x64/cublas.lib``, ``lib/x64/cuda.lib``, ``include/``), and
-``CUDA_PATH`` (for ``backend build --cuda``) and its ``bin`` go to the job's environment.
+``CUDA_PATH`` (for ``backend build --cuda``) and its ``bin`` go to the job's environment. With ``--platform
+linux-x86_64`` it does the same from the ``.tar.xz`` archives, for CUDA 12.x on Linux, whose PyPI nvcc wheel holds
+no nvcc (so ``backend cuda-toolkit`` cannot make that toolkit).
 
 No installer, no administrator, nothing but the parts needed (a few hundred MB instead of 3 GB).
 
@@ -17,6 +19,7 @@ import hashlib
 import json
 import shutil
 import sys
+import tarfile
 import tempfile
 import urllib.request
 import zipfile
@@ -81,17 +84,58 @@ def _download(url: str, dest: Path) -> str:
     return digest.hexdigest()
 
 
+def _inner(name: str, archive: Path) -> PurePosixPath | None:
+    """A member's path below the archive's top folder; None for the top folder itself; refused when it leaves."""
+    parts = PurePosixPath(name).parts
+    if len(parts) < 2:
+        return None
+    inner = PurePosixPath(*parts[1:])
+    if ".." in inner.parts or inner.is_absolute() or ":" in name or name.startswith("/"):
+        raise RedistError(f"{archive.name} holds {name!r}, a path outside its folder.")
+    return inner
+
+
+def _merge_tar(archive: Path, out: Path) -> int:
+    """A Linux component (``.tar.xz``): files and the symlinks of its libraries (``libcudart.so`` ->
+    ``libcudart.so.12``), each kept inside its folder."""
+    count = 0
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            inner = _inner(member.name, archive)
+            if inner is None or member.isdir():
+                continue
+            target = out.joinpath(*inner.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if member.issym():
+                link = PurePosixPath(member.linkname)
+                if link.is_absolute() or ".." in link.parts:
+                    raise RedistError(f"{archive.name}: {member.name} links to {member.linkname!r}, outside its "
+                                      "folder.")
+                target.unlink(missing_ok=True)
+                target.symlink_to(member.linkname)
+            elif member.isfile():
+                source = tar.extractfile(member)
+                assert source is not None
+                with source, target.open("wb") as dest:
+                    shutil.copyfileobj(source, dest)
+                target.chmod(0o755 if member.mode & 0o111 else 0o644)
+            else:
+                continue
+            count += 1
+    return count
+
+
 def merge(archive: Path, out: Path) -> int:
-    """The archive's files, without its top folder (``<component>-<platform>-<version>-archive/``), into ``out``."""
+    """The archive's files, without its top folder (``<component>-<platform>-<version>-archive/``), into ``out``:
+    a ``.zip`` (Windows) or a ``.tar.xz`` (Linux)."""
+    if archive.name.endswith((".tar.xz", ".tar.gz", ".tar")):
+        return _merge_tar(archive, out)
     count = 0
     with zipfile.ZipFile(archive) as zipped:
         for info in zipped.infolist():
-            parts = PurePosixPath(info.filename).parts
-            if info.is_dir() or len(parts) < 2:
+            inner = _inner(info.filename, archive)
+            if inner is None or info.is_dir():
                 continue
-            inner = PurePosixPath(*parts[1:])
-            if ".." in inner.parts or inner.is_absolute() or ":" in info.filename:
-                raise RedistError(f"{archive.name} holds {info.filename!r}, a path outside its folder.")
             target = out.joinpath(*inner.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
             with zipped.open(info) as source, target.open("wb") as dest:
@@ -123,8 +167,9 @@ def install(cuda: str, out: Path, *, base_url: str = BASE_URL, platform: str = P
             files = merge(archive, out)
             archive.unlink()
             print(f"  {component.name} {component.version}: {files} files", flush=True)
-    if platform.startswith("windows") and not (out / "bin" / "nvcc.exe").is_file():
-        raise RedistError(f"{out} has no bin/nvcc.exe after the merge.")
+    nvcc = out / "bin" / ("nvcc.exe" if platform.startswith("windows") else "nvcc")
+    if not nvcc.is_file():
+        raise RedistError(f"{out} has no bin/{nvcc.name} after the merge.")
     return components
 
 

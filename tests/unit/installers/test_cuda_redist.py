@@ -107,3 +107,50 @@ def test_the_cuda_runtime_dlls_go_beside_the_backend(tmp_path: Path) -> None:
     (cuda / "bin" / "x64" / "cublasLt64_13.dll").unlink()
     with pytest.raises(StepFailed, match=r"No cublasLt64_\*\.dll under"):
         release_steps.add_windows_runtime(lib, [vs], cuda_path=cuda)
+
+
+def _linux_redist(folder: Path, link_target: str = "libcudart.so.12") -> None:
+    """A CUDA 12 Linux redist: .tar.xz archives with an executable nvcc and a library's symlink."""
+    import io
+    import tarfile
+
+    index: dict[str, object] = {"release_label": "12.8.1"}
+    contents = {"cuda_cudart": [("lib/libcudart.so.12", b"ELF cudart", 0o644), ("lib/libcudart.so", link_target, 0)],
+                "cuda_nvcc": [("bin/nvcc", b"#!nvcc", 0o755), ("nvvm/bin/cicc", b"cicc", 0o755)],
+                "cuda_nvrtc": [("lib/libnvrtc.so.12", b"nvrtc", 0o644)],
+                "libcublas": [("lib/libcublas.so.12", b"cublas", 0o644)],
+                "cuda_cccl": [("include/cub/cub.cuh", b"cub", 0o644)]}
+    for name, members in contents.items():
+        rel = f"{name}/linux-x86_64/{name}-linux-x86_64-12.8.90-archive.tar.xz"
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w:xz") as tar:
+            for inner, data, mode in members:
+                info = tarfile.TarInfo(f"{name}-linux-x86_64-12.8.90-archive/{inner}")
+                if isinstance(data, str):
+                    info.type, info.linkname = tarfile.SYMTYPE, data
+                    tar.addfile(info)
+                else:
+                    info.size, info.mode = len(data), mode
+                    tar.addfile(info, io.BytesIO(data))
+        index[name] = {"version": "12.8.90", "linux-x86_64": {
+            "relative_path": rel, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "size": "1"}}
+    (folder / "redistrib_12.8.1.json").write_text(json.dumps(index))
+
+
+def test_a_linux_toolkit_keeps_its_library_links_and_executables(tmp_path: Path) -> None:
+    """CUDA 12 on Linux: PyPI's nvcc wheel has no nvcc, so the release's CUDA 12.8 job takes these archives."""
+    _linux_redist(tmp_path / "redist")
+    out = tmp_path / "cuda"
+    with release_steps.serve(tmp_path / "redist") as url:
+        cuda_redist.install("12.8.1", out, base_url=url, platform="linux-x86_64")
+    assert (out / "lib" / "libcudart.so").is_symlink() and (out / "lib" / "libcudart.so").read_bytes() == b"ELF cudart"
+    assert (out / "bin" / "nvcc").stat().st_mode & 0o111
+    assert not (out / "lib" / "libcublas.so.12").stat().st_mode & 0o111
+
+
+def test_a_library_link_out_of_the_toolkit_is_refused(tmp_path: Path) -> None:
+    _linux_redist(tmp_path / "redist", link_target="../../../etc/passwd")
+    with release_steps.serve(tmp_path / "redist") as url, pytest.raises(RedistError, match="outside its folder"):
+        cuda_redist.install("12.8.1", tmp_path / "cuda", base_url=url, platform="linux-x86_64")
+    assert not (tmp_path / "cuda" / "lib" / "libcudart.so").exists()

@@ -203,6 +203,10 @@ def test_release_builds_and_smoke_tests_with_the_projects_scripts() -> None:
         assert gather[gather.index("--os") + 1] == os_name
     assert ["installers/release_steps.py", "windows-runtime"] in step_scripts(jobs["cuda-windows"])
     assert ["installers/cuda_redist.py", "--cuda"] in step_scripts(jobs["cuda-windows"])
+    # CUDA 12 on Linux: PyPI's nvcc wheel holds no nvcc, so that build takes NVIDIA's redistributable archives too
+    linux = {m["cuda"]: m["toolkit"] for m in jobs["cuda-linux"]["strategy"]["matrix"]["include"]}
+    assert linux["13.0"] == "wheels" and linux["12.8"].startswith("12.8.")
+    assert ["installers/cuda_redist.py", "--cuda"] in step_scripts(jobs["cuda-linux"])
 
 
 def test_one_protected_job_signs_in_the_dry_runs_order() -> None:
