@@ -255,6 +255,11 @@ def _sentence(clause: str) -> str:
     return text if text.endswith(".") else text + "."
 
 
+def capital(clause: str) -> str:
+    """A clause of this module at the start of a line (a progress row): "The mirror …"; a host name stays as is."""
+    return "T" + clause[1:] if clause.startswith("the ") else clause
+
+
 def lower_first(sentence: str) -> str:
     """A sentence of this module after a colon: "Could not reach X: the name … could not be found"."""
     return "t" + sentence[1:] if sentence.startswith("The ") else sentence

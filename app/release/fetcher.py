@@ -518,11 +518,11 @@ class _Download:
                         break
                     delay = 0.0 if exc.immediate else self._backoff(attempt, exc.retry_after)
                     when = f"retrying in {_seconds(delay)}" if delay else "retrying now"
-                    self.progress.waiting(self.name, f"{exc.reason}; {when} (retry {attempt} of "
-                                                     f"{self.settings.retries})", delay)
+                    self.progress.waiting(self.name, net_failures.capital(
+                        f"{exc.reason}; {when} (retry {attempt} of {self.settings.retries})"), delay)
                     self.control.sleep(delay)
             if url != self.request.urls[-1]:
-                self.progress.event("retry", self.name, f"{words[-1]}; trying the next mirror")
+                self.progress.event("retry", self.name, net_failures.capital(f"{words[-1]}; trying the next mirror"))
         tried = ", ".join(self.request.urls)
         message = (f"Could not download {self.name}: {net_failures.lower_first(net_failures.joined_words(words))}"
                    f"\nTried: {tried}")

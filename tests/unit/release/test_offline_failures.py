@@ -144,7 +144,7 @@ def test_a_dead_mirror_and_an_unreachable_hub_are_both_named(tmp_path: Path) -> 
     assert "the mirror 127.0.0.1:" in first_line and "refused the connection" in first_line
     assert f"the name {NOWHERE} could not be found (DNS)" in first_line  # the hub is not left out
     assert [e.message for e in events if e.kind == "retry"] == [
-        f"the mirror 127.0.0.1:{mirror.split(':')[2].split('/')[0]} refused the connection (nothing listens at that "
+        f"The mirror 127.0.0.1:{mirror.split(':')[2].split('/')[0]} refused the connection (nothing listens at that "
         "address and port); trying the next mirror"]
     in_words(error.message)
 
