@@ -172,7 +172,7 @@ class AutoDrafting:
                     return None
                 auto.decided_at = str(data.get("decided_at") or auto.decided_at)
             return auto
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):  # Overflow: float() of 400 digits
             return None
 
 
