@@ -520,6 +520,8 @@ class BackendPage(QWidget):
                                     + (f" · about {duration_words(left)} left" if left is not None else ""))
             self.cancel_build_button.setText("Cancel build")
             self.cancel_token = None
+        elif job.outcome != "built":  # cancelled or failed: nothing was installed, the bar starts again at 0
+            self.progress.setValue(0)
         self._set_building(self.building)
 
     def cancel_build(self) -> None:
@@ -592,6 +594,7 @@ class BackendPage(QWidget):
         self.last_error = exc
         self.cancel_token = None
         self._set_building(False)
+        self.progress.setValue(0)
         if isinstance(exc, BuildCancelled):
             self.step_label.setText("Cancelled; no CUDA toolkit was installed. Wheels that finished downloading "
                                     "stay in the app's cache, so getting them again continues from there.")
@@ -621,6 +624,7 @@ class BackendPage(QWidget):
     def _build_failed(self, exc: Exception) -> None:
         self.last_error = exc
         self._set_building(self.building)
+        self.progress.setValue(0)  # never a bar left at 94% by a build that installed nothing (issue 36 item 9)
         if isinstance(exc, BuildCancelled):
             self.step_label.setText("Build cancelled; nothing was installed. Building again resumes from the "
                                     "cached build tree.")
@@ -801,6 +805,7 @@ class BackendPage(QWidget):
         self.last_error = exc
         self.cancel_token = None
         self._set_building(False)
+        self.progress.setValue(0)
         if isinstance(exc, BuildCancelled):
             self.step_label.setText("Install cancelled; nothing was installed.")
             return
