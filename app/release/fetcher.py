@@ -233,15 +233,10 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
     results: dict[str, FetchedFile] = {}
     errors: list[BaseException] = []
     expired = threading.Event()
-    timer: threading.Timer | None = None
+    finished = threading.Event()
     if deadline is not None:
-        def expire() -> None:  # the workers put their bytes down as on a cancel; the words say "too slow"
-            expired.set()
-            batch.cancel()
-
-        timer = threading.Timer(max(0.0, deadline), expire)
-        timer.daemon = True
-        timer.start()
+        threading.Thread(target=_watch_deadline, args=(deadline, user, batch, expired, finished), daemon=True,
+                         name="fetch-deadline").start()
     downloads = [_Download(r, staging_dir, settings, batch, progress) for r in requests]
     try:
         workers = max(1, min(max_workers, len(requests)))
@@ -258,8 +253,7 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
                     results[fetched.name] = fetched
             errors = [exc for _, exc in sorted(failed, key=lambda pair: pair[0])]  # named in request order
     finally:
-        if timer is not None:
-            timer.cancel()
+        finished.set()
         unlink_user()
         unlink_batch()
     if user.cancelled:
@@ -267,8 +261,9 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
         raise DownloadCancelled(f"Download cancelled; {format_bytes(kept)} kept in .part files in {staging_dir}.",
                                 RESUME_ADVICE)
     real = [e for e in errors if not isinstance(e, DownloadCancelled)]
-    if not real and expired.is_set() and deadline is not None:
-        real = [_too_slow([d for d in downloads if d.name not in results], deadline, progress)]
+    unfinished = [d for d in downloads if d.name not in results]
+    if not real and expired.is_set() and deadline is not None and unfinished:
+        real = [_too_slow(unfinished, deadline, progress)]
     if real or errors:
         first = (real or errors)[0]
         if isinstance(first, NetworkDownloadError):
@@ -278,6 +273,21 @@ def fetch_files(requests: Sequence[FileRequest], staging_dir: Path, *, token: st
         raise first
     progress.event("done", "", f"{len(results)} file(s) in {staging_dir}")
     return {r.name: results[r.name] for r in requests}
+
+
+def _watch_deadline(seconds: float, user: FetchControl, batch: FetchControl, expired: threading.Event,
+                    finished: threading.Event) -> None:
+    """Stop the batch once it has run ``seconds`` (time paused by the user does not count): the workers put their
+    bytes down as on a cancel, and the batch's error says "too slow"."""
+    left = max(0.0, seconds)
+    while left > 0:
+        started = time.monotonic()
+        if finished.wait(min(left, 0.25)):
+            return
+        if not user.paused:
+            left -= time.monotonic() - started
+    expired.set()
+    batch.cancel()
 
 
 def small_file_deadline() -> float:

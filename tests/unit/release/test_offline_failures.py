@@ -29,7 +29,7 @@ from app.core.errors import DownloadError
 from app.machines.remote_client import RemoteClient
 from app.machines.remote_servers import RemoteServer
 from app.release import fetcher, updates
-from app.release.fetcher import FetchEvent, FileRequest, NetworkDownloadError, fetch_files, pid_folder
+from app.release.fetcher import FetchControl, FetchEvent, FileRequest, NetworkDownloadError, fetch_files, pid_folder
 from app.release.updates import UpdateSource, check_for_update
 from tests.helpers.release_server import Fault, ReleaseServer
 
@@ -352,3 +352,27 @@ def test_a_lookup_that_never_ends_is_given_up_in_time(monkeypatch: pytest.Monkey
         assert asked == ["hub.example"]
     finally:
         release.set()
+
+
+def test_time_paused_by_the_user_does_not_count_against_the_deadline(server: ReleaseServer, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fetcher.DEADLINE_ENV, "0.5")
+    control = FetchControl()
+    control.pause()  # paused before it starts: nothing is requested while paused
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(fetch_files([FileRequest(NAME, [server.url(NAME)], max_size=1 << 20)], tmp_path,
+                                       control=control))
+        except Exception as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(timeout=1.5)  # three deadlines' worth of pause
+    assert worker.is_alive() and not outcome  # still waiting, not "too slow"
+    control.resume()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert isinstance(outcome[0], dict) and (tmp_path / NAME).read_bytes() == DATA
