@@ -30,6 +30,7 @@ from app.machines.remote_client import RemoteClient
 from app.machines.remote_servers import RemoteServer
 from app.release import fetcher, updates
 from app.release.fetcher import FetchControl, FetchEvent, FileRequest, NetworkDownloadError, fetch_files, pid_folder
+from app.release.hub_hash import HubOrigin, hub_file_info
 from app.release.updates import UpdateSource, check_for_update
 from tests.helpers.release_server import Fault, ReleaseServer
 
@@ -376,3 +377,13 @@ def test_time_paused_by_the_user_does_not_count_against_the_deadline(server: Rel
     worker.join(timeout=30)
     assert not worker.is_alive()
     assert isinstance(outcome[0], dict) and (tmp_path / NAME).read_bytes() == DATA
+
+
+def test_the_hub_hash_check_offline_is_words() -> None:
+    origin = HubOrigin("fastmtp/model", "main", "model.gguf")
+    for endpoint, words in ((f"http://127.0.0.1:{closed_port()}", "refused the connection"),
+                            (f"https://{NOWHERE}", f"the name {NOWHERE} could not be found (DNS)")):
+        with pytest.raises(DownloadError) as caught:
+            hub_file_info(origin, endpoint=endpoint, timeout=5)
+        assert caught.value.message.startswith("The hub could not be read: ") and words in caught.value.message
+        in_words(str(caught.value))
