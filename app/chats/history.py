@@ -55,12 +55,15 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id,
 # 3: ``conversations.pinned``: 1 keeps a chat at the top of the list (the sidebar's "Pin"), 0 for older rows.
 # 4: ``messages.version_of``: a regenerated reply's versions share the id of the first (NULL: one version only).
 # 5: ``messages.shown``: 1 for the version the conversation goes on from (every older row), 0 for the others.
+# 6: ``messages.branch_of``: the version of an edited user message this message follows (its branch), NULL for the
+#    messages of every branch (every older row): editing a message keeps the old one and what followed as a version.
 MIGRATIONS: list[tuple[int, str]] = [
     (1, "ALTER TABLE messages ADD COLUMN complete INTEGER NOT NULL DEFAULT 1"),
     (2, "ALTER TABLE messages ADD COLUMN drafts TEXT"),
     (3, "ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0"),
     (4, "ALTER TABLE messages ADD COLUMN version_of INTEGER"),
     (5, "ALTER TABLE messages ADD COLUMN shown INTEGER NOT NULL DEFAULT 1"),
+    (6, "ALTER TABLE messages ADD COLUMN branch_of INTEGER"),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 EXPORT_FORMAT = "fastmtp-chat-history/1"
@@ -72,6 +75,7 @@ _CONVERSATION_COLUMNS = "id, title, system_prompt, settings, created, updated, p
 # a message's version group as stored, read only where it is a message id: a damaged ``version_of`` (text, a real;
 # an imported or hand-edited row) counts as no group, so the message is a reply with one version, never a lockout
 _VERSION_OF = "(CASE WHEN typeof(version_of) = 'integer' THEN version_of END)"
+_BRANCH_OF = "(CASE WHEN typeof(branch_of) = 'integer' THEN branch_of END)"  # likewise: damaged reads as none
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions of a database file, kept with it
 _DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
@@ -267,10 +271,10 @@ class HistoryStore:
         self.get(conversation_id)
         now = time.time()
         cur = self._run(
-            "INSERT INTO messages (conversation_id, role, content, stats, created, complete, drafts) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO messages (conversation_id, role, content, stats, created, complete, drafts, branch_of) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (conversation_id, role, content, json.dumps(stats) if stats is not None else None, now, int(complete),
-             _drafts_json(drafts, content)))
+             _drafts_json(drafts, content), self._branch_for_new(conversation_id)))
         self._run("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return int(cur.lastrowid or 0)
 
@@ -299,6 +303,51 @@ class HistoryStore:
         new = self.add_message(conversation_id, role, "", complete=False)
         self._run("UPDATE messages SET version_of = ? WHERE id = ?", (first, new))
         return new
+
+    def edit_branch(self, message_id: int, content: str) -> int:
+        """Edit-and-resend keeps what it replaces (issue 36 item 9), as regenerate does: the user message
+        ``message_id`` becomes one version of it, hidden with everything that followed it (they stay its branch,
+        shown again with it by its ‹ › arrows), and the edited text is added as the shown version, whose id is
+        returned; the new reply follows it."""
+        rows = self._rows(f"SELECT conversation_id, role, COALESCE({_VERSION_OF}, id), {_BRANCH_OF} FROM messages "
+                          "WHERE id = ?", (message_id,))
+        if not rows or _text(rows[0][1]) != "user":
+            raise HistoryError(f"There is no user message {message_id} in the history to edit.",
+                               "List the chat's messages with: python -m app history show ID")
+        conversation_id, first, branch = int(rows[0][0]), int(rows[0][2]), rows[0][3]
+        self._run("BEGIN")
+        try:
+            # what followed the edited message in its branch becomes its branch (a version that was edited before
+            # has its own followers already)
+            self._run(f"UPDATE messages SET branch_of = ? WHERE conversation_id = ? AND id > ? AND {_BRANCH_OF} IS ? "
+                      f"AND COALESCE({_VERSION_OF}, id) != ?", (message_id, conversation_id, message_id, branch, first))
+            self._run(f"UPDATE messages SET version_of = ?, shown = 0 WHERE COALESCE({_VERSION_OF}, id) = ? AND "
+                      "conversation_id = ?", (first, first, conversation_id))
+            now = time.time()
+            cur = self._run("INSERT INTO messages (conversation_id, role, content, stats, created, complete, "
+                            "version_of, shown, branch_of) VALUES (?, 'user', ?, NULL, ?, 1, ?, 1, ?)",
+                            (conversation_id, content, now, first, branch))
+            self._run("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+            self._run("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise
+        return int(cur.lastrowid or 0)
+
+    def _branch_for_new(self, conversation_id: int) -> int | None:
+        """The branch a message added now belongs to: that of the last message shown (a shown edited version is
+        a branch of its own); None in a conversation that was never edited."""
+        edited = self._rows(f"SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' AND "
+                            f"{_VERSION_OF} IS NOT NULL LIMIT 1", (conversation_id,))
+        if not edited:
+            return None
+        shown = self.messages(conversation_id)
+        if not shown:
+            return None
+        rows = self._rows(f"SELECT role, {_VERSION_OF}, {_BRANCH_OF} FROM messages WHERE id = ?", (shown[-1].id,))
+        role, version_of, branch = rows[0]
+        return shown[-1].id if role == "user" and version_of is not None else branch
 
     def versions(self, message_id: int) -> list[StoredMessage]:
         """Every version of the message (oldest first; the message alone when it has one version)."""
@@ -381,7 +430,21 @@ class HistoryStore:
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         """The conversation as shown: of a regenerated reply only its shown version (``versions`` has all)."""
-        return self._messages("WHERE conversation_id = ? AND shown = 1", (conversation_id,))
+        shown = self._messages("WHERE conversation_id = ? AND shown = 1", (conversation_id,))
+        branches = {int(r[0]): r[1] for r in self._rows(
+            f"SELECT id, {_BRANCH_OF} FROM messages WHERE conversation_id = ? AND {_BRANCH_OF} IS NOT NULL",
+            (conversation_id,))}
+        if not branches:
+            return shown
+        kept: list[StoredMessage] = []
+        kept_ids: set[int] = set()
+        for message in shown:  # in id order: a branch's version comes before what follows it
+            branch = branches.get(message.id)
+            if branch is None or branch in kept_ids:  # a branch shows only while its edited version does
+                kept.append(message)
+                kept_ids.add(message.id)
+        return kept
+
 
     def _messages(self, where: str, params: tuple[Any, ...]) -> list[StoredMessage]:
         rows = self._rows("SELECT id, conversation_id, role, content, stats, created, complete, drafts "

@@ -599,6 +599,7 @@ class MainWindow(QMainWindow):
         self.remember_state()
         self.build_job.cancel()  # nothing half-built is installed
         self.settings_page.machines.close_with_app()  # the served llama-server stops unless it should stay
+        self.chat_page.close_with_app()  # a reply cut by quitting is saved marked "interrupted"
         self.bridge.close()
         wait_for_all(10_000)
         if self._owns_history:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
@@ -40,7 +41,7 @@ from app.gui.chat.alert_strip import alert_strip
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat.chat_view import ChatEntry, ChatView
 from app.gui.chat.context_strip import ContextMeter, CutNotice, LimitBanner, TrimNote, reading_label
-from app.gui.chat.messages import entry_from_stored
+from app.gui.chat.messages import INTERRUPTED_STATS, STOP_WORDS, entry_from_stored
 from app.gui.chat.sidebar import Sidebar
 from app.gui.shell.engine_bridge import EngineBridge
 from app.gui.shell.palette import Palette
@@ -135,6 +136,8 @@ class ChatPage(QWidget):
         self._loading = False  # a model load (or the demo model being written first) is under way
         self._waiting: str | None = None  # a message sent while loading: sent once the model is ready
         self._waiting_entry: ChatEntry | None = None  # its place in the transcript, marked as waiting
+        # typed but unsent text of each chat (None: the new chat), kept while another chat is open (issue 36 item 9)
+        self._drafts: dict[int | None, str] = {}
         # Auto drafting's hook (the window's): the configuration to load before the next message is sent, or None
         self.switch_before_send: Callable[[], EngineConfig | None] | None = None
         self.chat_settings = ChatSettings()  # the declared chat defaults (max tokens: CHAT_MAX_TOKENS)
@@ -297,14 +300,36 @@ class ChatPage(QWidget):
             self._status(BUSY_STATUS)
             return
         self._unwait()
+        self._stash_draft()
         self.conversation_id = None
         self.set_chat_settings(replace(self.chat_settings, overflow=self.default_overflow))
         self.chat.show_conversation([])
+        self._restore_draft()
         self._show_context(None)
         self.sidebar.set_current(None)
         self.state_changed.emit()
         if self.chat.isVisible():
             self.chat.input.setFocus(Qt.FocusReason.ShortcutFocusReason)  # type the first message at once
+
+    def _stash_draft(self) -> None:
+        """The open chat's typed, unsent text is kept for it (not an edit of a sent message: that is the message's)."""
+        text = self.chat.input.toPlainText()
+        if self.chat.editing is None and text.strip():
+            self._drafts[self.conversation_id] = text
+        elif self.chat.editing is None:
+            self._drafts.pop(self.conversation_id, None)
+        if self.chat.editing is None:
+            self.chat.input.clear()
+
+    def _restore_draft(self) -> None:
+        """The opened chat's own unsent text back in the box (empty when it had none)."""
+        text = self._drafts.pop(self.conversation_id, "")
+        self.chat.input.setPlainText(text)
+        self.chat.input.moveCursor(QTextCursor.MoveOperation.End)
+
+    def draft_of(self, conversation_id: int | None) -> str:
+        """A chat's kept unsent text (the open chat's is in the box; for tests)."""
+        return self._drafts.get(conversation_id, "")
 
     def focus_search(self) -> None:
         """The cursor in the sidebar's search box, its text selected (to type over)."""
@@ -348,11 +373,13 @@ class ChatPage(QWidget):
             self.sidebar.set_current(self.conversation_id)
             return
         self._unwait()
+        self._stash_draft()
         self.conversation_id = conversation_id
         conversation = self.history.get(conversation_id)
         self.set_chat_settings(ChatSettings.from_conversation(conversation.system_prompt, conversation.settings))
         messages = self.history.messages(conversation_id)
         self.chat.show_conversation(messages, self.history.version_ids(conversation_id))
+        self._restore_draft()
         last = messages[-1] if messages else None
         self._show_context(last.stats if last is not None and last.role == "assistant" and last.stats else None)
         self.sidebar.set_current(conversation_id)
@@ -414,11 +441,25 @@ class ChatPage(QWidget):
         it (the history's ``messages``, which the engine is sent, has the shown versions)."""
         if (self.bridge.busy and not self.bridge.loading) or not 0 <= index < len(self.chat.entries):
             return
-        target = self.chat.entries[index].version_step(step)
+        entry = self.chat.entries[index]
+        target = entry.version_step(step)
         if target is not None:
             with contextlib.suppress(HistoryError):  # deleted meanwhile (``python -m app history delete``)
                 self.history.show_version(target)
-                self._redraw_version(index, target)
+                if entry.role == "user":  # an edited message: what follows is that version's branch
+                    self._redraw_branch()
+                else:
+                    self._redraw_version(index, target)
+
+    def _redraw_branch(self) -> None:
+        """The transcript from the history again, after an edited message switched to another of its versions
+        (the messages after it are that version's)."""
+        if self.conversation_id is None:
+            return
+        messages = self.history.messages(self.conversation_id)
+        self.chat.show_conversation(messages, self.history.version_ids(self.conversation_id))
+        last = messages[-1] if messages else None
+        self._show_context(last.stats if last is not None and last.role == "assistant" and last.stats else None)
 
     def _redraw_version(self, index: int, message_id: int) -> None:
         """The transcript's ``index``-th message becomes the saved version ``message_id``, drawn where the
@@ -432,16 +473,36 @@ class ChatPage(QWidget):
         self.chat.redraw(keep_place=True)
 
     def resend_edited(self, index: int, text: str) -> None:
-        """A user message was edited: it and everything after it are replaced, and the reply streams again."""
+        """A user message was edited: the edited text becomes a new version of it and the reply streams again;
+        the old message and everything after it stay, as its other version (‹ ›), as regenerate keeps replies."""
         conversation = self._current_conversation()
         if not self._can_generate() or conversation is None or index >= len(self.chat.entries):
             return
         edited = self.chat.entries[index]
+        message_id: int | None = None
         if edited.message_id is not None:
-            self.history.delete_messages_from(conversation.id, edited.message_id)
+            with contextlib.suppress(HistoryError):  # its row is gone (deleted meanwhile): a plain new message
+                message_id = self.history.edit_branch(edited.message_id, text)
+        if message_id is None:
+            message_id = self.history.add_message(conversation.id, "user", text)
+        versions = self.history.versions(message_id)
         self.chat.truncate(index)
-        self.chat.add_user(text, self.history.add_message(conversation.id, "user", text))
+        self.chat.add_user(text, message_id, tuple(v.id for v in versions) if len(versions) > 1 else ())
         self._generate(conversation)
+
+    def close_with_app(self) -> None:
+        """The window closes while a reply streams: what it said so far is saved marked "interrupted" (its footer
+        says so when the chat is opened again), before the engine stops (issue 36 item 9)."""
+        entry = self.chat.streaming_entry()
+        message, conversation = self._reply_message, self._reply_conversation
+        if entry is None or message is None or conversation is None:
+            return
+        self._save_timer.stop()
+        self._reply_message = self._reply_conversation = self._reply_replaces = None
+        with contextlib.suppress(HistoryError):
+            self.history.update_message(message, entry.text, dict(INTERRUPTED_STATS), complete=False,
+                                        drafts=entry.draft_ranges())
+        entry.footer = STOP_WORDS["interrupted"]
 
     def stop_reply(self) -> None:
         """Esc: stop the reply as it streams (nothing while the model loads)."""
@@ -468,7 +529,7 @@ class ChatPage(QWidget):
         if waiting is not None:
             typed = self.chat.input.toPlainText().strip()
             self.chat.input.setPlainText(waiting + ("\n\n" + typed if typed else ""))
-            self._status("Loading the model… your waiting message is back in the box")
+            self._status("Loading the model… your waiting message was not sent: it is back in its chat's box")
 
     def _take_waiting(self) -> str | None:
         """The waiting message's text, its transcript entry removed (``send`` shows it again, saved)."""
@@ -700,12 +761,16 @@ class ChatPage(QWidget):
                                                    conversation.settings)
         for message in exchange:
             self.history.add_message(created, message.role, message.content, message.stats)
+        carried_text = None
         if unanswered and last_user is not None:  # it was not answered: back into the box, not lost
             self.history.delete_messages_from(conversation.id, messages[last_user].id)
             typed = self.chat.input.toPlainText().strip()
-            self.chat.input.setPlainText(messages[last_user].content + ("\n\n" + typed if typed else ""))
+            carried_text = messages[last_user].content + ("\n\n" + typed if typed else "")
+            self.chat.input.clear()  # it goes with the new chat, not kept as the old one's draft
         self.sidebar.refresh()
         self.open_conversation(created)
+        if carried_text is not None:
+            self.chat.input.setPlainText(carried_text)
         self.notice.emit("A new chat carries the last exchange")
 
     def _prompt_progress(self, event: dict[str, Any]) -> None:

@@ -253,8 +253,9 @@ class ChatView(QWidget):
         self.hud.reset()
         self.redraw()
 
-    def add_user(self, text: str, message_id: int | None = None) -> ChatEntry:
-        entry = ChatEntry("user", [(text, "user")], message_id=message_id)
+    def add_user(self, text: str, message_id: int | None = None, version_ids: tuple[int, ...] = ()) -> ChatEntry:
+        """A sent message; ``version_ids``: an edited message's versions (its ‹ › arrows)."""
+        entry = ChatEntry("user", [(text, "user")], message_id=message_id, version_ids=version_ids)
         self.entries.append(entry)
         if len(self.entries) >= 2 and self.entries[-2].role == "assistant":
             self._paint.refresh_header(len(self.entries) - 2)  # no longer the last reply: no "regenerate" link

@@ -102,8 +102,11 @@ def entry_from_stored(message: StoredMessage, version_ids: tuple[int, ...] = ())
     if at < len(message.content) or not pieces:
         pieces.append((message.content[at:], own))
     entry = ChatEntry(message.role, pieces, message_id=message.id, version_ids=version_ids)
-    if message.role == "assistant" and message.stats:
+    if message.role == "assistant" and message.stats and message.stats.get("stop_reason") != "interrupted":
         entry.footer = describe_reply({"stats": message.stats, "stop_reason": message.stats.get("stop_reason")})
+    elif message.role == "assistant" and not message.complete:  # saved as it streamed, never finished
+        reason = (message.stats or {}).get("stop_reason")
+        entry.footer = STOP_WORDS["interrupted"] if reason == "interrupted" else UNFINISHED_WORDS
     return entry
 
 
@@ -133,4 +136,8 @@ STOP_WORDS = {
     "context_full": "cut: the context is full",
     "cancelled": "stopped (cancelled)",
     "stop": "ended at a stop word",
+    "interrupted": "interrupted: the app was closed before the reply ended",
 }
+# a reply saved as it streamed that never finished and says no more (the app was killed, or an error ended it)
+UNFINISHED_WORDS = "interrupted: the reply did not finish"
+INTERRUPTED_STATS: dict[str, Any] = {"stop_reason": "interrupted"}  # what a reply cut by quitting is saved with

@@ -306,7 +306,7 @@ def test_thinking_switch_regenerate_and_edit_resend_against_the_engine(
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].created > first_reply.created
     assert [e.role for e in window.chat_page.chat.entries] == ["user", "assistant"]
 
-    # edit-and-resend: the user message is replaced and everything after it goes
+    # edit-and-resend: the edited message and a new reply are shown; the old ones stay a version (issue 36 item 9)
     window.chat_page.chat.activate_link(QUrl("edit:0"))
     assert window.chat_page.chat.input.toPlainText() == "First question about lighthouses"
     window.chat_page.chat.input.setPlainText("A better question about ships")
@@ -316,6 +316,8 @@ def test_thinking_switch_regenerate_and_edit_resend_against_the_engine(
     assert [(m.role, m.content) for m in stored][:1] == [("user", "A better question about ships")]
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].complete
     assert "First question" not in window.chat_page.chat.transcript_text()
+    assert [v.content for v in window.history.versions(stored[0].id)] == ["First question about lighthouses",
+                                                                          "A better question about ships"]
 
     # reopening the chat restores its thinking switch
     window.chat_page.thinking_box.setChecked(True)

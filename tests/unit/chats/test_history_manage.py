@@ -43,7 +43,7 @@ def test_a_version_2_history_gains_pins_and_keeps_its_chats(tmp_path: Path) -> N
     store.set_pinned(1, True)
     assert [c.title for c in store.conversations()] == ["older chat", "newer chat"]
     store.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     reopened = HistoryStore(path)  # the migration ran once: opening again changes nothing
     assert reopened.get(1).pinned and not reopened.get(2).pinned
     reopened.close()

@@ -36,7 +36,7 @@ def test_a_version_3_history_opens_with_every_message_shown(tmp_path: Path) -> N
     assert [m.content for m in store.messages(1)] == ["hello", "hi there"]
     assert [m.content for m in store.versions(2)] == ["hi there"]  # one version: itself
     store.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
 
 
 def test_regenerate_keeps_the_earlier_reply_as_a_version(tmp_path: Path) -> None:
