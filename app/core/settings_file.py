@@ -147,11 +147,15 @@ def load_json_object(path: Path) -> dict[str, Any] | None:
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON atomically (a temporary file beside ``path``, named for this process so
-    two processes never share one, renamed over it). On ``OSError`` the temporary file is removed and the
-    error raised for the caller to word; the old file is untouched."""
+    two processes never share one, created exclusively and never through a link, renamed over it). On ``OSError``
+    the temporary file is removed and the error raised for the caller to word; the old file is untouched."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        temporary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()  # a leftover, or a link planted at this predictable name: removed, never written through
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(data, indent=2) + "\n")
         os.replace(temporary, path)
     except OSError:
         with contextlib.suppress(OSError):

@@ -137,3 +137,16 @@ def test_gguf_counts_and_release_writers_refuse_or_replace_planted_links(tmp_pat
     sign_release(release, key.private, version="1")
     assert not (release / INTEG.manifest).is_symlink() and (release / INTEG.checksums).is_file()
     assert outside.read_text() == "precious\n"
+
+
+def test_state_files_are_never_written_through_a_planted_temporary_name(tmp_path: Path) -> None:
+    from app.core import settings_file
+
+    outside = tmp_path / "outside"
+    outside.write_text("precious\n")
+    target = tmp_path / "serve.json"  # the cache folder is writable by whoever could forge serve.json
+    (tmp_path / f".serve.json.{os.getpid()}.tmp").symlink_to(outside)
+    settings_file.write_json(target, {"pid": 2})
+    assert outside.read_text() == "precious\n"
+    assert json.loads(target.read_text()) == {"pid": 2} and not target.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outside", "serve.json"]
