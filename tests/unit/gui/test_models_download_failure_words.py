@@ -89,3 +89,16 @@ def test_a_failure_after_bytes_were_kept_says_resume(qtbot: QtBot, page: ModelsP
     text = page.step_label.text()
     assert f"127.0.0.1:{server.port} had a server error (HTTP 503)" in text, text
     assert "Press Download again to resume" in text, text
+
+
+def test_a_dead_mirror_and_an_unreachable_hub_are_both_named(qtbot: QtBot, page: ModelsPage,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models_page, "endpoints_for", lambda: [
+        Endpoint(kind="plain", url="http://127.0.0.1:1/"), Endpoint(kind="hf", url="https://fastmtp-hub.invalid")])
+    error = _fail(qtbot, page)
+    assert [f.kind for f in error.failures] == ["connection-refused", "name-not-resolved"]
+    text = page.step_label.text()
+    assert "127.0.0.1:1 refused the connection" in text, text  # the mirror ...
+    assert "the name fastmtp-hub.invalid could not be found (DNS)" in text, text  # ... and the hub, not only one
+    for english in ENGLISH:
+        assert english not in text, text
