@@ -48,7 +48,7 @@ def _move(src: Path, target: Path, expected_sha256: str | None) -> None:
                              "Free some space or pick another folder with --dest.", kind="install-no-room")
     tmp, handle = safe_paths.new_temporary(target)  # a unique name: a link planted in --dest is never written
     try:
-        with src.open("rb") as reader, handle as writer:
+        with handle as writer, src.open("rb") as reader:
             shutil.copyfileobj(reader, writer, 1 << 20)
             writer.flush()
             os.fsync(writer.fileno())

@@ -150,3 +150,25 @@ def test_state_files_are_never_written_through_a_planted_temporary_name(tmp_path
     assert outside.read_text() == "precious\n"
     assert json.loads(target.read_text()) == {"pid": 2} and not target.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["outside", "serve.json"]
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir() or os.stat("/dev/shm").st_dev == os.stat(Path.cwd()).st_dev,
+                    reason="needs a second file system")
+def test_a_move_across_file_systems_copies_under_a_unique_name(tmp_path: Path) -> None:
+    import hashlib
+    import tempfile
+
+    from app.release.install import _move
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+        dest = Path(other)
+        outside = tmp_path / "outside"
+        outside.write_text("precious\n")
+        (dest / f".{MODEL}.incoming-{os.getpid()}").symlink_to(outside)  # the old fixed temporary name
+        (dest / MODEL).symlink_to(outside)
+        src = tmp_path / MODEL
+        src.write_bytes(PAYLOAD[MODEL])
+        _move(src, dest / MODEL, hashlib.sha256(PAYLOAD[MODEL]).hexdigest())
+        assert (dest / MODEL).read_bytes() == PAYLOAD[MODEL] and not (dest / MODEL).is_symlink()
+        assert outside.read_text() == "precious\n" and not src.exists()
+        assert not list(dest.glob("*.incoming"))
