@@ -66,9 +66,9 @@ class NetFailure:
         """The failure as a clause that starts in lower case: "huggingface.co could not be found (DNS)"."""
         who = self.who
         seconds = f" {_seconds(self.seconds)}" if self.seconds else ""
+        name = f"the {self.role}'s name {self.host}" if self.role else f"the name {self.host}"
         words: dict[str, str] = {
-            "name-not-resolved": f"the name {who} could not be found (DNS): no internet connection, or a wrong "
-                                 "address",
+            "name-not-resolved": f"{name} could not be found (DNS): no internet connection, or a wrong address",
             "no-network": f"{who} cannot be reached: this machine has no network connection",
             "connection-refused": f"{who} refused the connection (nothing listens at that address and port)",
             "connect-timeout": f"{who} did not answer (timed out while connecting)",

@@ -102,6 +102,8 @@ def test_real_transport_errors_get_their_kind_and_words() -> None:
                     f"port); the name {NOWHERE} could not be found (DNS): no internet connection, or a wrong "
                     "address.")
     assert "Errno" in first.detail  # the technical words are kept, for a tooltip or a log
+    mirror_name = net_failures.describe(unknown.value, f"https://{NOWHERE}/x", role="mirror")
+    assert mirror_name.clause().startswith(f"the mirror's name {NOWHERE} could not be found (DNS)")
     assert "offline" in net_failures.advice([second]) and "running" in net_failures.advice([first])
     assert net_failures.from_status(503, "http://h:1/x").retryable
     assert net_failures.from_status(429, "http://h/x").clause() == "h is busy: too many requests (HTTP 429)"
