@@ -60,7 +60,7 @@ def check_engine_numbers(n_threads: int | None, n_batch: int, n_ctx: int, n_gpu_
     """Refuse, in words, counts llama.cpp would overflow on or abort with (``bad-usage``: exit 2). A context of 0
     is Auto's, resolved before the load."""
     problems = engine_number_problems(n_threads=n_threads, n_batch=n_batch, n_ctx=n_ctx or None,
-                                      n_gpu_layers=n_gpu_layers)
+                                      n_gpu_layers=n_gpu_layers, ctx_min=1)  # Auto may fit less than a user may ask
     if problems:
         raise FastMTPError(f"Not loading the model: {'; '.join(problems)}.", LIMITS_ADVICE, kind="bad-usage")
 
