@@ -78,7 +78,7 @@ def floor(env: dict[str, str]) -> int:
 
 def test_rolled_back_expired_and_unversioned_feeds_exit_4_before_any_archive(
         feed: SignedFeed, signed: Signed, machine: dict[str, str], tmp_path: Path) -> None:
-    assert run_app(machine, "trust", "add", str(signed.public), "--json").returncode == 0
+    assert run_app(machine, "trust", "add", str(signed.public), "--repo", backend_repo(), "--json").returncode == 0
     no_fit = ("--gpu-arch", "61", "--driver", "590")  # the feed verifies, then nothing fits: no install needed
     done, _ = install(machine, served(feed, signed, tmp_path / "v200", version=200), *no_fit)
     assert done.returncode == 1 and last_json(done)["kind"] == "no-fitting-archive", done.stdout + done.stderr

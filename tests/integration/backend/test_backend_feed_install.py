@@ -21,6 +21,7 @@ import pytest
 
 from app.backend.feed import FEED_NAME, write_feed
 from app.backend.registry import BackendManifest
+from app.backend.signing import backend_repo
 from app.release import signing
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import ReleaseServer
@@ -161,7 +162,7 @@ def test_a_feed_signed_by_another_key_is_refused_naming_the_fingerprints(
     forged = tmp_path / "forged"
     write_feed(list(feed.archives.values()), other, forged)
     files = dict(feed.served(), **{p.name: p.read_bytes() for p in forged.iterdir()})
-    assert run_app(machine, "trust", "add", str(signed.public), "--json").returncode == 0
+    assert run_app(machine, "trust", "add", str(signed.public), "--repo", backend_repo(), "--json").returncode == 0
     with ReleaseServer(files) as server:
         done = run_app(machine, "backend", "install", "--feed", server.url(FEED_NAME), "--gpu-arch", "89",
                        "--driver", "560", "--json")

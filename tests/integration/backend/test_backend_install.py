@@ -178,7 +178,7 @@ def test_an_untrusted_key_is_refused_without_a_terminal(signed: Signed, machine:
 def test_a_key_other_than_the_trusted_one_is_a_hard_stop(signed: Signed, machine: dict[str, str],
                                                          tmp_path: Path) -> None:
     keys = json.loads(run_app(machine, "release", "keygen", "--out", str(tmp_path / "k2"), "--json").stdout)
-    assert run_app(machine, "trust", "add", keys["public"], "--json").returncode == 0
+    assert run_app(machine, "trust", "add", keys["public"], "--repo", REPO, "--json").returncode == 0
     done = run_app(machine, "backend", "install", str(signed.archive), "--json")
     assert_refused(done, machine, "THE PUBLISHER KEY HAS CHANGED", signed.fingerprint)
     wrong = run_app(machine, "backend", "install", str(signed.archive), "--trust-fingerprint", keys["fingerprint"],
