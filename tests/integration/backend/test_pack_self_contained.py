@@ -208,3 +208,28 @@ def test_the_in_place_rewrite_keeps_the_binary_whole(toolkit: Path, tmp_path: Pa
     shutil.copy2(toolkit / BLAS_LT, tmp_path / BLAS_LT)
     shutil.rmtree(toolkit.parent)
     assert load_and_call(lib, "f", 2) == 7
+
+
+def test_a_cuda_build_installs_with_its_runtime_beside_it(toolkit: Path, tmp_path: Path) -> None:
+    """The build's install step (builder._install) copies what the new libraries need from the toolkit's folders,
+    so the installed backend already runs with $ORIGIN alone, here as on a driver-only machine."""
+    from app.backend.builder import _install
+
+    tree, build_dir, staging = tmp_path / "tree", tmp_path / "build", tmp_path / "staging"
+    (tree / "llama_cpp").mkdir(parents=True)
+    (tree / "llama_cpp" / "__init__.py").write_text("")
+    (build_dir / "bin").mkdir(parents=True)
+    gcc(build_dir / "bin" / "libggml-cuda.so", "int blas_gemm(int);\nint g(int x) { return blas_gemm(x); }\n",
+        f"-L{toolkit}", f"-l:{BLAS}", f"-Wl,-rpath-link,{toolkit}", "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags")
+    gcc(build_dir / "bin" / "libllama.so", "int g(int);\nint llama_f(int x) { return g(x) * 2; }\n",
+        f"-L{build_dir / 'bin'}", "-l:libggml-cuda.so", f"-Wl,-rpath-link,{toolkit}", "-Wl,-rpath,$ORIGIN",
+        "-Wl,--enable-new-dtags")
+    _install(tree, build_dir, staging, [str(toolkit)])
+    lib = staging / "llama_cpp" / "lib"
+    assert sorted(p.name for p in lib.iterdir()) == sorted([BLAS, BLAS_LT, "libggml-cuda.so", "libllama.so"])
+    _install(tree, build_dir, tmp_path / "cpu-staging")  # a CPU build (no runtime folders): nothing added
+    assert sorted(p.name for p in (tmp_path / "cpu-staging" / "llama_cpp" / "lib").iterdir()) == \
+        ["libggml-cuda.so", "libllama.so"]
+    shutil.rmtree(toolkit.parent)
+    assert elf_needs.unresolved(staging) == {} and elf_needs.outside_runpaths(staging) == {}
+    assert load_and_call(lib / "libllama.so", "llama_f", 1) == 8
