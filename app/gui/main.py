@@ -584,6 +584,7 @@ class MainWindow(QMainWindow):
         state = state or window_state.load()
         if state.geometry:
             self.restoreGeometry(QByteArray.fromBase64(state.geometry.encode("ascii")))
+            window_state.clamp_to_screen(self)  # never larger than the screen it opens on
         if state.splitter:
             self.chat_page.chat_splitter.restoreState(QByteArray.fromBase64(state.splitter.encode("ascii")))
         self.chat_page.chat.set_hud_placement(state.hud_corner, state.hud_collapsed)

@@ -16,6 +16,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import QRect
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QWidget
+
 from app.core import paths, settings_file
 from app.core.errors import StorageError
 
@@ -66,6 +70,36 @@ def load(path: Path | None = None) -> WindowState:
         if type(value) is type(default):  # bool is not int here, and int is not bool
             setattr(state, f.name, value)
     return state
+
+
+def fit_rect(frame: QRect, available: QRect, extra_width: int = 0, extra_height: int = 0) -> QRect:
+    """The window's frame moved and shrunk to lie within ``available`` (a screen's available geometry); the
+    client area loses ``extra_width`` x ``extra_height`` to the frame. A frame that fits is returned as it is."""
+    width = min(frame.width(), available.width())
+    height = min(frame.height(), available.height())
+    x = min(max(frame.x(), available.x()), available.x() + available.width() - width)
+    y = min(max(frame.y(), available.y()), available.y() + available.height() - height)
+    return QRect(x, y, max(width - extra_width, 1), max(height - extra_height, 1))
+
+
+def clamp_to_screen(window: QWidget) -> bool:
+    """After ``restoreGeometry``: a window remembered on a larger screen (or at a larger size) is shrunk and moved
+    to fit the available area of the screen it opens on (issue 36 item 9), never larger than the screen; True when
+    it had to change. A maximized or full-screen window is left to the window manager."""
+    if window.isMaximized() or window.isFullScreen():
+        return False
+    screen = window.screen() or QGuiApplication.primaryScreen()
+    if screen is None:
+        return False
+    available = screen.availableGeometry()
+    frame, inner = window.frameGeometry(), window.geometry()
+    extra_w, extra_h = frame.width() - inner.width(), frame.height() - inner.height()
+    if available.contains(frame):
+        return False
+    fitted = fit_rect(frame, available, extra_w, extra_h)
+    window.resize(fitted.width(), fitted.height())
+    window.move(fitted.x(), fitted.y())
+    return True
 
 
 def save(state: WindowState, path: Path | None = None) -> bool:
