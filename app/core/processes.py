@@ -113,6 +113,8 @@ def pid_alive(pid: int) -> bool:
         return False
     if pid == os.getpid():
         return True
+    if sys.platform == "win32":  # os.kill with any signal but Ctrl+C/Break calls TerminateProcess there
+        return _windows_pid_alive(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -124,6 +126,23 @@ def pid_alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:  # no /proc (macOS, Windows): kill(0) is the answer
         return True
+
+
+def _windows_pid_alive(pid: int) -> bool:
+    """Windows: open the process for a query only and ask whether it has an exit code yet."""
+    import ctypes
+
+    query_limited_information, still_active = 0x1000, 259
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined,unused-ignore]
+    handle = kernel32.OpenProcess(query_limited_information, False, pid)
+    if not handle:
+        last_error: int = ctypes.get_last_error()  # type: ignore[attr-defined,unused-ignore]
+        return last_error == 5  # ERROR_ACCESS_DENIED: it exists, and is not ours to query
+    try:
+        code = ctypes.c_ulong()
+        return bool(kernel32.GetExitCodeProcess(handle, ctypes.byref(code))) and code.value == still_active
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def stop_process(proc: subprocess.Popen[Any] | None, grace_s: float = 10.0) -> None:
