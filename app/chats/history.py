@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -29,6 +30,7 @@ from markdown_it import MarkdownIt
 
 from app.core import paths
 from app.core.errors import FastMTPError
+from app.core.regular_files import kind_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -152,6 +154,7 @@ class HistoryStore:
             self._db = self._connect(check=False)
 
     def _connect(self, check: bool) -> sqlite3.Connection:
+        self._refuse_non_file()
         db: sqlite3.Connection | None = None
         try:
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
@@ -173,6 +176,20 @@ class HistoryStore:
             if db is not None:
                 db.close()
             raise
+
+    def _refuse_non_file(self) -> None:
+        """A FIFO, a device (a link to /dev/zero) or a folder where the history file belongs is named as what it
+        is (SQLite would call it a disk I/O error, or wait on the pipe); the window moves it aside like a damaged
+        file and starts a new history."""
+        try:
+            mode = self.path.stat().st_mode
+        except OSError:  # missing: SQLite creates it; unreadable: SQLite's own error says so
+            return
+        if not stat.S_ISREG(mode):
+            raise HistoryDamagedError(
+                f"The chat history {self.path} is {kind_of(mode)}, not a file, so it cannot hold chats.",
+                "Move it aside (or remove it) and start FastMTP Chat again; the window moves it aside itself "
+                f"({self.path.name}.damaged-<date>) and starts a new history.", kind="history-not-a-file")
 
     def _damaged_words(self, detail: str) -> tuple[str, str]:
         return (f"The chat history {self.path} is damaged ({detail}).",
@@ -222,6 +239,16 @@ class HistoryStore:
             n += 1
             copy = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{n}")
         sources = [(Path(f"{self.path}{suffix}"), Path(f"{copy}{suffix}")) for suffix in ("", *_SIDE_FILES)]
+        try:
+            if not stat.S_ISREG(self.path.stat().st_mode):  # a FIFO, a link to a device, a folder: moved, never
+                os.rename(self.path, copy)                    # copied (a copy of /dev/zero would never end)
+                return copy
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise HistoryError(f"The chat history {self.path} is not a file, and it cannot be moved aside to {copy} "
+                               f"({exc.strerror or type(exc).__name__}).",
+                               "Move it aside yourself, then start again.") from None
         try:
             for source, target in sources:
                 if source.exists():
@@ -430,7 +457,14 @@ class HistoryStore:
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         """The conversation as shown: of a regenerated reply only its shown version (``versions`` has all)."""
-        shown = self._messages("WHERE conversation_id = ? AND shown = 1", (conversation_id,))
+        # a version group none of whose versions is shown (damaged, or hand-edited) shows its newest: a reply never
+        # vanishes (issue 37)
+        inner = f"COALESCE({_VERSION_OF.replace('version_of', 'o.version_of')}, o.id)"
+        outer = f"COALESCE({_VERSION_OF.replace('version_of', 'messages.version_of')}, messages.id)"
+        shown = self._messages(
+            "WHERE conversation_id = ? AND (shown = 1 OR NOT EXISTS (SELECT 1 FROM messages o WHERE "
+            f"o.conversation_id = messages.conversation_id AND {inner} = {outer} AND "
+            "(o.shown = 1 OR o.id > messages.id)))", (conversation_id,))
         branches = {int(r[0]): r[1] for r in self._rows(
             f"SELECT id, {_BRANCH_OF} FROM messages WHERE conversation_id = ? AND {_BRANCH_OF} IS NOT NULL",
             (conversation_id,))}
@@ -444,7 +478,6 @@ class HistoryStore:
                 kept.append(message)
                 kept_ids.add(message.id)
         return kept
-
 
     def _messages(self, where: str, params: tuple[Any, ...]) -> list[StoredMessage]:
         rows = self._rows("SELECT id, conversation_id, role, content, stats, created, complete, drafts "
