@@ -31,7 +31,19 @@ the highest expected tokens per second wins, and replaces the current one only w
 smaller one cheaper in proportion) and its acceptance one standard error up, and only next to a measured
 depth: the tries walk out from where it started and stop where the next depth stops promising. The
 neighbours of the current depth and the most promising other are revisited now and then, less often the
-dearer and the less promising a visit is.
+dearer and the less promising a visit is, but at least once per ``PROBE_LONGEST * PROBE_EVERY`` rounds' time
+(times how much dearer a visit's rounds are: a bounded share of the time), so a depth rejected under one load is
+looked at again under another.
+
+A load that weighs on the draft passes more than on the verify pass (another job on the core the draft head's
+small passes wait for) looks to the estimates like load on everything, and they would keep drafting deep under it
+(issue 36: decisions learned under load stick). So each depth's latest rounds are also kept as measured
+(``seen_rates``), and the draft passes' share of a round is watched, at the current depth (a recent against a
+longer average) and at each visit (against its last visit): when it moves, the load changed in a way the estimates
+cannot take out, every other depth is visited once more in turn (nearest first), and from then on a depth whose
+measured rate beats the chosen one's by ``SEEN_MARGIN`` is chosen instead. A load on everything alike leaves the
+share where it was and changes nothing here. Recent measurements weigh most: the estimates keep the latest
+``WINDOW`` rounds, the measured rates only those of the last ``SEEN_FRESH`` rounds.
 """
 
 from __future__ import annotations
@@ -58,8 +70,9 @@ MIN_SAMPLES = 1  # counted rounds before a batch size's own estimate replaces th
 PROBE_EVERY = 24  # rounds between visits of another measured depth, at least ...
 PROBE_GAP = 0.05  # ... and longer the further its predicted rate lies below: once more per 5% behind
 HOPELESS = 4  # ... and this many times longer for a depth that would lose even with its acceptance guessed high
-PROBE_LONGEST = 10  # ... but never longer than this many times PROBE_EVERY: at depth 0 or 1 the deeper positions
-# are not tested, so what was measured there in a hard passage would otherwise stand for hundreds of rounds
+PROBE_LONGEST = 4  # ... but never longer than this many times PROBE_EVERY (times how much dearer its rounds are, so
+# that a visit costs a bounded share): at depth 0 or 1 the deeper positions are not tested, so what was measured there
+# in a hard passage (or under another load) would otherwise stand for hundreds of rounds
 PROBE_ROUNDS = 2  # a visit's rounds (the first is a switch and only the second counts)
 OPTIMISM = 1.0  # standard errors added to a position's acceptance when judging a depth not measured yet
 EXPLORE_MARGIN = 0.05  # a depth not measured yet is tried when it could win by this much (a try costs rounds)
@@ -68,6 +81,17 @@ WARM_SAMPLES = 2  # a remembered cost estimate counts as this many samples: two 
 WARM_TESTS = 20.0  # remembered acceptance counts as at most this many tests at the first position: the new text
 # takes over within a few dozen rounds
 MEMORY_VERSION = 1  # the layout of ``snapshot``; another version is not restored
+# What each depth's rounds measured lately, as they came, beside the estimates (which take the load out): the check
+# that catches a load that is not the same at every depth (another job that slows the draft head's small passes far
+# more than the verify pass: the estimates see it as load on everything and keep drafting deep)
+SEEN_KEEP = 3  # per depth: its latest counted rounds' times, the lower median of those still fresh ...
+SEEN_FRESH = 160  # ... fresh: measured within this many rounds (a probe comes at least every PROBE_LONGEST *
+# PROBE_EVERY rounds' time, longer only for a dearer depth)
+SEEN_MARGIN = 0.1  # a measured depth replaces the one the estimates chose when its measured rate is 10% higher
+SHIFT = 1.3  # the draft passes' share of the current depth's rounds this much above or below its longer average (a
+# visited depth's: SHIFT squared against its last visit): the load changed how it weighs on drafts and verify
+SHIFT_FAST = 0.85  # the recent average of that share ...
+SHIFT_SLOW = 0.99  # ... and its "before", a slower one
 
 
 @dataclass(frozen=True)
@@ -152,6 +176,13 @@ class AdaptiveDepth:
     _block_left: int = 0
     _returning: int = 0  # rounds back at the current depth after a block, before any other choice
     _visited: dict[int, float] = field(default_factory=dict)  # depth: ``elapsed`` when it was last played
+    # per depth: (round, measured seconds) of its latest counted rounds: what its rounds cost lately, as they came
+    _seen: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    _shift: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # fast and slow sums, their weights
+    shifts: int = 0  # load changes noticed (each makes the other depths due for a visit)
+    _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
+    _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
+    _seen_moved = False  # the measured rates (not the estimates) moved the depth: the others are looked at again
     _since_probe: int = 0
     _last_batch: int = 0
     _drafting_rounds: int = 0
@@ -196,9 +227,11 @@ class AdaptiveDepth:
                 depth, reason = settled, "best"
                 self._since_probe += 1
                 if self._since_probe >= PROBE_EVERY and self._steady():
-                    target = self._probe_target()
+                    self._survey = [k for k in self._survey if k != settled and self._known(k)]
+                    target = self._survey.pop(0) if self._survey else self._probe_target()
                     if target is not None:
-                        self._since_probe = 0
+                        # after a load change every depth in turn (back here between them), then the usual pace
+                        self._since_probe = PROBE_EVERY - 1 if self._survey else 0
                         depth, reason = self._block(target, "probe", PROBE_ROUNDS)
         self._reference = reason in ("start", "best")
         self._visited[depth] = self.elapsed
@@ -225,6 +258,12 @@ class AdaptiveDepth:
         settled = max(known, key=lambda k: rates[k])
         if self.current in known and rates[settled] < rates[self.current] * (1.0 + SWITCH_MARGIN):
             settled = self.current
+        seen = self.seen_rates()
+        if settled in seen and self.shifts:  # once a load weighed on one part more, what the rounds measured lately
+            # overrules the estimates where it differs clearly
+            fastest = max(seen, key=lambda k: seen[k])
+            if seen[fastest] > seen[settled] * (1.0 + SEEN_MARGIN) and self._known(fastest):
+                settled = fastest
         # a depth not measured yet is tried if it could win clearly: its cost predicted optimistically, and its
         # acceptance one standard error up; only next to a measured depth, so that the tries walk out from the
         # depths measured and stop where the next one stops promising. A jump (from 4 to 8, say) pays for a
@@ -235,6 +274,61 @@ class AdaptiveDepth:
         unknown = [k for k in range(self.draft_depth + 1) if k not in known and (k - 1 in known or k + 1 in known)]
         top = max(unknown, key=lambda k: optimistic[k], default=settled)
         return settled, top if optimistic[top] >= rates[settled] * (1.0 + EXPLORE_MARGIN) else settled
+
+    def seen_rates(self) -> dict[int, float]:
+        """Expected tokens per second of each depth visited lately, from what its rounds measured as they came
+        (not load-normalized: a load that weighs on drafts more than on the verify pass shows here) and the
+        acceptance estimates; only depths whose measurements are fresh (``SEEN_FRESH``)."""
+        accept = self._acceptances(False)
+        found = {}
+        for k, times in self._seen.items():
+            fresh = [seconds for at, seconds in times if self.rounds - at <= SEEN_FRESH]
+            if fresh and k <= self.draft_depth:
+                expected, reach = 1.0, 1.0
+                for a in accept[:k]:
+                    reach *= a
+                    expected += reach
+                found[k] = expected / max(_estimate(fresh), 1e-9)
+        return found
+
+    def _near(self, depth: int) -> list[int]:
+        """The measured depths other than ``depth``, the nearest first: a survey's order."""
+        known = [k for k in range(self.draft_depth + 1) if k != depth and self._known(k)]
+        return sorted(known, key=lambda k: (abs(k - depth), k))
+
+    def _see(self, depth: int, timing: RoundTiming) -> None:
+        """One counted round's time at ``depth``, for ``seen_rates``; and the check for a load that weighs on one
+        part more than the other (``SHIFT``): when the draft passes' share of the current depth's recent rounds
+        parts from its longer average, the other depths are due for a visit at once (what they measured is from
+        before). A load on everything alike leaves the share where it was: the estimates take that out as load."""
+        self._seen.setdefault(depth, deque(maxlen=SEEN_KEEP)).append((self.rounds, timing.seconds))
+        if timing.draft <= 0.0 or timing.verify <= 0.0:
+            return
+        share = timing.draft / timing.verify
+        if depth != self.current:  # a visit: its drafts' share against the share at its last visit
+            before = self._shares.get(depth)
+            self._shares[depth] = share
+            if before is not None and (share > before * SHIFT ** 2 or share < before / SHIFT ** 2):
+                self._shifted(depth)
+            return
+        fast_s, fast_w, slow_s, slow_w = self._shift
+        fast_s, fast_w = fast_s * SHIFT_FAST + share, fast_w * SHIFT_FAST + 1.0
+        slow_s, slow_w = slow_s * SHIFT_SLOW + share, slow_w * SHIFT_SLOW + 1.0
+        self._shift = [fast_s, fast_w, slow_s, slow_w]
+        if slow_w >= 10.0 and fast_w >= 4.0:
+            ratio = (fast_s / fast_w) / (slow_s / slow_w)
+            if ratio > SHIFT or ratio < 1.0 / SHIFT:
+                self._shift = [fast_s, fast_w, fast_s, fast_w]  # the new level is the level now
+                self._shifted(depth)
+
+    def _shifted(self, depth: int) -> None:
+        """The load changed the draft passes' share of a round: every other depth is visited again soon, nearest
+        first (what they measured is from before), and from now on what the rounds measured can overrule the
+        estimates (``seen_rates``)."""
+        self.shifts += 1
+        self._visited = {k: -math.inf for k in self._visited}
+        self._since_probe = PROBE_EVERY
+        self._survey = self._near(self.current if self.current >= 0 else depth)
 
     def rates(self, optimistic: bool = False) -> list[float]:
         """Predicted tokens per second at each depth 0..draft_depth; ``optimistic``: with each position's acceptance
@@ -337,10 +431,12 @@ class AdaptiveDepth:
         for k in rivals:
             gap = max(top - rates[k], 0.0) / top
             longer = max(self.predicted_seconds(k) / round_seconds, 1.0)
-            wait = PROBE_EVERY * round_seconds * longer * (1.0 + gap / PROBE_GAP)
+            wait = PROBE_EVERY * round_seconds * (1.0 + gap / PROBE_GAP)
             if optimistic[k] < top:
                 wait *= HOPELESS
-            wait = min(wait, PROBE_EVERY * PROBE_LONGEST * round_seconds)  # a wrong estimate gets checked too
+            # a wrong estimate gets checked too, and a visit's cost stays bounded: at most PROBE_ROUNDS of its
+            # rounds per PROBE_LONGEST * PROBE_EVERY rounds' time at the current depth, times how much dearer
+            wait = min(wait, PROBE_EVERY * PROBE_LONGEST * round_seconds) * longer
             if self.elapsed - self._visited.get(k, 0.0) >= wait:
                 due.append((gap, abs(k - self.current), k))
         return min(due)[2] if due else None
@@ -365,6 +461,8 @@ class AdaptiveDepth:
         predicted = self.predicted_seconds(depth, made) if shape_known else None
         counted = batch == self._last_batch  # a changed batch size rebuilt llama.cpp's graph: not a fair sample
         self._last_batch = batch
+        if counted:
+            self._see(depth, timing)
         samples = _Samples(batch, timing.seconds - timing.draft if counted else None)
         if made >= 1:
             self._drafting_rounds += 1

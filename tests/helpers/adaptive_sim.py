@@ -57,6 +57,10 @@ class Machine:
     # round to round (the verify/draft ratio of a round spreads 3-4% around its median on the Xeon), so a round's
     # draft steps tell its load only roughly
     part_jitter: float = 0.0
+    # (from token, factor) on the draft passes alone, on top of ``loads``: another job that slows the draft head's
+    # small passes far more than the target's verify pass, so that the best depth itself moves with the load
+    # (``bench adaptive-load``'s phases: quiet, loaded, quiet)
+    draft_loads: Sequence[tuple[int, float]] = ()
 
     def load_at(self, token: int) -> float:
         return factor_at(self.loads, token)
@@ -125,7 +129,8 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
             scale *= 1.0 + 1.5 * (1 - index / machine.slow_start)
         batch = depth + 1
         verify = machine.rest[batch - 1] + (machine.rebuild if batch != last_batch else 0.0)
-        parts = scale * rng.uniform(1 - machine.part_jitter, 1 + machine.part_jitter)
+        parts = scale * rng.uniform(1 - machine.part_jitter, 1 + machine.part_jitter) * \
+            factor_at(machine.draft_loads, totals.tokens)
         first = (machine.first_pass + machine.catch_up * held if depth else 0.0) * parts
         steps = machine.step * max(depth - 1, 0) * parts
         timing = RoundTiming(seconds=verify * scale + first + steps, verify=verify * scale,
