@@ -394,16 +394,21 @@ def add_commands(sub: Subparsers) -> None:
     gu.add_argument("--out", type=Path, help="write the result JSON here")
     gu.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     wi = command(bsub, "window", cmd_bench_window, "decode tok/s of replies streamed through the real window "
-                 "(offscreen or Xvfb) beside the headless engine's, greedy and at the chat's sampling, interleaved")
-    wi.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+                 "(offscreen, or Xvfb when a display is set; 1180x700) beside the headless engine's, greedy and at "
+                 "the chat's default sampling, interleaved; the window's remembered state is left alone")
+    wi.add_argument("--size", choices=["tiny", "small", "27b"], default="small",
+                    help="demo model to run (default: %(default)s)")
     wi.add_argument("--target", type=Path, help="run real files instead: the target ...")
     wi.add_argument("--full", type=Path, help="... its full sidecar ...")
     wi.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
-    wi.add_argument("--mode", choices=["off", "d2t"], default="off", help="drafting off, or the d2t sidecar")
-    wi.add_argument("--depth", type=int, default=3, help="draft depth with --mode d2t")
-    wi.add_argument("--tokens", type=int, default=256, help="tokens a reply (the chat's default)")
-    wi.add_argument("--runs", type=int, default=3, help="interleaved samples per variant, after one warm-up each")
-    wi.add_argument("--threads", type=int)
+    wi.add_argument("--mode", choices=["off", "d2t"], default="off",
+                    help="drafting off, or the d2t sidecar (default: %(default)s)")
+    wi.add_argument("--depth", type=int, default=3, help="draft depth with --mode d2t (default: %(default)s)")
+    wi.add_argument("--tokens", type=int, default=256,
+                    help="tokens a reply (default: %(default)s; the chat itself has no cap by default)")
+    wi.add_argument("--runs", type=int, default=3,
+                    help="interleaved samples per variant, after one warm-up reply each (default: %(default)s)")
+    wi.add_argument("--threads", type=int, help="engine threads (default: the engine's automatic choice)")
     wi.add_argument("--out", type=Path, help="write the result JSON here")
     wi.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     ms = command(bsub, "mode-switch", cmd_bench_mode_switch, "seconds a drafting-mode switch (off, embedded "
