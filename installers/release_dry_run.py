@@ -52,18 +52,18 @@ def stand_ins(job_outputs: Path, linux_cpu_archive: Path, version: str) -> list[
         path.write_text(STAND_IN_TEXT.format(what=what, job=job), encoding="utf-8")
         steps.say(f"  {name:58} STAND-IN (a text file; the {job} job builds the real one)")
         made.append(path)
-    made += steps.gather("backend", backend, dist=ROOT / "dist", build=ROOT / "build", version=version,
-                         archive=linux_cpu_archive, flavor="cpu", os_name="windows")
-    steps.say("    (the Windows backend above is the Linux CPU archive under a Windows name: STAND-IN)")
+    made.append(steps.copy(linux_cpu_archive, backend / steps.backend_archive_name(version, "cpu", "windows"),
+                           stand_in=True))
+    steps.say("    (that Windows backend is the Linux CPU archive under a Windows name: it is never installed here)")
     return made
 
 
-def run_step(name: str, args: list[str]) -> None:
+def run_step(name: str, args: list[str], env: dict[str, str]) -> None:
     """One step as the workflow runs it: ``python installers/release_steps.py STEP ...`` in its own process."""
     steps.say(f"==> {name}")
     started = time.monotonic()
     proc = subprocess.run([sys.executable, str(ROOT / "installers" / "release_steps.py"), name, *args], cwd=ROOT,
-                          check=False)
+                          env=env, check=False)
     if proc.returncode != 0:
         raise steps.StepFailed(f"the step {name} failed (exit {proc.returncode}); its words are above.")
     steps.say(f"    {time.monotonic() - started:.1f} s")
@@ -71,13 +71,7 @@ def run_step(name: str, args: list[str]) -> None:
 
 def dry_run(work: Path, *, dist: Path, build: Path, version: str = __version__) -> None:
     """Every step of the workflow into ``work`` (job outputs, the merged release folder, the key, a user's home)."""
-    import os
-
-    home = work / "home"
-    env = steps.user_env(home)
-    os.environ.update({k: env[k] for k in ("FASTMTP_CONFIG_DIR", "FASTMTP_DATA_DIR", "FASTMTP_CACHE_DIR")})
-    for name in ("FASTMTP_UPDATE_URL", "FASTMTP_BACKEND_FEED_URL"):
-        os.environ.pop(name, None)
+    env = steps.user_env(work / "home")  # every step's app folders: temp ones, never the user's
 
     steps.say(f"==> build jobs' outputs (version {version})")
     linux = work / "jobs" / "linux"
@@ -86,7 +80,7 @@ def dry_run(work: Path, *, dist: Path, build: Path, version: str = __version__) 
 
     steps.say("==> sign job: a throwaway key (`release keygen`; CI reads the release-signing environment's secret)")
     keys = work / "key"
-    steps.app_command(["release", "keygen", "--out", str(keys)])
+    steps.app_command(["release", "keygen", "--out", str(keys)], env=env)
     key = keys / "private.pem"
     release = work / "release"
     release.mkdir()
@@ -106,7 +100,7 @@ def dry_run(work: Path, *, dist: Path, build: Path, version: str = __version__) 
                  "check-sums": ["--dir", str(release)],
                  "verify": ["--dir", str(release), "--trust-fingerprint", fingerprint, "--version", version]}
     for name in SIGN_STEPS:  # the `sign` job's steps, in its order; verify runs in fresh user folders of its own
-        run_step(name, step_args[name])
+        run_step(name, step_args[name], env)
     steps.say(f"\nrelease folder {release}:")
     for path in sorted(release.iterdir()):
         steps.say(f"  {path.stat().st_size:>12,}  {path.name}")

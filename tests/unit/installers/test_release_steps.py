@@ -243,3 +243,30 @@ def test_make_dmg_gives_up_after_its_tries_in_words(tmp_path: Path) -> None:
     done = _dmg(tmp_path, fail_times=9, tries=2)
     assert done.returncode == 1 and not (tmp_path / "out.dmg").exists()
     assert "hdiutil failed 2 times; no disk image was made" in done.stderr
+
+
+# ----------------------------------------------------------------------------- release_dry_run.py
+
+
+def test_the_dry_run_without_a_build_says_to_make_the_package(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from installers import release_dry_run
+
+    (tmp_path / "dist").mkdir()
+    assert release_dry_run.main(["--dist", str(tmp_path / "dist"), "--build", str(tmp_path / "build")]) == 1
+    err = capsys.readouterr().err
+    assert "release dry run FAILED" in err and "make package" in err
+
+
+def test_the_dry_runs_stand_ins_are_named_and_labelled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from installers import release_dry_run
+
+    archive = tmp_path / "cpu.tar.xz"
+    archive.write_bytes(b"linux cpu archive")
+    made = release_dry_run.stand_ins(tmp_path / "jobs", archive, "0.2.0")
+    assert sorted(p.name for p in made) == ["FastMTP-Chat-0.2.0.dmg", "FastMTP-Chat-Setup-0.2.0.exe",
+                                           "fastmtp-backend-0.2.0-cpu-windows-x86_64.tar.xz"]
+    assert all("STAND-IN" in p.read_text() for p in made if p.suffix in (".exe", ".dmg"))
+    out = capsys.readouterr().out
+    assert all(f"{p.name}" in line and "STAND-IN" in line
+               for p in made for line in out.splitlines() if line.strip().startswith(p.name))
