@@ -377,11 +377,6 @@ class NetworkDownloadError(DownloadError):
                 "failures": [f.to_dict() for f in self.failures]}
 
 
-def network_cause(exc: BaseException) -> NetworkCause:
-    """The cause of an httpx transport error, from the exception types in its chain (never their text)."""
-    return net_failures.kind_of(exc)
-
-
 class _Retry(Exception):
     """This attempt failed; ``retry`` says whether trying the same mirror again can help (a reset, a 5xx, a 429, a
     stall after data) or not (a name that does not resolve, a refused connection: the next mirror, at once)."""
