@@ -270,3 +270,39 @@ def test_the_dry_runs_stand_ins_are_named_and_labelled(tmp_path: Path, capsys: p
     out = capsys.readouterr().out
     assert all(f"{p.name}" in line and "STAND-IN" in line
                for p in made for line in out.splitlines() if line.strip().startswith(p.name))
+
+
+# ----------------------------------------------------------------------------- smoke.py on Windows and macOS
+
+
+def _folder_app(dist: Path, backend_reported: str) -> None:
+    """A stand-in one-folder app: a script answering --help and quickstart as the frozen app does."""
+    folder = dist / "fastmtp-chat"
+    (folder / "_internal" / "backends").mkdir(parents=True)
+    (folder / "_internal" / "backends" / "fastmtp-backend-0.1.0-cpu-macos-arm64.tar.xz").write_bytes(b"x")
+    reply = json.dumps({"reply": "Hello.", "reply_tokens": 12, "draft_acceptance": 0.9,
+                        "backend_id": backend_reported})
+    program = folder / "fastmtp-chat"
+    program.write_text(f"""#!/bin/bash
+case "$1" in
+  --help) echo "usage: fastmtp-chat quickstart";;
+  quickstart) echo '{reply}';;
+  *) exit 3;;
+esac
+""")
+    program.chmod(0o755)
+
+
+@pytest.mark.parametrize(("reported", "ok"), [("0.1.0-cpu-macos-arm64", True), ("some-other-backend", False)])
+def test_smoke_on_macos_and_windows_runs_the_folders_quickstart_with_its_bundled_backend(
+        reported: str, ok: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundled backend that does not load (the reply came from another, or none) fails the release job."""
+    from installers import smoke
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    _folder_app(tmp_path / "dist", reported)
+    report = tmp_path / "smoke.json"
+    assert smoke.main(["--dist", str(tmp_path / "dist"), "--report", str(report)]) == 1  # other steps: stand-in
+    steps = {s["step"]: s for s in json.loads(report.read_text())["steps"]}
+    assert steps["one-folder app: quickstart"]["ok"] is ok
+    assert ("12 tokens" in steps["one-folder app: quickstart"]["detail"]) is ok
