@@ -306,3 +306,21 @@ def test_smoke_on_macos_and_windows_runs_the_folders_quickstart_with_its_bundled
     steps = {s["step"]: s for s in json.loads(report.read_text())["steps"]}
     assert steps["one-folder app: quickstart"]["ok"] is ok
     assert ("12 tokens" in steps["one-folder app: quickstart"]["detail"]) is ok
+
+
+def test_the_signing_key_must_be_the_one_the_app_ships(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Once the app ships its release key, a release signed with any other key would be refused by every installed
+    app ("the publisher key has changed"): the sign job stops before signing anything."""
+    import shutil
+
+    resources = tmp_path / "bundle" / "resources"
+    (resources / "keys").mkdir(parents=True)
+    shutil.copy(ROOT / "resources" / "catalog.toml", resources / "catalog.toml")
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path / "bundle"), raising=False)  # how a frozen app finds them
+    shipped, other = keygen(tmp_path / "shipped"), keygen(tmp_path / "other")
+    (resources / "keys" / "fastmtp-chat--fastmtp-chat.pem").write_bytes(shipped.public.read_bytes())
+    assert release_steps.public_key(shipped.private) == shipped.fingerprint
+    assert "(the key the app ships)" in capsys.readouterr().out
+    with pytest.raises(StepFailed, match=f"{other.fingerprint} is not the key the app ships .*{shipped.fingerprint}"):
+        release_steps.public_key(other.private)
