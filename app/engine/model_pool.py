@@ -28,6 +28,10 @@ class ModelSlot:
     mtime_ns: int
     n_gpu_layers: int
     rpc: tuple[str, ...]
+    # a file replaced by another of the same size and mtime (a copy with ``cp -p``, ``touch -r``) is another inode,
+    # or the same inode changed (a later ctime, which no one can set back): either is a new file (issue 37)
+    inode: tuple[int, int] = (-1, -1)  # (st_dev, st_ino)
+    ctime_ns: int = -1
 
     @classmethod
     def of(cls, path: Path, n_gpu_layers: int, rpc: tuple[str, ...] = ()) -> ModelSlot:
@@ -36,7 +40,8 @@ class ModelSlot:
             info = resolved.stat()
         except OSError:  # a missing file: no slot matches it, and loading it says what is wrong
             return cls(str(resolved), -1, -1, n_gpu_layers, rpc)
-        return cls(str(resolved), info.st_size, info.st_mtime_ns, n_gpu_layers, rpc)
+        return cls(str(resolved), info.st_size, info.st_mtime_ns, n_gpu_layers, rpc, (info.st_dev, info.st_ino),
+                   info.st_ctime_ns)
 
 
 class ModelPool:

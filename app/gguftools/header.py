@@ -6,8 +6,8 @@ array's length and the tensor infos. Here scalars and strings are decoded, array
 array by its lengths alone, in a tight loop: about 25-40 ms for the two big arrays of Qwen's vocabulary on a
 2-core Xeon) and kept as (item type, count, offset), so their values are read later and only on demand.
 
-Headers are cached per process by (resolved path, size, mtime_ns) (:class:`FileCache`): an unchanged file is
-read once; a changed one is read again.
+Headers are cached per process by (resolved path, size, mtime_ns, inode, ctime) (:class:`FileCache`): an
+unchanged file is read once; a changed one is read again.
 
 Hostile input is refused in words (:class:`GGUFError`), never with a MemoryError or a bare traceback: every
 count and length is checked against the bytes the file has left before it is used, and against what a real
@@ -223,8 +223,9 @@ class GgufHeader:
 # ----------------------------------------------------------------------------- reading
 
 
-def file_key(path: Path) -> tuple[str, int, int]:
-    """(resolved path, size, mtime_ns) of a regular file: what the caches key on.
+def file_key(path: Path) -> tuple[str, int, int, int, int, int]:
+    """(resolved path, size, mtime_ns, device, inode, ctime_ns) of a regular file: what the caches key on (a file
+    replaced by one of the same size and mtime is another inode, or a later ctime).
 
     Raises:
         GGUFError: the path is missing, a folder, not a regular file, or cannot be looked at.
@@ -243,7 +244,7 @@ def file_key(path: Path) -> tuple[str, int, int]:
     if not stat.S_ISREG(st.st_mode):
         raise GGUFError(f"{path} is not a regular file ({kind_of(st.st_mode)}), so not a GGUF model file.",
                         "Choose a .gguf file (llama.cpp's model format).", kind="not-a-file")
-    return str(path.resolve()), st.st_size, st.st_mtime_ns
+    return str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def read_gguf_header(path: str | os.PathLike[str]) -> GgufHeader:
@@ -493,7 +494,8 @@ _CACHES: list[FileCache[Any]] = []
 
 
 class FileCache(Generic[T]):
-    """Values computed from a file, kept while its (resolved path, size, mtime_ns) stays the same (small LRU).
+    """Values computed from a file, kept while its (resolved path, size, mtime_ns, inode, ctime) stays the same
+    (small LRU).
 
     Thread-safe: the window inspects files on worker threads. A value is kept only when the file did not change
     while it was computed and its mtime is at least ``RACY_NS`` old: file systems stamp mtimes in coarse ticks
@@ -505,7 +507,7 @@ class FileCache(Generic[T]):
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self._items: OrderedDict[tuple[str, int, int], T] = OrderedDict()
+        self._items: OrderedDict[tuple[str, int, int, int, int, int], T] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0

@@ -49,7 +49,7 @@ class GgufReport:
 def inspect_gguf(path: str | os.PathLike[str]) -> GgufReport:
     """Read a GGUF file's header (lazily: arrays are not read) and classify it.
 
-    Reports are kept per process while the file's (resolved path, size, mtime_ns) stays the same, so the
+    Reports are kept per process while the file's (resolved path, size, mtime_ns, inode, ctime) stays the same, so the
     window, ``models add|scan``, the sidecar checks and the engine's pair check read each file once.
 
     Raises:

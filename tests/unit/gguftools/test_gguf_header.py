@@ -364,11 +364,13 @@ def test_an_unchanged_file_is_served_from_the_cache(tmp_path: Path) -> None:
     assert first.block_count == 2 and inspect_gguf(path) is first
     assert gguf_header(path) is gguf_header(path)
     stamp = os.stat(path)
-    rewrite(path, 3)  # new bytes, same size; put the old mtime back: to the cache it is the same file
+    rewrite(path, 3)  # new bytes, same size, the old mtime put back: its ctime still moved (issue 37): read again
     os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
-    assert os.stat(path).st_size == stamp.st_size
-    assert inspect_gguf(path) is first  # not read again
-    assert inspect_gguf(tmp_path / "." / "m.gguf").block_count == 2  # another spelling of the path: the same entry
+    assert os.stat(path).st_size == stamp.st_size and os.stat(path).st_mtime_ns == stamp.st_mtime_ns
+    again = inspect_gguf(path)
+    assert again is not first and again.block_count == 3
+    assert inspect_gguf(path) is again  # unchanged since: from the cache
+    assert inspect_gguf(tmp_path / "." / "m.gguf").block_count == 3  # another spelling of the path: the same entry
     assert inspect_gguf(tmp_path / "." / "m.gguf").path == str(tmp_path / "." / "m.gguf")
     clear_caches()
     assert inspect_gguf(path).block_count == 3
