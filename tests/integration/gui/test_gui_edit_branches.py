@@ -55,7 +55,7 @@ def test_an_edit_keeps_the_old_turns_as_a_version(qtbot: QtBot, store: HistorySt
             generate(messages, options, conversation)
 
         win.bridge.generate = recording  # type: ignore[method-assign]
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         qtbot.waitUntil(lambda: page.ready, timeout=WAIT_MS)
         page.set_chat_settings(replace(page.chat_settings, max_tokens=12))
         send_and_wait(qtbot, win, "About lighthouses?")
@@ -76,7 +76,7 @@ def test_an_edit_keeps_the_old_turns_as_a_version(qtbot: QtBot, store: HistorySt
         assert "1/2" in view.transcript_text()
         view.activate_link(QUrl("newer:0"))
         assert view.entries[0].text == "About ships?" and len(view.entries) == 2
-        assert [m.content for m in store.messages(chat)][0] == "About ships?"
+        assert store.messages(chat)[0].content == "About ships?"
 
         view.activate_link(QUrl("older:0"))  # going on from the old branch sends the old turns
         send_and_wait(qtbot, win, "Thanks!")
@@ -90,7 +90,7 @@ def test_a_reply_cut_by_quitting_is_saved_and_shown_interrupted(qtbot: QtBot, st
     qtbot.addWidget(win)
     win.show()
     page = win.chat_page
-    win.use_demo(demo)
+    win.loading.use_demo(demo)
     qtbot.waitUntil(lambda: page.ready, timeout=WAIT_MS)
     page.set_chat_settings(replace(page.chat_settings, max_tokens=100_000))
     page.send("Tell me everything about lighthouses.")
