@@ -1,7 +1,8 @@
 """CLI for what adaptive depth and Auto drafting remember between loads: ``depth-memory list|forget``.
 
 Auto drafting's records (which drafting mode won for a model on this backend and machine, or how far its measuring
-is) live in the same folder and are listed and forgotten with adaptive depth's. The Settings page's "Forget
+is) live in the same folder and are listed and forgotten with adaptive depth's. A stale record (too old, made under
+another load or by another backend build) is listed with why; the next load measures again. The Settings page's "Forget
 learned depths" forgets adaptive depth's."""
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 continue
             files = Path(str(entry["target"])).name + (f" + {Path(str(entry['draft'])).name}" if entry["draft"] else "")
             lines.append(f"{files}: depth {entry['depth']} ({entry['mode']}, backend {entry['backend']}, "
-                         f"{entry['threads']} threads, {entry['gpu_layers']} GPU layers; saved {entry['saved_at']})")
+                         f"{entry['threads']} threads, {entry['gpu_layers']} GPU layers; saved {entry['saved_at']})"
+                         + _stale(entry))
         return "\n".join(lines)
 
     emit(args, {"folder": str(depth_memory_dir()), "entries": entries, "auto": auto}, text)
@@ -44,7 +46,12 @@ def _auto_line(entry: dict[str, Any]) -> str:
         return f"{entry['file']}: damaged Auto record (the next load of its model in Auto measures again)"
     files = Path(str(entry["target"])).name + (f" + {Path(str(entry['d2t'])).name}" if entry["d2t"] else "")
     return (f"{files}: {entry['status']} (backend {entry['backend']}, {entry['threads'] or 'default'} threads, "
-            f"{entry['gpu_layers']} GPU layers; saved {entry['saved_at']})")
+            f"{entry['gpu_layers']} GPU layers; saved {entry['saved_at']})" + _stale(entry))
+
+
+def _stale(entry: dict[str, Any]) -> str:
+    """A record that will not be used as it is: why, and that the next load measures again."""
+    return f"; stale: {entry['stale']}, measured again at the next load" if entry.get("stale") else ""
 
 
 def cmd_forget(args: argparse.Namespace) -> int:

@@ -10,12 +10,20 @@ depth-memory list`` / ``forget``). A record that cannot be read, or that another
 never an error: it is rewritten by the next save; a damaged one (not a regular file, not JSON, a number that is
 not finite) is moved aside as ``<name>.bad`` with a warning (``settings_file.load_state``). Qt-free, and
 nothing native: the decoder hands in the backend's id.
+
+What was learned is not kept for good (issue 36: decisions learned under load stick): a record also notes the
+machine's load when its session began (the 1-minute load average per core, before the session's own work) and the
+backend's build (``backend_build``: its llama.cpp commit, patch and build time, so a rebuild under the same id
+counts), and a record older than ``MAX_AGE_DAYS``, or made under a load ``LOAD_FACTOR`` times lighter or heavier
+than now, or by another build, is not used (``stale_reason``): the next load measures again and rewrites it. Auto
+drafting's records (``app.engine.auto_mode``) follow the same rules.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -26,6 +34,62 @@ from app.core.settings_file import load_json_object, load_state, write_json
 from app.engine.config import EngineConfig
 
 SUFFIX = ".depth.json"
+MAX_AGE_DAYS = 14.0  # a record older than this is measured again
+LOAD_FACTOR = 2.0  # ... and one made under a load (per core) this many times lighter or heavier than now
+LOAD_FLOOR = 0.25  # loads per core below this count as this (an idle machine's 0.02 against 0.1 is no change)
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average per core (None where the system has none, as on Windows)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (OSError, AttributeError):
+        return None
+
+
+def backend_build(backend_id: str) -> str | None:
+    """What identifies the build of an installed backend beyond its id (a rebuild keeps the id): its llama.cpp
+    commit, patch and build time; None when it cannot be read (no such backend, a damaged manifest)."""
+    from app.backend.registry import get
+    from app.core.errors import FastMTPError
+
+    try:
+        manifest = get(backend_id)
+    except (FastMTPError, OSError, ValueError, TypeError, KeyError):  # unknown: the id alone keys the record
+        return None
+    return f"{manifest.llama_cpp_commit}:{manifest.patch_sha256 or 'unpatched'}:{manifest.built_at}"
+
+
+def conditions_now(backend_id: str) -> dict[str, Any]:
+    """The conditions a record notes when it is made: the load per core and the backend's build."""
+    return {"load_per_core": machine_load(), "backend_build": backend_build(backend_id)}
+
+
+def stale_reason(record: dict[str, Any], now: dict[str, Any], at: datetime | None = None) -> str | None:
+    """Why a record should be measured again, in words, or None while it still holds: it is older than
+    ``MAX_AGE_DAYS``, the load per core changed by ``LOAD_FACTOR`` or more, or the backend was rebuilt. A record
+    that notes no conditions (an older version's) is judged by its age alone."""
+    saved = record.get("saved_at")
+    try:
+        saved_at = datetime.fromisoformat(str(saved)) if saved else None
+    except ValueError:
+        saved_at = None
+    if saved_at is not None and saved_at.tzinfo is not None:
+        age = ((at or datetime.now(UTC)) - saved_at).total_seconds() / 86400.0
+        if age > MAX_AGE_DAYS:
+            return f"measured {age:.0f} days ago"
+    then = record.get("conditions")
+    if not isinstance(then, dict):
+        return None
+    old_load, new_load = then.get("load_per_core"), now.get("load_per_core")
+    if isinstance(old_load, int | float) and isinstance(new_load, int | float):
+        low, high = sorted((max(float(old_load), LOAD_FLOOR), max(float(new_load), LOAD_FLOOR)))
+        if high >= low * LOAD_FACTOR:
+            return f"the machine's load changed ({float(old_load):.2f} then, {float(new_load):.2f} now, per core)"
+    old_build, new_build = then.get("backend_build"), now.get("backend_build")
+    if old_build and new_build and old_build != new_build:
+        return "the backend was rebuilt since"
+    return None
 
 
 @dataclass(frozen=True)
@@ -91,24 +155,32 @@ class DepthMemory:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self.conditions: dict[str, Any] | None = None  # at ``recall``: the load and build this session began under
+        self.stale: str | None = None  # why the record found at ``recall`` was not used, if it was stale
 
     def path(self, key: MemoryKey) -> Path:
         return self.folder / f"{key.digest()}{SUFFIX}"
 
     def recall(self, key: MemoryKey) -> dict[str, Any] | None:
-        """The state saved under ``key``, or None: none saved, or a record that is damaged or not for this key
-        (then the next save replaces it)."""
+        """The state saved under ``key``, or None: none saved, a record that is damaged or not for this key, or one
+        that is stale (``stale_reason``; said in ``stale``): then the next save replaces it. Notes the conditions
+        now (before this session's own work loads the machine) for that save."""
+        self.conditions = conditions_now(key.backend)
+        self.stale = None
         record = load_state(self.path(key), _check_record)  # damaged: set aside as .bad, a cold start
         if record is None or record.get("key") != json.loads(json.dumps(asdict(key))):
             return None
+        self.stale = stale_reason(record, self.conditions)
         state = record.get("state")
-        return state if isinstance(state, dict) else None
+        return state if isinstance(state, dict) and self.stale is None else None
 
     def remember(self, key: MemoryKey, state: dict[str, Any]) -> None:
-        """Save ``state`` under ``key``, atomically (``OSError`` to the caller: a full disk, a read-only folder)."""
+        """Save ``state`` under ``key``, atomically (``OSError`` to the caller: a full disk, a read-only folder),
+        with the conditions noted at ``recall`` (or now, without one)."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        conditions = self.conditions if self.conditions is not None else conditions_now(key.backend)
         write_json(self.path(key), {"key": asdict(key), "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                                    "state": state})
+                                    "conditions": conditions, "state": state})
 
     def entries(self) -> list[dict[str, Any]]:
         """Every readable record, for people: the files it is for, when it was saved, the depth it settled on."""
@@ -122,7 +194,8 @@ class DepthMemory:
             found.append({"file": str(path), "damaged": False, "target": key.get("target"), "draft": key.get("draft"),
                           "mode": key.get("mode"), "backend": key.get("backend"), "threads": key.get("threads"),
                           "gpu_layers": key.get("gpu_layers"), "saved_at": record.get("saved_at"),
-                          "depth": state.get("current"), "rounds": state.get("rounds")})
+                          "depth": state.get("current"), "rounds": state.get("rounds"),
+                          "stale": stale_reason(record, conditions_now(str(key.get("backend"))))})
         found += [{"file": str(path), "damaged": True} for path in set_aside_records(self.folder, SUFFIX)]
         return found
 

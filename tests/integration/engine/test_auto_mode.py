@@ -64,7 +64,9 @@ def test_auto_picks_the_measured_winner(speeds: dict[str, list[float]], winner: 
     assert auto.winner == winner and not auto.measuring and auto.decided_at
     assert auto.next_mode() == winner  # from now on every reply uses it
     assert auto.status() == status
-    assert not auto.observe(winner, condition(winner), 99.0, tokens=96)  # decided: nothing more is taken
+    other = next(m for m in CANDIDATES if m != winner)
+    assert not auto.observe(other, condition(other), 99.0, tokens=96)  # decided: a mode not asked for is not taken
+    assert auto.observe(winner, condition(winner), 99.0, tokens=96) and auto.since_check == 1  # toward a re-check
 
 
 def test_auto_refuses_to_decide_before_enough_samples() -> None:

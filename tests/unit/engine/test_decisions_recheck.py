@@ -1,0 +1,149 @@
+"""Decisions that re-check themselves (issue 36 item 4): Auto drafting keeps looking at the modes its winner beat,
+at a low, bounded rate, and changes its mind from the latest replies only; a remembered choice (Auto's or adaptive
+depth's) is measured again when it is old, made under another load, or by another backend build. Given speeds (a
+simulated machine), real record files in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.engine.auto_mode import CANDIDATES, RECHECK_EVERY, AutoDrafting, AutoMemory, auto_key
+from app.engine.depth_memory import (
+    LOAD_FACTOR,
+    MAX_AGE_DAYS,
+    DepthMemory,
+    MemoryKey,
+    conditions_now,
+    machine_load,
+    stale_reason,
+)
+from app.engine.verdict import MIN_SAMPLES, Condition
+
+
+def _condition(mode: str) -> Condition:
+    return Condition(mode, "" if mode == "off" else "adaptive depth ≤8", "temperature 0.7", "/models/m.gguf", None)
+
+
+def _speeds(base: dict[str, float]) -> dict[str, Iterator[float]]:
+    """Each mode's replies at about ``base`` tok/s, wobbling by a few percent in a fixed pattern."""
+    def wobble(value: float) -> Iterator[float]:
+        i = 0
+        while True:
+            yield value * (1.0 + 0.02 * ((i % 5) - 2) / 2)
+            i += 1
+    return {mode: wobble(value) for mode, value in base.items()}
+
+
+def _replies(auto: AutoDrafting, speeds: dict[str, Iterator[float]], count: int) -> list[str]:
+    used = []
+    for _ in range(count):
+        mode = auto.next_mode()
+        used.append(mode)
+        assert auto.observe(mode, _condition(mode), next(speeds[mode]), tokens=96, load=1.0)
+    return used
+
+
+D2T_PAYS = {"off": 36.0, "embedded": 40.0, "d2t": 48.0}
+LOADED = {"off": 30.0, "embedded": 22.0, "d2t": 21.0}  # another job on the draft head's core: drafting loses
+
+
+def test_auto_rechecks_the_modes_it_beat_and_changes_its_mind_when_the_load_changes() -> None:
+    auto = AutoDrafting(CANDIDATES)
+    _replies(auto, _speeds(D2T_PAYS), 1 + MIN_SAMPLES * len(CANDIDATES))
+    assert auto.winner == "d2t"
+    steady = _replies(auto, _speeds(D2T_PAYS), 8 * (RECHECK_EVERY + 1))
+    rechecks = [m for m in steady if m != "d2t"]
+    assert set(rechecks) == {"off", "embedded"}  # each beaten mode looked at again, in turn
+    assert len(rechecks) <= len(steady) / RECHECK_EVERY  # at a low, bounded rate
+    assert auto.winner == "d2t" and auto.changed == 0  # while d2t still wins, it stays
+    assert "Next reply re-checks" not in auto.status() or auto.next_mode() != "d2t"
+
+    used = _replies(auto, _speeds(LOADED), 2 * MIN_SAMPLES * (RECHECK_EVERY + 1) + 1)
+    assert auto.winner == "off" and auto.changed == 1  # off's re-checks beside d2t's replies: d2t no longer pays
+    switched = len(used) - used[::-1].index("off")  # the reply that decided it
+    assert switched <= 2 * MIN_SAMPLES * (RECHECK_EVERY + 1) + 1
+    assert auto.status().startswith("Auto uses drafting off")
+    assert auto.verdicts["d2t"].outcome in ("slower", "no clear difference")
+
+    after = _replies(auto, _speeds(D2T_PAYS), 2 * MIN_SAMPLES * (RECHECK_EVERY + 1) + 1)
+    assert auto.winner in ("d2t", "embedded") and auto.changed == 2  # quiet again: drafting comes back
+    assert after.count("off") > after.count(auto.winner)
+
+
+def test_a_rechecked_record_is_kept_across_starts(tmp_path: Path) -> None:
+    target, d2t = tmp_path / "target.gguf", tmp_path / "target-d2t.gguf"
+    target.write_bytes(b"GGUF target")
+    d2t.write_bytes(b"GGUF d2t")
+    memory, key = AutoMemory(tmp_path / "memory"), auto_key(target, d2t, backend="cpu-1")
+    auto = memory.recall(key, CANDIDATES)
+    _replies(auto, _speeds(D2T_PAYS), 1 + MIN_SAMPLES * len(CANDIDATES))
+    _replies(auto, _speeds(LOADED), 2 * MIN_SAMPLES * (RECHECK_EVERY + 1) + 1)
+    assert auto.winner == "off" and auto.changed == 1
+    memory.remember(key, auto)
+    again = memory.recall(key, CANDIDATES)
+    assert again.winner == "off" and again.changed == 1 and again.since_check == auto.since_check
+    record = json.loads(memory.path(key).read_text())
+    assert record["conditions"]["load_per_core"] == auto.conditions["load_per_core"]  # type: ignore[index]
+
+
+def _aged(path: Path, **changes: object) -> None:
+    record = json.loads(path.read_text())
+    record.update(changes)
+    path.write_text(json.dumps(record))
+
+
+def test_a_remembered_choice_is_measured_again_when_old_or_made_under_another_load(tmp_path: Path) -> None:
+    target, d2t = tmp_path / "target.gguf", tmp_path / "target-d2t.gguf"
+    target.write_bytes(b"GGUF target")
+    d2t.write_bytes(b"GGUF d2t")
+    memory, key = AutoMemory(tmp_path / "memory"), auto_key(target, d2t, backend="cpu-1")
+    auto = memory.recall(key, CANDIDATES)
+    _replies(auto, _speeds(D2T_PAYS), 1 + MIN_SAMPLES * len(CANDIDATES))
+    memory.remember(key, auto)
+    assert memory.recall(key, CANDIDATES).winner == "d2t"  # just made, same machine: it holds
+    old = (datetime.now(UTC) - timedelta(days=MAX_AGE_DAYS + 1)).isoformat(timespec="seconds")
+    _aged(memory.path(key), saved_at=old)
+    stale = memory.recall(key, CANDIDATES)
+    assert stale.measuring and stale.stale is not None and stale.stale.startswith("measured 15 days ago")
+    assert stale.status().startswith("Auto is measuring again (measured 15 days ago)")
+    memory.remember(key, auto)
+    now = machine_load()
+    if now is not None:  # a record made when the machine was far busier than now
+        _aged(memory.path(key), conditions={"load_per_core": max(now, 0.25) * LOAD_FACTOR * 4, "backend_build": None})
+        busy = memory.recall(key, CANDIDATES)
+        assert busy.measuring and busy.stale is not None and "load changed" in busy.stale
+        assert memory.entries()[0]["stale"] == busy.stale  # `depth-memory list` says so
+
+
+def test_stale_reason_in_words() -> None:
+    at = datetime(2026, 12, 3, tzinfo=UTC)
+    fresh = {"saved_at": "2026-12-01T10:00:00+00:00",
+             "conditions": {"load_per_core": 0.4, "backend_build": "abc:p1:2026-11-30"}}
+    assert stale_reason(fresh, {"load_per_core": 0.6, "backend_build": "abc:p1:2026-11-30"}, at) is None
+    assert stale_reason(fresh, {"load_per_core": 1.2, "backend_build": "abc:p1:2026-11-30"}, at) == (
+        "the machine's load changed (0.40 then, 1.20 now, per core)")
+    assert stale_reason(fresh, {"load_per_core": 0.05, "backend_build": "abc:p1:2026-11-30"}, at) is None  # both idle
+    assert stale_reason(fresh, {"load_per_core": 0.4, "backend_build": "def:p1:2026-12-02"}, at) == (
+        "the backend was rebuilt since")
+    assert stale_reason({**fresh, "saved_at": "2026-11-01T00:00:00+00:00"}, {}, at) == "measured 32 days ago"
+    assert stale_reason({"saved_at": "2026-12-01T00:00:00+00:00"}, {"load_per_core": 9.0}, at) is None  # no notes
+
+
+def test_adaptive_depths_record_is_not_used_under_another_load(tmp_path: Path) -> None:
+    memory = DepthMemory(tmp_path)
+    key = MemoryKey("/m/t.gguf", 1, 1, None, None, None, "sidecar", "cpu-1", 2, 0, None, (), "host")
+    assert memory.recall(key) is None and memory.conditions == conditions_now("cpu-1")
+    memory.remember(key, {"version": 1, "current": 4})
+    assert DepthMemory(tmp_path).recall(key) == {"version": 1, "current": 4}
+    now = machine_load()
+    if now is None:
+        pytest.skip("no load average on this system")
+    _aged(memory.path(key), conditions={"load_per_core": max(now, 0.25) * LOAD_FACTOR * 4, "backend_build": None})
+    later = DepthMemory(tmp_path)
+    assert later.recall(key) is None and later.stale is not None and "load changed" in later.stale
+    assert later.entries()[0]["stale"] == later.stale
