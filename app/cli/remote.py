@@ -93,7 +93,11 @@ def cmd_remote_test(args: argparse.Namespace) -> int:
     from app.engine.config import ChatOptions
     from app.machines.remote_client import RemoteClient
     from app.machines.remote_servers import get_server
+    from app.settings.chat_settings import REPLY_TOKENS_MAX
 
+    if not 0 <= args.max_tokens <= REPLY_TOKENS_MAX:
+        raise FastMTPError(f"--max-tokens {args.max_tokens} is outside 0..{REPLY_TOKENS_MAX:,}.",
+                           "Give a few tokens: the test only needs a short reply.", kind="bad-usage")
     with RemoteClient(get_server(args.name)) as client:
         loaded = client.load()
         if loaded["kind"] == "error":
@@ -138,12 +142,13 @@ def remote_generate(args: argparse.Namespace) -> int:
     from app.machines.remote_client import RemoteClient
     from app.machines.remote_servers import get_server
 
+    options, messages = chat_options(args), prompt_messages(args)  # refused in words before any connection
     with RemoteClient(get_server(args.remote)) as client:
         loaded = client.load()
         if loaded["kind"] == "error":
             raise _error_of(loaded)
         final: dict[str, Any] = {}
-        for event in client.generate(prompt_messages(args), chat_options(args)):
+        for event in client.generate(messages, options):
             if event["kind"] == "token":
                 stream(args, event["piece"])
             final = event
