@@ -488,7 +488,8 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
         prompt_sets: tuple[str, ...] = PROMPT_SETS, n_threads: int | None = None, n_gpu_layers: int = 0,
         server_binary: Path | None = None, log: Log = lambda _m: None,
         time_limit_s: float | None = None, remote: Any = None, interleave: Interleave | None = None,
-        decisions: Path | None = None, depth_memory: Path | None = None) -> SpecResult:
+        decisions: Path | None = None, depth_memory: Path | None = None,
+        keep_memory: bool = False) -> SpecResult:
     """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones, ``remote`` (a
     ``RemoteServer``) when they include a remote one: the same prompts as chat turns over its stream, with its
     own timings where it reports them (llama-server) and the stream's otherwise.
@@ -496,8 +497,9 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     ``interleave``: "prompt" runs our variants side by side, prompt by prompt, each in a session kept for the
     run; "variant" runs each variant's prompts in one go. By default "prompt" on a CPU and "variant" with GPU
     offload or a time limit. ``decisions``: a JSON-lines file for every round adaptive depth decided.
-    ``depth_memory``: a folder where the adaptive rows keep what they learned from run to run (emptied first), so
-    the first run starts cold and each later one warm; None: every run starts cold.
+    ``depth_memory``: a folder where the adaptive rows keep what they learned from run to run (emptied first, unless
+    ``keep_memory``: ``bench adaptive-load``'s phases carry it from one phase to the next), so the first run starts
+    cold and each later one warm; None: every run starts cold.
 
     With ``time_limit_s`` no variant but the first starts unless it would end within that much time
     (taking as long as the longest so far): the result keeps what was measured (rows without samples
@@ -521,7 +523,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     together = [v for v in run_order if v.engine == "ours"] if interleave == "prompt" else []
     one_by_one = [v for v in run_order if v not in together]
     record = _DecisionLog(decisions)
-    if depth_memory is not None:
+    if depth_memory is not None and not keep_memory:
         DepthMemory(depth_memory).forget()
     try:
         for run_index in range(runs):

@@ -527,3 +527,6 @@ def add_commands(sub: Subparsers) -> None:
                     "(adaptive-decisions.jsonl, adaptive-*.png)")
     sp.add_argument("--chart", type=Path, help="where to write the PNG chart (e.g. docs/bench-spec.png)")
     sp.add_argument("--record", type=Path, help="append the table to this markdown file (docs/benchmarks.md)")
+
+    from app.cli.bench_adaptive_load import add_command as add_adaptive_load
+    add_adaptive_load(bsub)  # ``bench adaptive-load`` (issue 36): its own module

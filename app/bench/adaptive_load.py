@@ -1,0 +1,126 @@
+"""``bench adaptive-load``: adaptive depth against every fixed depth while the machine's load changes.
+
+Decisions learned under one load must not stick under another (issue 36 item 4). The benchmark runs ``bench spec``'s
+interleaved variants (drafting off, the d2t sidecar at each fixed depth and with adaptive depth) in phases, and
+starts and stops its own load between them: quiet, loaded (``BusyCores``: child processes spinning on cores, as
+many as asked), quiet again. Adaptive depth's memory is carried from phase to phase (as the app carries it from load
+to load), so the loaded phase starts from what the quiet one learned and the last phase from what the loaded one
+learned; with the memory's staleness rules (``depth_memory.stale_reason``) a record made under another load is
+measured again. Each phase reports every variant's decode tok/s (the one definition, pooled over the prompts), and
+adaptive depth's against the fastest fixed depth of that phase with the depths it chose, as JSON and a markdown
+table. On a shared machine the figures move with whatever else runs: they are indicative.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.bench import spec
+from app.bench.busy_cores import BusyCores
+from app.bench.report import device_description
+from app.engine.depth_memory import machine_load
+
+PHASES = (("quiet", 0), ("loaded", None), ("quiet again", 0))  # None: the cores asked for
+
+
+@dataclass
+class Phase:
+    """One phase: its name, the spinning children during it, the load per core before and after, and its rows."""
+
+    name: str
+    busy: int
+    load_before: float | None
+    load_after: float | None
+    seconds: float
+    rows: list[spec.Row] = field(default_factory=list)
+
+    def fixed(self) -> dict[int, float]:
+        """Each fixed depth's decode tok/s (0: drafting off)."""
+        found = {}
+        for row in self.rows:
+            v = row.variant
+            if not v.adaptive and row.samples:
+                found[0 if v.mode == "off" else v.draft_depth] = row.tps
+        return found
+
+    def adaptive(self) -> spec.Row | None:
+        return next((row for row in self.rows if row.variant.adaptive and row.samples), None)
+
+    def best_fixed(self) -> tuple[int, float] | None:
+        fixed = self.fixed()
+        return max(fixed.items(), key=lambda item: item[1]) if fixed else None
+
+    def to_dict(self) -> dict[str, Any]:
+        adaptive, best = self.adaptive(), self.best_fixed()
+        return {"phase": self.name, "busy_cores": self.busy, "load_per_core_before": self.load_before,
+                "load_per_core_after": self.load_after, "seconds": round(self.seconds, 1),
+                "fixed_tps": {str(k): round(v, 2) for k, v in sorted(self.fixed().items())},
+                "adaptive_tps": round(adaptive.tps, 2) if adaptive else None,
+                "best_fixed_depth": best[0] if best else None,
+                "adaptive_vs_best": round(adaptive.tps / best[1], 3) if adaptive and best and best[1] else None,
+                "adaptive_depths": {str(k): round(v, 3) for k, v in adaptive.depth_shares.items()} if adaptive else {},
+                "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else []}
+
+
+@dataclass
+class AdaptiveLoadResult:
+    model: str
+    n_tokens: int
+    depths: list[int]
+    adaptive_max: int
+    phases: list[Phase]
+    device: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "n_tokens": self.n_tokens, "depths": self.depths,
+                "adaptive_max": self.adaptive_max, "device": self.device,
+                "phases": [p.to_dict() for p in self.phases]}
+
+    def markdown(self) -> str:
+        cols = " | ".join(f"k={k}" if k else "off" for k in [0, *self.depths])
+        lines = [f"`bench adaptive-load` on the {self.model}, {self.device}; {self.n_tokens} tokens per prompt, "
+                 "decode tok/s (indicative: a shared machine)", "",
+                 f"| phase | busy cores | load/core | {cols} | adaptive ≤{self.adaptive_max} | vs best fixed | "
+                 "depths chosen |",
+                 "|---|---|---|" + "---|" * (len(self.depths) + 1) + "---|---|---|"]
+        for phase in self.phases:
+            d = phase.to_dict()
+            fixed = phase.fixed()
+            cells = " | ".join(f"{fixed[k]:.1f}" if k in fixed else "–" for k in [0, *self.depths])
+            load = f"{phase.load_before:.2f}" if phase.load_before is not None else "–"
+            shares = ", ".join(f"{k}: {v:.0%}" for k, v in d["adaptive_depths"].items() if v >= 0.05)
+            ratio = f"{d['adaptive_vs_best']:.3f}x (k={d['best_fixed_depth']})" if d["adaptive_vs_best"] else "–"
+            adaptive = f"{d['adaptive_tps']:.1f}" if d["adaptive_tps"] is not None else "–"
+            lines.append(f"| {phase.name} | {phase.busy} | {load} | {cells} | {adaptive} | {ratio} | {shares} |")
+        return "\n".join(lines) + "\n"
+
+
+def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adaptive_max: int = 8,
+        n_tokens: int = 64, busy_cores: int = 1, prompt_sets: tuple[str, ...] = ("reasoning",),
+        n_threads: int | None = None, memory: Path, log: spec.Log = lambda _m: None,
+        phases: Sequence[tuple[str, int | None]] = PHASES) -> AdaptiveLoadResult:
+    """Every phase: start its load (``busy_cores`` spinning children in a loaded phase), one interleaved run of off,
+    d2t at each of ``depths`` and d2t with adaptive depth up to ``adaptive_max``, stop the load. ``memory``: adaptive
+    depth's folder, emptied once at the start and carried across the phases."""
+    from app.engine.depth_memory import DepthMemory
+
+    DepthMemory(memory).forget()
+    variants = [spec.Variant("ours", "off"),
+                *(spec.Variant("ours", "sidecar", "d2t", k) for k in depths),
+                spec.Variant("ours", "sidecar", "d2t", adaptive_max, adaptive=True)]
+    done = []
+    for name, cores in phases:
+        busy = busy_cores if cores is None else cores
+        before = machine_load()
+        started = time.monotonic()
+        with BusyCores(busy):
+            log(f"phase {name}: {busy} busy core(s), load {before if before is not None else '?'} per core")
+            result = spec.run(target, {"d2t": d2t}, variants=variants, n_tokens=n_tokens, runs=1,
+                              prompt_sets=prompt_sets, n_threads=n_threads, interleave="prompt",
+                              depth_memory=memory, keep_memory=True, log=log)
+        done.append(Phase(name, busy, before, machine_load(), time.monotonic() - started, result.rows))
+    return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description())

@@ -1,0 +1,58 @@
+"""``bench adaptive-load``: adaptive depth against each fixed depth in phases of changing load (quiet, loaded, quiet
+again), with a load generator the benchmark starts and stops itself (``app.bench.adaptive_load``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.cli.common import command, emit, log_stderr
+from app.core import paths
+from app.engine.config import DRAFT_DEPTH_MAX
+
+
+def cmd_bench_adaptive_load(args: argparse.Namespace) -> int:
+    from app.bench import adaptive_load
+    from app.bench.report import record, this_command
+    from app.cli.bench import bench_files
+
+    target, _full, d2t, name = bench_files(args, args.acceptance)
+    out: Path = args.out or paths.cache_dir() / "bench-adaptive-load"
+    out.mkdir(parents=True, exist_ok=True)
+    result = adaptive_load.run(target, d2t, depths=[int(d) for d in args.depths.split(",")],
+                               adaptive_max=args.adaptive_max, n_tokens=args.tokens, busy_cores=args.busy_cores,
+                               n_threads=args.threads, memory=out / "depth-memory", log=log_stderr)
+    result.model = name
+    (out / "adaptive-load.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    (out / "adaptive-load.md").write_text(result.markdown())
+    emit(args, result.to_dict(), result.markdown)
+    print(f"wrote {out / 'adaptive-load.json'} and {out / 'adaptive-load.md'}", file=sys.stderr)
+    if args.record:
+        record(args.record, f"Adaptive depth under changing load ({name})", this_command(), result.markdown(),
+               "One interleaved run per phase; the loaded phase adds child processes spinning on cores, started "
+               "and stopped by the benchmark. Adaptive depth's memory is carried from phase to phase. Figures from "
+               "a shared machine: indicative.")
+    return 0
+
+
+def add_command(bsub: Any) -> None:
+    """Register ``bench adaptive-load`` under ``bench``."""
+    al = command(bsub, "adaptive-load", cmd_bench_adaptive_load,
+                 "adaptive depth vs each fixed depth in phases of changing load (quiet, loaded, quiet again), "
+                 "the load started and stopped by the benchmark")
+    al.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    al.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
+    al.add_argument("--target", type=Path, help="run real files instead: the target ...")
+    al.add_argument("--full", type=Path, help="... its full sidecar ...")
+    al.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    al.add_argument("--tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
+    al.add_argument("--depths", default="1,2,3,4", help="fixed draft depths (default 1,2,3,4)")
+    al.add_argument("--adaptive-max", type=int, default=DRAFT_DEPTH_MAX,
+                    help=f"deepest depth adaptive may choose (default {DRAFT_DEPTH_MAX})")
+    al.add_argument("--busy-cores", type=int, default=1, help="cores kept busy in the loaded phase (default 1)")
+    al.add_argument("--threads", type=int)
+    al.add_argument("--out", type=Path, help="folder for adaptive-load.json and .md (default: the cache folder)")
+    al.add_argument("--record", type=Path, help="append the table to this markdown file (docs/benchmarks.md)")
