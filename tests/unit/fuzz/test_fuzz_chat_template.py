@@ -170,3 +170,38 @@ def test_any_mix_of_loops_and_sizes_renders_or_falls_back_in_bounded_time(pieces
     assert time.monotonic() - started < 6
     for notice in take_notices():
         assert notice.startswith("The model's chat template could not be used (") and "\n" not in notice
+
+
+def test_a_remote_servers_hostile_template_gives_a_reply_with_chatml_not_an_error() -> None:
+    """A llama-server whose /props carries a template that never ends: the prompt is ChatML, the reply comes."""
+    from app.engine.config import ChatOptions
+    from app.machines.remote_client import RemoteClient
+    from app.machines.remote_servers import RemoteServer
+    from tests.helpers.chat_server import ChatServer
+
+    hostile = HOSTILE["nested range loops"] + "{# remote #}"
+    props = {"default_generation_settings": {"params": {}}, "chat_template": hostile, "build_info": "fake"}
+    with ChatServer("llama-server", props_body=json.dumps(props).encode()) as server:
+        with RemoteClient(RemoteServer("box", server.url), use_keyring=False) as client:
+            assert client.load()["kind"] == "loaded"
+            events = list(client.generate(MESSAGES, ChatOptions(max_tokens=16)))
+        sent = [s.body for s in server.seen("/completion")]
+    assert events[-1]["kind"] == "done", events[-1]
+    assert sent and sent[0] is not None and sent[0]["prompt"] == CHATML_PROMPT
+    assert any("could not be used" in n for n in take_notices())
+
+
+def test_a_remote_template_that_refuses_the_messages_reads_in_words() -> None:
+    from app.engine.config import ChatOptions
+    from app.machines.remote_client import RemoteClient
+    from app.machines.remote_servers import RemoteServer
+    from tests.helpers.chat_server import ChatServer
+
+    props = {"default_generation_settings": {"params": {}}, "build_info": "fake",
+             "chat_template": "{{ raise_exception('Conversation roles must alternate.') }}"}
+    with ChatServer("llama-server", props_body=json.dumps(props).encode()) as server, \
+            RemoteClient(RemoteServer("box", server.url), use_keyring=False) as client:
+        assert client.load()["kind"] == "loaded"
+        last = list(client.generate(MESSAGES, ChatOptions(max_tokens=16)))[-1]
+    assert last["kind"] == "error" and "refused these messages: Conversation roles must alternate" in last["message"]
+    assert last["advice"] and last["error"] == "EngineError"

@@ -224,3 +224,29 @@ def test_a_feed_of_any_shape_parses_or_is_refused_in_words(content: Any) -> None
         parse_feed(raw)
     except FastMTPError as exc:
         assert exc.message and "Traceback" not in exc.message
+
+
+# ----------------------------------------------------------------------------- signed backend manifests
+
+
+@FAST
+@given(st.fixed_dictionaries({"archive": fields_of(["name", "size", "sha256"]) | VALUE,
+                              "backend": fields_of(["id", "flavor", "version", "platform", "cuda"]) | VALUE},
+                             optional={"repo": VALUE, "date": VALUE,
+                                       "unpacked": fields_of(["bytes", "members"]) | VALUE})
+       | VALUE | NOT_JSON)
+def test_a_backend_manifest_of_any_shape_parses_or_is_refused_in_words(content: Any) -> None:
+    from app.backend.signing import FORMAT, parse_claim
+
+    if content in ("<fifo>", "<zero>"):
+        return
+    if isinstance(content, dict) and "archive" in content:
+        content = {"format": FORMAT, **content}
+    raw = content[5:].encode("utf-8", "surrogatepass") if isinstance(content, str) and content.startswith("<raw>") \
+        else json.dumps(content).encode()
+    try:
+        claim = parse_claim(raw, "x.tar.xz.manifest.json")
+    except FastMTPError as exc:
+        assert exc.message and "Traceback" not in exc.message
+    else:
+        assert claim.size >= 0 and "/" not in claim.archive
