@@ -124,6 +124,9 @@ def _check_int(value: Any) -> None:
 def _check_args(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
     for value in (*args, *kwargs.values()):
         _check_int(value)
+        if isinstance(value, dict):  # format_map's widths
+            for item in value.values():
+                _check_int(item)
 
 
 _FORMAT_DIGITS = re.compile(r"\d{8,}")  # a width or precision of 10,000,000 or more in a format string
@@ -260,6 +263,13 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                 size = args[0] if args else kwargs.get("tabsize", 8)
                 budget.size(len(owner) * (size if isinstance(size, int) and size > 0 else 1))
         return _check_result(super().call(__context, __obj, *args, **kwargs))
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        """Jinja wraps ``str.format`` when it is looked up (so ``call`` sees a wrapper): its widths are checked here."""
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            _check_format(value.__self__, ())
+        return wrapped
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         _budget().tick()

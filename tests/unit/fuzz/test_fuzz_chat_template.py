@@ -68,6 +68,8 @@ HOSTILE = {
     "center method": "{{ 'x'.center(1000000000) }}",
     "replace ''": "{{ ('x' * 1000000) | replace('', 'y' * 100) }}",
     "format width": "{{ '{:>999999999}'.format(1) }}",
+    "format width argument": "{{ '{:>{}}'.format(1, 999999999) }}",
+    "format_map width": "{{ '{a:>{w}}'.format_map({'a': 1, 'w': 999999999}) }}",
     "percent width": "{{ '%999999999s' % 1 }}",
     "percent star": "{{ '%*s' % (999999999, 1) }}",
     "power": "{{ 2 ** 1000000000 }}",
@@ -84,6 +86,7 @@ HOSTILE = {
 }
 
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)  # a failure is reported as found: no minutes of shrinking
+SLOW = {"nested range loops", "a loop over a huge string", "output without end", "endless recursion"}
 
 
 @pytest.fixture(autouse=True)
@@ -112,7 +115,8 @@ def test_a_hostile_template_falls_back_to_chatml_in_words_quickly(name: str) -> 
     template = HOSTILE[name] + f"{{# {name} #}}"  # each its own template: the fallback is said once per template
     started = time.monotonic()
     assert render(template, MESSAGES) == CHATML_PROMPT
-    assert time.monotonic() - started < 6  # the deadline is 5 s; the step and size bounds end most at once
+    # the size bounds refuse before anything is built (at once); loops run into the step budget (about a second)
+    assert time.monotonic() - started < (6 if name in SLOW else 1.5)
     notices = take_notices()
     assert len(notices) == 1 and notices[0].startswith("The model's chat template could not be used (")
     assert "Traceback" not in notices[0] and "ChatML" in notices[0]
