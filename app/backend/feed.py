@@ -634,6 +634,18 @@ def remember_floor(verified: VerifiedFeed) -> None:
         log.warning("cannot record the backend feed floor in %s: %s", path, exc)
 
 
+def _refuse_legacy_after_own(legacy: str) -> None:
+    """A feed claiming the model publisher's repository (signed before issue 35) once one of the app's own was
+    verified here: an older way of publishing, replayed; refused like a rolled-back feed."""
+    floors, _ = settings_file.load_floors(_floor_path(), _floor_entry)
+    own = floors.get(backend_repo())
+    if own is not None:
+        raise VerificationError(f"The backend feed is signed for {legacy}, the way feeds were published before "
+                                f"version {own['version']} of {backend_repo()}'s own feed was verified here: it was "
+                                "rolled back.", "Nothing was installed. A server offering an old feed may be hiding "
+                                f"newer backends or fixes; tell whoever published it, or build here: `{BUILD_HERE}`.")
+
+
 def verify_feed(data: bytes, raw_signature: bytes, url: str, *, repo: str | None = None,
                 trust_fingerprint: str | None = None, confirm: trust.Confirm | None = None) -> VerifiedFeed:
     """The key (trusted for ``repo``, exactly as for a release), the signature, then the contents.
@@ -642,7 +654,10 @@ def verify_feed(data: bytes, raw_signature: bytes, url: str, *, repo: str | None
         TrustError: the feed's key is not the one trusted (the message names both fingerprints) or not trusted.
         VerificationError: the signature does not hold, the feed is malformed or for another repository.
     """
+    explicit = repo is not None
     repo = claimed_repo(repo, _load(data, FEED_NAME).get("repo"))  # the app's, or an older feed's legacy one
+    if not explicit and repo != backend_repo():
+        _refuse_legacy_after_own(repo)
     key, is_new = trust.decide(repo, served_key(data, FEED_NAME), trust_fingerprint=trust_fingerprint,
                                confirm=confirm)
     signing.verify(key, data, signing.decode_signature(raw_signature, FEED_NAME + SIGNATURE_SUFFIX), FEED_NAME)

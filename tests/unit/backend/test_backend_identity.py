@@ -99,3 +99,18 @@ def test_older_files_claiming_the_model_publishers_repository_still_verify_under
     # --repo names the repository outright: a claim for another one is refused in words
     with pytest.raises(VerificationError, match=f"signed for the repository {legacy_repo()}"):
         _verify(_claim(tmp_path / "other", app_key, legacy_repo()), repo=backend_repo())
+
+
+def test_an_older_feed_of_the_model_publishers_repository_after_the_apps_own_is_a_rollback(tmp_path: Path) -> None:
+    key = signing.generate_key()
+    trust.pin_key(legacy_repo(), key.public_key())
+    trust.pin_key(backend_repo(), key.public_key())
+    old = write_feed(FEED, key, tmp_path / "old", repo=legacy_repo(), version=3)
+    own = write_feed(FEED, key, tmp_path / "own", version=4)
+    url = "http://127.0.0.1/" + FEED_NAME
+    assert verify_feed(own.feed.read_bytes(), own.signature.read_bytes(), url).feed.repo == backend_repo()
+    with pytest.raises(VerificationError, match="rolled back") as refused:
+        verify_feed(old.feed.read_bytes(), old.signature.read_bytes(), url)
+    assert refused.value.exit_code == 4
+    # named outright with --repo, it is the user's choice and checked as before
+    assert verify_feed(old.feed.read_bytes(), old.signature.read_bytes(), url, repo=legacy_repo()).feed.version == 3
