@@ -17,7 +17,7 @@ from typing import Any
 from app.core import paths
 from app.engine.auto_mode import AutoDrafting, AutoKey, AutoMemory, auto_key
 from app.engine.config import EngineConfig
-from app.engine.verdict import condition_for, load_average
+from app.engine.verdict import Verdict, condition_for, load_average
 from app.gui.chat.chat_page import ChatPage
 from app.gui.models.model_selector import ModelSelector
 from app.gui.shell.engine_bridge import EngineBridge
@@ -71,10 +71,29 @@ class AutoDraftingView:
     def stop(self) -> None:
         """Another mode (or a remote server) was chosen: Auto has no say."""
         self.auto = self._key = None
-        self.chat_page.chat.hud.set_auto(None)
+        hud = self.chat_page.chat.hud
+        hud.set_auto(None)
+        hud.verdict_source = None
+        hud.refresh_verdict()
 
     def show(self) -> None:
-        self.chat_page.chat.hud.set_auto(self.auto.status() if self.auto is not None else None)
+        """Auto's line on the HUD, and the HUD's verdict from the same replies Auto decides from."""
+        hud = self.chat_page.chat.hud
+        hud.set_auto(self.auto.status() if self.auto is not None else None)
+        hud.verdict_source = self.verdict if self.auto is not None else None
+        hud.refresh_verdict()
+
+    def verdict(self, config: EngineConfig) -> Verdict | None:
+        """The verdict Auto holds for the mode of ``config`` against drafting off: the one it decided with, or its
+        measuring so far (None: not one of Auto's modes, or off itself)."""
+        auto = self.auto
+        mode = next((m for m in self._choices if m != "off" and self.mode_config(m) == config), None)
+        if auto is None or mode is None:
+            return None
+        decided = auto.verdicts.get(mode)
+        if decided is not None and decided.a == "off":
+            return decided
+        return auto.comparisons().get(mode)
 
     def switch(self) -> EngineConfig | None:
         """Before a message is sent: the configuration Auto wants for this reply, when another is loaded."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import textwrap
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -196,6 +197,9 @@ class Hud(QFrame):
         self.note.hide()
         grid.addWidget(self.note, 12, 0, 1, 2)
         self.samples = SampleLog()  # every finished reply of this window, labelled with its conditions
+        # where the verdict comes from instead, for a configuration (Auto drafting: its own record's replies, so the
+        # HUD and Auto's line agree); None from it, or no source: this window's replies
+        self.verdict_source: Callable[[EngineConfig], Verdict | None] | None = None
         self._config: EngineConfig | None = None
         self._value_width = 1 << 16
         self._reserve_width()
@@ -411,7 +415,12 @@ class Hud(QFrame):
         config = self._config
         if config is None or config.mode == "off":
             return None
-        return self.samples.compare("off", mode_name(config), describe_depth(config))
+        found = self.verdict_source(config) if self.verdict_source is not None else None
+        return found if found is not None else self.samples.compare("off", mode_name(config), describe_depth(config))
+
+    def refresh_verdict(self) -> None:
+        """Show the verdict again (its source changed: Auto took a reply, or stopped)."""
+        self._show_verdict()
 
     def _show_verdict(self) -> None:
         """The "vs off" row (its tooltip the whole verdict) and, when drafting does not pay, the note."""

@@ -96,3 +96,26 @@ def test_a_finished_reply_does_not_widen_the_hud(qtbot: QtBot) -> None:
                  "replies, temperature 0.7.")
     hud.adjustSize()
     assert hud.width() == before
+
+
+def test_in_auto_the_hud_judges_from_autos_own_replies(qtbot: QtBot) -> None:
+    """Auto's line and the HUD's "vs off" row come from the same replies (Auto's record), so they agree."""
+    from app.engine.auto_mode import AutoDrafting
+    from app.engine.verdict import Condition
+
+    auto = AutoDrafting(("off", "d2t"))
+    speeds = {"off": iter([300.0, 350.0, 352.0, 349.0]), "d2t": iter([380.0, 390.0, 385.0])}
+    while auto.measuring:
+        mode = auto.next_mode()
+        depth = "" if mode == "off" else "adaptive depth ≤8"
+        auto.observe(mode, Condition(mode, depth, "temperature 0.7", str(TARGET)), next(speeds[mode]), 96)
+    hud = Hud()
+    qtbot.addWidget(hud)
+    hud.verdict_source = lambda config: auto.verdicts.get("d2t") if config.mode != "off" else None
+    hud.set_config(ADAPTIVE)  # a new window: none of its own replies yet
+    assert auto.status().startswith("Auto uses d2t: 1.10x")
+    assert hud.vs_off.text() == "1.10x · pays"
+    assert hud.compared_text() == "d2t at adaptive depth ≤8 vs drafting off: 1.10x, pays"
+    hud.verdict_source = None  # Auto stopped: the window's own replies again
+    hud.refresh_verdict()
+    assert hud.vs_off.text() == "measuring"
