@@ -157,7 +157,7 @@ class ChatPage(QWidget):
         self.thinking_box.setToolTip("Let the model think in a <think> block before answering (this chat)")
         self.thinking_box.setChecked(self.chat_settings.thinking)
         self.thinking_box.toggled.connect(self.set_thinking)
-        top.addSpacing(10)
+        top.addSpacing(4)  # with the context meter shown the bar still fits a 1024-wide screen
         top.addWidget(self.thinking_box)
         self.chat_settings_button = QPushButton("Chat settings…")
         self.chat_settings_button.clicked.connect(self.edit_chat_settings)

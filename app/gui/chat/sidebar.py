@@ -139,7 +139,8 @@ class Sidebar(QWidget):
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
-        self.setMinimumWidth(150)  # with the chat beside it, the window fits 960 px (issue 29 item 5)
+        # with the chat beside it (its top bar showing the context meter) the window fits a 1024-wide screen
+        self.setMinimumWidth(136)
         self.setMaximumWidth(420)  # the splitter beside it sets the width in between (remembered)
         self.refresh()
 

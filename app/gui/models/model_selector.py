@@ -158,6 +158,7 @@ class ModelSelector(QWidget):
 
         self.model_box = ElidingComboBox()  # the demo model, then each installed model (``refresh``)
         self.model_box.setToolTip("The model the chat uses; downloads from the Models page appear here")
+        self.model_box.setMinimumWidth(120)  # it elides: in a tight top bar it gives way first (1024-wide screens)
         self.model_box.addItem(DEMO_LABEL, DEMO_KEY)
         self.model_box.currentIndexChanged.connect(lambda _i: self._chosen())
         self.mode_box = QComboBox()
