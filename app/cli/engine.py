@@ -128,6 +128,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"warning: {warning}", file=sys.stderr)
         elif note is not None:
             print(f"note: {note}", file=sys.stderr)
+        from app.engine.chat_template import take_notices
+
+        for notice in take_notices():  # the model's chat template could not be used: ChatML, said once
+            print(f"note: {notice}", file=sys.stderr)
     finally:
         session.close()
     return 0
@@ -217,6 +221,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if final.get("stop_reason") not in ("length", "context_full"):
                 cut = []
             print(f"[{_status_of(final['stats'])}]", file=sys.stderr)
+            for notice in final.get("state_notices") or []:  # a chat template set aside, a state not saved: once
+                print(f"note: {notice}", file=sys.stderr)
             if cut:
                 why = "the reply cap" if final.get("stop_reason") == "length" else "the full context"
                 print(f"note: the reply was cut by {why}; /continue goes on with it.", file=sys.stderr)

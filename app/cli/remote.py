@@ -159,6 +159,10 @@ def remote_generate(args: argparse.Namespace) -> int:
                 "stats": final["stats"], "server": loaded["server"], "server_kind": loaded["server_kind"],
                 "model": loaded["model"], "warning": loaded.get("warning")},
          lambda: print(f"\n[{final['stop_reason']}] {_status_of(final['stats'])}", file=sys.stderr))
+    from app.engine.chat_template import take_notices
+
+    for notice in take_notices():  # the server's chat template could not be used: ChatML, said once
+        print(f"note: {notice}", file=sys.stderr)
     return 0
 
 

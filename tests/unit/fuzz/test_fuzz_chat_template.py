@@ -209,3 +209,19 @@ def test_a_remote_template_that_refuses_the_messages_reads_in_words() -> None:
         last = list(client.generate(MESSAGES, ChatOptions(max_tokens=16)))[-1]
     assert last["kind"] == "error" and "refused these messages: Conversation roles must alternate" in last["message"]
     assert last["advice"] and last["error"] == "EngineError"
+
+
+def test_generate_remote_says_once_that_the_servers_template_was_set_aside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main
+    from tests.helpers.chat_server import ChatServer
+
+    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("FASTMTP_DATA_DIR", str(tmp_path / "data"))
+    props = {"default_generation_settings": {"params": {}}, "build_info": "fake",
+             "chat_template": "{{ 'x' * 4000000000 }}{# cli #}"}
+    with ChatServer("llama-server", props_body=json.dumps(props).encode()) as server:
+        assert main(["remote", "add", "box", server.url]) == 0
+        assert main(["generate", "--remote", "box", "--prompt", "hi", "--max-tokens", "8"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("note: The model's chat template could not be used (it builds a repeated value") == 1, err
