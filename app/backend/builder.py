@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from app.backend import buildlock, patching, registry, runtime_libs, source, toolchain
+from app.backend import patching, registry, runtime_libs, source, toolchain
 from app.backend.events import BuildEvent, EventKind, EventSink, ninja_fraction
-from app.core import paths, processes
+from app.core import folder_lock, paths, processes
 from app.core.cancel import CancelToken
 from app.core.errors import BackendError, BuildCancelled, ToolchainError
 
@@ -270,7 +270,7 @@ def build_backend(options: BuildOptions, on_event: EventSink | None = None,
     build_dir = build_dir_of(plan)
     staging = paths.backends_dir() / f"{registry.STAGING_PREFIX}{plan.backend_id}-{os.getpid()}"
     try:
-        with buildlock.locked(build_dir, report.log):
+        with folder_lock.locked(build_dir, report.log):
             report.start("configure", "configuring with CMake")
             configure(plan, tree, build_dir, report, cancel)
             report.start("compile", "compiling llama.cpp (this takes a few minutes the first time)")
@@ -344,7 +344,7 @@ def build_program(options: BuildOptions, target: str, on_event: EventSink | None
     report.start("source", f"getting llama-cpp-python {plan.pin.version} source")
     tree = prepare_source(plan, options, report)
     build_dir = build_dir_of(plan)
-    with buildlock.locked(build_dir, report.log):
+    with folder_lock.locked(build_dir, report.log):
         report.start("configure", "configuring with CMake (the backend's build tree)")
         configure(plan, tree, build_dir, report, cancel)
         report.start("compile", f"compiling {target} (a few minutes the first time)")
@@ -407,7 +407,7 @@ def prepare_source(plan: BuildPlan, options: BuildOptions, report: Reporter) -> 
         return pristine
     tree = paths.cache_dir() / "src" / f"{plan.pin.version}-d2t-{(plan.patch_sha256 or '')[:12]}"
     marker = tree / ".fastmtp-patched"
-    with buildlock.locked(tree, report.log):
+    with folder_lock.locked(tree, report.log):
         if not marker.is_file():
             shutil.rmtree(tree, ignore_errors=True)
             partial = tree.with_name(tree.name + ".partial")

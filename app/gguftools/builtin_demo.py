@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.backend import buildlock
-from app.core import settings_file
+from app.core import folder_lock, settings_file
 from app.core.errors import GGUFError
 from app.gguftools.demo_model import DEMO_SHAPES, DemoModel, Language, Size, read_demo_table, write_demo_model
 from app.gguftools.sidecar import read_d2t_ids
@@ -41,7 +40,7 @@ def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9
     ``english`` is the chat demo; benchmarks and the self-test ask for ``words``, which never stops.
 
     One writer at a time (two first uses at once, in two windows or a window and a command, must not write the
-    same files): the folder's lock (``buildlock``) is held while it is checked and written, the files are written
+    same files): the folder's lock (``folder_lock``) is held while it is checked and written, the files are written
     in a private staging folder and renamed in, and the marker, which records each file's size, is written last,
     once the files are in place and read back. A damaged file beside a valid marker (wrong size, not a GGUF, no
     table) makes the marker void and the model is written again.
@@ -51,7 +50,7 @@ def ensure_demo_model(folder: Path, size: Size = "tiny", acceptance: float = 0.9
     if found is not None:
         return found
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with buildlock.locked(folder):
+    with folder_lock.locked(folder):
         found = _cached(folder, wanted, size)  # the writer we waited for may have written this very model
         if found is not None:
             return found

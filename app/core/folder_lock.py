@@ -1,5 +1,6 @@
-"""An exclusive lock per build folder, so two builds (two app windows, a test run and a command)
-never run CMake or ninja in the same tree at once: the second waits, then reuses the first's work.
+"""An exclusive lock per folder, so two processes (two app windows, a test run and a command) never write the
+same folder at once: two builds never run CMake or ninja in one tree (the second waits, then reuses the first's
+work), and two first uses of the built-in demo never write its files together.
 
 The lock is an OS file lock on ``<folder>.lock``: the OS releases it when the holder dies, so a
 killed build never leaves a stale lock behind.
@@ -41,6 +42,6 @@ def locked(folder: Path, on_wait: Callable[[str], None] = lambda _line: None) ->
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a+b") as handle:
         if not _try_lock(handle, wait=False):
-            on_wait(f"another build is using {folder.name}; waiting for it to finish")
+            on_wait(f"another process is using {folder.name}; waiting for it to finish")
             _try_lock(handle, wait=True)
         yield
