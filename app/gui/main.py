@@ -20,7 +20,6 @@ from PySide6.QtCore import QByteArray, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
-    QDialog,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -33,17 +32,14 @@ from PySide6.QtWidgets import (
 from app.chats.history import HistoryError, HistoryStore
 from app.core.errors import FastMTPError
 from app.core.resources import resources_dir
-from app.engine.config import EngineConfig
 from app.gguftools.demo_model import DemoModel
 from app.gui.backend.backend_page import BackendPage
 from app.gui.benchmark.benchmark_page import BenchmarkPage
-from app.gui.chat.auto_drafting import AutoDraftingView
 from app.gui.chat.chat_page import ChatPage
 from app.gui.chat.first_run import FirstRunPanel
+from app.gui.chat.model_loading import ModelLoading
 from app.gui.models.local_models_panel import GgufDrop
-from app.gui.models.model_selector import AUTO_KEY, DEMO_KEY, REMOTE_PREFIX, ModelSelector
 from app.gui.models.models_page import ModelsPage
-from app.gui.settings.machines import RemoteServerDialog
 from app.gui.settings.settings_page import SettingsPage
 from app.gui.shell import theme, window_state
 from app.gui.shell.about_dialog import AboutDialog, ShortcutsDialog
@@ -52,8 +48,6 @@ from app.gui.shell.engine_bridge import EngineBridge
 from app.gui.shell.nav_rail import NavRail
 from app.gui.shell.ops import wait_for_all
 from app.gui.shell.window_state import WindowState
-from app.models.context_size import AUTO as AUTO_CONTEXT
-from app.models.context_size import check_context
 from app.settings import app_settings
 from app.settings.app_settings import Settings
 
@@ -135,23 +129,19 @@ class MainWindow(QMainWindow):
         self._owns_history = history is None
         self.history = history or HistoryStore(recover=True)  # a damaged file is copied aside, a new one started
         self.settings = settings or app_settings.load()
-        self._settings_reload_due = False  # engine settings were saved while a model was loaded: reload it
 
         self.status = StatusLabel()
         self.status.setStyleSheet("color: #6b7280;")
-        self.model_selector = ModelSelector(lambda: self.settings)
-        self.model_selector.model_chosen.connect(self._model_chosen)
-        self.model_selector.mode_changed.connect(self.reload)
-        self.model_selector.mode_changed.connect(self.remember_state)
-        self.model_selector.add_remote_requested.connect(self.add_remote_server)
-        self.model_selector.demo_wanted.connect(self.load_demo)
-        self.model_selector.demo_ready.connect(self.use_demo)
+        self.loading = ModelLoading(lambda: self.settings, self.bridge, self)  # which model the chat loads
+        self.model_selector = self.loading.selector
         self.chat_page = ChatPage(self.bridge, self.history, self.model_selector)
         self.chat_page.default_overflow = self.settings.overflow_policy  # new chats' policy (Settings)
         self.chat_page.set_chat_settings(replace(self.chat_page.chat_settings, overflow=self.settings.overflow_policy))
-        self.auto = AutoDraftingView(self.model_selector, self.chat_page, self.bridge)  # "Auto (measured)" drafting
-        self.model_selector.demo_failed.connect(lambda message: self.chat_page.show_error({"message": message}))
-        self.model_selector.listing_failed.connect(self.chat_page.banner.show_error)
+        self.loading.connect_chat(self.chat_page)
+        self.auto = self.loading.auto
+        self.loading.model_chosen.connect(self._remember_model)
+        self.loading.status.connect(self.status.setText)
+        self.model_selector.mode_changed.connect(self.remember_state)
         self.chat_page.status_changed.connect(self.status.setText)
         self.chat_page.notice.connect(self.status.show_notice)
         self.chat_page.state_changed.connect(self.remember_state)
@@ -185,7 +175,9 @@ class MainWindow(QMainWindow):
         self.add_page("Backend", self.backend_page)
         self.settings_page = SettingsPage(self.settings)
         self.settings_page.saved.connect(self.apply_settings)
-        self.settings_page.machines.remote_servers_changed.connect(lambda: self.remote_servers_changed())
+        self.settings_page.machines.remote_servers_changed.connect(lambda: self.loading.remote_servers_changed())
+        self.loading.remotes_listed.connect(self.settings_page.machines.refresh_remotes)
+        self.loading.context_model_changed.connect(self.settings_page.set_context_model)
         self.add_page("Settings", self.settings_page)
         self._add_menus()
         # the status gets the window's full width at its bottom: the top bar has little room left at 1024 wide,
@@ -193,7 +185,6 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.status, 1)
         self.statusBar().setSizeGripEnabled(False)
 
-        self.bridge.loaded.connect(self._engine_loaded)
         self.bridge.busy_changed.connect(self._busy_changed)
         self.model_selector.refresh()
         # the bench spec matrix for the chat's model (issue 14)
@@ -267,10 +258,8 @@ class MainWindow(QMainWindow):
         (the demo model when that one is no longer installed and verified)."""
         if self.needs_first_run():
             self.show_first_run()
-        elif self.settings.chat_model == DEMO_KEY:
-            self.load_demo()
         else:
-            self.model_selector.refresh(select=self.settings.chat_model, fallback_to_demo=True)
+            self.loading.start()
         self.settings_page.check_for_updates_if_due()  # only when allowed in Settings, at most once a day
 
     def show_first_run(self) -> None:
@@ -290,7 +279,7 @@ class MainWindow(QMainWindow):
     def _first_run_demo(self, demo: DemoModel) -> None:
         self._first_run_answered()
         self.chat_stack.setCurrentIndex(0)
-        self.use_demo(demo)
+        self.loading.use_demo(demo)
 
     def _first_run_build(self, flavor: str) -> None:
         """The real model: build the proposed backend on the Backend page (its progress shows there)."""
@@ -303,142 +292,40 @@ class MainWindow(QMainWindow):
         self._first_run_answered()
         self.show_page("Models")
 
-    # ------------------------------------------------------------------ the chat's model: selector → engine
-
-    def load_demo(self) -> None:
-        """Write the built-in demo model on first use (the selector's background op), then load it."""
-        self.chat_page.expect_model("Preparing the demo model…")  # a message sent meanwhile waits for it
-        self.model_selector.write_demo()
-
-    def use_demo(self, demo: DemoModel) -> None:
-        """Chat with the demo model: it is selected (and remembered) and loaded."""
-        self.model_selector.demo = demo
-        self.model_selector.select(DEMO_KEY)
-        self._remember_model(DEMO_KEY)
-        self.reload()
+    # ------------------------------------------------------------------ the chat's model (ModelLoading)
 
     def chat_with(self, folder: str, quant: str) -> None:
-        """"Chat with it now" on the Models page: list the models again, then load the one just downloaded."""
+        """"Chat with it now" on the Models page: the Chat page, then the model just downloaded is loaded."""
         self.show_page("Chat")
         self.chat_stack.setCurrentIndex(0)
-        self.model_selector.chat_with(Path(folder), quant)
-
-    def _model_chosen(self, key: str) -> None:
-        """The selector picked a model: remember it and load it (the demo model is written first)."""
-        self._remember_model(key)
-        if key == DEMO_KEY and self.model_selector.demo is None:
-            self.load_demo()
-        else:
-            self.reload()
+        self.loading.chat_with(Path(folder), quant)
 
     def _remember_model(self, key: str) -> None:
+        """The chat's model was chosen: kept in the settings for the next start."""
         if self.settings.chat_model != key:
             self.settings = replace(self.settings, chat_model=key)
             app_settings.save(self.settings)
             self.settings_page.keep_chat_model(key)
 
-    def reload(self) -> None:
-        """Load the model pair the selector names in its drafting mode (or connect to the chosen remote server)."""
-        remote = self.model_selector.chosen_remote()
-        self.chat_page.demo_note.setVisible(remote is None and self.model_selector.key() == DEMO_KEY)
-        self._show_context_model()
-        if remote is not None:
-            self.auto.stop()
-            self.chat_page.load_remote(remote)
-            return
-        mode = self.model_selector.mode()
-        if mode == AUTO_KEY:  # the mode Auto drafting asks for (measuring in turn, or the winner)
-            config = self.auto.config()
-        else:
-            self.auto.stop()
-            config = self.model_selector.config_for(mode)
-        if config is not None:
-            self.chat_page.load(config)
-            self.warn_context(config)
-
-    def _show_context_model(self) -> None:
-        """The Settings page works out the context for the chat's model (Auto's figure, or whether yours fits)."""
-        self.settings_page.set_context_model(self.model_selector.context_model(), self.model_selector.model_box
-                                             .currentText())
-
-    def warn_context(self, config: EngineConfig) -> str | None:
-        """Before the load goes far: a context that does not fit this machine (a user's own value, or even Auto's
-        smallest) is said on the chat page with its arithmetic (the load goes on: the estimate is approximate, and a
-        context llama.cpp cannot make fails in words). Returns the warning, if any."""
-        model = self.model_selector.context_model()
-        if self.settings.context_size == AUTO_CONTEXT and model is not None:
-            fit = check_context(AUTO_CONTEXT, *model)
-        else:
-            fit = check_context(config.n_ctx, config.target, config.draft, config.n_gpu_layers)
-        warning = fit.warning() if fit is not None else None
-        if warning is not None:
-            self.chat_page.banner.show_error({"message": warning, "advice": "The arithmetic is on the Settings page, "
-                                              "under Context size (python -m app context shows it too)."})
-        return warning
-
     def apply_settings(self, settings: Settings) -> None:
         """New settings from the Settings page: the theme now; a change to what the engine loads with (depth,
-        context, threads, GPU layers, …) reloads the chat's model at once when it is idle, else as soon as its
-        reply or load ends (``_reload_for_settings``), and the page says which."""
+        context, threads, GPU layers, …) reloads the chat's model (``ModelLoading.settings_saved`` says when), and
+        the page says which."""
         folder_changed = settings.models_path() != self.settings.models_path()
         engine_changed = app_settings.engine_fields(settings) != app_settings.engine_fields(self.settings)
         self.settings = settings
         self.chat_page.default_overflow = settings.overflow_policy  # new chats start with it
-        if engine_changed:
-            self._settings_reload_due = self.bridge.config is not None and self.bridge.remote is None
-            self.settings_page.note.setText(self.settings_page.note.text() + " " + self._settings_reload_note())
-            if self._settings_reload_due and not self.bridge.busy:
-                self._reload_for_settings()
         self.models_page.set_context_size(app_settings.fit_context(settings))  # the fit advice sizes what it loads
-        self._show_context_model()  # the Settings page's Auto figure follows the GPU layers
+        note = self.loading.settings_saved(engine_changed, folder_changed)
+        if note:
+            self.settings_page.note.setText(self.settings_page.note.text() + " " + note)
         app = QApplication.instance()
         if isinstance(app, QApplication):
             colours = theme.apply(app, settings.theme)
             self.chat_page.set_palette(colours)
             self.nav.set_palette(colours)  # the rail's icons and the pin marks follow the theme
-        if folder_changed:
-            self.model_selector.refresh()
-
-    def _settings_reload_note(self) -> str:
-        if not self._settings_reload_due:
-            return "The engine settings apply when a model is loaded."
-        if self.bridge.busy:
-            return "The model reloads with the new engine settings as soon as the reply or load under way ends."
-        return "The model reloads now with the new engine settings."
-
-    def _reload_for_settings(self) -> None:
-        """Load the chat's model again with the saved engine settings (once; nothing while the engine is busy)."""
-        if not self._settings_reload_due or self.bridge.busy or self.bridge.remote is not None:
-            return
-        self._settings_reload_due = False
-        self.reload()
-        if self.bridge.busy:
-            self.status.setText("Reloading the model with the new settings…")
-
-    def add_remote_server(self) -> None:
-        """"Remote server…": the dialog; a server added is listed and chosen, a cancel goes back to the model before."""
-        dialog = RemoteServerDialog(self)
-        accepted = dialog.exec() == QDialog.DialogCode.Accepted and dialog.server is not None
-        self.remote_servers_changed(REMOTE_PREFIX + dialog.server.name if accepted and dialog.server else None)
-
-    def remote_servers_changed(self, select: str | None = None) -> None:
-        """List the remote servers again; ``select`` one (its key) and connect, else keep the current choice."""
-        self.settings_page.machines.refresh_remotes()
-        selector = self.model_selector
-        previous = select or self.settings.chat_model
-        selector.show_models(selector.installed)
-        selector.select(previous if selector.has(previous) else DEMO_KEY)
-        if select is not None:
-            selector.choose(selector.key())
-
-    def _engine_loaded(self, event: dict[str, Any]) -> None:
-        if event.get("mode") == "remote":  # a remote server drafts its own way
-            self.model_selector.mode_box.setEnabled(False)
 
     def _busy_changed(self, busy: bool) -> None:
-        self.model_selector.set_busy(busy, self.bridge.remote is not None)
-        if not busy and self._settings_reload_due:  # saved while a reply streamed: reload before the next one
-            QTimer.singleShot(0, self._reload_for_settings)
         # Esc: only while streaming
         self.stop_action.setEnabled(busy and self.chat_page.chat.streaming_entry() is not None)
 

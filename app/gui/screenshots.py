@@ -114,7 +114,7 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     # first a reply with drafting off (its chat pinned), then one with d2t: the HUD's "vs off" shows how far it has
     # measured (one reply each way is no verdict)
     window.model_selector.restore_mode("off")  # picked without a load: ``use_demo`` loads in this mode
-    window.use_demo(demo)
+    window.loading.use_demo(demo)
     wait_until(app, lambda: window.chat_page.ready, 120, "the demo model to load")
     window.chat_page.send(PLAIN_PROMPT)
     wait_until(app, lambda: bool(done), 120, "the reply with drafting off")
@@ -182,7 +182,7 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
     wait_until(app, lambda: panel.idle, 120, "the file to be added")
     panel.scan()
     wait_until(app, lambda: not panel.scanning, 120, "the scan")
-    window.use_demo(demo)
+    window.loading.use_demo(demo)
     wait_until(app, lambda: window.chat_page.ready and not window.bridge.busy, 120, "the demo model to load")
     page = window.bench_page
     window.show_page("Benchmark")
@@ -235,7 +235,7 @@ def take_long_chat(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[
     window.resize(*size)
     window.show()
     window.model_selector.restore_mode("sidecar-d2t")
-    window.use_demo(demo)
+    window.loading.use_demo(demo)
     page = window.chat_page
     wait_until(app, lambda: page.ready and not window.bridge.busy, 300, "the demo model to load")
     written: list[Path] = []

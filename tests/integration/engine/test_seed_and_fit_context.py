@@ -115,7 +115,7 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
     win = MainWindow(history=HistoryStore(module_tmp.mktemp("seed-history") / "history.sqlite3"))
     win.model_selector.restore_mode("sidecar-d2t")  # one mode for every reply (Auto, the default, takes turns)
     win.show()
-    win.use_demo(demo)
+    win.loading.use_demo(demo)
     QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
     yield win
     win.close()

@@ -48,7 +48,7 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
     win = MainWindow(history=HistoryStore(history_path))
     win.model_selector.restore_mode("sidecar-d2t")  # these tests are about drafting (Auto, the default, measures)
     win.show()
-    win.use_demo(demo)
+    win.loading.use_demo(demo)
     QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
     yield win
     win.close()
@@ -167,7 +167,7 @@ def test_an_engine_error_is_shown_in_words(qtbot: QtBot, window: MainWindow, dem
     shown = window.chat_page.banner.text.text()
     assert "sidecar" in shown.lower() and len(shown.split()) > 4
     assert not window.chat_page.ready
-    window.reload()  # the selector's own mode loads again and the banner goes away
+    window.loading.reload()  # the selector's own mode loads again and the banner goes away
     qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
     assert not window.chat_page.banner.isVisible()
 

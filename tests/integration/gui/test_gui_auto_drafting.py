@@ -41,7 +41,7 @@ def test_a_new_model_in_auto_takes_turns_and_the_hud_says_how_far_it_measured(
         qtbot: QtBot, window: MainWindow, module_tmp: ModuleFolders, default_demo: DemoCopies) -> None:
     demo = default_demo.copy_to(module_tmp.mktemp("auto-cold-demo"))
     assert window.model_selector.mode() == AUTO_KEY  # the window's default
-    window.use_demo(demo)
+    window.loading.use_demo(demo)
     hud = window.chat_page.chat.hud
     config = window.bridge.config
     assert config is not None and config.mode == "off"  # the warm-up reply's mode, first in turn
@@ -82,7 +82,7 @@ def test_a_remembered_winner_is_loaded_and_the_hud_says_by_how_much_it_won(
         decided.observe(mode, Condition(mode, "", "temperature 0.7", str(demo.target)), next(speeds[mode]), 96)
     AutoMemory(paths.depth_memory_dir()).remember(auto_key(demo.target, demo.sidecar_d2t, manifest.id), decided)
 
-    window.use_demo(demo)
+    window.loading.use_demo(demo)
     config = window.bridge.config
     assert config is not None and config.mode == "sidecar" and config.draft == demo.sidecar_d2t and config.adaptive
     assert window.chat_page.chat.hud.auto.text().replace("\n", " ") == (

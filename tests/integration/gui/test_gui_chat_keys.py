@@ -302,7 +302,7 @@ def test_esc_stops_a_streaming_reply_and_keeps_its_text(qtbot: QtBot, store: His
                                                          patched_backend: BackendManifest, demo: DemoModel,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     win = _window(qtbot, store)
-    win.use_demo(demo)
+    win.loading.use_demo(demo)
     qtbot.waitUntil(lambda: win.chat_page.ready, timeout=ENGINE_WAIT_MS)
     assert not win.stop_action.isEnabled()  # nothing streams: Esc is left to the widgets
     monkeypatch.setattr(win.chat_page, "options", ChatOptions(max_tokens=1500))

@@ -58,7 +58,7 @@ def test_f2_on_the_chat_list_right_after_the_first_reply_opens_the_editor(
         menu.hide()
         qtbot.waitUntil(lambda: not menu.isVisible(), timeout=WAIT_MS)
         _activate(qtbot, win)  # the window is active again once its menu closed (offscreen Qt needs telling)
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
         monkeypatch.setattr(win.chat_page, "options", ChatOptions(max_tokens=24))
         send_and_wait(qtbot, win, "Name three colours.")

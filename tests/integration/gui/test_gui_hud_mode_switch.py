@@ -38,7 +38,7 @@ def test_a_mode_switch_blanks_the_hud_until_the_new_mode_has_numbers(qtbot: QtBo
                                                                       demo: DemoModel) -> None:
     # not Auto, the default: this test switches modes itself
     with open_window(qtbot, store, mode="sidecar-d2t") as win:
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
         send_and_wait(qtbot, win, "How does drafting work?")
         hud = win.chat_page.chat.hud

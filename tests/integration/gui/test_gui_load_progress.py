@@ -50,7 +50,7 @@ def test_the_load_shows_its_progress_and_the_chat_list_stays_usable(qtbot: QtBot
         win.bridge.load_progress.connect(on_progress)
         loaded: list[dict[str, Any]] = []
         win.bridge.loaded.connect(loaded.append)
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         page.chat.input.setPlainText("sent while loading")
         qtbot.keyClick(page.chat.input, Qt.Key.Key_Return)  # waits for the load (the waiting message)
         qtbot.waitUntil(lambda: bool(loaded), timeout=WAIT_MS)

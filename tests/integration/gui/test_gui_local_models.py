@@ -347,7 +347,7 @@ def test_a_worse_sidecar_is_kept_beside_the_good_one_until_the_user_chooses_it(
 
 def test_the_benchmark_page_runs_a_tiny_matrix_exports_it_and_cancels(qtbot: QtBot, window: MainWindow,
                                                                       demo: DemoModel, places: Path) -> None:
-    window.use_demo(demo)
+    window.loading.use_demo(demo)
     qtbot.waitUntil(lambda: window.chat_page.ready and not window.bridge.busy, timeout=WAIT_MS)
     window.show_page("Benchmark")
     page = window.bench_page

@@ -39,7 +39,7 @@ def window(qapp: QApplication, request: pytest.FixtureRequest, patched_backend: 
     demo: DemoModel = default_demo.copy_to(module_tmp.mktemp("long-chat-demo"))
     store = HistoryStore(module_tmp.mktemp("long-chat-history") / "history.sqlite3")
     with open_window(QtBot(request), store, "sidecar-d2t", Settings(context_size=512)) as win:
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         QtBot(request).waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
         yield win
     store.close()

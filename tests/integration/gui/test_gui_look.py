@@ -271,7 +271,7 @@ def test_on_the_cpu_demo_the_hud_refuses_to_judge_drafting_from_one_reply_each_w
         win.model_selector.mode_box.blockSignals(True)
         win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("off"))
         win.model_selector.mode_box.blockSignals(False)
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         qtbot.waitUntil(lambda: win.chat_page.ready, timeout=ENGINE_WAIT_MS)
         plain = _reply(qtbot, win, "Hello without drafting")
         hud = win.chat_page.chat.hud

@@ -68,7 +68,7 @@ def test_regenerate_keeps_versions_to_switch_between_and_go_on_from(qtbot: QtBot
             generate(messages, options, conversation)
 
         win.bridge.generate = recording  # type: ignore[method-assign]
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         qtbot.waitUntil(lambda: page.ready, timeout=WAIT_MS)
         page.open_conversation(chat)
         send_and_wait(qtbot, win, "Name a colour.")

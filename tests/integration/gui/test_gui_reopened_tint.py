@@ -57,7 +57,7 @@ def test_a_reopened_reply_keeps_its_draft_tint_and_its_drafting_mode(qtbot: QtBo
     win.show()
     done: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
-    win.use_demo(demo)
+    win.loading.use_demo(demo)
     qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
     win.chat_page.send("Tell me how FastMTP drafting works.")
     qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)

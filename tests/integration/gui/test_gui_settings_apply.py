@@ -37,7 +37,7 @@ def test_a_saved_draft_depth_is_the_next_replys_depth(qtbot: QtBot, store: Histo
                                                        demo: DemoModel) -> None:
     settings = Settings(draft_depth=3, first_run_done=True)
     with open_window(qtbot, store, mode="sidecar-d2t", settings=settings) as win:  # a fixed depth (Auto: its own)
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         qtbot.waitUntil(lambda: _idle_and_ready(win), timeout=WAIT_MS)
         stats = send_and_wait(qtbot, win, "How does drafting work?")["stats"]
         assert stats["depth_setting"] == "depth 3" and stats["depth"] == 3

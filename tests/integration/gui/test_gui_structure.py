@@ -61,7 +61,7 @@ def test_the_window_holds_one_of_each_and_a_message_through_its_chat_page_gets_a
         win.show()
         done: list[dict[str, Any]] = []
         win.bridge.done.connect(done.append)
-        win.use_demo(demo)
+        win.loading.use_demo(demo)
         qtbot.waitUntil(lambda: win.chat_page.ready, timeout=WAIT_MS)
         win.chat_page.send("Hello there")
         qtbot.waitUntil(lambda: bool(done), timeout=WAIT_MS)

@@ -43,7 +43,7 @@ def test_enter_while_loading_waits_then_sends_without_another_key(qtbot: QtBot, 
     win.show()
     done: list[dict[str, Any]] = []
     win.bridge.done.connect(done.append)
-    win.use_demo(demo)
+    win.loading.use_demo(demo)
     assert not win.chat_page.ready and win.status.text() == "Loading the model…"
 
     _enter(qtbot, win, "hello while loading")

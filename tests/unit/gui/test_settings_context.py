@@ -109,9 +109,9 @@ def test_the_window_gives_the_page_the_chats_model_and_warns_before_a_load_that_
 
         config = win.model_selector.config_for("sidecar-d2t")
         assert config is not None and config.n_ctx == 8192  # yours, as you set it
-        assert win.warn_context(config) is None and not win.chat_page.banner.isVisibleTo(win)
+        assert win.loading.warn_context(config) is None and not win.chat_page.banner.isVisibleTo(win)
 
-        warning = win.warn_context(EngineConfig(huge, n_ctx=8192))  # a model that does not fit: said, in the window
+        warning = win.loading.warn_context(EngineConfig(huge, n_ctx=8192))  # one that does not fit: said, in the window
         assert warning is not None and "8,192 tokens you chose may not fit" in warning
         assert win.chat_page.banner.isVisibleTo(win) and "1024 GiB model" in win.chat_page.banner.text.text()
         assert "Settings page" in win.chat_page.banner.text.text()
