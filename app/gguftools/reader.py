@@ -18,6 +18,7 @@ import numpy.typing as npt
 from gguf import GGUFReader, GGUFValueType, ReaderField, ReaderTensor
 
 from app.core.errors import GGUFError
+from app.gguftools.header import gguf_header
 
 # Keys the reader synthesises from the file header; they are not KV pairs of the file.
 HEADER_KEYS = frozenset({"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"})
@@ -60,6 +61,7 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFReader:
     if not p.is_file():
         raise GGUFError(f"The model file {p} does not exist.", "Check the path, or download the file again.",
                         kind="not-found")
+    gguf_header(p)  # the bounded reader first: a header claiming more than a real one holds is refused in words
     size = p.stat().st_size
     try:
         reader = _Reader(p)
