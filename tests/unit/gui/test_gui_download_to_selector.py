@@ -54,7 +54,7 @@ def test_a_download_is_listed_without_a_rescan_and_the_chat_keeps_its_model(
 
         monkeypatch.setattr(model_selector, "list_installed", counted)
         loads: list[str] = []
-        monkeypatch.setattr(win, "reload", lambda: loads.append(selector.key()))
+        monkeypatch.setattr(win.loading, "reload", lambda: loads.append(selector.key()))
 
         page.mirror_url.setText(server.url(""))
         qtbot.mouseClick(page.add_mirror_button, Qt.MouseButton.LeftButton)
