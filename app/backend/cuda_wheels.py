@@ -378,8 +378,8 @@ def cleanup_stale_staging() -> None:
     """Remove staging folders of installs that were killed; they were never usable."""
     base = toolkits_dir()
     for entry in base.glob(_STAGING + "*") if base.is_dir() else []:
-        pid = entry.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and processes.pid_alive(int(pid)):
+        pid = processes.parse_pid(entry.name.rsplit("-", 1)[-1])
+        if pid is not None and pid != os.getpid() and processes.pid_alive(pid):
             continue
         shutil.rmtree(entry, ignore_errors=True)
 

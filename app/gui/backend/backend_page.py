@@ -56,7 +56,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backend import archive, cuda_wheels, registry
+from app.backend import archive, cuda_wheels, feed, registry
 from app.backend.build_estimate import duration_words
 from app.backend.builder import BuildOptions, Flavor, run_selftest_subprocess
 from app.backend.events import BuildEvent, EventKind
@@ -210,7 +210,7 @@ def selftest_summary(result: dict[str, Any]) -> str:
 def manifest_text(manifest: BackendManifest, origin: str) -> str:
     """A backend's manifest as labelled lines a person reads (the JSON stays one click away: "Copy as JSON")."""
     flavor = "CPU" if manifest.flavor != "cuda" else (
-        f"CUDA {manifest.cuda_version or '?'} for " + (", ".join(f"sm_{a}" for a in manifest.cuda_archs) or "?"))
+        f"CUDA {manifest.cuda_version or '?'} for " + (feed.sm(manifest.cuda_archs) or "?"))
     built = manifest.built_at.replace("T", " ").split("+")[0] if manifest.built_at else "?"
     rows = [("Backend", manifest.id), ("Origin", origin), ("Flavour", flavor),
             ("Source", f"llama-cpp-python {manifest.llama_cpp_python_version} (llama.cpp "
@@ -828,8 +828,7 @@ class BackendPage(QWidget):
         self.table.setRowCount(len(backends))
         for row, manifest in enumerate(backends):
             origin = archive.read_origin(registry.backend_dir(manifest.id))
-            cells = [manifest.id, manifest.flavor + (f" sm_{','.join(manifest.cuda_archs)}"
-                                                     if manifest.cuda_archs else ""),
+            cells = [manifest.id, manifest.flavor + (f" {feed.sm(manifest.cuda_archs)}" if manifest.cuda_archs else ""),
                      "yes" if manifest.patched else "no (cannot load d2t sidecars)",
                      "ok" if manifest.selftest_ok else "FAILED", archive.origin_label(origin),
                      manifest.built_at.replace("T", " ")[:19], "● active" if manifest.id == active else ""]
