@@ -286,6 +286,10 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise FastMTPError(f"{flag} {value} is not a number the sampler can use.",
                                f"Give {flag} a finite number of 0 or more (e.g. --temp 0.7, --top-p 0.95).",
                                kind="bad-usage")
+    p_min = getattr(args, "p_min", 0.0)
+    if not (isinstance(p_min, float | int) and 0 <= p_min <= 1):  # also NaN: no comparison holds
+        raise FastMTPError(f"--p-min {p_min} is not a draft confidence.", "Give --p-min a number from 0 to 1.",
+                           kind="bad-usage")
     for flag, number, high in (("--max-tokens", args.max_tokens, REPLY_TOKENS_MAX),
                                ("--thinking-budget", args.thinking_budget, REPLY_TOKENS_MAX),
                                ("--top-k", args.top_k, 2**31 - 1), ("--seed", args.seed, 2**32 - 1)):

@@ -98,6 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
         return remote_generate(args)
     messages = prompt_messages(args)  # read (bounded) before the model loads: a bad file costs no load
+    options = chat_options(args)  # numbers checked before the load too
     auto = auto_run(args) if args.mtp == "auto" else None
     if auto is not None:
         print(f"auto: {auto.auto.status()}" + (" One reply cannot be compared: this one uses drafting off; "
@@ -114,7 +115,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 sys.stdout.write(model.piece(token).decode("utf-8", errors="replace"))
                 sys.stdout.flush()
 
-        reply, text = session.reply(messages, chat_options(args), for_people(args, on_token))
+        reply, text = session.reply(messages, options, for_people(args, on_token))
         stats = reply.stats.to_dict()
         config = session.decoder.config
         # the window's two judgements of the drafting: its banner (warning) and the HUD's note

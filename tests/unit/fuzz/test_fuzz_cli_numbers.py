@@ -120,3 +120,12 @@ def test_the_window_starts_on_a_settings_folder_of_damaged_files(tmp_path: Path)
     shown = json.loads(done.stdout.strip().splitlines()[-1])
     assert shown, done.stdout
     assert (data / "history.sqlite3").is_file() and list(data.glob("history.sqlite3.damaged-*"))  # moved aside
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--temp", "nan"), ("--top-p", "-1"), ("--p-min", "nan"),
+                                             ("--p-min", "5"), ("--max-tokens", "5000000000"), ("--seed", "-1")])
+def test_local_generate_refuses_sampling_numbers_before_it_reads_the_model(
+        home: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    (home / "m.gguf").write_bytes(b"GGUF")  # would be refused as damaged, had the numbers not been refused first
+    code, text = run_cli(capsys, "generate", "--model", "m.gguf", "--prompt", "hi", flag, value)
+    assert code == 2 and flag in text and "damaged" not in text, text
