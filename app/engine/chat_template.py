@@ -101,8 +101,8 @@ def _weight(value: Any, depth: int = 0) -> int:
     """How many characters/items ``value`` stands for (a list of a big string counts the string each time)."""
     if isinstance(value, str | bytes):
         return len(value)
-    if depth > 8:
-        return 1
+    if depth > 8:  # deeper than any chat's data: counted as past the cap (not as 1, which a nesting could exploit)
+        return _budget().cap + 1
     if isinstance(value, list | tuple):
         total = len(value)
         for item in value:
@@ -167,6 +167,8 @@ def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         if name in ("join", "sum", "tojson", "string", "pprint", "list", "unique", "sort", "indent", "center",
                     "wordwrap", "format"):
             budget.size(_weight(value), "a value")
+        if name == "join" and isinstance(value, list | tuple) and len(values) > 1 and isinstance(values[1], str):
+            budget.size(_weight(value) + len(value) * len(values[1]), "a joined string")
         if name == "replace" and len(values) >= 3 and isinstance(value, str):
             _check_replace(value, values[1], values[2])
         if name == "indent" and isinstance(value, str):

@@ -64,6 +64,9 @@ HOSTILE = {
     "doubling with +": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
                        "{% endfor %}{{ ns.s }}",
     "a list of a big string": "{{ (['x' * 1000000] * 1000000) | join }}",
+    "a long separator": "{{ (['x'] * 1000000) | join('y' * 1000) }}",
+    "a deep list repeated": "{% set ns = namespace(l='x' * 4000000) %}{% for i in range(12) %}{% set ns.l = [ns.l] %}"
+                            "{% endfor %}{{ [ns.l] * 1000000 }}",
     "center filter": "{{ 'x' | center(1000000000) }}",
     "center method": "{{ 'x'.center(1000000000) }}",
     "replace ''": "{{ ('x' * 1000000) | replace('', 'y' * 100) }}",
