@@ -154,10 +154,13 @@ def pack_archive(backend_id: str, out: Path, server_binary: Path | None = None) 
             bundled = runtime_libs.bundle_windows(lib_dir, manifest.runtime_lib_dirs)
         if manifest.runtime_lib_dirs:
             replace(manifest, runtime_lib_dirs=[]).write(staged)  # carried inside now: no build-machine folders
-        partial = out.with_name(out.name + ".partial")
-        with tarfile.open(partial, "w:xz", preset=6) as archive:
-            archive.add(staged, arcname=backend_id)
-        os.replace(partial, out)
+        partial, handle = safe_paths.new_temporary(out)  # a unique name: a link planted beside out is never used
+        try:
+            with handle, tarfile.open(fileobj=handle, mode="w:xz", preset=6) as archive:
+                archive.add(staged, arcname=backend_id)
+            os.replace(partial, out)
+        finally:
+            partial.unlink(missing_ok=True)
     return Packed(out, tuple(bundled), tuple(fixed))
 
 

@@ -13,7 +13,6 @@ trusted because it is there.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from app import __version__ as app_version
+from app.core import safe_paths
 from app.core.errors import FastMTPError, VerificationError
 from app.core.hashing import sha256_file
 from app.core.json_object import load_object
@@ -160,9 +160,7 @@ def sign_backend_archive(archive: Path, key_path: Path, *, repo: str | None = No
     manifest = archive.with_name(manifest_name(archive.name))
     signature = archive.with_name(signature_name(archive.name))
     for path, content in ((manifest, data), (signature, signing.sign(key, data))):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, path)
+        safe_paths.write_replacing(path, content)  # never through a link planted at a fixed temporary name
     return SignedBackend(archive, manifest, signature, parse_claim(data, manifest.name),
                          signing.fingerprint(key.public_key()))
 
