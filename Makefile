@@ -11,7 +11,7 @@ QT_DEB_PACKAGES := $(shell cat installers/debian-qt-packages.txt)
 # Only for the tests: a real X server and xprop, so the window's X11 class and icon are checked (not the .deb's).
 TEST_DEB_PACKAGES := xvfb xauth x11-utils
 
-.PHONY: run test test-loaded check unit lint lint-workflows venv clean package package-test release-dry-run gpu-prepare gpu-check
+.PHONY: run test test-loaded check portable lint lint-workflows venv clean package package-test release-dry-run gpu-prepare gpu-check
 
 venv: $(VENV)/.installed
 
@@ -76,12 +76,12 @@ check: venv
 	$(BIN)/mypy --strict app
 	$(BIN)/python -m pytest -q -ra -n auto tests/unit
 
-# The portable part of tests/unit/ (tests/unit-tier.txt): what CI runs on Windows and macOS for every push
-# (.github/workflows/ci.yml). There, BIN=.venv/Scripts on Windows.
-UNIT_TESTS := $(shell cat tests/unit-tier.txt)
+# The portable tier: the test files of tests/unit/ listed in tests/portable-tier.txt, which run on Windows and macOS
+# too; what CI runs there for every push (.github/workflows/ci.yml). There, BIN=.venv/Scripts on Windows.
+PORTABLE_TESTS := $(shell cat tests/portable-tier.txt)
 
-unit: venv
-	$(BIN)/python -m pytest -ra $(UNIT_TESTS)
+portable: venv
+	$(BIN)/python -m pytest -ra $(PORTABLE_TESTS)
 
 # The packaged Linux app (installers/README.md): the prebuilt CPU backend, the PyInstaller one-folder app, the
 # tarball and the .deb under dist/; then the smoke test runs each of them in a clean environment.

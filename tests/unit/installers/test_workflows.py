@@ -149,22 +149,24 @@ def test_the_checker_catches_what_does_not_exist() -> None:
 
 
 def test_shell_splitting() -> None:
-    assert commands('if [ "$X" = 1 ]; then make unit BIN=a; else make unit; fi') == [
-        ["if", "[", "$X", "=", "1", "]"], ["make", "unit", "BIN=a"], ["make", "unit"], ["fi"]]
+    assert commands('if [ "$X" = 1 ]; then make portable BIN=a; else make portable; fi') == [
+        ["if", "[", "$X", "=", "1", "]"], ["make", "portable", "BIN=a"], ["make", "portable"], ["fi"]]
     assert commands("(cd release && sha256sum -c SHA256SUMS)  # check") == [
         ["cd", "release"], ["sha256sum", "-c", "SHA256SUMS"]]
 
 
-def test_ci_runs_make_test_on_linux_and_the_unit_tier_on_windows_and_macos() -> None:
+def test_ci_runs_make_test_on_linux_loaded_too_and_the_portable_tier_on_windows_and_macos() -> None:
     ci = load(ROOT / ".github" / "workflows" / "ci.yml")
     jobs = ci["jobs"]
     assert jobs["test"]["runs-on"] == "ubuntu-latest"
     assert any(w[:2] == ["make", "test"] for _, s in run_scripts({"jobs": {"test": jobs["test"]}})
                for w in commands(s))
-    assert set(jobs["unit"]["strategy"]["matrix"]["os"]) == {"windows-latest", "macos-latest"}
-    assert any(w[:2] == ["make", "unit"] for _, s in run_scripts({"jobs": {"unit": jobs["unit"]}})
+    assert any(w[:2] == ["make", "test-loaded"] for _, s in run_scripts({"jobs": {"x": jobs["test-loaded"]}})
                for w in commands(s))
-    tier = (ROOT / "tests" / "unit-tier.txt").read_text().split()
+    assert set(jobs["portable"]["strategy"]["matrix"]["os"]) == {"windows-latest", "macos-latest"}
+    assert any(w[:2] == ["make", "portable"] for _, s in run_scripts({"jobs": {"x": jobs["portable"]}})
+               for w in commands(s))
+    tier = (ROOT / "tests" / "portable-tier.txt").read_text().split()
     assert tier and all((ROOT / t).is_file() for t in tier)
     assert "tests/unit/installers/test_workflows.py" in tier
 
