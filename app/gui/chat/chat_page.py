@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from app.chats.history import Conversation, HistoryError, HistoryStore, read_export
 from app.engine.breakeven import describe_mode, drafting_warning
-from app.engine.chat_template import Message
+from app.engine.chat_template import Message, take_notices
 from app.engine.config import EngineConfig
 from app.gguftools.builtin_demo import DEMO_NATURE
 from app.gui.chat.alert_strip import alert_strip
@@ -648,6 +648,10 @@ class ChatPage(QWidget):
             self._save_reply(entry.text, stats, entry.draft_ranges())
             self._show_context(stats)
         self._status("Ready")
+        # said once each, after the lasting "Ready": the model's chat template set aside for ChatML (the engine's,
+        # or a remote server's rendered here), a chat state that could not be kept
+        for text in [*(event.get("state_notices") or []), *take_notices()]:
+            self.notice.emit(str(text))
 
     def _save_reply(self, text: str, stats: dict[str, Any] | None,
                     drafts: list[tuple[int, int]] | None = None) -> None:
