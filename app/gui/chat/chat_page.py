@@ -468,9 +468,8 @@ class ChatPage(QWidget):
         shown = next((v for v in versions if v.id == message_id), None)
         if shown is None:
             return
-        self.chat.entries[index] = entry_from_stored(shown, tuple(v.id for v in versions) if len(versions) > 1
-                                                     else ())
-        self.chat.redraw(keep_place=True)
+        self.chat.replace_entry(index, entry_from_stored(shown, tuple(v.id for v in versions) if len(versions) > 1
+                                                         else ()))
 
     def resend_edited(self, index: int, text: str) -> None:
         """A user message was edited: the edited text becomes a new version of it and the reply streams again;

@@ -2,8 +2,10 @@
 
 Each assistant token keeps where it came from (an accepted draft or the target's own pick); the
 "colour accepted drafts" toggle tints the drafted ones, which makes the speculative decoding visible. The
-messages are ``ChatEntry`` (messages.py, Qt-free); drawing them, the frame-paced streaming of a reply and
-following it are stream_render.py. This widget composes the page and acts on the transcript's links; while the
+messages are ``ChatEntry`` (messages.py, Qt-free), held with their code blocks, renderer, palette and tint in one
+``TranscriptState`` (transcript_state.py) that this widget owns and hands to the painter; drawing them, the
+frame-paced streaming of a reply and following it are stream_render.py. This widget composes the page, is the only
+writer of the transcript's state (``replace_entry``, ``truncate``, …) and acts on the transcript's links; while the
 user has scrolled up from a streaming reply it shows "Jump to latest ↓" over the middle of its bottom edge.
 
 On a wide window the text keeps a readable measure: the document's side margins grow so its lines hold at most
@@ -40,6 +42,7 @@ from app.gui.chat.messages import ChatEntry as ChatEntry  # app.gui.chat.chat_pa
 from app.gui.chat.messages import describe_reply, entry_from_stored
 from app.gui.chat.stream_render import RENDER_INTERVAL_MS as RENDER_INTERVAL_MS  # app.bench.window paces by it
 from app.gui.chat.stream_render import Follower, Painter, StreamRenderer, Transcript, fit_column, readable_width
+from app.gui.chat.transcript_state import TranscriptState
 from app.gui.shell.palette import LIGHT, Palette
 
 DRAFT_TINT = QColor(LIGHT.draft_tint)
@@ -76,15 +79,12 @@ class ChatView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.entries: list[ChatEntry] = []
+        self.state = TranscriptState(LIGHT)  # the messages as drawn: only this widget changes them
         self.editing: int | None = None  # the index of the user message being edited
-        self.colors = LIGHT
-        self.renderer = MarkdownRenderer(self.colors)
-        self.code_blocks: list[str] = []
         self._busy = False
-        self._paint = Painter(self, self._measure_margins)
 
         self.transcript = Transcript()
+        self._paint = Painter(self.state, self.transcript, self._measure_margins)
         self.transcript.anchorClicked.connect(self.activate_link)
         self.transcript.resized.connect(self._measure_margins)
         self.hud = Hud()
@@ -146,7 +146,7 @@ class ChatView(QWidget):
 
         self.show_drafts = QCheckBox("Colour accepted drafts")
         self.show_drafts.setChecked(True)
-        self.show_drafts.toggled.connect(lambda _on: self.redraw())
+        self.show_drafts.toggled.connect(self._set_tint)
         self.legend = QLabel()
         self._update_legend()
         overlay_row = QHBoxLayout()
@@ -226,14 +226,32 @@ class ChatView(QWidget):
 
     # ------------------------------------------------------------------ conversation
 
+    @property
+    def entries(self) -> list[ChatEntry]:
+        """The messages shown, oldest first (the transcript state's list: read it, change it through this view)."""
+        return self.state.entries
+
+    @property
+    def code_blocks(self) -> list[str]:
+        """The drawn code blocks' text, by their ``copy-code`` number."""
+        return self.state.code_blocks
+
+    @property
+    def colors(self) -> Palette:
+        """The theme's colours the transcript is drawn in."""
+        return self.state.palette
+
+    @property
+    def renderer(self) -> MarkdownRenderer:
+        return self.state.renderer
+
     def history(self) -> list[Message]:
         """The finished messages, for the engine."""
         return [Message(e.role, e.text) for e in self.entries if e is not self._live.entry]
 
     def set_palette(self, palette: Palette) -> None:
         """Colours for the light or the dark theme."""
-        self.colors = palette
-        self.renderer = MarkdownRenderer(palette)
+        self.state.set_palette(palette)
         self._update_legend()
         self.redraw()
 
@@ -248,15 +266,15 @@ class ChatView(QWidget):
         regenerated replies' version ids (``HistoryStore.version_ids``), for their arrows."""
         self._live.stop()
         self.cancel_edit()
-        self.entries = [entry_from_stored(m, (versions or {}).get(m.id, ())) for m in messages
-                        if m.role in ("user", "assistant")]
+        self.state.entries = [entry_from_stored(m, (versions or {}).get(m.id, ())) for m in messages
+                              if m.role in ("user", "assistant")]
         self.hud.reset()
         self.redraw()
 
     def add_user(self, text: str, message_id: int | None = None, version_ids: tuple[int, ...] = ()) -> ChatEntry:
         """A sent message; ``version_ids``: an edited message's versions (its ‹ › arrows)."""
         entry = ChatEntry("user", [(text, "user")], message_id=message_id, version_ids=version_ids)
-        self.entries.append(entry)
+        self.state.entries.append(entry)
         if len(self.entries) >= 2 and self.entries[-2].role == "assistant":
             self._paint.refresh_header(len(self.entries) - 2)  # no longer the last reply: no "regenerate" link
         self._paint.insert_entry(len(self.entries) - 1)
@@ -265,7 +283,7 @@ class ChatView(QWidget):
 
     def begin_reply(self, message_id: int | None = None) -> ChatEntry:
         entry = ChatEntry("assistant", message_id=message_id, thinking_open=True)
-        self.entries.append(entry)
+        self.state.entries.append(entry)
         self._live.begin(entry, len(self.entries) - 1)
         self.hud.reset()
         self.stop_button.setEnabled(True)
@@ -362,8 +380,13 @@ class ChatView(QWidget):
     def truncate(self, count: int) -> None:
         """Keep only the first ``count`` entries (after an edit or for a regenerated reply), the reader's place
         kept: the rest is not drawn again when it need not be (``StreamRenderer.cut``)."""
-        self.entries = self.entries[:count]
+        self.state.truncate(count)
         self._live.cut(count)
+
+    def replace_entry(self, index: int, entry: ChatEntry) -> None:
+        """The ``index``-th message becomes ``entry`` (another version of it), drawn where the reader is."""
+        self.state.replace(index, entry)
+        self.redraw(keep_place=True)
 
     # ------------------------------------------------------------------ rendering
 
@@ -375,6 +398,11 @@ class ChatView(QWidget):
     def _end_cursor(self) -> QTextCursor:
         """The end of the transcript's document (where the next message goes)."""
         return self._paint.end_cursor()
+
+    def _set_tint(self, on: bool) -> None:
+        """"Colour accepted drafts" toggled: everything drawn again with or without the tint."""
+        self.state.tint = on
+        self.redraw()
 
     def _update_legend(self) -> None:
         tint = self.colors.draft_tint

@@ -40,10 +40,10 @@ from app.gui.chat.markdown import (
     split_thinking,
 )
 from app.gui.chat.messages import ChatEntry
+from app.gui.chat.transcript_state import TranscriptState
 from app.gui.shell.palette import LIGHT, Palette
 
 if TYPE_CHECKING:
-    from app.gui.chat.chat_view import ChatView
     from app.gui.chat.hud import Hud
 
 RENDER_INTERVAL_MS = 33  # a frame: streamed text and the HUD are drawn at most this often; tokens in between queue
@@ -246,11 +246,13 @@ class FramePacer:
 
 
 class Painter:
-    """The chat view's document edits: whole messages as HTML, and the cursor work the streaming regions need.
-    It reads the view's colours, markdown renderer and tint toggle at each call (a theme change swaps them)."""
+    """The transcript's document edits: whole messages as HTML, and the cursor work the streaming regions need.
+    It reads the transcript's state (its messages, colours, markdown renderer and tint toggle) at each call, so a
+    theme change reaches the next drawing; it writes only the state's code-block numbers."""
 
-    def __init__(self, view: ChatView, measure: Callable[[], None]) -> None:
-        self.view = view
+    def __init__(self, state: TranscriptState, browser: QTextBrowser, measure: Callable[[], None]) -> None:
+        self.state = state
+        self.browser = browser
         self.measure = measure  # fits the document's margins to the width and the HUD
         self.starts: dict[int, int] = {}  # entry index → where its drawing begins in the document (``cut``)
 
@@ -258,7 +260,7 @@ class Painter:
         """Before the first text of an empty document: its style, and margins that keep the text clear of the
         HUD (the first message starts below it with the HUD at the top, the newest text ends above it with the
         HUD at the bottom)."""
-        document = self.view.transcript.document()
+        document = self.browser.document()
         if not document.isEmpty():
             return
         document.setDefaultStyleSheet(f"a {{ color: {self.colors.muted}; }} p {{ margin-top: 2px; }}")
@@ -266,11 +268,10 @@ class Painter:
 
     def draw_all(self, streaming: ChatEntry | None, stream: ReplyStream | None) -> None:
         """The whole conversation again, ``stream`` (the reply still streaming) last."""
-        view = self.view
-        view.transcript.clear()
-        view.code_blocks = []
+        self.browser.clear()
+        self.state.forget_code()
         self.starts = {}
-        for index, entry in enumerate(view.entries):
+        for index, entry in enumerate(self.state.entries):
             if entry is not streaming:
                 self.insert_entry(index)
         if stream is not None:
@@ -282,14 +283,14 @@ class Painter:
         self.prepare()
         cursor = cursor or self.end_cursor()
         self.starts[index] = cursor.position()
-        cursor.insertHtml(self.entry_html(self.view.entries[index], index))
+        cursor.insertHtml(self.entry_html(self.state.entries[index], index))
         new_block(cursor)
 
     def cut(self, count: int) -> bool:
         """Remove the drawing of the messages from the ``count``-th on, leaving the rest as drawn (a full redraw
         would lose the reader's place); False when that cannot be done: where they begin is not known, or the
         new last message is a reply whose header must gain its "regenerate" link (``draw_all`` then)."""
-        entries = self.view.entries
+        entries = self.state.entries
         if count not in self.starts or (count > 0 and entries[count - 1].role != "user"):
             return False
         self.clear_from(self.starts[count])
@@ -298,27 +299,23 @@ class Painter:
 
     @property
     def colors(self) -> Palette:
-        return self.view.colors
+        return self.state.palette
 
     @property
     def tinting(self) -> bool:
         """Whether accepted drafts are tinted ("Colour accepted drafts")."""
-        return self.view.show_drafts.isChecked()
+        return self.state.tint
 
     def render(self, markdown: str) -> str:
         """Markdown as HTML, its code blocks numbered for their ``copy-code`` links."""
-        return self.view.renderer.render(markdown, self.register_code)
-
-    def register_code(self, code: str) -> int:
-        self.view.code_blocks.append(code)
-        return len(self.view.code_blocks) - 1
+        return self.state.render(markdown)
 
     def entry_html(self, entry: ChatEntry, index: int) -> str:
         colors = self.colors
         parts = [self.header_html(entry, index)]
         if entry.role == "user":
             parts.append(f'<div style="background-color:{colors.user_background}">'
-                         f'{self.view.renderer.plain(entry.text)}</div>')
+                         f'{self.state.renderer.plain(entry.text)}</div>')
         else:
             text = entry.text
             if self.tinting:
@@ -344,13 +341,13 @@ class Painter:
         """Draw the ``index``-th message's header line again where it is (a reply that is no longer the last loses
         its "regenerate" link), moving the later messages' starts by the change in length."""
         start = self.starts.get(index)
-        if start is None or index >= len(self.view.entries):
+        if start is None or index >= len(self.state.entries):
             return
-        cursor = QTextCursor(self.view.transcript.document())
+        cursor = QTextCursor(self.browser.document())
         cursor.setPosition(start)
         cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
         before = cursor.selectionEnd() - cursor.selectionStart()
-        cursor.insertHtml(self._header_line(self.view.entries[index], index, False))
+        cursor.insertHtml(self._header_line(self.state.entries[index], index, False))
         shift = (cursor.position() - start) - before
         self.starts = {i: at + shift if i > index else at for i, at in self.starts.items()}
 
@@ -368,19 +365,19 @@ class Painter:
             links.append(f'<a href="copy:{index}">copy</a>')
             if user:
                 links.append(f'<a href="edit:{index}">edit</a>')
-            elif index == len(self.view.entries) - 1:
+            elif index == len(self.state.entries) - 1:
                 links.append(f'<a href="regenerate:{index}">regenerate</a>')
         actions = " &nbsp;".join(links)
         return (f'<b style="color:{colour}">{"You" if user else "Assistant"}</b>'
                 f'&nbsp;&nbsp; <span style="font-size: small">{actions}</span>')
 
     def end_cursor(self) -> QTextCursor:
-        cursor = QTextCursor(self.view.transcript.document())
+        cursor = QTextCursor(self.browser.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         return cursor
 
     def select_from(self, position: int) -> QTextCursor:
-        cursor = QTextCursor(self.view.transcript.document())
+        cursor = QTextCursor(self.browser.document())
         cursor.setPosition(position)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         return cursor
@@ -401,7 +398,7 @@ class Painter:
         in front of HTML that begins with a list (a gap before it that the finished reply has not): it goes."""
         start = cursor.position()
         cursor.insertHtml(markup)
-        document = self.view.transcript.document()
+        document = self.browser.document()
         block = document.findBlock(start)
         if (start > 0 and block.position() == start and block.length() == 1 and block.next().isValid()
                 and block.next().textList() is not None and block.next().position() == start + 1):
