@@ -72,7 +72,8 @@ _STYLE = """
 #hud QToolButton:hover { background: rgba(255, 255, 255, 50); }
 """
 CORNERS = ("top-right", "top-left", "bottom-right", "bottom-left")  # where the HUD can sit; the first is the default
-NOTE_CHARS = 46  # the HUD's note is wrapped to lines this long (the HUD's width)
+NOTE_CHARS = 36  # the HUD's notes are wrapped to lines this long (its width: at 1024 px the text beside it keeps 55+
+# characters a line)
 
 
 class Sparkline(QWidget):
@@ -213,7 +214,7 @@ class Hud(QFrame):
         re-wraps (issue 36 item 9); a longer value (``temperature 0.7 · adaptive depth ≤8``) wraps in its row
         instead. The widest texts are put in, measured with the HUD's own style, and taken out."""
         self.ensurePolished()
-        widest = {self.acceptance: "100%  (9999/9999)", self.vs_off: "9.99x · no clear gain",
+        widest = {self.acceptance: "100%  (999/999)",
                   self.note: textwrap.fill("Drafting gains nothing clear here (the replies' speeds overlap): 9.99x, "
                                            "median 9999 against 9999 tok/s with drafting off over 99 and 99 "
                                            "replies, temperature 0.7.", NOTE_CHARS)}
@@ -227,7 +228,7 @@ class Hud(QFrame):
         probe.setParent(None)
         layout = self.full.layout()
         spacing = layout.horizontalSpacing() if isinstance(layout, QGridLayout) else 12
-        values = max(self.acceptance.sizeHint().width(), self.vs_off.sizeHint().width())
+        values = self.acceptance.sizeHint().width()
         margins = layout.contentsMargins() if layout is not None else None
         extra = margins.left() + margins.right() if margins is not None else 0
         width = max(names + spacing + values, self.note.sizeHint().width())
@@ -437,8 +438,13 @@ class Hud(QFrame):
             self.vs_off.setText("measuring")
             self.set_note(None)
             return
-        self.vs_off.setText(f"{verdict.ratio:.2f}x · {PAYS[verdict.outcome]}")
+        self._set_value(self.vs_off, f"{verdict.ratio:.2f}x · {PAYS[verdict.outcome]}")
         self.set_note(None if verdict.outcome == "faster" else gain_note(verdict))
+
+    @staticmethod
+    def one_line(label: QLabel) -> str:
+        """A row's value on one line, as it reads (a long one is shown broken at its " · ", ``_set_value``)."""
+        return label.text().replace("\n", " · ")
 
     def compared_text(self) -> str:
         """What the verdict compares and its outcome (or what it needs), on one line; empty with none."""

@@ -454,11 +454,11 @@ def test_hud_shows_the_depth_adaptive_chose_for_the_latest_round(qtbot: QtBot, d
     hud = Hud()
     qtbot.addWidget(hud)
     hud.set_config(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=8, adaptive=True))
-    assert hud.mode.text() == "FastMTP d2t · depth ≤8 adaptive"
+    assert hud.one_line(hud.mode) == "FastMTP d2t · depth ≤8 adaptive"
     stats = ReplyStats()
     stats.depth = 5
     hud.show_stats(stats.to_dict())
-    assert hud.mode.text() == "FastMTP d2t · depth 5 of ≤8 adaptive"
+    assert hud.one_line(hud.mode) == "FastMTP d2t · depth 5 of ≤8 adaptive"
     hud.set_config(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=3))
     hud.show_stats(stats.to_dict())  # a fixed depth is the depth: the round's figure changes nothing
-    assert hud.mode.text() == "FastMTP d2t · depth 3"
+    assert hud.one_line(hud.mode) == "FastMTP d2t · depth 3"

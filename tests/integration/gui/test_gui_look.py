@@ -134,7 +134,7 @@ def test_a_wide_window_holds_the_text_to_a_readable_centred_column(qtbot: QtBot,
         qtbot.waitUntil(lambda: win.chat_page.chat.transcript.viewport().width() < 700, timeout=WAIT_MS)
         qtbot.waitUntil(lambda: root.frameFormat().leftMargin() < wide_margin / 4, timeout=WAIT_MS)
         # the column moves over beside the HUD (never under it), a little narrower than the measure
-        assert all(55 <= n <= 100 for n in _line_lengths(win))
+        assert all(55 <= n <= 100 for n in _line_lengths(win)), _line_lengths(win)
         assert root.frameFormat().rightMargin() > win.chat_page.chat.hud.sizeHint().width()
         assert composer.width() > win.chat_page.chat.width() * 0.9
 
@@ -191,16 +191,16 @@ def test_the_hud_judges_drafting_only_from_alternating_same_condition_replies(qt
     off, d2t = _config("off"), _config()
     _final(hud, off, 27.0)  # the model's first reply: the warm-up, not counted
     _final(hud, d2t, 21.0)  # one reply each way: what the HUD used to call "does not pay"
-    assert hud.vs_off.text() == "measuring" and hud.note_text() == ""
+    assert hud.one_line(hud.vs_off) == "measuring" and hud.note_text() == ""
     assert hud.compared_text() == ("d2t at depth 3 vs drafting off: needs 2 more replies with d2t at depth 3 and 3 "
                                    "with drafting off, in turn")
     assert hud.vs_off.toolTip().startswith("Not enough comparable samples yet to compare d2t (depth 3) with off")
-    assert hud.measured.text() == "temperature 0.7 · depth 3"  # what the decode speed was measured at
+    assert hud.one_line(hud.measured) == "temperature 0.7 · depth 3"  # what the speed was measured at
     for plain, drafted in ((36.0, 30.0), (37.0, 31.0), (35.5, 29.0)):
         _final(hud, off, plain)
-        assert hud.vs_off.text() == "—"  # drafting off: nothing to compare
+        assert hud.one_line(hud.vs_off) == "—"  # drafting off: nothing to compare
         _final(hud, d2t, drafted)
-    assert hud.vs_off.text() == "0.82x · does not pay"  # d2t 21-31 (median 29.5) against off 35.5-37: apart
+    assert hud.one_line(hud.vs_off) == "0.82x · does not pay"  # d2t 21-31 (median 29.5) against off 35.5-37: apart
     assert hud.compared_text() == "d2t at depth 3 vs drafting off: 0.82x, does not pay"
     assert hud.note.isVisible() and hud.note_text() == ("Drafting does not pay here: 0.82x, median 30 against 36 "
                                                         "tok/s with drafting off over 4 and 3 replies, "
@@ -214,7 +214,7 @@ def test_the_hud_judges_drafting_only_from_alternating_same_condition_replies(qt
     # greedy replies now: the chat's earlier temperature-0.7 replies are not compared with them
     _final(hud, off, 100.0, "greedy")
     _final(hud, d2t, 120.0, "greedy")
-    assert hud.vs_off.text() == "measuring"
+    assert hud.one_line(hud.vs_off) == "measuring"
     assert "8 samples at other sampling than greedy" in hud.vs_off.toolTip()  # the warm-up too
     assert hud.note_text() == ""  # that verdict was about other replies
 
@@ -227,23 +227,23 @@ def test_the_hud_says_no_clear_difference_when_the_replies_overlap_and_pays_when
     for plain, drafted in ((36.0, 37.0), (38.0, 35.5), (37.0, 38.5)):
         _final(hud, off, plain)
         _final(hud, d2t, drafted)
-    assert hud.vs_off.text() == "1.00x · no clear gain"
+    assert hud.one_line(hud.vs_off) == "1.00x · no clear gain"
     assert hud.note_text().startswith("Drafting gains nothing clear here (the replies' speeds overlap): 1.00x")
     for plain, drafted in ((36.0, 48.0), (37.0, 47.0), (35.0, 49.0)):  # three more rounds, clearly apart
         _final(hud, off, plain)
         _final(hud, d2t, drafted)
     # the six rounds' spreads: off 35-38, d2t 35.5-49: still overlapping
-    assert hud.vs_off.text().endswith("no clear gain")
+    assert hud.one_line(hud.vs_off).endswith("no clear gain")
     hud = Hud()
     qtbot.addWidget(hud)
     _final(hud, off, 30.0)
     for plain, drafted in ((36.0, 48.0), (37.0, 47.0), (35.0, 49.0)):
         _final(hud, off, plain)
         _final(hud, d2t, drafted)
-    assert hud.vs_off.text() == "1.33x · pays" and hud.note_text() == ""
+    assert hud.one_line(hud.vs_off) == "1.33x · pays" and hud.note_text() == ""
     assert hud.vs_off.toolTip().startswith("d2t (depth 3) is faster than off: 1.33x")
     hud.set_config(_config("embedded"))  # another mode: its own replies decide
-    assert hud.vs_off.text() == "measuring"
+    assert hud.one_line(hud.vs_off) == "measuring"
     assert hud.compared_text() == (
         "embedded at depth 3 vs drafting off: needs 3 more replies with embedded at depth 3 and 2 with drafting off, "
         "in turn")  # the replies with drafting off so far came before any of embedded: not in turn with them
@@ -275,9 +275,9 @@ def test_on_the_cpu_demo_the_hud_refuses_to_judge_drafting_from_one_reply_each_w
         qtbot.waitUntil(lambda: win.chat_page.ready, timeout=ENGINE_WAIT_MS)
         plain = _reply(qtbot, win, "Hello without drafting")
         hud = win.chat_page.chat.hud
-        assert hud.note_text() == "" and hud.vs_off.text() == "—"  # nothing to judge with drafting off
+        assert hud.note_text() == "" and hud.one_line(hud.vs_off) == "—"  # nothing to judge with drafting off
         assert win.chat_page.chat.entries[-1].footer.startswith("off (target only), temperature 0.7 · ")
-        assert hud.measured.text() == "temperature 0.7 · no drafting"
+        assert hud.one_line(hud.measured) == "temperature 0.7 · no drafting"
 
         win.model_selector.mode_box.setCurrentIndex(win.model_selector.mode_box.findData("sidecar-d2t"))
         qtbot.waitUntil(lambda: win.chat_page.ready and not win.bridge.busy, timeout=ENGINE_WAIT_MS)
@@ -289,6 +289,6 @@ def test_on_the_cpu_demo_the_hud_refuses_to_judge_drafting_from_one_reply_each_w
             assert stats["decode_tps"] == pytest.approx((stats["generated"] - 1) / stats["decode_span_seconds"])
             assert stats["sampling"] == "temperature 0.7"
         # one reply each way (the first of the model being the warm-up) is no verdict, whatever the numbers
-        assert hud.vs_off.text() == "measuring" and hud.note_text() == ""
+        assert hud.one_line(hud.vs_off) == "measuring" and hud.note_text() == ""
         assert hud.compared_text().startswith("d2t at depth 3 vs drafting off: needs ")
-        assert hud.measured.text() == "temperature 0.7 · depth 3"
+        assert hud.one_line(hud.measured) == "temperature 0.7 · depth 3"

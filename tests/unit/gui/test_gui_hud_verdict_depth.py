@@ -51,26 +51,26 @@ def test_a_verdict_at_adaptive_depth_is_not_shown_for_fixed_depth_3(qtbot: QtBot
     for plain, drafted in ((350.0, 200.0), (352.0, 204.0), (349.0, 199.0)):  # Auto's alternating replies
         _reply(hud, OFF, plain)
         _reply(hud, ADAPTIVE, drafted)
-    assert hud.vs_off.text() == "0.57x · does not pay"
+    assert hud.one_line(hud.vs_off) == "0.57x · does not pay"
     assert hud.compared_text() == "d2t at adaptive depth ≤8 vs drafting off: 0.57x, does not pay"
     assert hud.note_text().startswith("Drafting does not pay here: 0.57x")
 
     hud.set_config(DEPTH3)  # loaded at fixed depth 3: nothing measured there yet
-    assert hud.vs_off.text() == "measuring" and hud.note_text() == "" and not hud.note.isVisible()
+    assert hud.one_line(hud.vs_off) == "measuring" and hud.note_text() == "" and not hud.note.isVisible()
     assert hud.compared_text() == ("d2t at depth 3 vs drafting off: needs 3 more replies with d2t at depth 3 and 2 "
                                    "with drafting off, in turn")
     _reply(hud, DEPTH3, 380.0)  # its first reply: still no verdict, and no note left over from adaptive depth
-    assert hud.vs_off.text() == "measuring" and hud.note_text() == ""
+    assert hud.one_line(hud.vs_off) == "measuring" and hud.note_text() == ""
     assert "0.57x" not in hud.compared_text() and "does not pay" not in hud.pill_text()
     assert hud.compared_text().endswith("needs 2 more replies with d2t at depth 3 and 2 with drafting off, in turn")
     assert "3 samples of d2t at another depth than depth 3" in hud.vs_off.toolTip()
 
     for plain, drafted in ((350.0, 390.0), (351.0, 385.0)):  # in turn: off, depth 3, off, depth 3
         _reply(hud, OFF, plain)
-        assert hud.vs_off.text() == "—" and hud.compared_text() == "" and hud.note_text() == ""
+        assert hud.one_line(hud.vs_off) == "—" and hud.compared_text() == "" and hud.note_text() == ""
         _reply(hud, DEPTH3, drafted)
     assert hud.compared_text() == "d2t at depth 3 vs drafting off: 1.10x, pays"
-    assert hud.vs_off.text() == "1.10x · pays" and hud.note_text() == ""
+    assert hud.one_line(hud.vs_off) == "1.10x · pays" and hud.note_text() == ""
 
     hud.set_config(ADAPTIVE)  # back to adaptive depth: its own verdict, not depth 3's
     assert hud.compared_text().startswith("d2t at adaptive depth ≤8 vs drafting off: ")
@@ -90,7 +90,7 @@ def test_a_finished_reply_does_not_widen_the_hud(qtbot: QtBot) -> None:
     assert hud.width() == before
     _reply(hud, ADAPTIVE, 1234.5, long_figures=True)  # the widest figures: "temperature 0.7 · adaptive depth ≤8"
     hud.adjustSize()
-    assert hud.measured.text().replace("\n", " · ") == "temperature 0.7 · adaptive depth ≤8"
+    assert hud.one_line(hud.measured) == "temperature 0.7 · adaptive depth ≤8"
     assert hud.width() == before
     hud.set_note("Drafting does not pay here: 0.57x, median 200 against 350 tok/s with drafting off over 3 and 3 "
                  "replies, temperature 0.7.")
@@ -114,8 +114,8 @@ def test_in_auto_the_hud_judges_from_autos_own_replies(qtbot: QtBot) -> None:
     hud.verdict_source = lambda config: auto.verdicts.get("d2t") if config.mode != "off" else None
     hud.set_config(ADAPTIVE)  # a new window: none of its own replies yet
     assert auto.status().startswith("Auto uses d2t: 1.10x")
-    assert hud.vs_off.text() == "1.10x · pays"
+    assert hud.one_line(hud.vs_off) == "1.10x · pays"
     assert hud.compared_text() == "d2t at adaptive depth ≤8 vs drafting off: 1.10x, pays"
     hud.verdict_source = None  # Auto stopped: the window's own replies again
     hud.refresh_verdict()
-    assert hud.vs_off.text() == "measuring"
+    assert hud.one_line(hud.vs_off) == "measuring"
