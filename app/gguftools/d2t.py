@@ -20,7 +20,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from app.core.errors import GGUFError, SidecarError
-from app.gguftools.header import gguf_header
+from app.gguftools.header import LIMITS, gguf_header
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,9 @@ def check_d2t(path: str | os.PathLike[str], n_vocab: int | None = None) -> int |
     if count != rows:
         raise SidecarError(f"The d2t sidecar {p} maps {count} draft rows, but its LM head (output.weight) has "
                            f"{rows} rows: there must be one id per row.", D2T_ADVICE, kind="bad-d2t-map")
+    if count > LIMITS.array:  # a sparse file makes size free: never read gigabytes of ids (issue 37)
+        raise SidecarError(f"The d2t sidecar {p} claims {count:,} draft rows, more than any vocabulary has.",
+                           D2T_ADVICE, kind="bad-d2t-map")
     if d2t.offset + 8 * count > p.stat().st_size:
         raise GGUFError(f"{p} is incomplete: its d2t map ends past the end of the file.",
                         "The download or copy was cut short: fetch the file again.", kind="truncated")

@@ -185,3 +185,22 @@ def test_the_full_reader_refuses_a_hostile_header_in_words_before_the_gguf_packa
     with pytest.raises(GGUFError, match=r"is damaged or incomplete: the array 'x\.nested' claims"):
         open_gguf(path)
     assert time.monotonic() - started < 5
+
+
+def test_a_d2t_map_claiming_millions_of_rows_is_refused_unread(tmp_path: Path) -> None:
+    """Both tensors' shapes patched to 9,000,000 rows in a sparse file big enough for them: refused by the claim."""
+    from app.core.errors import SidecarError
+    from app.gguftools.d2t import check_d2t
+
+    data = bytearray(small_gguf(tmp_path / "side.gguf", d2t=[0, 1, 2]).read_bytes())
+    rows = 9_000_000
+    d2t_at = data.index(struct.pack("<Q", 3) + b"d2t") + 8 + 3 + 4
+    struct.pack_into("<Q", data, d2t_at, rows)
+    head_at = data.index(struct.pack("<Q", len("output.weight")) + b"output.weight") + 8 + len("output.weight") + 4
+    struct.pack_into("<Q", data, head_at + 8, rows)
+    path = sparse(tmp_path / "claims.gguf", bytes(data), 64 * rows)
+    clear_caches()
+    with pytest.raises((SidecarError, GGUFError), match="9,000,000"):
+        check_d2t(path)
+    with pytest.raises(GGUFError, match="d2t map claims 72,000,000 bytes"):
+        inspect_gguf(path)
