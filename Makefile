@@ -97,6 +97,15 @@ package-test: package
 release-dry-run: package
 	$(BIN)/python installers/release_dry_run.py
 
+# The d2t-patched CPU backend cross-built for Windows with MinGW, its d2t check run under Wine (installers/README.md,
+# "Windows, checked from Linux"). Debian packages only; the build is kept in ~/.cache/fastmtp-chat/windows-cross/
+# (the first one takes the better part of half an hour on two cores, so it is not part of `make test`; the test
+# tests/integration/installers/test_windows_cross.py then reruns the check on what this built).
+.PHONY: windows-cross-check
+windows-cross-check: venv
+	$(call apt_install,mingw-w64 wine wine64)
+	$(BIN)/python -m installers.windows_cross check
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
 
