@@ -598,7 +598,7 @@ class ChatPage(QWidget):
         self.reading_bar.hide()
         stats = (events[-1].get("stats") or {}) if events else {}
         if stats:
-            self.meter.show_stats(stats)
+            self.meter.show_streaming(stats)  # at a bounded rate (the reply's end shows its last)
         warning = drafting_warning(self.bridge.config, stats)
         if warning is not None or self.drafting_banner.isVisible():
             self.drafting_banner.show_warning(warning)

@@ -7,6 +7,8 @@ The words come from the engine's stats (``engine.stats.context_meter``); these w
 from __future__ import annotations
 
 import html
+import math
+import time
 from typing import Any
 
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QWidget
@@ -14,7 +16,10 @@ from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QWidget
 from app.engine.stats import context_meter, context_nearly_full
 from app.gui.chat.alert_strip import alert_strip
 
-CUT_REASONS = ("length", "context_full")  # a reply that stopped for one of these can be continued
+CUT_REASONS = ("length", "context_full")
+# while a reply streams the meter changes at most this often: under 1,000 tokens its text changes with every token,
+# and each change lays the chat's top bar (and the window) out again (issue 36 item 2); the reply's end shows all
+STREAMING_METER_INTERVAL_S = 0.5  # a reply that stopped for one of these can be continued
 
 
 class ContextMeter(QLabel):
@@ -26,14 +31,25 @@ class ContextMeter(QLabel):
         self.setToolTip("Tokens of this conversation in the model's context, of the context's size. Near the end, "
                         "the chat's overflow policy decides: the oldest turns are left out, or it stops.")
         self.warning = False
+        self._styled = False  # its style sheet set once (then only when the warning changes)
+        self._streamed_at = -math.inf  # time.monotonic() of the latest ``show_streaming`` that changed it
         self.show_stats({})
 
     def show_stats(self, stats: dict[str, Any]) -> None:
         """The meter for these stats (a reply's, or ``{"context_used": 0, "context_size": n}``); blank without a
         context size (a remote server does not say)."""
-        self.setText(context_meter(stats))
-        self.warning = context_nearly_full(stats)
-        self.setStyleSheet("#context_meter { color: #b45309; font-weight: 600; }" if self.warning else "")
+        self.setText(context_meter(stats))  # the same text again is no change
+        warning = context_nearly_full(stats)
+        if warning != self.warning or not self._styled:  # a style sheet set re-polishes and lays the window out
+            self.warning, self._styled = warning, True
+            self.setStyleSheet("#context_meter { color: #b45309; font-weight: 600; }" if warning else "")
+
+    def show_streaming(self, stats: dict[str, Any]) -> None:
+        """``show_stats`` for a streaming reply's newest stats, at most every ``STREAMING_METER_INTERVAL_S``."""
+        now = time.monotonic()
+        if now - self._streamed_at >= STREAMING_METER_INTERVAL_S:
+            self._streamed_at = now
+            self.show_stats(stats)
 
 
 class CutNotice(QFrame):

@@ -13,6 +13,7 @@ closes. Links in the drawn messages carry the chat view's actions: ``copy-code:N
 from __future__ import annotations
 
 import html
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -47,6 +48,10 @@ if TYPE_CHECKING:
     from app.gui.chat.hud import Hud
 
 RENDER_INTERVAL_MS = 33  # a frame: streamed text and the HUD are drawn at most this often; tokens in between queue
+# the HUD's numbers change at most this often while a reply streams (its first frame at once, the newest at the
+# end): the HUD floats over the transcript, so each change repaints the text under it too, and a figure that
+# changes 30 times a second cannot be read anyway (issue 36 item 2: the GUI's CPU per token on 2 cores)
+HUD_INTERVAL_MS = 200
 FOLLOW_SLACK_PX = 6  # this close to the bottom counts as at the bottom: the view follows the reply
 MAX_LINE_CHARS = 86  # about the longest line of ordinary text (prose runs ~5% over); wider windows centre it
 _MEASURE_SAMPLE = "The quick brown fox jumps over the lazy dog, then drafts three tokens ahead. "
@@ -598,12 +603,16 @@ class StreamRenderer:
         self.entry: ChatEntry | None = None  # the reply being streamed
         self.stream: ReplyStream | None = None
         self.frames_drawn = 0  # frames that drew streamed text (what the frame pacing bounds)
+        self.hud_updates = 0  # frames that updated the HUD (at most one every HUD_INTERVAL_MS)
+        self._hud_stats: dict[str, Any] | None = None  # the newest stats the HUD has not shown yet
+        self._hud_shown_at = -math.inf  # time.monotonic() of the HUD's latest update while streaming
 
     def begin(self, entry: ChatEntry, index: int) -> None:
         """Start drawing ``entry``, the conversation's ``index``-th message, at the document's end."""
         self.entry = entry
         self.stream = ReplyStream(self.painter, entry, index)
         self.pacer.drop()
+        self._hud_stats, self._hud_shown_at = None, -math.inf  # a new reply's first numbers show at once
         with self.follower.keeping_place():
             self.painter.prepare()
             self.stream.begin()
@@ -614,7 +623,8 @@ class StreamRenderer:
 
     def frame(self) -> None:
         """One frame: the text queued since the last frame fed to the reply and drawn (only the tail that
-        changed), and the HUD updated once."""
+        changed), and the HUD updated with the newest stats when ``HUD_INTERVAL_MS`` has passed since its last
+        update."""
         self.pacer.timer.stop()
         stream = self.stream
         if stream is None:
@@ -622,8 +632,12 @@ class StreamRenderer:
         queued, stats = self.pacer.take()
         for piece, provenance in queued:
             stream.feed(piece, provenance)
-        if stats is not None:
-            self.hud.show_stats(stats)
+        self._hud_stats = stats or self._hud_stats
+        now = time.monotonic()
+        if self._hud_stats is not None and (now - self._hud_shown_at) * 1000 >= HUD_INTERVAL_MS:
+            self.hud.show_stats(self._hud_stats)
+            self._hud_stats, self._hud_shown_at = None, now
+            self.hud_updates += 1
         with self.follower.keeping_place():
             stream.flush()
         self.pacer.last_frame = time.monotonic()
@@ -631,8 +645,9 @@ class StreamRenderer:
 
     def stop(self) -> tuple[ChatEntry | None, ReplyStream | None, dict[str, Any] | None]:
         """No reply streams any more: the one that did (if any), its drawing, and the stats its next frame would
-        have shown; its queued text is dropped (the entry holds it all)."""
-        entry, stream, stats = self.entry, self.stream, self.pacer.stats
+        have shown (the newest the HUD has not shown yet); its queued text is dropped (the entry holds it all)."""
+        entry, stream, stats = self.entry, self.stream, self.pacer.stats or self._hud_stats
+        self._hud_stats = None
         self.entry = None
         self.stream = None
         self.pacer.drop()
