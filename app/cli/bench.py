@@ -214,7 +214,7 @@ def cmd_bench_window(args: argparse.Namespace) -> int:
     target, _full, d2t, name = bench_files(args)
     config = EngineConfig(target, mode="sidecar" if args.mode == "d2t" else "off",
                           draft=d2t if args.mode == "d2t" else None, draft_depth=args.depth, n_threads=args.threads)
-    result = window.run(config, name, max_tokens=args.tokens, samples=args.runs, log=log_stderr)
+    result = window.run(config, name, max_tokens=args.tokens, samples=args.runs, log=log_stderr, turns=args.turns)
     report(args, result.to_dict(), result.markdown, f"The window's speed ({name})")
     return 0
 
@@ -394,8 +394,10 @@ def add_commands(sub: Subparsers) -> None:
     gu.add_argument("--out", type=Path, help="write the result JSON here")
     gu.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     wi = command(bsub, "window", cmd_bench_window, "decode tok/s of replies streamed through the real window "
-                 "(offscreen, or Xvfb when a display is set; 1180x700) beside the headless engine's, greedy and at "
-                 "the chat's default sampling, interleaved; the window's remembered state is left alone")
+                 "(offscreen, or Xvfb when a display is set; 1180x700), a chat of several turns, beside the headless "
+                 "engine's on the same conversation and `generate`'s on each prompt alone, greedy and at the chat's "
+                 "default sampling, interleaved, with the GUI's and the engine's CPU per token; the window's "
+                 "remembered state is left alone")
     wi.add_argument("--size", choices=["tiny", "small", "27b"], default="small",
                     help="demo model to run (default: %(default)s)")
     wi.add_argument("--target", type=Path, help="run real files instead: the target ...")
@@ -408,6 +410,9 @@ def add_commands(sub: Subparsers) -> None:
                     help="tokens a reply (default: %(default)s; the chat itself has no cap by default)")
     wi.add_argument("--runs", type=int, default=3,
                     help="interleaved samples per variant, after one warm-up reply each (default: %(default)s)")
+    wi.add_argument("--turns", type=int, default=3,
+                    help="turns of each sample's conversation: the window's chat and its history, the same "
+                         "conversation headless, each prompt alone as `generate` runs it (default: %(default)s)")
     wi.add_argument("--threads", type=int, help="engine threads (default: the engine's automatic choice)")
     wi.add_argument("--out", type=Path, help="write the result JSON here")
     wi.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")

@@ -308,6 +308,11 @@ class ChatView(QWidget):
         """Frames that drew streamed text (what the frame pacing bounds)."""
         return self._live.frames_drawn
 
+    @property
+    def hud_updates(self) -> int:
+        """Frames that updated the HUD (at most one every ``HUD_INTERVAL_MS``; ``bench window`` counts them)."""
+        return self._live.hud_updates
+
     def finish_reply(self, event: dict[str, Any]) -> ChatEntry | None:
         """The reply's ``done`` event (or an ``error`` that ended it): final text and stats footer.
 

@@ -89,6 +89,11 @@ class EngineBridge(QObject):
         # before the window has necessarily seen it
         self.reply_received = threading.Event()
 
+    @property
+    def engine_pid(self) -> int | None:
+        """The local engine worker's process id (None before it starts), for CPU accounting (``bench window``)."""
+        return self._local.pid
+
     def load(self, config: EngineConfig) -> None:
         """Load (or switch) the model pair in the engine process."""
         self.loading = True
