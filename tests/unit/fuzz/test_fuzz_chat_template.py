@@ -116,10 +116,10 @@ def test_a_long_chat_renders_within_the_bounds() -> None:
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_a_hostile_template_falls_back_to_chatml_in_words_quickly(name: str) -> None:
     template = HOSTILE[name] + f"{{# {name} #}}"  # each its own template: the fallback is said once per template
-    started = time.monotonic()
+    started = time.process_time()  # this process's CPU: what the template costs, however busy the machine is
     assert render(template, MESSAGES) == CHATML_PROMPT
     # the size bounds refuse before anything is built (at once); loops run into the step budget (about a second)
-    assert time.monotonic() - started < (6 if name in SLOW else 1.5)
+    assert time.process_time() - started < (6 if name in SLOW else 1.5)
     notices = take_notices()
     assert len(notices) == 1 and notices[0].startswith("The model's chat template could not be used (")
     assert "Traceback" not in notices[0] and "ChatML" in notices[0]

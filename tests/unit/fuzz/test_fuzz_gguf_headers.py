@@ -22,6 +22,7 @@ from app.core.errors import GGUFError
 from app.gguftools.header import clear_caches, read_gguf_header
 from app.gguftools.inspect import inspect_gguf
 from app.gguftools.writer import TensorPlan, kv_array, kv_str, kv_u32, plan_array, write_gguf
+from tests.helpers.module_folders import ModuleFolders
 
 GIB = 1 << 30
 
@@ -147,8 +148,8 @@ EXTREMES = st.sampled_from([0, 1, 2**31, 2**32 - 1, 2**63, 2**64 - 1, 3 * GIB, 1
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    return small_gguf(tmp_path_factory.mktemp("gguf") / "sample.gguf", d2t=[0, 1, 2, 3]).read_bytes()
+def sample(module_tmp: ModuleFolders) -> bytes:
+    return small_gguf(module_tmp.mktemp("gguf") / "sample.gguf", d2t=[0, 1, 2, 3]).read_bytes()
 
 
 @settings(max_examples=150, derandomize=True, deadline=None, phases=NO_SHRINK,
