@@ -300,8 +300,10 @@ def test_cancel_in_the_model_phase_keeps_the_model_part_only(api_env: dict[str, 
     control.cancel()
     assert run.join(10) < 5
     assert isinstance(run.error, DownloadCancelled), run.error
-    kept = parts(api_env)
-    assert [p.name for p in kept if p.name.endswith(".part")] == [MODEL + ".part"] and kept[0].stat().st_size > 0
+    kept = {p.name: p for p in parts(api_env) if p.name.endswith(".part")}
+    assert MODEL + ".part" in kept and kept[MODEL + ".part"].stat().st_size > 0  # kept to resume from
+    # the sidecar downloads beside the model: on a busy machine the cancel may find it under way too
+    assert set(kept) <= {name + ".part" for name in PAYLOAD}
     assert models(api_env) == []
 
 
