@@ -3,8 +3,8 @@
 What a Linux machine can say about the Windows backend (issue 35): the app's own patched llama.cpp tree (the pinned
 llama-cpp-python sdist with resources/patches applied, by app/backend/builder.prepare_source, the very tree the
 Linux build uses) compiles for x86_64-w64-mingw32 (CMake, installers/mingw/mingw-w64-x86_64.cmake, CPU only,
-GGML_NATIVE=OFF, the x86-64-v2 baseline the packaged app's base module uses) into llama.dll and ggml*.dll, and a small
-program against them (installers/mingw/d2t_check.cpp) run by Wine loads the demo target with its d2t sidecar and
+GGML_NATIVE=OFF, the x86-64-v2 baseline the packaged app's base module uses) into libllama.dll and ggml*.dll, and a
+small program against them (installers/mingw/d2t_check.cpp) run by Wine loads the demo target with its d2t sidecar and
 drafts: every draft row must be finite exactly at the sidecar's d2t ids (-inf elsewhere), and the target's and the
 draft's greedy ids, and the draft logits at the d2t ids, must be the Linux engine's for the same tokens.
 
@@ -46,8 +46,11 @@ TOOLCHAIN_FILE = HERE / "mingw-w64-x86_64.cmake"
 CHECK_SOURCE = HERE / "d2t_check.cpp"
 CXX = "x86_64-w64-mingw32-g++-posix"
 # the DLLs the check program loads (ggml-cpu built in, not a GGML_BACKEND_DL module: one variant is enough here)
-DLLS = ("llama.dll", "ggml.dll", "ggml-base.dll", "ggml-cpu.dll")
-RUNTIME_DLL = Path("/usr/x86_64-w64-mingw32/lib/libwinpthread-1.dll")  # libgcc/libstdc++ are linked statically
+DLLS = ("libllama.dll", "ggml.dll", "ggml-base.dll", "ggml-cpu.dll")
+# MinGW's runtime, shipped beside the DLLs as a MinGW-built Windows app ships it (see the toolchain file for why)
+_GCC_DLLS = Path("/usr/lib/gcc/x86_64-w64-mingw32/12-posix")
+RUNTIME_DLLS = (_GCC_DLLS / "libgcc_s_seh-1.dll", _GCC_DLLS / "libstdc++-6.dll",
+                Path("/usr/x86_64-w64-mingw32/lib/libwinpthread-1.dll"))
 CMAKE_ARGS = [
     "-DCMAKE_BUILD_TYPE=Release",
     # not the release's -O3: a first build on two busy cores in minutes, not the better part of an hour (C at -O1
@@ -67,7 +70,9 @@ CMAKE_ARGS = [
     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_COMMON=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
 ]
-DIFF_TOLERANCE = 1e-2  # draft logits here vs Linux: another SIMD level and -O1, the same arithmetic
+# draft logits under Wine vs Linux: another SIMD level and -O1, the same arithmetic (measured: 2e-6); the self-test's
+# own bound for d2t vs full sidecar logits
+DIFF_TOLERANCE = 1e-3
 HOW_TO_RUN = "make windows-cross-check (needs: apt-get install -y mingw-w64 wine wine64)"
 
 
@@ -103,8 +108,7 @@ def missing_tools() -> list[str]:
                if shutil.which(tool) is None]
     if wine_program() is None:
         missing.append("wine64 (Debian packages wine and wine64)")
-    if not RUNTIME_DLL.is_file():
-        missing.append(f"{RUNTIME_DLL} (Debian package mingw-w64-x86-64-dev)")
+    missing += [f"{dll} (Debian package mingw-w64)" for dll in RUNTIME_DLLS if not dll.is_file()]
     return missing
 
 
@@ -142,26 +146,27 @@ def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
 
 
 def build(jobs: int = 2) -> Path:
-    """Configure, build llama.dll and its ggml DLLs, link the check program; returns the bin folder."""
+    """Configure, build libllama.dll and its ggml DLLs, link the check program; returns the bin folder."""
     llama_cpp = patched_tree()
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
     # configured every run (seconds): changed arguments reach the cache, unchanged ones rebuild nothing
     _run(["cmake", "-S", str(llama_cpp), "-B", str(out), "-G", "Ninja",
           f"-DCMAKE_TOOLCHAIN_FILE={TOOLCHAIN_FILE}", *CMAKE_ARGS], "configuring the MinGW build")
-    _run(["ninja", "-C", str(out), f"-j{jobs}", "llama"], "building llama.dll with MinGW")
+    _run(["ninja", "-C", str(out), f"-j{jobs}", "llama"], "building libllama.dll with MinGW")
     dest = bin_dir()
     dest.mkdir(parents=True, exist_ok=True)
     for name in DLLS:
         shutil.copy2(out / "bin" / name, dest / name)
-    shutil.copy2(RUNTIME_DLL, dest / RUNTIME_DLL.name)
+    for dll in RUNTIME_DLLS:
+        shutil.copy2(dll, dest / dll.name)
     exe = dest / "d2t_check.exe"
-    newest_input = max(p.stat().st_mtime for p in (CHECK_SOURCE, out / "bin" / "llama.dll"))
+    newest_input = max(p.stat().st_mtime for p in (CHECK_SOURCE, out / "bin" / "libllama.dll"))
     if not exe.is_file() or exe.stat().st_mtime < newest_input:
         _run([CXX, "-std=c++17", "-O1", "-o", str(exe), str(CHECK_SOURCE),
               f"-I{llama_cpp / 'include'}", f"-I{llama_cpp / 'src'}", f"-I{llama_cpp / 'ggml' / 'include'}",
-              f"-L{out / 'src'}", f"-L{out / 'ggml' / 'src'}", "-lllama", "-lggml", "-lggml-base",
-              "-static-libgcc", "-static-libstdc++"], "compiling d2t_check.exe with MinGW")
+              f"-L{out / 'src'}", f"-L{out / 'ggml' / 'src'}", "-lllama", "-lggml", "-lggml-base"],
+             "compiling d2t_check.exe with MinGW")
     return dest
 
 

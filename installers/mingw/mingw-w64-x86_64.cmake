@@ -10,6 +10,6 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
-# no libgcc_s / libstdc++ DLLs to ship: only libwinpthread-1.dll goes beside the DLLs
-set(CMAKE_SHARED_LINKER_FLAGS_INIT "-static-libgcc -static-libstdc++")
-set(CMAKE_EXE_LINKER_FLAGS_INIT "-static-libgcc -static-libstdc++")
+# The GCC runtime is NOT linked statically: a static libgcc in each DLL makes ggml-base.dll export _Unwind_Resume,
+# which ggml-cpu.dll's own static copy then clashes with. libgcc_s_seh-1.dll, libstdc++-6.dll and
+# libwinpthread-1.dll are copied beside the DLLs instead (windows_cross.RUNTIME_DLLS).
