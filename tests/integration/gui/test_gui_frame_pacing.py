@@ -176,20 +176,30 @@ def test_bench_window_runs_end_to_end_and_reports_its_fields(patched_backend: ob
     out = tmp_path / "window.json"
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     proc = subprocess.run([sys.executable, "-m", "app", "bench", "window", "--size", "tiny", "--runs", "1",
-                           "--tokens", "24", "--json", "--out", str(out)],
+                           "--turns", "2", "--tokens", "24", "--json", "--out", str(out)],
                           capture_output=True, text=True, env=env, check=False, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout)
     assert json.loads(out.read_text()) == result
-    assert set(result["variants"]) == {"window_chat", "window_greedy", "headless_greedy", "headless_chat"}
+    assert set(result["variants"]) == {"window_chat", "window_greedy", "headless_greedy", "headless_chat",
+                                       "generate"}
+    assert result["turns"] == 2
     for name, variant in result["variants"].items():
-        assert variant["samples"] == 1 and variant["tokens"] == [24], name
+        # one conversation of two turns each: the window's chat, the same one headless, each prompt alone
+        assert variant["samples"] == 2 and variant["tokens"] == [24, 24] and variant["turns"] == [1, 2], name
         assert variant["median"] > 0 and variant["min"] <= variant["median"] <= variant["max"]
         assert variant["sampling"] == ("greedy" if name.endswith("greedy") else result["chat_sampling"])
+        assert variant["worker_cpu_ms_per_token_median"] > 0, name  # the engine worker's CPU, read from /proc
     assert result["chat_sampling"] != "greedy"
     assert result["ratio_window_chat_to_headless_greedy"] == pytest.approx(
         result["variants"]["window_chat"]["median"] / result["variants"]["headless_greedy"]["median"], rel=0.01)
+    # the headline: the HUD's figure (the engine's own decode_tps of the window's replies) over generate's
+    assert result["ratio_hud_to_generate"] == pytest.approx(
+        result["variants"]["window_chat"]["engine_tps_median"] / result["variants"]["generate"]["engine_tps_median"],
+        rel=0.01)
     assert all(cpu > 0 for cpu in result["gui_cpu_ms_per_token"].values())
     assert set(result["gui_cpu_ms_per_token"]) == {"window_chat", "window_greedy"}
+    chat = result["variants"]["window_chat"]
+    assert 0 < chat["frames_per_token"] <= 1 and 0 < chat["hud_updates_per_token"] <= chat["frames_per_token"]
     assert set(result["load_average"]) == {"start", "end", "median"}
     assert result["warmup"] == 1 and result["device"]

@@ -24,7 +24,7 @@ def test_the_help_names_the_defaults_it_runs_with() -> None:
     parser = _window_parser()
     text = parser.format_help()
     options = {a.dest: a for a in parser._actions}
-    for dest in ("size", "mode", "depth", "tokens", "runs"):
+    for dest in ("size", "mode", "depth", "tokens", "runs", "turns"):
         assert f"(default: {options[dest].default}" in " ".join(text.split()), dest
     assert "the chat's default)" not in text  # 256 is not the chat's cap: it has none
     assert defaults.CHAT_MAX_TOKENS == 0 and "no cap by default" in " ".join(text.split())
@@ -32,3 +32,4 @@ def test_the_help_names_the_defaults_it_runs_with() -> None:
     run = inspect.signature(window.run).parameters
     assert run["warmup"].default == 1 and "one warm-up reply each" in (options["runs"].help or "")
     assert options["runs"].default == run["samples"].default and options["tokens"].default == run["max_tokens"].default
+    assert options["turns"].default == run["turns"].default
