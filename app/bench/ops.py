@@ -153,10 +153,26 @@ class Pass:
     tokens: int
     seconds: list[float] = field(default_factory=list)  # plain passes, synchronized
     profile: Profile | None = None
+    # the process's CPU time of each plain pass: on a CPU backend, the pass without the waits for a core that
+    # another job's load adds to ``seconds`` (every thread's, so it exceeds the wall time with several threads)
+    cpu_seconds: list[float] = field(default_factory=list)
+    # what the pass asks the graph to hand back to the host: logits rows and MTP hidden (nextn) rows
+    logits_rows: int = 0
+    hidden_rows: int = 0
+    row_bytes: tuple[int, int] = (0, 0)  # bytes of one logits row and of one hidden row
 
     @property
     def ms(self) -> float:
         return statistics.median(self.seconds) * 1000.0 if self.seconds else 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        return statistics.median(self.cpu_seconds) * 1000.0 if self.cpu_seconds else 0.0
+
+    @property
+    def host_bytes(self) -> int:
+        """Bytes llama.cpp copies out of the graph to the host after the pass (logits and hidden rows)."""
+        return self.logits_rows * self.row_bytes[0] + self.hidden_rows * self.row_bytes[1]
 
 
 @dataclass
@@ -207,20 +223,23 @@ class OpsResult:
             "graph": self.graph, "verify_ratio": self.verify_ratio(), "prompt_tps": self.prompt_tps(),
             "bandwidth": self.bandwidth(),
             "passes": [{"label": p.label, "kind": p.kind, "tokens": p.tokens, "ms": round(p.ms, 4),
-                        "ms_runs": [round(s * 1000.0, 4) for s in p.seconds],
+                        "ms_runs": [round(s * 1000.0, 4) for s in p.seconds], "cpu_ms": round(p.cpu_ms, 4),
+                        "logits_rows": p.logits_rows, "hidden_rows": p.hidden_rows, "host_bytes": p.host_bytes,
                         **(p.profile.to_dict() if p.profile else {})} for p in self.passes],
         }
 
     def markdown(self, top: int = 12) -> str:
         ratio = self.verify_ratio()
         lines = [f"**{self.model}** on {self.device}, GPU layers {self.n_gpu_layers}\n",
-                 "| pass | tokens | ms (median, plain) | vs 1 token | profiled ms | nodes | splits seen |",
-                 "|---|---|---|---|---|---|---|"]
+                 "| pass | tokens | ms (median, plain) | vs 1 token | CPU ms | logits rows | hidden rows | to host KiB "
+                 "| profiled ms | nodes | splits seen |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
         for p in self.passes:
             vs = f"{ratio[str(p.tokens - 1)]:.2f}x" if p.kind == "decode" and str(p.tokens - 1) in ratio else \
                 ("1.00x" if p.kind == "decode" and p.tokens == 1 else "–")
             prof = p.profile
-            lines.append(f"| {p.label} | {p.tokens} | {p.ms:.3f} | {vs} | "
+            lines.append(f"| {p.label} | {p.tokens} | {p.ms:.3f} | {vs} | {p.cpu_ms:.3f} | {p.logits_rows} | "
+                         f"{p.hidden_rows} | {p.host_bytes / 1024:.0f} | "
                          f"{f'{prof.total_ms:.3f}' if prof else '–'} | {len(prof.records) if prof else '–'} | "
                          f"{prof.splits_seen() if prof else '–'} |")
         profiles = [(p, p.profile) for p in self.passes if p.profile is not None]
@@ -327,11 +346,17 @@ def run(target: Path, draft: Path | None = None, *, tokens_per_pass: list[int] |
                      bandwidth_gbs, runs)
 
 
-def _timed(ctx: Context, tokens: list[int], pos: int, **kwargs: Any) -> float:
-    """Seconds of one synchronized pass (``Context.decode`` waits for the device)."""
+def _timed(ctx: Context, tokens: list[int], pos: int, into: Pass | None = None, **kwargs: Any) -> float:
+    """Seconds of one synchronized pass (``Context.decode`` waits for the device); with ``into``, its wall and
+    process CPU times are kept there too."""
     before = ctx.native_seconds
+    cpu = time.process_time()
     ctx.decode(tokens, pos, **kwargs)
-    return ctx.native_seconds - before
+    seconds = ctx.native_seconds - before
+    if into is not None:
+        into.seconds.append(seconds)
+        into.cpu_seconds.append(time.process_time() - cpu)
+    return seconds
 
 
 def _rollback(ctx: Context, n_keep: int) -> None:
@@ -343,13 +368,16 @@ def _time_target(plain: Context, profiled: Context, profiler: OpProfiler, prompt
                  runs: int, profile_runs: int, log: Log) -> tuple[list[Pass], FloatArray | None]:
     """The target's passes, plain and profiled; also the prompt's nextn hidden rows (for a draft)."""
     n = len(prompt)
-    prompt_pass = Pass(f"prompt {n}", "prompt", n)
-    decode = {k: Pass(f"{k} token" + ("s" if k > 1 else ""), "decode", k) for k in sizes}
+    rows = (plain.n_vocab * 4, plain.n_embd * 4)
+    nextn = plain.nextn_outputs  # a drafting target hands back every row's hidden state
+    prompt_pass = Pass(f"prompt {n}", "prompt", n, logits_rows=1, hidden_rows=n if nextn else 0, row_bytes=rows)
+    decode = {k: Pass(f"{k} token" + ("s" if k > 1 else ""), "decode", k, logits_rows=k,
+                      hidden_rows=k if nextn else 0, row_bytes=rows) for k in sizes}
     started = time.perf_counter()
     _timed(plain, prompt, 0)  # warm-up: first-pass allocations
     _rollback(plain, 0)
     for _ in range(max(1, min(runs, 3))):  # prompt passes are long: three are enough for a median
-        prompt_pass.seconds.append(_timed(plain, prompt, 0))
+        _timed(plain, prompt, 0, prompt_pass)
         _rollback(plain, 0)
     _timed(plain, prompt, 0)
     hidden = plain.nextn_rows(n) if plain.nextn_outputs else None
@@ -360,10 +388,8 @@ def _time_target(plain: Context, profiled: Context, profiler: OpProfiler, prompt
     # does on CUDA: ggml-cuda replays a CUDA graph only after two identical graphs in a row.
     for k in sizes:
         for i in range(2 + runs):
-            seconds = _timed(plain, tokens[:k], n, logits="all")
+            _timed(plain, tokens[:k], n, decode[k] if i >= 2 else None, logits="all")
             _rollback(plain, n)
-            if i >= 2:
-                decode[k].seconds.append(seconds)
     log("plain passes: " + ", ".join(f"{k} tok {p.ms:.3f} ms" for k, p in decode.items()))
     # the same passes node by node
     prompt_pass.profile = Profile(_profiled(profiled, profiler, prompt, 0, "last"))  # one: it is long
@@ -408,16 +434,15 @@ def _time_draft(draft_model: Model, tctx: Context, prompt: list[int], hidden: Fl
                        timer=profiler)
     contexts.append(profiled)
     graph["draft"] = plain.graph_counts()
-    step = Pass("draft step", "draft", 1)
+    # a draft context's hidden rows are masked: the output row only (the next step's input)
+    step = Pass("draft step", "draft", 1, logits_rows=1, hidden_rows=1, row_bytes=(plain.n_vocab * 4, plain.n_embd * 4))
     for ctx in (plain, profiled):
         ctx.decode(prompt, 0, hidden=shifted, logits="none")
     profiler.take()
     last = hidden[-1:]
     for r in range(runs + 2):
-        seconds = _timed(plain, [prompt[-1]], n, hidden=last, logits="last")
+        _timed(plain, [prompt[-1]], n, step if r >= 2 else None, hidden=last, logits="last")
         _rollback(plain, n)
-        if r >= 2:
-            step.seconds.append(seconds)
     records = []
     for _ in range(profile_runs + 1):
         profiler.take()

@@ -101,3 +101,11 @@ def test_bench_ops_profiles_the_passes_of_the_tiny_demo(tmp_path: Path) -> None:
     assert one["by_layer_kind"]["recurrent"]["layers"] == 3 and one["by_layer_kind"]["attention"]["layers"] == 1
     assert "mtp" in passes["draft step"]["by_layer_kind"]
     assert passes["4 tokens"]["ms"] / one["ms"] == pytest.approx(result["verify_ratio"]["3"], rel=0.01)
+    # what each pass hands back to the host: a logits row and (a drafting target) a hidden row per token
+    assert all(p["cpu_ms"] > 0 for p in passes.values())
+    assert [passes["4 tokens"][key] for key in ("logits_rows", "hidden_rows")] == [4, 4]
+    assert passes["4 tokens"]["host_bytes"] == 4 * one["host_bytes"]
+    prompt = passes["prompt 64"]
+    assert (prompt["logits_rows"], prompt["hidden_rows"]) == (1, 64)
+    assert prompt["host_bytes"] > one["host_bytes"]
+    assert (passes["draft step"]["logits_rows"], passes["draft step"]["hidden_rows"]) == (1, 1)
