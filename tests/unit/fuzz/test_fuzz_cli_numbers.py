@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from tests.helpers.cli_in_process import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 HOSTILE = ["nan", "inf", "-inf", "-1", "1e999", "99999999999999999999999", "-99999999999999999999", "5000000000"]
@@ -29,15 +30,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield tmp_path
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    try:
-        code = main(list(argv))  # any other exception here (a traceback for the user) fails the test
-    except SystemExit as exit_:  # argparse's refusal of an argument: exit 2 with its words
-        code = exit_.code if isinstance(exit_.code, int) else 2
-    out = capsys.readouterr()
-    text = out.out + out.err
-    assert 1 <= code <= 4 and "Traceback" not in text and text.strip(), (argv, code, text[-2000:])
-    return code, text
 
 
 def snapshot(folder: Path) -> set[str]:
@@ -54,7 +46,7 @@ def test_sampling_numbers_to_a_remote_server_are_refused_in_our_words_before_it_
         if flag in ("--max-tokens", "--thinking-budget", "--top-k", "--seed") and value in ("nan", "inf", "-inf",
                                                                                              "1e999"):
             continue  # not an int: argparse refuses it (exit 2), tested below
-        code, text = run_cli(capsys, "generate", "--remote", "box", "--prompt", "hi", flag, value)
+        code, text = run_cli(capsys, "generate", "--remote", "box", "--prompt", "hi", flag, value, allow_success=False)
         if value == "5000000000" and flag in ("--temp", "--top-p", "--min-p", "--repeat-penalty", "--seed"):
             assert code in (2, 3), (flag, value, text)  # within range for some; refused or the server is absent
             continue
@@ -64,7 +56,7 @@ def test_sampling_numbers_to_a_remote_server_are_refused_in_our_words_before_it_
 def test_remote_test_refuses_a_reply_cap_past_any_context(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["remote", "add", "box", "http://127.0.0.1:9"])
     capsys.readouterr()
-    code, text = run_cli(capsys, "remote", "test", "box", "--max-tokens", "5000000000")
+    code, text = run_cli(capsys, "remote", "test", "box", "--max-tokens", "5000000000", allow_success=False)
     assert code == 2 and "--max-tokens 5000000000 is outside" in text and "Timer" not in text
 
 
@@ -91,7 +83,7 @@ def test_numbers_of_any_size_end_in_words_with_exit_1_to_4(home: Path, capsys: p
     (home / "m.gguf").write_bytes(b"GGUF")  # not a model: whatever gets past the numbers stops at the file, in words
     before = snapshot(home)
     for value in HOSTILE:
-        run_cli(capsys, *command, value)
+        run_cli(capsys, *command, value, allow_success=False)
     written = snapshot(home) - before
     assert all(p.split(os.sep)[0] in ("data", "config", "cache", "home") for p in written), written
 
@@ -127,5 +119,5 @@ def test_the_window_starts_on_a_settings_folder_of_damaged_files(tmp_path: Path)
 def test_local_generate_refuses_sampling_numbers_before_it_reads_the_model(
         home: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
     (home / "m.gguf").write_bytes(b"GGUF")  # would be refused as damaged, had the numbers not been refused first
-    code, text = run_cli(capsys, "generate", "--model", "m.gguf", "--prompt", "hi", flag, value)
+    code, text = run_cli(capsys, "generate", "--model", "m.gguf", "--prompt", "hi", flag, value, allow_success=False)
     assert code == 2 and flag in text and "damaged" not in text, text

@@ -17,11 +17,11 @@ from gguf import GGMLQuantizationType, GGUFValueType
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from app.cli import main
 from app.core.errors import GGUFError
 from app.gguftools.header import clear_caches, read_gguf_header
 from app.gguftools.inspect import inspect_gguf
 from app.gguftools.writer import TensorPlan, kv_array, kv_str, kv_u32, plan_array, write_gguf
+from tests.helpers.cli_in_process import run_cli
 from tests.helpers.module_folders import ModuleFolders
 
 GIB = 1 << 30
@@ -58,13 +58,6 @@ def nested_arrays(count: int) -> bytes:
     return b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", 9, 9, count)
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    try:
-        code = main(list(argv))  # any other exception here (a traceback for the user) fails the test
-    except SystemExit as exit_:  # argparse's refusal of an argument: exit 2 with its words
-        code = exit_.code if isinstance(exit_.code, int) else 2
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 def small_gguf(path: Path, *, d2t: list[int] | None = None, vocab: int = 8) -> Path:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from app.chats.history import HistoryDamagedError, HistoryStore, default_path
-from app.cli import main
+from tests.helpers.cli_in_process import run_cli
 
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)  # a failure is reported as found: no minutes of shrinking
 
@@ -29,15 +29,6 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield tmp_path / "data"
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    try:
-        code = main(list(argv))  # any other exception here (a traceback for the user) fails the test
-    except SystemExit as exit_:  # argparse's refusal of an argument: exit 2 with its words
-        code = exit_.code if isinstance(exit_.code, int) else 2
-    out = capsys.readouterr()
-    text = out.out + out.err
-    assert 0 <= code <= 4 and "Traceback" not in text, (argv, code, text)
-    return code, text
 
 
 def a_chat() -> tuple[int, int, int]:

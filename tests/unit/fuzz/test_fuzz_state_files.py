@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from app.cli import main
 from app.core.bounded_http import HEADER_DIGITS_MAX, header_int
 from app.core.errors import FastMTPError
 from app.core.netaddr import BadUrl, web_url
+from tests.helpers.cli_in_process import run_cli
 
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)  # a failure is reported as found: no minutes of shrinking
 FAST = settings(max_examples=40, derandomize=True, deadline=None, phases=NO_SHRINK,
@@ -74,15 +74,6 @@ NOT_JSON = st.sampled_from(["<fifo>", "<zero>", "<raw>" + "[" * 200_000, "<raw>"
                             "<raw>\xff\xfe", "<raw>NaN", "<raw>1e999", "<raw>" + "9" * 5000])
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    try:
-        code = main(list(argv))  # any other exception here (a traceback for the user) fails the test
-    except SystemExit as exit_:  # argparse's refusal of an argument: exit 2 with its words
-        code = exit_.code if isinstance(exit_.code, int) else 2
-    out = capsys.readouterr()
-    text = out.out + out.err
-    assert 0 <= code <= 4 and "Traceback" not in text, (argv, code, text[-2000:])
-    return code, text
 
 
 def in_range(value: Any) -> bool:

@@ -1,0 +1,24 @@
+"""``python -m app ARGS`` in this process, for the fuzz tests: the exit code and everything it printed."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli import main
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str, allow_success: bool = True) -> tuple[int, str]:
+    """Run the CLI; any exception but argparse's SystemExit (a traceback a user would see) fails the test.
+
+    The run must end in words: exit 1-4 (or 0 when ``allow_success``) with no traceback printed."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:  # argparse's refusal of an argument: exit 2 with its words
+        code = exit_.code if isinstance(exit_.code, int) else 2
+    out = capsys.readouterr()
+    text = out.out + out.err
+    lowest = 0 if allow_success else 1
+    assert lowest <= code <= 4 and "Traceback" not in text, (argv, code, text[-2000:])
+    if code:
+        assert text.strip(), (argv, code)  # a refusal says what went wrong
+    return code, text
