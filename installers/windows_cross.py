@@ -138,10 +138,18 @@ def patched_tree() -> Path:
 
 
 def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
+    """Run a build command, its lines shown as they come (a first build is minutes of ninja); on failure the last
+    lines are the error's words."""
     say("  $ " + " ".join(cmd))
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    lines: list[str] = []
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines = [*lines[-29:], line.rstrip()]
+            say("    " + line.rstrip())
     if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.strip().splitlines()[-30:])
+        tail = "\n".join(lines)
         raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{tail}")
 
 
