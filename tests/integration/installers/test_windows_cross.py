@@ -20,7 +20,10 @@ import numpy as np
 import pytest
 
 from app.backend.registry import BackendManifest
+from app.gguftools.builtin_demo import d2t_ids, table_prompt
 from installers import windows_cross
+from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.module_folders import ModuleFolders
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -66,7 +69,10 @@ def test_status_says_whether_it_can_run() -> None:
     assert state["built"] == windows_cross.is_built()
 
 
-@pytest.mark.skipif(_why_not_here() is not None, reason=_why_not_here() or "")
+NOT_HERE = _why_not_here()
+
+
+@pytest.mark.skipif(NOT_HERE is not None, reason=NOT_HERE or "")
 def test_d2t_drafts_under_wine_as_on_linux(patched_backend: BackendManifest) -> None:
     """The built DLLs and d2t_check.exe under Wine, compared with the active (patched) Linux backend."""
     env = dict(os.environ)
@@ -79,3 +85,16 @@ def test_d2t_drafts_under_wine_as_on_linux(patched_backend: BackendManifest) -> 
     assert result["wine"]["finite_per_row"] == [result["d2t_ids"]] * len(result["tokens"])
     assert result["wine"]["draft_next"] == result["linux"]["draft_next"]
     assert result["max_abs_diff_at_d2t_ids"] <= windows_cross.DIFF_TOLERANCE
+
+
+@pytest.mark.skipif(NOT_HERE is not None, reason=NOT_HERE or "")
+def test_the_wine_check_fails_on_a_sidecar_without_d2t(default_demo: DemoCopies, module_tmp: ModuleFolders,
+                                                       tmp_path: Path) -> None:
+    """The same Windows program on the full sidecar (no d2t: a full-vocabulary head) drafts finite logits
+    everywhere, and the comparison says so: the check can fail on the real binary, not only on made-up rows."""
+    demo = default_demo.copy_to(module_tmp.mktemp("demo"))
+    tokens = table_prompt(demo, 6)
+    full = windows_cross.run_under_wine(demo.target, demo.sidecar_full, tokens, tmp_path)
+    assert full.info["finite_per_row"] == [full.info["n_vocab"]] * len(tokens)
+    problems = windows_cross.compare(full, None, d2t_ids(demo.sidecar_d2t))
+    assert sum("not at exactly the" in p for p in problems) == len(tokens)
