@@ -75,32 +75,39 @@ def tokens(folder: Path, mode: str, runs: int, n_tokens: int, threads: int) -> s
 
 def threads(folder: Path, runs: int, prompt_tokens: int) -> str:
     model = Model(folder / "target.gguf")
+    prompt = [int(t) for t in 1000 + np.arange(prompt_tokens) % 4000]
+    steps = 8  # one-token passes a block
     lines = []
     try:
-        with Context(model, n_ctx=prompt_tokens + 1024, n_batch=512, n_threads=1) as ctx:
-            prompt = [int(t) for t in 1000 + np.arange(prompt_tokens) % 4000]
-            for label, n in (("one-token pass", 1), (f"{prompt_tokens}-token prompt", prompt_tokens)):
-                wall: dict[int, list[float]] = {1: [], 2: []}
-                cpu: dict[int, list[float]] = {1: [], 2: []}
+        for label, n in (("one-token pass", 1), (f"{prompt_tokens}-token prompt", prompt_tokens)):
+            wall: dict[int, list[float]] = {1: [], 2: []}
+            cpu: dict[int, list[float]] = {1: [], 2: []}
+            # one context per kind of pass: one-token passes go on from position to position (no rollback)
+            n_ctx = prompt_tokens + 16 if n > 1 else 64 + 2 * (runs + 1) * steps + 16
+            with Context(model, n_ctx=n_ctx, n_batch=512, n_threads=1) as ctx:
+                pos = 64
+                if n == 1:
+                    ctx.decode(prompt[:64], 0)
                 for r in range(runs + 1):
                     for count in ((1, 2) if r % 2 else (2, 1)):
                         model.lib.llama_set_n_threads(ctx.ptr, count, count)
-                        ctx.truncate(0)
-                        ctx.decode(prompt[:64], 0)
                         w, c = time.perf_counter(), time.process_time()
                         if n == 1:
-                            for i in range(8):
-                                ctx.decode([1000 + i], 64 + i)
+                            for i in range(steps):
+                                ctx.decode([1000 + i], pos)
+                                pos += 1
                         else:
+                            ctx.truncate(0)
+                            w, c = time.perf_counter(), time.process_time()
                             for s in range(0, n, 512):
                                 ctx.decode(prompt[s:s + 512], s, logits="last" if s + 512 >= n else "none")
-                        scale = 8 if n == 1 else 1
+                        scale = steps if n == 1 else 1
                         if r:
                             wall[count].append((time.perf_counter() - w) * 1000 / scale)
                             cpu[count].append((time.process_time() - c) * 1000 / scale)
-                one, two = statistics.median(wall[1]), statistics.median(wall[2])
-                lines.append(f"{label}: 1 thread {one:.1f} ms wall ({statistics.median(cpu[1]):.1f} CPU), "
-                             f"2 threads {two:.1f} ms wall ({statistics.median(cpu[2]):.1f} CPU); 2/1 {two / one:.3f}")
+            one, two = statistics.median(wall[1]), statistics.median(wall[2])
+            lines.append(f"{label}: 1 thread {one:.1f} ms wall ({statistics.median(cpu[1]):.1f} CPU), "
+                         f"2 threads {two:.1f} ms wall ({statistics.median(cpu[2]):.1f} CPU); 2/1 {two / one:.3f}")
     finally:
         model.close()
     return "\n".join(lines)
