@@ -69,7 +69,7 @@ MIN_SAMPLES = 1  # counted rounds before a batch size's own estimate replaces th
 # depth not measured yet lasts this many rounds and one more, which rebuilds the graph; later visits add samples)
 PROBE_EVERY = 24  # rounds between visits of another measured depth, at least ...
 PROBE_GAP = 0.05  # ... and longer the further its predicted rate lies below: once more per 5% behind
-HOPELESS = 4  # ... and this many times longer for a depth that would lose even with its acceptance guessed high
+HOPELESS = 3  # ... and this many times longer for a depth that would lose even with its acceptance guessed high
 PROBE_LONGEST = 4  # ... but never longer than this many times PROBE_EVERY (times how much dearer its rounds are, so
 # that a visit costs a bounded share): at depth 0 or 1 the deeper positions are not tested, so what was measured there
 # in a hard passage (or under another load) would otherwise stand for hundreds of rounds
@@ -179,6 +179,7 @@ class AdaptiveDepth:
     # per depth: (round, measured seconds) of its latest counted rounds: what its rounds cost lately, as they came
     _seen: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
     _shift: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # fast and slow sums, their weights
+    _shift_depth: int = -1  # the current depth those averages are of
     shifts: int = 0  # load changes noticed (each makes the other depths due for a visit)
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
@@ -302,8 +303,8 @@ class AdaptiveDepth:
         parts from its longer average, the other depths are due for a visit at once (what they measured is from
         before). A load on everything alike leaves the share where it was: the estimates take that out as load."""
         self._seen.setdefault(depth, deque(maxlen=SEEN_KEEP)).append((self.rounds, timing.seconds))
-        if timing.draft <= 0.0 or timing.verify <= 0.0:
-            return
+        if timing.proposed < 1 or timing.draft <= 0.0 or timing.verify <= 0.0:
+            return  # no draft made (depth 0 still times a little bookkeeping as draft): no share to watch
         share = timing.draft / timing.verify
         if depth != self.current:  # a visit: its drafts' share against the share at its last visit
             before = self._shares.get(depth)
@@ -311,11 +312,13 @@ class AdaptiveDepth:
             if before is not None and (share > before * SHIFT ** 2 or share < before / SHIFT ** 2):
                 self._shifted(depth)
             return
+        if depth != self._shift_depth:  # another current depth: another share, its averages start anew
+            self._shift_depth, self._shift = depth, [0.0, 0.0, 0.0, 0.0]
         fast_s, fast_w, slow_s, slow_w = self._shift
         fast_s, fast_w = fast_s * SHIFT_FAST + share, fast_w * SHIFT_FAST + 1.0
         slow_s, slow_w = slow_s * SHIFT_SLOW + share, slow_w * SHIFT_SLOW + 1.0
         self._shift = [fast_s, fast_w, slow_s, slow_w]
-        if slow_w >= 10.0 and fast_w >= 4.0:
+        if slow_w >= 20.0 and fast_w >= 4.0:  # a longer average to compare with, at this depth
             ratio = (fast_s / fast_w) / (slow_s / slow_w)
             if ratio > SHIFT or ratio < 1.0 / SHIFT:
                 self._shift = [fast_s, fast_w, fast_s, fast_w]  # the new level is the level now

@@ -74,3 +74,18 @@ def test_a_load_on_everything_alike_is_not_taken_for_a_change(machine: Machine) 
     for seed in range(1, 4):
         _totals, adaptive = run_adaptive(machine, HIGH, 2048, seed)
         assert adaptive.shifts == 0
+
+
+def test_rounds_without_drafts_are_not_watched_for_a_change() -> None:
+    """At depth 0 the engine still times a little bookkeeping as draft time (microseconds that jitter by half): no
+    draft was made, so there is no share to watch, and no survey of every depth follows (a sidecar whose drafts
+    always fail stays at depth 0 and hardly drafts)."""
+    adaptive = AdaptiveDepth(4)
+    for i in range(400):
+        depth = adaptive.depth()
+        made = depth
+        draft = 0.002 * made + (0.000002 if i % 2 else 0.000004)
+        timing = RoundTiming(0.05 + draft, 0.05, draft, 0.0015 * max(made - 1, 0), made)
+        adaptive.observe(depth, made, 0, timing)  # every draft rejected
+    assert adaptive.shifts == 0
+    assert adaptive.chosen[0] > 0.7 * sum(adaptive.chosen.values())
