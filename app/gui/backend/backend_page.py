@@ -22,208 +22,45 @@ backends say where each came from: built here, or prebuilt and signed by which k
 The page watches the backends folder, so a backend built or installed anywhere (the first-run panel, a
 command in a terminal) appears in the list without a restart. Its content scrolls rather than squeezing
 its word-wrapped hints below the height their text needs.
+
+The page composes one widget per group box (``ToolchainBox``, ``GetBackendBox`` with the shared ``JobStrip``,
+``InstalledBackends``) and runs the jobs; the widgets' controls are also the page's attributes (``page.log``,
+``page.table``, …), as the tests and the first-run panel read them.
 """
+
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from PySide6.QtCore import QEvent, QFileSystemWatcher, Qt, QTimer
-from PySide6.QtGui import QFont, QFontDatabase
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QApplication,
-    QFileDialog,
-    QFormLayout,
-    QFrame,
-    QGroupBox,
-    QHBoxLayout,
-    QHeaderView,
-    QLabel,
-    QLineEdit,
-    QPlainTextEdit,
-    QProgressBar,
-    QPushButton,
-    QScrollArea,
-    QSizePolicy,
-    QTableWidget,
-    QTableWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QFileDialog, QFrame, QScrollArea, QVBoxLayout, QWidget
 
-from app.backend import archive, cuda_wheels, feed, registry
+from app.backend import cuda_wheels
 from app.backend.build_estimate import duration_words
-from app.backend.builder import BuildOptions, Flavor, run_selftest_subprocess
-from app.backend.events import BuildEvent, EventKind
+from app.backend.builder import BuildOptions, Flavor
+from app.backend.events import BuildEvent
 from app.backend.feed import FeedInstall, Machine, NoFittingArchive, Selection, install_from_feed
 from app.backend.prebuilt import InstalledPrebuilt, install_prebuilt, is_url
 from app.backend.registry import BackendManifest
-from app.backend.toolchain import Tool, Toolchain, ToolkitMode, detect, toolkit_mode
+from app.backend.toolchain import Toolchain, detect, toolkit_mode
 from app.core import paths
 from app.core.cancel import CancelToken
-from app.core.errors import BuildCancelled, FastMTPError, ToolchainError, VerificationError
+from app.core.errors import BuildCancelled, VerificationError
+from app.gui.backend.get_backend_box import GetBackendBox
+from app.gui.backend.installed_box import InstalledBackends
+from app.gui.backend.toolchain_box import ToolchainBox, ToolkitOffer, ToolkitProgress, toolkit_offer
 from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.build_job import BuildJob
 from app.gui.shell.ops import BackgroundOp, Report
-from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text, good_colour
-from app.release.catalog import CatalogError, backend_feed_url
+from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text
 from app.release.trust import Confirm
 
-LOG_LINES = 5000  # the live log keeps this many lines; the build's own log stays in the build tree
-
-# installed backends table columns
-(B_ID, B_FLAVOR, B_PATCH, B_SELFTEST, B_ORIGIN, B_BUILT, B_ACTIVE) = range(7)
-COLUMNS = ["id", "flavor", "patch", "selftest", "origin", "built", "active"]
 REFRESH_DELAY_MS = 150  # a build or an install changes the backends folder a few times in a row: one refresh
 
-TOOLKIT_BUTTON = "Get the CUDA build tools (about 530 MB download)"
-# FASTMTP_CUDA_TOOLKIT=app on a machine without a driver: build for another machine with CUDA 13.0, the
-# oldest CUDA 13 (a backend built with it runs on every CUDA 13 driver)
-OTHER_MACHINE_CUDA = "13.0"
-
-
-def _tool_text(tool: Tool | None, missing: str = "not found") -> str:
-    return f"{tool.version}  ({tool.path})" if tool is not None else missing
-
-
-def wrapping_label(text: str = "") -> QLabel:
-    """A label that wraps and asks its layout for the height its wrapped text needs at the given width."""
-    label = QLabel(text)
-    label.setWordWrap(True)
-    policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
-    policy.setHeightForWidth(True)
-    label.setSizePolicy(policy)
-    return label
-
-
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ToolkitOffer:
-    """The app's own CUDA toolkit, offered on the page: for which CUDA version, and why that one."""
-
-    cuda: str  # the CUDA version to fetch the wheels for ("13.0")
-    from_driver: bool  # the driver's version; False: FASTMTP_CUDA_TOOLKIT=app without a driver
-
-    def text(self) -> str:
-        """The one line under the button: what it does."""
-        major = self.cuda.split(".")[0]
-        target = (f"for the driver's CUDA {self.cuda}" if self.from_driver else
-                  f"for CUDA {self.cuda} (no NVIDIA driver found here: {cuda_wheels.TOOLKIT_ENV}=app, "
-                  "to build for another machine)")
-        return (f"Downloads NVIDIA's CUDA {major} compiler (nvcc) and cuBLAS as pip wheels into the app's cache, "
-                f"{target}; nothing is installed system-wide.")
-
-
-def toolkit_offer(tools: Toolchain, driver_cuda: str | None, mode: ToolkitMode) -> ToolkitOffer | None:
-    """Whether the page offers to get the app's CUDA toolkit (None: not offered).
-
-    Offered when the toolchain lacks nvcc or cuBLAS, the app's toolkit for that CUDA version is not
-    installed, and there is something to build for: the driver reports a CUDA version, or
-    ``FASTMTP_CUDA_TOOLKIT=app`` asks for the app's toolkit anyway (then for CUDA 13.0). Never with
-    ``FASTMTP_CUDA_TOOLKIT=system`` (the app's toolkit would not be used), nor for a CUDA version the
-    app knows no wheels for (the problems line says to install the toolkit). Reads the cache folder.
-    """
-    if (tools.nvcc is not None and tools.cublas is not None) or mode == "system":
-        return None
-    cuda = driver_cuda if driver_cuda is not None else OTHER_MACHINE_CUDA if mode == "app" else None
-    if cuda is None:
-        return None  # no driver, no GPU: nothing to build CUDA for
-    try:
-        cuda_wheels.requirements(cuda)
-    except ToolchainError:
-        return None
-    if cuda_wheels.read_toolkit(cuda_wheels.toolkit_dir(cuda)) is not None:
-        return None
-    return ToolkitOffer(cuda, from_driver=driver_cuda is not None)
-
-
-def _short_wheel(name: str) -> str:
-    """``nvidia_cublas-13.0.2.14-py3-none-manylinux_2_27_x86_64.whl`` -> ``nvidia_cublas-13.0.2.14``."""
-    parts = name.split("-")
-    return "-".join(parts[:2]) if name.endswith(".whl") and len(parts) >= 5 else name
-
-
-class ToolkitProgress:
-    """Turns ``cuda_wheels.ensure``'s log lines into the page's build events: every line for the log, and
-    the step text and the bar from the lines that mark progress (ours, and pip's Downloading, Processing and
-    Installing lines)."""
-
-    def __init__(self, report: Report, wheels: int) -> None:
-        self._report = report
-        self._wheels = max(wheels, 1)
-        self._started = 0  # wheel downloads pip has begun
-        self._installing = False
-
-    def _emit(self, kind: EventKind, message: str, percent: float | None = None) -> None:
-        self._report(BuildEvent(kind, message, percent, "cuda-toolkit"))
-
-    def __call__(self, line: str) -> None:
-        text = line.strip()
-        if line.startswith("downloading "):  # ours, one per pip run: the requirements it downloads
-            self._emit("step", line, 2.0 + 78.0 * self._started / self._wheels)
-        elif "already holds every" in line or line.startswith("installing "):
-            self._installing = True
-            self._emit("step", line, 80.0)
-        elif not self._installing and (text.startswith("Downloading ") or text.startswith("Processing ")):
-            # pip: "Downloading <wheel> (420.9 MB)" from an index; "Processing <path>" from a file:// one
-            self._emit("log", line)
-            wheel, _, size = text.split(" ", 1)[1].partition(" (")
-            name = _short_wheel(wheel.rsplit("/", 1)[-1])
-            self._emit("progress", f"Downloading {name} ({size}…" if size else f"Downloading {name}…",
-                       2.0 + 78.0 * self._started / self._wheels)
-            self._started += 1
-        elif text.startswith("Installing collected packages"):
-            self._emit("log", line)
-            self._emit("progress", "Unpacking the wheels (about 840 MB)…", 85.0)
-        elif text.startswith("Successfully installed"):
-            self._emit("log", line)
-            self._emit("progress", "Checking that the toolkit is complete and nvcc runs…", 95.0)
-        else:
-            self._emit("log", line)
-
-
-def selftest_summary(result: dict[str, Any]) -> str:
-    """One plain sentence about a self-test result (the manifest's or a fresh one)."""
-    if not result:
-        return "not run"
-    if not result.get("ok"):
-        return f"FAILED: {result.get('error', 'no result')}"
-    parts = [f"passed in {result.get('seconds', '?')} s"]
-    agreement = result.get("greedy_table_agreement")
-    if isinstance(agreement, int | float):
-        parts.append(f"greedy decoding follows the demo table on {agreement:.0%} of steps")
-    d2t = result.get("d2t")
-    if isinstance(d2t, dict):
-        parts.append("d2t sidecar loads, draft logits match the full sidecar" if d2t.get("loaded")
-                     else "d2t sidecar refused, as an unpatched build must")
-    parts.append("GPU offload" if result.get("gpu_offload") else "CPU only")
-    return "; ".join(parts)
-
-
-def manifest_text(manifest: BackendManifest, origin: str) -> str:
-    """A backend's manifest as labelled lines a person reads (the JSON stays one click away: "Copy as JSON")."""
-    flavor = "CPU" if manifest.flavor != "cuda" else (
-        f"CUDA {manifest.cuda_version or '?'} for " + (feed.sm(manifest.cuda_archs) or "?"))
-    built = manifest.built_at.replace("T", " ").split("+")[0] if manifest.built_at else "?"
-    rows = [("Backend", manifest.id), ("Origin", origin), ("Flavour", flavor),
-            ("Source", f"llama-cpp-python {manifest.llama_cpp_python_version} (llama.cpp "
-                       f"{manifest.llama_cpp_commit}), sha256 {manifest.sdist_sha256}"),
-            ("d2t patch", f"{manifest.patch_name} (sha256 {manifest.patch_sha256})" if manifest.patch_name
-             else "none: this build refuses the d2t sidecar"),
-            ("Built", f"{built} UTC in {manifest.build_seconds:.0f} s with {manifest.compiler}"),
-            ("Self-test", selftest_summary(manifest.selftest)),
-            ("CMake", " ".join(manifest.cmake_args))]
-    if manifest.cpu_variants:
-        rows.append(("CPU modules", ", ".join(manifest.cpu_variants)))
-    width = max(len(label) for label, _value in rows)
-    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
 class BackendPage(QWidget):
@@ -240,12 +77,9 @@ class BackendPage(QWidget):
         self.toolkit_op: BackgroundOp[cuda_wheels.AppToolkit] | None = None
         self.offer: ToolkitOffer | None = None  # the app's CUDA toolkit, when the page offers it
         self.toolkit: cuda_wheels.AppToolkit | None = None  # the one this page got
-        self.selftest_op: BackgroundOp[dict[str, Any]] | None = None
         self.cancel_token: CancelToken | None = None
         self.built: BackendManifest | None = None
         self.last_error: Exception | None = None
-        self.selftest_result: dict[str, Any] | None = None  # the last self-test run from this page ...
-        self.selftest_of: str | None = None  # ... and the backend it tested
         self.install_op: BackgroundOp[InstalledPrebuilt] | None = None
         self.installed_prebuilt: InstalledPrebuilt | None = None  # the last prebuilt backend this page installed
         self.trust_dialog: TrustKeyDialog | None = None
@@ -254,16 +88,46 @@ class BackendPage(QWidget):
         self.feed_selection: Selection | None = None  # the last choice the feed made (or why none fits)
         self.feed_machine: Machine | None = None  # None: detect the GPUs and driver (a test or a user may say)
         ShutdownWithWindow(self, self.shutdown)
-        self.manifests: dict[str, BackendManifest] = {}
+
+        self.tools_box = ToolchainBox()
+        self.tool_labels = self.tools_box.tool_labels
+        self.problems_label = self.tools_box.problems_label
+        self.toolkit_button = self.tools_box.toolkit_button
+        self.toolkit_label = self.tools_box.toolkit_label
+        self.toolkit_button.clicked.connect(self.get_cuda_toolkit)
+        self.get_box = GetBackendBox()
+        box = self.get_box
+        self.build_cpu_button, self.build_cuda_button = box.build_cpu_button, box.build_cuda_button
+        self.prebuilt_source, self.browse_button, self.install_button = (box.prebuilt_source, box.browse_button,
+                                                                         box.install_button)
+        self.feed_url, self.feed_button = box.feed_url, box.feed_button
+        self.feed_label, self.feed_build_button = box.feed_label, box.feed_build_button
+        self.strip = box.strip
+        self.step_label, self.progress, self.log = self.strip.step_label, self.strip.progress, self.strip.log
+        self.cancel_build_button = self.strip.cancel_button
+        self.build_cpu_button.clicked.connect(lambda: self.build("cpu"))
+        self.build_cuda_button.clicked.connect(lambda: self.build("cuda"))
+        self.cancel_build_button.clicked.connect(self.cancel_build)
+        self.prebuilt_source.returnPressed.connect(lambda: self.install_prebuilt())
+        self.browse_button.clicked.connect(self.browse_prebuilt)
+        self.install_button.clicked.connect(lambda: self.install_prebuilt())
+        self.feed_url.returnPressed.connect(lambda: self.install_from_feed())
+        self.feed_button.clicked.connect(lambda: self.install_from_feed())
+        self.feed_build_button.clicked.connect(lambda: self.build_instead())
+        self.installed_box = InstalledBackends(self.ops, lambda: self.building)
+        installed = self.installed_box
+        self.table, self.details, self.use_button = installed.table, installed.details, installed.use_button
+        self.selftest_button, self.selftest_label = installed.selftest_button, installed.selftest_label
+        self.copy_json_button = installed.copy_json_button
 
         content = QWidget()
         # the scroll area sizes the content by heightForWidth at the viewport's width; without an explicit
         # minimum it would also honour the wrapped labels' minimum hints, laid out narrow and far too tall
         content.setMinimumHeight(1)
         layout = QVBoxLayout(content)
-        layout.addWidget(self._build_toolchain_group())
-        layout.addWidget(self._build_build_group(), 1)
-        layout.addWidget(self._build_installed_group())
+        layout.addWidget(self.tools_box)
+        layout.addWidget(self.get_box, 1)
+        layout.addWidget(self.installed_box)
         self.scroll_area = QScrollArea()
         self.scroll_area.setWidgetResizable(True)
         self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
@@ -285,168 +149,11 @@ class BackendPage(QWidget):
         self.refresh_toolchain()
         self._job_changed()
 
-    # ------------------------------------------------------------------ layout
-
-    def _build_toolchain_group(self) -> QGroupBox:
-        group = QGroupBox("Build tools and GPUs")
-        self.tool_labels: dict[str, QLabel] = {}
-        form = QFormLayout(group)
-        for key, title in (("cmake", "CMake"), ("ninja", "Ninja"), ("c_compiler", "C compiler"),
-                           ("cxx_compiler", "C++ compiler"), ("nvcc", "CUDA compiler"), ("cublas", "cuBLAS"),
-                           ("ccache", "ccache"), ("gpus", "NVIDIA GPUs")):
-            label = wrapping_label("…")
-            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            self.tool_labels[key] = label
-            form.addRow(title, label)
-        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.DontWrapRows)
-        self.problems_label = wrapping_label()  # why a build is not possible (e.g. no nvcc or cuBLAS for CUDA)
-        form.addRow(self.problems_label)
-        self.toolkit_button = QPushButton(TOOLKIT_BUTTON)
-        self.toolkit_button.clicked.connect(self.get_cuda_toolkit)
-        self.toolkit_label = wrapping_label()  # under the button, the full width: it never squeezes beside it
-        offer = QHBoxLayout()
-        offer.addWidget(self.toolkit_button)
-        offer.addStretch(1)
-        form.addRow(offer)
-        form.addRow(self.toolkit_label)
-        self.toolkit_button.hide()  # until the toolchain says it is wanted
-        self.toolkit_label.hide()
-        return group
-
-    @staticmethod
-    def _heading(text: str) -> QLabel:
-        label = QLabel(text)
-        font = label.font()
-        font.setWeight(QFont.Weight.DemiBold)
-        label.setFont(font)
-        return label
-
-    def _build_build_group(self) -> QGroupBox:
-        group = QGroupBox("Get a backend")
-        self.build_cpu_button = QPushButton("Build CPU backend")
-        self.build_cpu_button.clicked.connect(lambda: self.build("cpu"))
-        self.build_cuda_button = QPushButton("Build CUDA backend")
-        self.build_cuda_button.clicked.connect(lambda: self.build("cuda"))
-        self.cancel_build_button = QPushButton("Cancel build")
-        self.cancel_build_button.clicked.connect(self.cancel_build)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.build_cpu_button)
-        buttons.addWidget(self.build_cuda_button)
-        buttons.addStretch(1)
-        self.prebuilt_source = QLineEdit()
-        self.prebuilt_source.setPlaceholderText("a backend archive (.tar.xz) or its https:// URL")
-        self.prebuilt_source.returnPressed.connect(lambda: self.install_prebuilt())
-        self.browse_button = QPushButton("Browse…")
-        self.browse_button.clicked.connect(self.browse_prebuilt)
-        self.install_button = QPushButton("Install a prebuilt backend…")
-        self.install_button.clicked.connect(lambda: self.install_prebuilt())
-        prebuilt = QHBoxLayout()
-        prebuilt.addWidget(self.prebuilt_source, 1)
-        prebuilt.addWidget(self.browse_button)
-        prebuilt.addWidget(self.install_button)
-        self.feed_url = QLineEdit(self._default_feed_url())
-        self.feed_url.setPlaceholderText("the signed backend feed's https:// URL")
-        self.feed_url.returnPressed.connect(lambda: self.install_from_feed())
-        self.feed_button = QPushButton("Install the one for this machine")
-        self.feed_button.setToolTip("Picks the archive for this machine's NVIDIA GPU and driver (or the CPU one) "
-                                    "from the publisher's signed list of prebuilt backends")
-        self.feed_button.clicked.connect(lambda: self.install_from_feed())
-        feed_row = QHBoxLayout()
-        feed_row.addWidget(QLabel("From the feed:"))
-        feed_row.addWidget(self.feed_url, 1)
-        feed_row.addWidget(self.feed_button)
-        self.feed_label = wrapping_label()  # which archive the feed gave and why, or why none fits
-        self.feed_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.feed_label.hide()
-        self.feed_build_button = QPushButton("Build here")  # offered when no prebuilt archive fits
-        self.feed_build_button.clicked.connect(lambda: self.build_instead())
-        self.feed_build_button.hide()
-        feed_fallback = QHBoxLayout()
-        feed_fallback.addWidget(self.feed_build_button)
-        feed_fallback.addStretch(1)
-        self.step_label = wrapping_label("The first build takes a few minutes; later builds with the same inputs "
-                                         "reuse the cached build tree and take seconds.")
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
-        self.progress.setValue(0)
-        self.log = QPlainTextEdit()
-        self.log.setReadOnly(True)
-        self.log.setMaximumBlockCount(LOG_LINES)
-        self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.log.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.log.setPlaceholderText("The build log appears here.")
-        self.log.setMinimumHeight(110)
-        status = QHBoxLayout()
-        status.addWidget(self.progress, 1)
-        status.addWidget(self.cancel_build_button)
-        box = QVBoxLayout(group)
-        box.addWidget(self._heading("Build here"))
-        box.addWidget(wrapping_label("Compiles llama.cpp with the FastMTP d2t patch on this machine, from the "
-                                     "pinned, hash-checked source; needs the build tools above."))
-        box.addLayout(buttons)
-        box.addWidget(self._heading("Install a prebuilt backend"))
-        box.addWidget(wrapping_label("Built elsewhere, packed and signed by its publisher: the signature is checked "
-                                     "against a trusted publisher key, then the archive's sha256 and what it "
-                                     "holds; nothing is installed unless every check passes."))
-        box.addLayout(feed_row)
-        box.addWidget(self.feed_label)
-        box.addLayout(feed_fallback)
-        box.addWidget(wrapping_label("Or a given archive, a file or its URL:"))
-        box.addLayout(prebuilt)
-        box.addWidget(wrapping_label("Either way, the backend's self-test runs on this machine before it is "
-                                     "used."))
-        box.addWidget(self.step_label)
-        box.addLayout(status)
-        box.addWidget(self.log, 1)
-        self.build_cuda_button.setEnabled(False)  # until the toolchain says CUDA can be built
-        self.cancel_build_button.setEnabled(False)
-        return group
-
-    def _build_installed_group(self) -> QGroupBox:
-        group = QGroupBox("Installed backends")
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(["Backend", "Flavor", "d2t patch", "Self-test", "Origin", "Built", ""])
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setMaximumHeight(150)
-        self.table.itemSelectionChanged.connect(self._selection_changed)
-        self.details = QPlainTextEdit()
-        self.details.setReadOnly(True)
-        self.details.setMaximumHeight(140)
-        self.details.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.details.setPlaceholderText("Select a backend to see its manifest.")
-        self.details.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
-        self._details_json = ""  # the selected backend's manifest as JSON, for "Copy as JSON"
-        self.copy_json_button = QPushButton("Copy as JSON")
-        self.copy_json_button.setToolTip("The selected backend's manifest, as `python -m app backend list --json` "
-                                         "gives it, for a bug report")
-        self.copy_json_button.clicked.connect(lambda: QApplication.clipboard().setText(self._details_json))
-        self.use_button = QPushButton("Use")
-        self.use_button.clicked.connect(self.use_selected)
-        self.selftest_button = QPushButton("Run self-test")
-        self.selftest_button.clicked.connect(self.selftest_selected)
-        self.selftest_label = wrapping_label()
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.selftest_label, 1)
-        buttons.addWidget(self.use_button)
-        buttons.addWidget(self.selftest_button)
-        buttons.addWidget(self.copy_json_button)
-        box = QVBoxLayout(group)
-        box.addWidget(self.table)
-        box.addWidget(self.details)
-        box.addLayout(buttons)
-        return group
-
     # ------------------------------------------------------------------ toolchain
 
     def refresh_toolchain(self) -> None:
         """Detect the build tools off the GUI thread (it runs each tool's --version and nvidia-smi)."""
-        for label in self.tool_labels.values():
-            label.setText("…")
+        self.tools_box.detecting()
 
         def work(_report: Report) -> tuple[Toolchain, ToolkitOffer | None]:
             tools = detect()
@@ -457,31 +164,7 @@ class BackendPage(QWidget):
     def _toolchain_detected(self, detected: tuple[Toolchain, ToolkitOffer | None]) -> None:
         tools, self.offer = detected
         self.toolchain = tools
-        labels = self.tool_labels
-        labels["cmake"].setText(_tool_text(tools.cmake))
-        labels["ninja"].setText(_tool_text(tools.ninja))
-        labels["c_compiler"].setText(_tool_text(tools.c_compiler))
-        labels["cxx_compiler"].setText(_tool_text(tools.cxx_compiler))
-        app_toolkit = tools.cuda_toolkit is not None and tools.cuda_toolkit.source == "app"
-        labels["nvcc"].setText(_tool_text(tools.nvcc, "not found (CPU builds only)")
-                               + (", the app's own CUDA toolkit (NVIDIA's pip wheels)" if app_toolkit else ""))
-        labels["cublas"].setText(f"{tools.cublas.lib_dir}{' (pip wheel)' if tools.cublas.from_wheel else ''}"
-                                 if tools.cublas else "not found")
-        labels["ccache"].setText(_tool_text(tools.ccache, "not found (optional: faster rebuilds)"))
-        labels["gpus"].setText(", ".join(f"{g.name} (compute {g.compute_capability}, {g.memory_mib} MiB)"
-                                         for g in tools.gpus) or "none found")
-        problems = tools.problems(cuda=tools.nvcc is not None)
-        if self.offer is not None and tools.nvcc is None:
-            problems.append("The CUDA compiler nvcc and cuBLAS were not found, so only the CPU backend can be built: "
-                            "the button below gets them.")
-        if not tools.gpus and tools.can_build_cuda:
-            problems.append("No NVIDIA GPU was found, so the CUDA architecture is unknown: build the CPU backend "
-                            "here, or use `python -m app backend build --cuda --cuda-arch 89` for another machine.")
-        self.problems_label.setText("\n".join(problems) if problems else "Everything needed is there.")
-        self.problems_label.setStyleSheet(f"color: {bad_colour(self).name()};" if not tools.can_build_cpu else "")
-        if self.offer is not None:
-            self.toolkit_label.setText(self.offer.text())
-            self.toolkit_label.setToolTip(str(cuda_wheels.toolkit_dir(self.offer.cuda)))
+        self.tools_box.show_toolchain(tools, self.offer)
         self._set_building(self.building)
 
     # ------------------------------------------------------------------ building
@@ -547,12 +230,8 @@ class BackendPage(QWidget):
         self.build_cuda_button.setEnabled(not building and tools is not None and tools.can_build_cuda
                                           and bool(tools.gpus))
         self.cancel_build_button.setEnabled(building)
-        self.toolkit_button.setVisible(self.offer is not None)
-        self.toolkit_label.setVisible(self.offer is not None)
-        self.toolkit_button.setEnabled(not building and self.offer is not None)
-        for widget in (self.prebuilt_source, self.browse_button, self.install_button, self.feed_url,
-                       self.feed_button, self.feed_build_button):
-            widget.setEnabled(not building)
+        self.tools_box.set_offered(self.offer, building)
+        self.get_box.set_busy(building)
 
     # ------------------------------------------------------------------ the app's CUDA toolkit
 
@@ -710,14 +389,6 @@ class BackendPage(QWidget):
 
     # ------------------------------------------------------------------ the backend feed
 
-    @staticmethod
-    def _default_feed_url() -> str:
-        """The catalog's feed (``FASTMTP_BACKEND_FEED_URL`` replaces it); empty when there is none."""
-        try:
-            return backend_feed_url()
-        except CatalogError:
-            return ""
-
     def install_from_feed(self, url: str | None = None) -> None:
         """Pick the archive for this machine from the signed feed, say which and why, then check, self-test,
         install and activate it, as ``python -m app backend install --feed``; none fits: why, and "Build here"."""
@@ -725,8 +396,8 @@ class BackendPage(QWidget):
             return
         url = (url if url is not None else self.feed_url.text()).strip()
         if not url:
-            self._show_feed_text("No backend feed is known. Give the URL of the publisher's signed backend feed.",
-                                 bad=True)
+            self.get_box.show_feed_text("No backend feed is known. Give the URL of the publisher's signed backend "
+                                        "feed.", bad=True)
             return
         machine = self.feed_machine
         self.feed_install = None
@@ -739,24 +410,10 @@ class BackendPage(QWidget):
                                                               on_selection=report, cancel=cancel),
             self._feed_done, self._feed_failed)
 
-    def _show_feed_text(self, text: str, *, bad: bool = False) -> None:
-        self.feed_label.setText(text)
-        self.feed_label.setStyleSheet(f"color: {bad_colour(self).name()};" if bad else "")
-        self.feed_label.show()
-
     def _show_selection(self, selection: Selection) -> None:
         """Which archive the feed gave this machine and why; or why none fits, with "Build here" offered."""
         self.feed_selection = selection
-        chosen = selection.archive
-        if chosen is None:
-            self._show_feed_text(f"No prebuilt backend fits this machine ({selection.machine.describe()}): "
-                                 f"{selection.reason} Build here instead: it compiles the backend for this machine.")
-            self.feed_build_button.show()
-        else:
-            self._show_feed_text(f"Picked {chosen.name} ({chosen.label()}) for this machine "
-                                 f"({selection.machine.describe()}). {selection.reason}")
-            self.feed_build_button.hide()
-        self.feed_label.setToolTip("\n".join(selection.passed_over))
+        self.get_box.show_selection(selection)
 
     def build_instead(self) -> None:
         """No prebuilt archive fits: build here, CUDA when this machine can build it, else CPU."""
@@ -815,107 +472,29 @@ class BackendPage(QWidget):
         self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
         self.log.appendPlainText("error: " + error_text(exc))
 
-    # ------------------------------------------------------------------ installed backends
+
+    # ------------------------------------------------------------------ installed backends (InstalledBackends)
+
+    @property
+    def manifests(self) -> dict[str, BackendManifest]:
+        return self.installed_box.manifests
+
+    @property
+    def selftest_result(self) -> dict[str, Any] | None:
+        """The last self-test run from this page (None: none, or one running)."""
+        return self.installed_box.selftest_result
 
     def refresh_backends(self, select: str | None = None) -> None:
-        """Re-read the registry (small JSON files) and show every backend, the active one marked."""
-        if not self.building:
-            registry.cleanup_stale_staging()
-        backends = registry.list_backends()
-        active = registry.active_id()
-        selected = select or self.selected_id() or active
-        self.manifests = {m.id: m for m in backends}
-        self.table.setRowCount(len(backends))
-        for row, manifest in enumerate(backends):
-            origin = archive.read_origin(registry.backend_dir(manifest.id))
-            cells = [manifest.id, manifest.flavor + (f" {feed.sm(manifest.cuda_archs)}" if manifest.cuda_archs else ""),
-                     "yes" if manifest.patched else "no (cannot load d2t sidecars)",
-                     "ok" if manifest.selftest_ok else "FAILED", archive.origin_label(origin),
-                     manifest.built_at.replace("T", " ")[:19], "● active" if manifest.id == active else ""]
-            for column, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if column == B_SELFTEST:
-                    item.setForeground(good_colour(self) if manifest.selftest_ok else bad_colour(self))
-                if column == B_ORIGIN:
-                    item.setToolTip(origin.describe() if origin is not None else "built on this machine")
-                self.table.setItem(row, column, item)
-        ids = [m.id for m in backends]
-        if selected in ids:
-            self.table.selectRow(ids.index(selected))
-        self._selection_changed()
+        """Re-read the registry and show every backend, the active one marked (``select``: the row selected)."""
+        self.installed_box.refresh_backends(select)
 
     def selected_id(self) -> str | None:
-        rows = {index.row() for index in self.table.selectionModel().selectedRows()}
-        if not rows:
-            return None
-        item = self.table.item(min(rows), B_ID)
-        return item.text() if item is not None else None
+        return self.installed_box.selected_id()
 
     def row_texts(self, backend_id: str) -> dict[str, str]:
         """The texts of one backend's row by column name (what a user reads; used by tests)."""
-        for row in range(self.table.rowCount()):
-            texts = [item.text() if (item := self.table.item(row, column)) is not None else ""
-                     for column in range(len(COLUMNS))]
-            if texts[B_ID] == backend_id:
-                return dict(zip(COLUMNS, texts, strict=True))
-        raise KeyError(backend_id)
+        return self.installed_box.row_texts(backend_id)
 
-    def _selection_changed(self) -> None:
-        backend_id = self.selected_id()
-        manifest = self.manifests.get(backend_id) if backend_id else None
-        busy = self.selftest_op is not None and self.selftest_op.running
-        self.use_button.setEnabled(manifest is not None and manifest.id != registry.active_id())
-        self.selftest_button.setEnabled(manifest is not None and not busy)
-        self.copy_json_button.setEnabled(manifest is not None)
-        if manifest is None:
-            self.details.clear()
-            self._details_json = ""
-            return
-        origin = archive.describe_origin(registry.backend_dir(manifest.id))
-        self.details.setPlainText(manifest_text(manifest, origin))
-        self._details_json = json.dumps({"origin": origin, **manifest.to_dict()}, indent=2)
-        if busy:
-            return
-        if self.selftest_result is not None and self.selftest_of == manifest.id:
-            self.selftest_label.setText(f"Self-test of {manifest.id}: {selftest_summary(self.selftest_result)}")
-        else:
-            when = "at build time" if archive.read_origin(registry.backend_dir(manifest.id)) is None else \
-                "when it was installed here"
-            self.selftest_label.setText(f"Self-test {when}: {selftest_summary(manifest.selftest)}")
-
-    def use_selected(self) -> None:
-        backend_id = self.selected_id()
-        if backend_id is None:
-            return
-        try:
-            registry.set_active(backend_id)
-        except FastMTPError as exc:
-            self.selftest_label.setText(error_text(exc))
-            return
-        self.refresh_backends(select=backend_id)
-        self.selftest_label.setText(f"{backend_id} is the active backend now; the next model load uses it.")
-
-    def selftest_selected(self) -> None:
-        """Run the self-test again in a child process (a native crash cannot take the window down)."""
-        backend_id = self.selected_id()
-        if backend_id is None or (self.selftest_op is not None and self.selftest_op.running):
-            return
-        folder = registry.backend_dir(backend_id)
-        self.selftest_result = None
-        self.selftest_label.setText(f"Self-testing {backend_id}…")
-        self.selftest_button.setEnabled(False)
-
-        self.selftest_of = backend_id
-
-        def done(result: dict[str, Any]) -> None:
-            self.selftest_result = result
-            self._selection_changed()
-
-        def failed(exc: Exception) -> None:
-            self.selftest_result = {"ok": False, "error": f"the self-test could not run: {error_text(exc)}"}
-            self._selection_changed()
-
-        self.selftest_op = self.ops.start(lambda _report: run_selftest_subprocess(folder), done, failed)
 
     # ------------------------------------------------------------------ shutdown
 

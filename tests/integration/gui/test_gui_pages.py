@@ -28,8 +28,11 @@ from app.backend.registry import BackendManifest
 from app.backend.toolchain import Cublas, CudaToolkit, Tool, Toolchain
 from app.core import paths, secrets
 from app.core.errors import BuildCancelled, TrustError
-from app.gui.backend.backend_page import TOOLKIT_BUTTON, BackendPage, ToolkitOffer, ToolkitProgress, toolkit_offer
-from app.gui.models.models_page import FAILED, OK, Q_FITS, Q_NAME, Q_STATE, ModelsPage
+from app.gui.backend.backend_page import BackendPage
+from app.gui.backend.toolchain_box import TOOLKIT_BUTTON, ToolkitOffer, ToolkitProgress, toolkit_offer
+from app.gui.models.download_files import FAILED, OK
+from app.gui.models.models_page import ModelsPage
+from app.gui.models.quants_box import Q_FITS, Q_NAME, Q_STATE
 from app.models.fit import GIB, fit
 from app.models.installed import default_destination, list_installed
 from app.release import signing, trust

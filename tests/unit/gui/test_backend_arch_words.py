@@ -4,7 +4,7 @@ compute_XY (PTX), not "sm_90-virtual"."""
 from __future__ import annotations
 
 from app.backend.registry import BackendManifest
-from app.gui.backend.backend_page import manifest_text
+from app.gui.backend.installed_box import manifest_text
 
 
 def _cuda_manifest(archs: list[str]) -> BackendManifest:

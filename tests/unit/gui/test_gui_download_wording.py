@@ -24,7 +24,8 @@ from pytestqt.qtbot import QtBot
 
 from app.core.errors import DiskSpaceError, DownloadError
 from app.gui.models import models_page
-from app.gui.models.models_page import ModelsPage, window_advice
+from app.gui.models.download_words import WINDOW_ADVICE, window_advice
+from app.gui.models.models_page import ModelsPage
 from app.release import download, fetcher
 from app.release.catalog import load_catalog, user_endpoints
 from tests.helpers.gui_windows import mirrored_models_page
@@ -114,7 +115,7 @@ def test_a_full_disk_says_to_free_space_and_press_download_again(qtbot: QtBot, p
     _no_command_words(text)
 
 
-@pytest.mark.parametrize("kind", sorted(models_page.WINDOW_ADVICE))
+@pytest.mark.parametrize("kind", sorted(WINDOW_ADVICE))
 def test_every_download_kind_the_page_knows_has_window_words(kind: str) -> None:
     words = window_advice(DownloadError("Could not download it.", "Run `python -m app fetch --quant X` again.",
                                         kind=kind))

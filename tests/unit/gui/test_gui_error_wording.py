@@ -22,7 +22,9 @@ from pytestqt.qtbot import QtBot
 from app.core.child_job import ChildJobError
 from app.core.errors import DiskSpaceError, DownloadError, FastMTPError, VerificationError
 from app.gui.models import models_page
-from app.gui.models.models_page import ModelsPage, download_error_text
+from app.gui.models.download_files import FAILED, OK
+from app.gui.models.download_words import download_error_text
+from app.gui.models.models_page import ModelsPage
 from app.gui.shell.page_ops import error_text
 from app.release.catalog import load_catalog
 from app.release.progress import FetchEvent
@@ -98,7 +100,7 @@ def test_the_failed_check_of_a_row_follows_the_kind_not_the_words(qtbot: QtBot, 
                 (_event("start"), _event("error", message, "sha256-mismatch")))
     _download(qtbot, page)
     row = page.file_row(MODEL)
-    assert row["sha256"] == models_page.FAILED and row["size"] == models_page.OK
+    assert row["sha256"] == FAILED and row["size"] == OK
     assert row["status"].startswith("Failed the sha256 check")
 
 
@@ -109,7 +111,7 @@ def test_words_that_name_a_check_do_not_mark_it_without_its_kind(qtbot: QtBot, p
                 (_event("start"), _event("error", message, "download-network")))
     text = _download(qtbot, page)
     row = page.file_row(MODEL)
-    assert models_page.FAILED not in (row["sha256"], row["size"]) and row["status"] == message
+    assert FAILED not in (row["sha256"], row["size"]) and row["status"] == message
     assert "Press Download again to resume" in text
     _no_command_words(text)
 
