@@ -47,7 +47,10 @@ from app.gui.shell.palette import LIGHT, Palette
 if TYPE_CHECKING:
     from app.gui.chat.hud import Hud
 
-RENDER_INTERVAL_MS = 33  # a frame: streamed text and the HUD are drawn at most this often; tokens in between queue
+# a frame: streamed text is drawn at most this often, tokens in between queue: 20 frames a second read as smooth
+# streaming, and each frame lays out and paints the reply's tail (issue 36 item 2: a slow model's tokens, ~40 ms
+# apart, were a frame each at 33 ms, two at 50)
+RENDER_INTERVAL_MS = 50
 # the HUD's numbers change at most this often while a reply streams (its first frame at once, the newest at the
 # end): the HUD floats over the transcript, so each change repaints the text under it too, and a figure that
 # changes 30 times a second cannot be read anyway (issue 36 item 2: the GUI's CPU per token on 2 cores)

@@ -26,7 +26,7 @@ from app.gui.shell.page_ops import OwnedOps
 from app.machines.remote_client import RemoteClient
 from app.machines.remote_servers import RemoteServer
 
-DELIVERY_INTERVAL_MS = 16  # token batches reach the GUI thread at most this often (the chat view draws every 33 ms)
+DELIVERY_INTERVAL_MS = 16  # token batches reach the GUI thread at most this often (the chat view draws every 50 ms)
 
 
 def _error_event(exc: Exception) -> dict[str, Any]:
