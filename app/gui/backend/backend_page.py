@@ -52,10 +52,11 @@ from app.core.errors import BuildCancelled, VerificationError
 from app.gui.backend.get_backend_box import GetBackendBox
 from app.gui.backend.installed_box import InstalledBackends
 from app.gui.backend.toolchain_box import ToolchainBox, ToolkitOffer, ToolkitProgress, toolkit_offer
-from app.gui.models.trust_dialog import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.build_job import BuildJob
+from app.gui.shell.install_questions import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text
+from app.gui.shell.worker_questions import WorkerQuestions
 from app.release.trust import Confirm
 
 REFRESH_DELAY_MS = 150  # a build or an install changes the backends folder a few times in a row: one refresh
@@ -355,23 +356,18 @@ class BackendPage(QWidget):
         self.progress.setValue(0)
         self.step_label.setStyleSheet("")
         self.step_label.setText(message)
-        asked: list[TrustQuestion] = []
+        questions = WorkerQuestions()
 
         def work(report: Report) -> T:
             def confirm(repo: str, fingerprint: str) -> bool:
-                question = TrustQuestion(repo, fingerprint)
-                asked.append(question)
-                report(question)
-                question.answered.wait()
-                return question.trusted and not cancel.cancelled
+                return questions.ask(TrustQuestion(repo, fingerprint), report).trusted and not cancel.cancelled
 
             return install(confirm, report, cancel)
 
         def stop(*_args: object) -> None:
             """The page is gone: nothing half-checked is installed, and a key question cannot be answered."""
             cancel.cancel()
-            for question in asked:
-                question.answered.set()
+            questions.release()
 
         op = self.ops.start(work, on_done, on_failed, self._install_progress)
         self.destroyed.connect(stop)

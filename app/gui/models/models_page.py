@@ -5,7 +5,7 @@ Everything slow runs through :mod:`app.gui.shell.ops`: GPU detection, the downlo
 same sequence as ``python -m app fetch``) and keyring access. The download belongs to this page, not
 to a dialog, so it keeps running while the user looks at another page. The first-use key question
 of the trust chain comes from the download's worker thread and is answered here by
-:class:`~app.gui.models.trust_dialog.TrustKeyDialog`; the worker waits for the answer. So does the size
+:class:`~app.gui.shell.install_questions.TrustKeyDialog`; the worker waits for the answer. So does the size
 question: once the signed manifest gave the real sizes, a download of ``BIG_DOWNLOAD_BYTES`` or more asks
 "Download Q4_K_P: about 15.4 GiB into FOLDER (N free there). Download now?" before any model file is requested.
 
@@ -25,10 +25,9 @@ attributes (``page.quant_table``, ``page.mirror_list``, …).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import (
@@ -53,9 +52,10 @@ from app.gui.models.download_words import download_error_text, human_eta, networ
 from app.gui.models.local_models_panel import LocalModelsPanel
 from app.gui.models.mirrors_box import MirrorsAndToken
 from app.gui.models.quants_box import QuantsBox
-from app.gui.models.trust_dialog import SizeQuestion, TrustKeyDialog, TrustQuestion, ask_size, ask_trust
+from app.gui.shell.install_questions import SizeQuestion, TrustKeyDialog, TrustQuestion, ask_size, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text
+from app.gui.shell.worker_questions import WorkerQuestions
 from app.models.fit import FitReport
 from app.models.installed import default_destination
 from app.release.catalog import Catalog, CatalogFile, endpoints_for, load_catalog
@@ -64,22 +64,6 @@ from app.release.fetcher import DownloadCancelled, FetchControl, NetworkDownload
 from app.release.install import Installed
 from app.release.progress import FetchEvent
 from app.settings import app_settings
-
-
-class _Question(Protocol):
-    """A question for the user from the download's worker (``TrustQuestion``, ``SizeQuestion``)."""
-
-    answered: threading.Event
-
-
-def _wait_for_answer(question: _Question, report: Report, control: FetchControl) -> None:
-    """Relay ``question`` to the GUI thread and wait for its answer; a Cancel ends the wait too."""
-    remove = control.add_listener(lambda change: question.answered.set() if change == "cancelled" else None)
-    try:
-        report(question)
-        question.answered.wait()
-    finally:
-        remove()
 
 
 @dataclass
@@ -246,15 +230,15 @@ class ModelsPage(QWidget):
         self._set_step("Fetching the release's signed integrity files first.")
         self._set_running(True)
 
+        questions = WorkerQuestions()  # a Cancel ends a question's wait (the dialog closes too)
+        control.add_listener(lambda change: questions.release() if change == "cancelled" else None)
+
         def work(report: Report) -> Installed:
             def confirm(repo: str, fingerprint: str) -> bool:
-                question = TrustQuestion(repo, fingerprint)
-                _wait_for_answer(question, report, control)
-                return question.trusted and not control.cancelled
+                return questions.ask(TrustQuestion(repo, fingerprint), report).trusted and not control.cancelled
 
             def confirm_size(needed: int, dest: Path, free: int) -> bool:
-                question = SizeQuestion(quant, needed, dest, free)
-                _wait_for_answer(question, report, control)
+                question = questions.ask(SizeQuestion(quant, needed, dest, free), report)
                 return question.accepted and not control.cancelled
 
             return fetch_release(plan, token=secrets.get_token(), on_event=report,

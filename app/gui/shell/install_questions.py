@@ -1,5 +1,7 @@
-"""Trust on first use, in the window: show the publisher key's fingerprint and ask for an explicit yes; and,
-beside it, the other question a download's worker asks: "download this many gigabytes there?" (``SizeQuestion``).
+"""The questions a signed install or download asks the user, and their dialogs: trust on first use (show the
+publisher key's fingerprint and ask for an explicit yes: ``TrustQuestion``, ``TrustKeyDialog``), and "download this
+many gigabytes there?" (``SizeQuestion``). The Models page's download and the Backend page's installs ask them from
+their workers through ``shell/worker_questions.py``.
 
 The core decides when to ask (``app.release.trust.decide``); this dialog is the GUI's answer to its
 ``Confirm`` question. The Trust button stays disabled until the user pastes the fingerprint the
