@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,6 +37,7 @@ from app.core import paths, processes, settings_file
 from app.core.cancel import CancelToken
 from app.core.errors import BackendError, FastMTPError, VerificationError
 from app.core.json_object import load_object
+from app.core.platforms import system_name
 from app.release import signing, trust
 from app.release.catalog import backend_feed_url
 from app.release.fetcher import FetchControl, FileRequest, pid_folder
@@ -493,10 +493,6 @@ def _no_fit_reason(archives: Sequence[FeedArchive], machine: Machine) -> str:
 # ----------------------------------------------------------------------------- this machine
 
 
-def current_platform(platform: str | None = None) -> str:
-    system = (platform or sys.platform).lower()
-    return "windows" if system.startswith("win") else "macos" if system == "darwin" else \
-        system.rstrip("0123456789") or "unknown"
 
 
 def parse_driver_version(text: str) -> str | None:
@@ -526,7 +522,7 @@ def detect_machine(gpu_archs: Sequence[str] | None = None, driver: str | None = 
         [g.cuda_arch for g in detect_gpus()]
     ordered = tuple(sorted(set(archs), key=int))
     found = normalize_driver(driver) if driver else (detect_driver() if ordered else None)
-    return Machine(current_platform(platform), ordered, found)
+    return Machine(system_name(platform), ordered, found)
 
 
 # ----------------------------------------------------------------------------- fetching, verifying, installing

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import platform as host
 import re
-import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from app.core.errors import FastMTPError, VerificationError
 from app.core.hashing import sha256_file
+from app.core.platforms import current_platform as current_platform  # how the feed names a download
 from app.release import signing
 from app.release.manifest import check_file_name, normalize_sha256, parse_time
 
@@ -130,16 +129,6 @@ class AppFeed:
         """The highest version, pre-releases only when asked for."""
         wanted = [r for r in self.releases if include_prereleases or not r.version.is_prerelease]
         return max(wanted, key=lambda r: r.version.key, default=None)
-
-
-def current_platform(system: str | None = None, machine: str | None = None) -> str:
-    """``linux-x86_64``, ``windows-x86_64``, ``macos-arm64``: how the feed names a platform's download."""
-    system = (system or sys.platform).lower()
-    name = "windows" if system.startswith("win") else "macos" if system == "darwin" else \
-        system.rstrip("0123456789") or "unknown"
-    arch = (machine or host.machine()).lower() or "unknown"
-    arch = {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64"}.get(arch, arch)
-    return f"{name}-{arch}"
 
 
 def _text(obj: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:

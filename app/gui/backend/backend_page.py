@@ -55,7 +55,8 @@ from app.gui.backend.toolchain_box import ToolchainBox, ToolkitOffer, ToolkitPro
 from app.gui.shell.build_job import BuildJob
 from app.gui.shell.install_questions import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
-from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text
+from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow
+from app.gui.shell.status_text import bad_colour, error_text
 from app.gui.shell.worker_questions import WorkerQuestions
 from app.release.trust import Confirm
 

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushBu
 from app.backend.feed import Selection
 from app.gui.shell.job_strip import JobStrip
 from app.gui.shell.labels import heading, wrapping_label
-from app.gui.shell.page_ops import bad_colour
+from app.gui.shell.status_text import bad_colour
 from app.release.catalog import CatalogError, backend_feed_url
 
 

@@ -29,7 +29,8 @@ from app.backend.registry import BackendManifest
 from app.core.errors import FastMTPError
 from app.gui.shell.labels import wrapping_label
 from app.gui.shell.ops import BackgroundOp
-from app.gui.shell.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.gui.shell.page_ops import OwnedOps
+from app.gui.shell.status_text import bad_colour, error_text, good_colour
 
 # installed backends table columns
 (B_ID, B_FLAVOR, B_PATCH, B_SELFTEST, B_ORIGIN, B_BUILT, B_ACTIVE) = range(7)

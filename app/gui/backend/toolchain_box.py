@@ -19,7 +19,7 @@ from app.backend.toolchain import Tool, Toolchain, ToolkitMode
 from app.core.errors import ToolchainError
 from app.gui.shell.labels import wrapping_label
 from app.gui.shell.ops import Report
-from app.gui.shell.page_ops import bad_colour
+from app.gui.shell.status_text import bad_colour
 
 TOOLKIT_BUTTON = "Get the CUDA build tools (about 530 MB download)"
 # FASTMTP_CUDA_TOOLKIT=app on a machine without a driver: build for another machine with CUDA 13.0, the

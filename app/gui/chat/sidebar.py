@@ -33,8 +33,8 @@ from PySide6.QtWidgets import (
 
 from app.chats.history import HistoryError, HistoryStore
 from app.gui.shell import icons
+from app.gui.shell.confirm_dialog import confirm_destructive
 from app.gui.shell.empty_state import EmptyState
-from app.gui.shell.page_ops import confirm_destructive
 from app.gui.shell.palette import LIGHT, Palette
 
 RENAME_KEY = "F2"

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QProgressBar, QTab
 
 from app.core.units import format_bytes
 from app.gui.models.download_words import human_eta, plain_failure
-from app.gui.shell.page_ops import bad_colour, good_colour
+from app.gui.shell.status_text import bad_colour, good_colour
 from app.release.progress import FetchEvent
 
 OK, FAILED, PENDING = "✓", "✗", "…"

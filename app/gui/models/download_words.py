@@ -7,7 +7,7 @@ from __future__ import annotations
 from app.core import net_failures
 from app.core.errors import FastMTPError
 from app.core.units import format_bytes
-from app.gui.shell.page_ops import error_text
+from app.gui.shell.status_text import error_text
 from app.release.fetcher import NetworkDownloadError
 
 

@@ -37,7 +37,8 @@ from app.core import secrets
 from app.core.units import format_bytes
 from app.gui.shell.empty_state import EmptyState
 from app.gui.shell.ops import Report
-from app.gui.shell.page_ops import OwnedOps, error_text
+from app.gui.shell.page_ops import OwnedOps
+from app.gui.shell.status_text import error_text
 from app.models import local_models
 from app.models.local_models import FoundFile, LocalModel
 from app.release.hub_hash import EXPLANATIONS, LABELS, HubCheck, State, verify_against_hub

@@ -21,7 +21,8 @@ from PySide6.QtWidgets import (
 from app.core import secrets
 from app.core.errors import FastMTPError
 from app.gui.shell.ops import Report
-from app.gui.shell.page_ops import OwnedOps, error_text
+from app.gui.shell.page_ops import OwnedOps
+from app.gui.shell.status_text import error_text
 from app.release.catalog import EndpointKind, add_user_endpoint, remove_user_endpoint, user_endpoints
 
 

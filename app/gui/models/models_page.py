@@ -54,7 +54,8 @@ from app.gui.models.mirrors_box import MirrorsAndToken
 from app.gui.models.quants_box import QuantsBox
 from app.gui.shell.install_questions import SizeQuestion, TrustKeyDialog, TrustQuestion, ask_size, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
-from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow, bad_colour, error_text
+from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow
+from app.gui.shell.status_text import bad_colour, error_text
 from app.gui.shell.worker_questions import WorkerQuestions
 from app.models.fit import FitReport
 from app.models.installed import default_destination

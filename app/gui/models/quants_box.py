@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.backend.toolchain import Gpu
 from app.core.units import format_bytes
-from app.gui.shell.page_ops import bad_colour, error_text, good_colour
+from app.gui.shell.status_text import bad_colour, error_text, good_colour
 from app.models.fit import GIB, FitReport, fit
 from app.models.installed import default_destination
 from app.release.catalog import Catalog

@@ -34,7 +34,8 @@ from PySide6.QtWidgets import (
 from app.core import defaults
 from app.core.child_job import ChildJob
 from app.core.errors import FastMTPError, JobCancelled
-from app.gui.shell.page_ops import OwnedOps, error_text
+from app.gui.shell.page_ops import OwnedOps
+from app.gui.shell.status_text import error_text
 from app.models import local_models
 from app.models.sidecar_job import VOCAB_SIZES, free_out, prompt_sets
 

@@ -31,7 +31,9 @@ from PySide6.QtWidgets import (
 
 from app.backend.rpc import NO_AUTH_WARNING, parse_endpoints
 from app.core.errors import FastMTPError
-from app.gui.shell.page_ops import OwnedOps, bad_colour, confirm_destructive, error_text, good_colour
+from app.gui.shell.confirm_dialog import confirm_destructive
+from app.gui.shell.page_ops import OwnedOps
+from app.gui.shell.status_text import bad_colour, error_text, good_colour
 from app.machines import serve
 from app.machines.remote_servers import RemoteServer, add_server, check_url, load_servers, remove_server
 from app.machines.upstream_server import UpstreamServer

@@ -43,7 +43,8 @@ from app.engine import state_cache
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, OVERFLOW_LABELS
 from app.engine.depth_memory import DepthMemory
 from app.gui.settings.machines import MachinesGroup
-from app.gui.shell.page_ops import OwnedOps, bad_colour, error_text, good_colour
+from app.gui.shell.page_ops import OwnedOps
+from app.gui.shell.status_text import bad_colour, error_text, good_colour
 from app.models.context_size import ContextFit, ContextPlan, plan_context
 from app.release import updates
 from app.release.updates import UpdateCheck, UpdateSource

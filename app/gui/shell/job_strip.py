@@ -11,7 +11,7 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QHBoxLayout, QPlainTextEdit, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from app.gui.shell.labels import wrapping_label
-from app.gui.shell.page_ops import bad_colour
+from app.gui.shell.status_text import bad_colour
 
 LOG_LINES = 5000  # the live log keeps this many lines; a job's own log file keeps them all
 

@@ -1,4 +1,4 @@
-"""What the pages share: background ops owned by a widget, and errors in words.
+"""Background ops owned by a page (or a dialog, the engine bridge), and a page's shutdown with its window.
 
 A page starts its slow work through :class:`OwnedOps` instead of calling ``run_in_background``
 directly: the callbacks are skipped once Qt has deleted the page (a download or a build may end
@@ -7,15 +7,13 @@ after it), and ``idle`` tells a test, or a window about to close, whether any of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import shiboken6
 from PySide6.QtCore import QEvent, QObject
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QWidget
 
-from app.core.errors import FastMTPError
 from app.gui.shell.ops import BackgroundOp, Report, run_in_background
 
 T = TypeVar("T")
@@ -75,39 +73,5 @@ class OwnedOps:
         return not any(op.running for op in self._ops)
 
 
-def error_text(exc: Exception, advice_by_kind: Mapping[str, str] | None = None) -> str:
-    """What went wrong and what to do, for a label; unexpected errors keep their type name.
-
-    ``advice_by_kind`` is a page's own advice for the error kinds it knows (the core's advice may name a
-    command): chosen by ``exc.kind`` (a child job's error carries the child's kind), never by the core's words.
-    """
-    if isinstance(exc, FastMTPError):
-        advice = advice_by_kind.get(exc.kind, exc.advice) if advice_by_kind else exc.advice
-        return exc.message + (f"\n{advice}" if advice else "")
-    return f"{type(exc).__name__}: {exc}"
-
-
-def status_colours(widget: QWidget) -> tuple[QColor, QColor]:
-    """(good, bad) text colours that read well on ``widget``'s background, in the light or the dark theme."""
-    dark = widget.palette().color(QPalette.ColorRole.Base).lightness() < 128
-    return (QColor("#4ade80"), QColor("#f87171")) if dark else (QColor("#15803d"), QColor("#b91c1c"))
-
-
-def good_colour(widget: QWidget) -> QColor:
-    return status_colours(widget)[0]
-
-
-def bad_colour(widget: QWidget) -> QColor:
-    return status_colours(widget)[1]
-
-
-def confirm_destructive(parent: QWidget, title: str, question: str, detail: str, action: str) -> bool:
-    """Ask before something is deleted for good; Cancel is the default button (Enter or Esc keeps it)."""
-    box = QMessageBox(QMessageBox.Icon.Question, title, question, parent=parent)
-    box.setInformativeText(detail)
-    confirm = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
-    cancel = box.addButton(QMessageBox.StandardButton.Cancel)
-    box.setDefaultButton(cancel)
-    box.setEscapeButton(cancel)
-    box.exec()
-    return box.clickedButton() is confirm
+# benchmark/benchmark_page.py (another helper's file until its edit lands) still imports error_text from here
+from app.gui.shell.status_text import error_text as error_text  # noqa: E402

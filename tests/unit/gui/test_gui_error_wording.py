@@ -25,7 +25,7 @@ from app.gui.models import models_page
 from app.gui.models.download_files import FAILED, OK
 from app.gui.models.download_words import download_error_text
 from app.gui.models.models_page import ModelsPage
-from app.gui.shell.page_ops import error_text
+from app.gui.shell.status_text import error_text
 from app.release.catalog import load_catalog
 from app.release.progress import FetchEvent
 from tests.helpers.signed_release_server import own_user

@@ -25,7 +25,7 @@ from app.gguftools.qwen35 import ARCH, QWEN35_27B, hparams_kv
 from app.gguftools.writer import plan_array, write_gguf
 from app.gui.models.model_selector import DEMO_LABEL
 from app.gui.settings.settings_page import AUTO_TEXT, SettingsPage
-from app.gui.shell.page_ops import bad_colour
+from app.gui.shell.status_text import bad_colour
 from app.models.context_size import largest_sidecar
 from app.settings import app_settings
 from app.settings.app_settings import Settings
