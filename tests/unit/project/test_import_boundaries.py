@@ -133,3 +133,53 @@ def test_the_checks_see_an_upward_arrow(tmp_path: Path) -> None:
     arrows = _imports(probe, tmp_path / "app")
     assert {"app.gui.main", "app.engine.config"} <= arrows
     assert _layer("app.gui.main") == "gui" and LAYERS.index("gui") > LAYERS.index("core")
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every circle of imports in ``graph`` (module -> the modules it imports), each once, as found by a depth-first
+    walk: the path from where the circle starts back to it."""
+    found: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+    done: set[str] = set()
+
+    def walk(node: str, path: list[str]) -> None:
+        for target in sorted(graph.get(node, ())):
+            if target in path:
+                circle = path[path.index(target):]
+                if frozenset(circle) not in seen:
+                    seen.add(frozenset(circle))
+                    found.append([*circle, target])
+            elif target not in done:
+                walk(target, [*path, target])
+        done.add(node)
+
+    for start in sorted(graph):
+        if start not in done:
+            walk(start, [start])
+    return found
+
+
+def _gui_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """The window's imports between its modules, and between its rooms (shell/, a page's folder, main, ...)."""
+    gui = APP / "gui"
+    modules = {".".join(p.relative_to(APP.parent).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in gui.rglob("*.py") if p != gui / "__init__.py"}
+    graph = {m: {t for t in _imports(p) if t in modules and t != m} for m, p in modules.items()}
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        room = module.split(".")[2]
+        rooms.setdefault(room, set()).update(t.split(".")[2] for t in targets if t.split(".")[2] != room)
+    return graph, rooms
+
+
+def test_no_import_circle_inside_the_window() -> None:
+    """No two of the window's modules import each other, however far round (the transcript's widget and its
+    painter once did), and no two of its rooms do: each room stands on the ones below it."""
+    modules, rooms = _gui_graph()
+    assert _circles(modules) == []
+    assert _circles(rooms) == []
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
