@@ -367,7 +367,7 @@ def test_the_benchmark_page_runs_a_tiny_matrix_exports_it_and_cancels(qtbot: QtB
     assert [r["variant"] for r in rows] == ["off", "embedded k=1", "embedded k=2", "d2t sidecar k=1",
                                             "d2t sidecar k=2"]
     assert all(float(r["tok/s"]) > 0 for r in rows) and rows[0]["vs off"] == "–"
-    assert all(r["vs off"].endswith("x? 1 of 3 runs") for r in rows[1:])  # one run each: no verdict
+    assert all(r["vs off"].endswith("x? needs 4 more runs") for r in rows[1:])  # one run a side: 2 more each
     assert rows[-1]["acceptance"].endswith("%") and rows[-1]["tokens / pass"] != "–"
     assert set(page.chart.series) == {"off", "embedded", "d2t"}
     assert [d for d, _ in page.chart.series["d2t"]] == [1, 2]
