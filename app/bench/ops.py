@@ -434,7 +434,7 @@ def _time_draft(draft_model: Model, tctx: Context, prompt: list[int], hidden: Fl
                        timer=profiler)
     contexts.append(profiled)
     graph["draft"] = plain.graph_counts()
-    # a draft context's hidden rows are masked: the output row only (the next step's input)
+    # one token: one hidden row (the next step's input) and one logits row
     step = Pass("draft step", "draft", 1, logits_rows=1, hidden_rows=1, row_bytes=(plain.n_vocab * 4, plain.n_embd * 4))
     for ctx in (plain, profiled):
         ctx.decode(prompt, 0, hidden=shifted, logits="none")

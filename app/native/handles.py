@@ -407,7 +407,11 @@ class Context:
 
         self._ext = llama_cpp_ext
         if nextn_outputs or self.is_draft:
-            llama_cpp_ext.llama_set_embeddings_nextn(self._ptr, True, self.is_draft)
+            # unmasked, a draft context too: its MTP graph (qwen35, qwen35moe) names the hidden state of every row
+            # h_nextn and crops only the head's input, so a masked copy of "the output rows" takes the pass's first
+            # rows: a draft pass of [held..., pending] asking for the last row's logits handed back the first held
+            # token's hidden row for the next draft step. Unmasked, every row comes back (4 KiB each) by batch index
+            llama_cpp_ext.llama_set_embeddings_nextn(self._ptr, True, False)
         else:
             # no MTP hidden rows wanted (plain decoding): "masked" lets the graph drop the rows without logits
             # before the last layer's FFN, as llama.cpp's own graphs do without nextn. Unmasked (llama.cpp's default,
@@ -498,7 +502,10 @@ class Context:
 
     def nextn_view(self, i: int) -> FloatArray:
         """Like ``nextn_hidden`` without the copy: valid only until this context's next ``decode``."""
-        pointer = self._ext.llama_get_embeddings_nextn_ith(self.ptr, i)
+        index = i + self._n_tokens if i < 0 else i  # unmasked rows are kept by batch index, every token's
+        if not 0 <= index < self._n_tokens:
+            raise ValueError(f"no nextn row {i}")
+        pointer = self._ext.llama_get_embeddings_nextn_ith(self.ptr, index)
         return self._view(ctypes.cast(pointer, ctypes.c_void_p).value, self.n_embd)
 
     def nextn_rows(self, n: int) -> FloatArray:
