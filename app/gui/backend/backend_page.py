@@ -245,10 +245,7 @@ class BackendPage(QWidget):
         cancel = self.cancel_token = CancelToken()
         self.toolkit = None
         self.last_error = None
-        self.log.clear()
-        self.progress.setValue(0)
-        self.step_label.setStyleSheet("")
-        self.step_label.setText(f"Getting the CUDA {offer.cuda} build tools…")
+        self.strip.begin(f"Getting the CUDA {offer.cuda} build tools…")
         wheels = len(cuda_wheels.requirements(offer.cuda))
 
         def work(report: Report) -> cuda_wheels.AppToolkit:
@@ -353,10 +350,7 @@ class BackendPage(QWidget):
         cancel = self.cancel_token = CancelToken()
         self.installed_prebuilt = None
         self.last_error = None
-        self.log.clear()
-        self.progress.setValue(0)
-        self.step_label.setStyleSheet("")
-        self.step_label.setText(message)
+        self.strip.begin(message)
         questions = WorkerQuestions()
 
         def work(report: Report) -> T:
