@@ -23,12 +23,13 @@ from pytestqt.qtbot import QtBot
 
 from app.backend import registry
 from app.backend.registry import BackendManifest
+from app.backend.signing import backend_repo
 from app.chats.history import HistoryStore
 from app.core.errors import TrustError, VerificationError
 from app.gui.backend.backend_page import BackendPage
 from app.gui.main import MainWindow
 from app.release import signing, trust
-from app.release.catalog import load_catalog, repo_slug
+from app.release.catalog import repo_slug
 from app.settings.app_settings import Settings
 from tests.helpers.cuda_index import PIN, fake_nvidia_smi
 from tests.helpers.module_folders import ModuleFolders
@@ -36,7 +37,7 @@ from tests.helpers.release_server import ReleaseServer
 from tests.helpers.signed_backend import PREVIOUS, Signed, installed, other_machine, run_app, sign_packed
 
 WAIT_MS = 300_000  # a self-test (or a cached rebuild) on a busy machine; waits end as soon as they can
-REPO = load_catalog().repo
+REPO = backend_repo()  # backend archives are signed for the app's own repository (issue 35 item 5)
 
 
 @pytest.fixture(scope="module")
