@@ -90,7 +90,7 @@ def threads(folder: Path, runs: int, prompt_tokens: int) -> str:
                     ctx.decode(prompt[:64], 0)
                 for r in range(runs + 1):
                     for count in ((1, 2) if r % 2 else (2, 1)):
-                        model.lib.llama_set_n_threads(ctx.ptr, count, count)
+                        ctx.set_threads(count)
                         w, c = time.perf_counter(), time.process_time()
                         if n == 1:
                             for i in range(steps):
@@ -123,7 +123,7 @@ def crop(folder: Path, runs: int, prompt_tokens: int) -> str:
                     for masked in (False, True)}
         try:
             for masked, ctx in contexts.items():
-                ctx._ext.llama_set_embeddings_nextn(ctx.ptr, False, masked)
+                ctx.set_nextn_outputs(False, masked)
             for r in range(runs + 1):
                 for masked in ((False, True) if r % 2 else (True, False)):
                     ctx = contexts[masked]

@@ -419,6 +419,17 @@ class Context:
             # token: 10% of a 512-token prompt pass on the small demo, with the same logits (docs/benchmarks.md)
             llama_cpp_ext.llama_set_embeddings_nextn(self._ptr, False, True)
 
+    def set_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
+        """Decode with ``n_threads`` (and ``n_threads_batch`` for prompts, the same by default) from the next pass
+        on: what a benchmark switches between passes of one context."""
+        _check_counts(engine_limits.engine_number_problems(n_threads=n_threads))
+        self.lib.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
+
+    def set_nextn_outputs(self, enabled: bool, masked: bool) -> None:
+        """Whether passes hand back MTP hidden rows (``enabled``) and whether the graph may drop rows without logits
+        before the last layer (``masked``): the choice this context made at creation, for a benchmark to compare."""
+        self._ext.llama_set_embeddings_nextn(self._ptr, enabled, masked)
+
     def graph_counts(self) -> dict[str, dict[str, int]]:
         """Graph nodes and splits (backend hand-overs) llama.cpp reported when it reserved this context's
         graphs: ``{"splits": {"batch": n, "single": m}, "nodes": {...}}`` for a full batch and one token."""
