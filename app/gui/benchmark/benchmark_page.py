@@ -16,7 +16,6 @@ import itertools
 import math
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,9 @@ from app.core.words import noun
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN
 from app.engine.modes import DRAFT_MODES, depth_series, mode_colour, mode_label
 from app.engine.verdict import MIN_SAMPLES, PAYS, needs_words
-from app.gui.shell.page_ops import OwnedOps, error_text
+from app.gui.models.bench_model import BenchModel
+from app.gui.shell.page_ops import OwnedOps
+from app.gui.shell.status_text import error_text
 
 COLUMNS = ["variant", "prompts", "tok/s", "acceptance", "tokens / pass", "vs off"]
 PROMPT_SETS = ("document", "reasoning")
@@ -119,21 +120,6 @@ def vs_off_tooltip(verdict: dict[str, Any]) -> str:
     if verdict.get("outcome") != "not enough" or not a or not b or not isinstance(needs, list):
         return sentence
     return f"{b} vs {a}: needs {needs_words(str(a), str(b), needs, 'run')}. {sentence}"
-
-
-@dataclass(frozen=True)
-class BenchModel:
-    """The model the page measures: the chat's choice, with the files each mode needs."""
-
-    name: str
-    target: Path
-    d2t: Path | None = None
-    full: Path | None = None
-    mtp_head: bool = True
-
-    def has(self, mode: str) -> bool:
-        return {"off": True, "embedded": self.mtp_head, "d2t": self.d2t is not None,
-                "full": self.full is not None}[mode]
 
 
 class DepthChart(QWidget):

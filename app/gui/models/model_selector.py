@@ -32,8 +32,8 @@ from app.core.units import format_bytes
 from app.engine.config import DRAFT_DEPTH_MAX, EngineConfig
 from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.gui.benchmark.benchmark_page import BenchModel
 from app.gui.models import local_choices
+from app.gui.models.bench_model import BenchModel
 from app.gui.shell.page_ops import OwnedOps
 from app.machines.remote_servers import RemoteServer, load_servers
 from app.models.context_size import largest_sidecar, resolve_context

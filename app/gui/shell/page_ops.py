@@ -71,7 +71,3 @@ class OwnedOps:
     @property
     def idle(self) -> bool:
         return not any(op.running for op in self._ops)
-
-
-# benchmark/benchmark_page.py (another helper's file until its edit lands) still imports error_text from here
-from app.gui.shell.status_text import error_text as error_text  # noqa: E402

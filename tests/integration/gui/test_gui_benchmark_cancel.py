@@ -16,7 +16,8 @@ from pytestqt.qtbot import QtBot
 from app.backend.registry import BackendManifest
 from app.core.errors import JobCancelled
 from app.gguftools.demo_model import DemoModel
-from app.gui.benchmark.benchmark_page import CANCEL_GRACE_S, BenchmarkPage, BenchModel
+from app.gui.benchmark.benchmark_page import CANCEL_GRACE_S, BenchmarkPage
+from app.gui.models.bench_model import BenchModel
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
 
