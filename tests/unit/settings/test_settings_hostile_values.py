@@ -1,6 +1,6 @@
 """Issue 37 item 2: settings of the right type and the wrong size are set aside or clamped, never a crash.
 
-Real files in a private config folder; Qt-free (the window itself: tests/unit/gui/test_hostile_values_window.py).
+Real files in a private config folder; Qt-free (the window itself: tests/unit/gui/chat/test_hostile_values_window.py).
 """
 
 from __future__ import annotations

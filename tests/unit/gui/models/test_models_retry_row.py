@@ -21,7 +21,7 @@ from app.gui.models.download_files import F_ETA, F_SPEED, F_STATUS
 from app.gui.models.models_page import ModelsPage
 from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.release_server import Fault, ReleaseServer
-from tests.unit.gui.test_gui_download_wording import MODEL, WAIT_MS, server  # noqa: F401  (the signed release)
+from tests.unit.gui.models.test_gui_download_wording import MODEL, WAIT_MS, server  # noqa: F401  (the signed release)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from app import cli
 from app.gui import main as gui_main
 from app.gui.shell import startup
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 STUBBED_APP = ("import sys, app.cli.models as m\n"
                "m.cmd_quickstart = lambda args: (print('QUICKSTART RAN', flush=True), 7)[1]\n"
                "from app.cli import main\nsys.exit(main(sys.argv[1:]))\n")

@@ -28,7 +28,7 @@ from app.chats.history import HistoryStore
 from app.gui.chat.chat_view import ChatView
 from app.gui.chat.markdown import MarkdownRenderer
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 class Recorder:

@@ -22,7 +22,7 @@ from app.chats.history import HistoryStore
 from app.core.resources import resources_dir
 from app.gui.main import APP_ID, MainWindow, app_icon, configure_application, qt_argv
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_the_application_is_named_for_the_desktop_entry_and_has_the_icon(qapp: QApplication) -> None:

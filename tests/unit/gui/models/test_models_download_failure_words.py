@@ -25,7 +25,7 @@ from app.release import download, fetcher
 from app.release.catalog import Endpoint, user_endpoints
 from app.release.fetcher import NetworkDownloadError
 from tests.helpers.release_server import Fault, ReleaseServer
-from tests.unit.gui.test_gui_download_wording import MODEL, WAIT_MS, server  # noqa: F401  (the signed release)
+from tests.unit.gui.models.test_gui_download_wording import MODEL, WAIT_MS, server  # noqa: F401  (the signed release)
 
 ENGLISH = ("Name or service not known", "gave up after", "ConnectError", "Errno", "RemoteProtocolError")
 

@@ -100,7 +100,7 @@ def test_a_page_is_shut_down_when_the_window_holding_it_closes(qtbot: QtBot) -> 
 def test_every_gui_job_goes_through_the_owned_operation_helper() -> None:
     from pathlib import Path
 
-    gui = Path(__file__).resolve().parents[3] / "app" / "gui"
+    gui = Path(__file__).resolve().parents[4] / "app" / "gui"
     direct = sorted(path.name for path in gui.rglob("*.py")
                     if path.name not in {"ops.py", "page_ops.py"} and "run_in_background(" in path.read_text("utf-8"))
     assert direct == []  # each goes through OwnedOps, whose callbacks are skipped once their owner is gone

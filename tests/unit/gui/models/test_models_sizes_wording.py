@@ -20,7 +20,7 @@ from app.gui.models import local_models_panel, models_page
 from app.models.local_models import ModelFacts
 from app.release import fetcher
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 SIZE_FILES = ("app/gui/models/models_page.py", "app/gui/models/model_selector.py",
               "app/gui/models/local_models_panel.py", "app/gui/models/local_choices.py", "app/cli/models.py",
               "app/models/local_models.py", "app/backend/prebuilt.py", "app/cli/backend.py")
