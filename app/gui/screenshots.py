@@ -72,7 +72,8 @@ def take(out: Path, themes: tuple[str, ...] = ("light", "dark"),
     from app.backend.builder import BuildOptions, build_backend
     from app.chats.history import HistoryStore
     from app.gguftools.builtin_demo import ensure_demo_model
-    from app.gui.main import MainWindow, make_application
+    from app.gui.main import MainWindow
+    from app.gui.shell.application import make_application
 
     app = make_application(sys.argv[:1])  # named and with its icon, as ``run()`` sets it up
     out.mkdir(parents=True, exist_ok=True)
@@ -155,7 +156,8 @@ def take_own(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[int, i
     from app.backend.builder import BuildOptions, build_backend
     from app.chats.history import HistoryStore
     from app.gguftools.builtin_demo import ensure_demo_model
-    from app.gui.main import MainWindow, make_application
+    from app.gui.main import MainWindow
+    from app.gui.shell.application import make_application
 
     app = make_application(sys.argv[:1])
     out.mkdir(parents=True, exist_ok=True)
@@ -219,7 +221,8 @@ def take_long_chat(out: Path, themes: tuple[str, ...] = ("light",), size: tuple[
     from app.backend.builder import BuildOptions, build_backend
     from app.chats.history import HistoryStore
     from app.gguftools.builtin_demo import ensure_demo_model
-    from app.gui.main import MainWindow, make_application
+    from app.gui.main import MainWindow
+    from app.gui.shell.application import make_application
     from app.settings.chat_settings import ChatSettings
 
     app = make_application(sys.argv[:1])
@@ -289,7 +292,8 @@ def first_run(out: Path, sizes: tuple[tuple[int, int], ...] = (LAPTOP, (1024, 70
     from app.backend import build_estimate, registry
     from app.backend.builder import BuildOptions
     from app.chats.history import HistoryStore
-    from app.gui.main import MainWindow, make_application
+    from app.gui.main import MainWindow
+    from app.gui.shell.application import make_application
 
     app = make_application(sys.argv[:1])
     out.mkdir(parents=True, exist_ok=True)

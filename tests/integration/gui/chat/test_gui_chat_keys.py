@@ -119,7 +119,7 @@ def test_f2_renames_the_open_chat_in_place_enter_keeps_it_and_esc_does_not(qtbot
     qtbot.keyClick(editor, Qt.Key.Key_Escape)  # Esc is the editor's while no reply streams
     qtbot.waitUntil(lambda: _editor(win) is None, timeout=WAIT_MS)
     assert store.get(older).title == "Lighthouse notes"
-    assert not win.stop_action.isEnabled()
+    assert not win.menus.stop_action.isEnabled()
 
     win.chat_page.new_chat()  # an unsaved chat has no title to rename
     qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_F2)
@@ -158,9 +158,9 @@ def test_the_context_menu_renames_and_pins_a_chat_to_the_top_until_unpinned(qtbo
 
     win.chat_page.sidebar.list.setCurrentRow(0)  # open the pinned chat: the Chats menu unpins it
     assert win.chat_page.conversation_id == first
-    win._update_chat_actions()  # what opening the Chats menu does
-    assert win.pin_action.text() == "Unpin chat" and win.pin_action.isEnabled()
-    win.pin_action.trigger()
+    win.menus.update_chat_actions()  # what opening the Chats menu does
+    assert win.menus.pin_action.text() == "Unpin chat" and win.menus.pin_action.isEnabled()
+    win.menus.pin_action.trigger()
     assert not store.get(first).pinned and win.chat_page.sidebar.pinned_ids() == []
     assert win.chat_page.sidebar.conversation_ids() == [second, third, first]
 
@@ -265,7 +265,7 @@ def test_help_lists_every_key_the_window_answers_and_about_names_the_versions(
     win = _window(qtbot, store)
     assert {"&Chats", "&Help"} <= {m.title() for m in win.menuBar().findChildren(QMenu)}
     qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_F1)
-    dialog = win.shortcuts_dialog
+    dialog = win.menus.shortcuts_dialog
     assert dialog is not None and dialog.isVisible()
     rows = dict(dialog.rows)
     for keys in ("Ctrl+N", "Ctrl+F", "Esc", "F2", "Del", "Ctrl+Q", "F1", "Enter", "Shift+Enter", "Tab, Shift+Tab",
@@ -276,7 +276,7 @@ def test_help_lists_every_key_the_window_answers_and_about_names_the_versions(
     assert bound <= listed  # no key the window answers is missing from the list
     dialog.close()
 
-    about = win.show_about()
+    about = win.menus.show_about()
     assert about.isVisible()
     shown = dict(about.shown_rows)
     assert shown["FastMTP Chat"] == __version__
@@ -304,7 +304,7 @@ def test_esc_stops_a_streaming_reply_and_keeps_its_text(qtbot: QtBot, store: His
     win = _window(qtbot, store)
     win.loading.use_demo(demo)
     qtbot.waitUntil(lambda: win.chat_page.ready, timeout=ENGINE_WAIT_MS)
-    assert not win.stop_action.isEnabled()  # nothing streams: Esc is left to the widgets
+    assert not win.menus.stop_action.isEnabled()  # nothing streams: Esc is left to the widgets
     monkeypatch.setattr(win.chat_page, "options", ChatOptions(max_tokens=1500))
     tokens: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []
@@ -312,7 +312,7 @@ def test_esc_stops_a_streaming_reply_and_keeps_its_text(qtbot: QtBot, store: His
     def press_esc(event: dict[str, Any]) -> None:
         tokens.append(event)
         if len(tokens) == 5:
-            assert win.stop_action.isEnabled()
+            assert win.menus.stop_action.isEnabled()
             qtbot.keyClick(win.chat_page.chat.input, Qt.Key.Key_Escape)
 
     win.bridge.token.connect(press_esc)
@@ -323,5 +323,5 @@ def test_esc_stops_a_streaming_reply_and_keeps_its_text(qtbot: QtBot, store: His
     assert done[0]["stop_reason"] == "cancelled"
     assert 5 <= len(done[0]["tokens"]) < 1500
     assert win.chat_page.chat.entries[-1].text.strip() and "cancelled" in win.chat_page.chat.transcript_text()
-    assert not win.stop_action.isEnabled()
+    assert not win.menus.stop_action.isEnabled()
     win.close()

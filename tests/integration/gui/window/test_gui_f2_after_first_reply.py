@@ -54,7 +54,7 @@ def test_f2_on_the_chat_list_right_after_the_first_reply_opens_the_editor(
         assert menu is not None and menu.title() == "&Chats"
         menu.popup(win.mapToGlobal(QPoint(20, 20)))  # a look at the Chats menu before the first message
         qtbot.waitUntil(menu.isVisible, timeout=WAIT_MS)
-        assert not win.rename_action.isEnabled()  # greyed in the menu: no saved chat to rename yet
+        assert not win.menus.rename_action.isEnabled()  # greyed in the menu: no saved chat to rename yet
         menu.hide()
         qtbot.waitUntil(lambda: not menu.isVisible(), timeout=WAIT_MS)
         _activate(qtbot, win)  # the window is active again once its menu closed (offscreen Qt needs telling)

@@ -20,7 +20,8 @@ from pytestqt.qtbot import QtBot
 
 from app.chats.history import HistoryStore
 from app.core.resources import resources_dir
-from app.gui.main import APP_ID, MainWindow, app_icon, configure_application, qt_argv
+from app.gui.main import MainWindow
+from app.gui.shell.application import APP_ID, app_icon, configure_application, qt_argv
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -66,7 +67,8 @@ CHILD = """
 import os, subprocess, sys
 os.environ["QT_QPA_PLATFORM"] = "xcb"
 from pathlib import Path
-from app.gui.main import MainWindow, make_application
+from app.gui.main import MainWindow
+from app.gui.shell.application import make_application
 from app.chats.history import HistoryStore
 app = make_application([sys.argv[1]])  # what ``python -m app`` passes: .../app/__main__.py
 window = MainWindow(history=HistoryStore(Path(sys.argv[2])))

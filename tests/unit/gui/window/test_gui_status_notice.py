@@ -16,7 +16,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.chats.history import HistoryStore
-from app.gui import main
+from app.gui.shell import status_label
 from tests.helpers.gui_windows import open_window
 
 WAIT_MS = 5_000
@@ -32,8 +32,8 @@ def test_a_deleted_chat_notice_times_out_and_the_state_comes_back(qtbot: QtBot, 
         assert win.chat_page.sidebar.delete(doomed, confirm=False)
         assert win.status.text() == "Chat deleted"
         timer = win.status.notice_timer
-        assert timer.isActive() and timer.isSingleShot() and timer.interval() == main.NOTICE_MS > 0
-        monkeypatch.setattr(main, "NOTICE_MS", 200)  # a short notice: the test waits for it to end
+        assert timer.isActive() and timer.isSingleShot() and timer.interval() == status_label.NOTICE_MS > 0
+        monkeypatch.setattr(status_label, "NOTICE_MS", 200)  # a short notice: the test waits for it to end
         win.chat_page.export_dialog("md", current=True)  # no chat open: nothing to export
         assert win.status.text().startswith("Nothing to export")
         qtbot.waitUntil(lambda: win.status.text() == "Ready", timeout=WAIT_MS)
