@@ -39,7 +39,6 @@ from PySide6.QtCore import QEvent, QFileSystemWatcher, Qt, QTimer
 from PySide6.QtWidgets import QFileDialog, QFrame, QScrollArea, QVBoxLayout, QWidget
 
 from app.backend import cuda_wheels
-from app.backend.build_estimate import duration_words
 from app.backend.builder import BuildOptions, Flavor
 from app.backend.events import BuildEvent
 from app.backend.feed import FeedInstall, Machine, NoFittingArchive, Selection, install_from_feed
@@ -48,7 +47,7 @@ from app.backend.registry import BackendManifest
 from app.backend.toolchain import Toolchain, detect, toolkit_mode
 from app.core import paths
 from app.core.cancel import CancelToken
-from app.core.errors import BuildCancelled, VerificationError
+from app.gui.backend import backend_words as words
 from app.gui.backend.get_backend_box import GetBackendBox
 from app.gui.backend.installed_box import InstalledBackends
 from app.gui.backend.toolchain_box import ToolchainBox, ToolkitOffer, ToolkitProgress, toolkit_offer
@@ -56,7 +55,7 @@ from app.gui.shell.build_job import BuildJob
 from app.gui.shell.install_questions import TrustKeyDialog, TrustQuestion, ask_trust
 from app.gui.shell.ops import BackgroundOp, Report
 from app.gui.shell.page_ops import OwnedOps, ShutdownWithWindow
-from app.gui.shell.status_text import bad_colour, error_text
+from app.gui.shell.status_text import error_text
 from app.gui.shell.worker_questions import WorkerQuestions
 from app.release.trust import Confirm
 
@@ -92,10 +91,9 @@ class BackendPage(QWidget):
         ShutdownWithWindow(self, self.shutdown)
 
         self.tools_box = ToolchainBox()
-        self.tool_labels = self.tools_box.tool_labels
-        self.problems_label = self.tools_box.problems_label
-        self.toolkit_button = self.tools_box.toolkit_button
-        self.toolkit_label = self.tools_box.toolkit_label
+        tools = self.tools_box
+        self.tool_labels, self.problems_label = tools.tool_labels, tools.problems_label
+        self.toolkit_button, self.toolkit_label = tools.toolkit_button, tools.toolkit_label
         self.toolkit_button.clicked.connect(self.get_cuda_toolkit)
         self.get_box = GetBackendBox()
         box = self.get_box
@@ -198,11 +196,7 @@ class BackendPage(QWidget):
         self._job_lines = job.log_count
         if job.running:
             self.progress.setValue(round(job.percent))
-            left = job.remaining()
-            self.step_label.setStyleSheet("")
-            self.step_label.setText(f"Building the {job.flavor.upper()} backend: {job.step_text} · "
-                                    f"{duration_words(job.elapsed())} elapsed"
-                                    + (f" · about {duration_words(left)} left" if left is not None else ""))
+            self.strip.say(words.build_running(job))
             self.cancel_build_button.setText("Cancel build")
             self.cancel_token = None
         elif job.outcome != "built":  # cancelled or failed: nothing was installed, the bar starts again at 0
@@ -219,8 +213,7 @@ class BackendPage(QWidget):
         if self.cancel_token is not None and self.building:
             getting = self.toolkit_op is not None and self.toolkit_op.running
             installing = any(op is not None and op.running for op in (self.install_op, self.feed_op))
-            self.step_label.setText("Cancelling the CUDA build tools…" if getting else
-                                    "Cancelling the install…" if installing else "Cancelling the build…")
+            self.step_label.setText(words.cancelling(getting, installing))
             self.cancel_build_button.setEnabled(False)
             self.cancel_token.cancel()
             if self.trust_dialog is not None:
@@ -258,27 +251,26 @@ class BackendPage(QWidget):
 
     def _toolkit_done(self, toolkit: cuda_wheels.AppToolkit) -> None:
         self.toolkit = toolkit
-        self.cancel_token = None
         self.offer = None  # installed: detection decides what is offered next
-        self._set_building(False)
-        self.progress.setValue(100)
-        self.step_label.setText(f"The CUDA {toolkit.cuda} build tools (nvcc {toolkit.nvcc_version} and cuBLAS) are "
-                                f"in the app's cache, {toolkit.root}; nothing was installed system-wide. "
-                                "CUDA builds use them.")
+        self._job_ended(100)
+        self.step_label.setText(words.toolkit_ready(toolkit))
         self.log.appendPlainText(f"==> CUDA toolkit {toolkit.nvcc_version} ready in {toolkit.root}")
         self.refresh_toolchain()
 
     def _toolkit_failed(self, exc: Exception) -> None:
-        self.last_error = exc
+        self._job_ended(0, exc)
+        text, bad = words.toolkit_failed(exc)
+        self.strip.say(text, bad=bad)
+
+    def _job_ended(self, percent: int | None, error: Exception | None = None) -> None:
+        """The toolkit's download or a signed install ended: nothing left to cancel, the other jobs can start, the
+        bar at ``percent`` (None: as it is), and ``error`` kept as the page's last one."""
+        if error is not None:
+            self.last_error = error
         self.cancel_token = None
         self._set_building(False)
-        self.progress.setValue(0)
-        if isinstance(exc, BuildCancelled):
-            self.step_label.setText("Cancelled; no CUDA toolkit was installed. Wheels that finished downloading "
-                                    "stay in the app's cache, so getting them again continues from there.")
-        else:
-            self.step_label.setText("Getting the CUDA build tools failed; nothing was installed. " + error_text(exc))
-            self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
+        if percent is not None:
+            self.progress.setValue(percent)
 
     def _event(self, value: Any) -> None:
         if not isinstance(value, BuildEvent):
@@ -295,20 +287,15 @@ class BackendPage(QWidget):
         self.built = manifest
         self._set_building(self.building)
         self.progress.setValue(100)
-        self.step_label.setText(f"Backend {manifest.id} built, self-tested and active "
-                                f"({duration_words(self.build_job.elapsed())}).")
+        self.step_label.setText(words.build_done(manifest, self.build_job.elapsed()))
         self.refresh_backends(select=manifest.id)
 
     def _build_failed(self, exc: Exception) -> None:
         self.last_error = exc
         self._set_building(self.building)
         self.progress.setValue(0)  # never a bar left at 94% by a build that installed nothing (issue 36 item 9)
-        if isinstance(exc, BuildCancelled):
-            self.step_label.setText("Build cancelled; nothing was installed. Building again resumes from the "
-                                    "cached build tree.")
-        else:
-            self.step_label.setText("The build failed; nothing was installed. " + error_text(exc))
-            self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
+        text, bad = words.build_failed(exc)
+        self.strip.say(text, bad=bad)
         self.refresh_backends()
 
     # ------------------------------------------------------------------ prebuilt backends
@@ -334,9 +321,7 @@ class BackendPage(QWidget):
         if not source:
             return
         if not is_url(source) and not Path(source).is_file():
-            self.step_label.setText(f"There is no file at {source}. Pick the backend archive (.tar.xz) with "
-                                    "Browse…, or give its https:// URL.")
-            self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
+            self.strip.say(words.no_such_file(source), bad=True)
             return
         self.install_op = self._checked_install(
             f"Checking the prebuilt backend {source}…",
@@ -418,12 +403,9 @@ class BackendPage(QWidget):
 
     def _feed_failed(self, exc: Exception) -> None:
         if isinstance(exc, NoFittingArchive):
-            self.last_error = exc
-            self.cancel_token = None
-            self._set_building(False)
+            self._job_ended(None, exc)
             self._show_selection(exc.selection)
-            self.step_label.setText(f"No prebuilt backend fits this machine: {exc.selection.reason} Nothing was "
-                                    "downloaded or installed; the active backend is unchanged. Build here instead.")
+            self.step_label.setText(words.nothing_fits(exc.selection))
             return
         self._install_failed(exc)
 
@@ -439,30 +421,16 @@ class BackendPage(QWidget):
 
     def _install_done(self, got: InstalledPrebuilt) -> None:
         self.installed_prebuilt = got
-        self.cancel_token = None
-        self._set_building(False)
-        self.progress.setValue(100)
-        signer = ("Publisher-signed: the key that signed it ships with the app" if got.publisher_signed else
-                  "Signed by a key you trusted, not one shipped with the app")
-        self.step_label.setText(f"Prebuilt backend {got.manifest.id} is installed"
-                                f"{' and active' if got.active else ''}. {signer} ({got.origin.fingerprint}, "
-                                f"for {got.origin.repo}). Its self-test passed on this machine.")
+        self._job_ended(100)
+        self.step_label.setText(words.installed(got))
         self.refresh_backends(select=got.manifest.id)
 
     def _install_failed(self, exc: Exception) -> None:
-        self.last_error = exc
-        self.cancel_token = None
-        self._set_building(False)
-        self.progress.setValue(0)
-        if isinstance(exc, BuildCancelled):
-            self.step_label.setText("Install cancelled; nothing was installed.")
-            return
-        refused = "Refused" if isinstance(exc, VerificationError) else "The install failed"
-        self.step_label.setText(f"{refused}: nothing was installed and the active backend is unchanged. "
-                                + error_text(exc))
-        self.step_label.setStyleSheet(f"color: {bad_colour(self).name()};")
-        self.log.appendPlainText("error: " + error_text(exc))
-
+        self._job_ended(0, exc)
+        text, bad = words.install_failed(exc)
+        self.strip.say(text, bad=bad)
+        if bad:
+            self.log.appendPlainText("error: " + error_text(exc))
 
     # ------------------------------------------------------------------ installed backends (InstalledBackends)
 
@@ -485,7 +453,6 @@ class BackendPage(QWidget):
     def row_texts(self, backend_id: str) -> dict[str, str]:
         """The texts of one backend's row by column name (what a user reads; used by tests)."""
         return self.installed_box.row_texts(backend_id)
-
 
     # ------------------------------------------------------------------ shutdown
 

@@ -1,19 +1,14 @@
 """The Settings page: models folder, context size (Auto's figure and its arithmetic for the chat's model, or
 whether your own fits), GPU layers, threads, drafting depth / adaptive / p_min, theme, more than one machine (remote
 servers, RPC workers, serving this machine: ``machines.py``) and the daily
-update check. Saved to the settings file in the config folder when the user presses Save.
-
-The Updates group says whether a newer FastMTP Chat is out, from the signed release feed
-(:mod:`app.release.updates`), checked in the background on "Check now" or once a day at start when the
-user allowed it. It only tells and links: the app never downloads or replaces itself.
+update check (``updates_box.py``). Saved to the settings file in the config folder when the user presses Save.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -24,7 +19,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QFrame,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -35,7 +29,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import __version__
 from app.core import defaults, paths
 from app.core.errors import FastMTPError
 from app.core.units import format_bytes
@@ -43,15 +36,14 @@ from app.engine import state_cache
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, OVERFLOW_LABELS
 from app.engine.depth_memory import DepthMemory
 from app.gui.settings.machines import MachinesGroup
+from app.gui.settings.updates_box import UpdatesBox
 from app.gui.shell.page_ops import OwnedOps
-from app.gui.shell.status_text import bad_colour, error_text, good_colour
+from app.gui.shell.status_text import bad_colour, error_text
 from app.models.context_size import ContextFit, ContextPlan, plan_context
-from app.release import updates
-from app.release.updates import UpdateCheck, UpdateSource
+from app.release.updates import UpdateSource
 from app.settings import app_settings
 from app.settings.app_settings import THEMES, Settings, Theme
 
-NOTES_SHOWN = 800  # characters of the release notes shown on the page; the link has the rest
 AUTO_TEXT = "Auto"  # the context box at 0: the largest that fits the chat's model here
 
 
@@ -68,10 +60,10 @@ class SettingsPage(QWidget):
     def __init__(self, settings: Settings, parent: QWidget | None = None, *,
                  update_source: UpdateSource | None = None, clock: Callable[[], datetime] | None = None) -> None:
         super().__init__(parent)
-        self.ops = OwnedOps(self)
-        self._update_source = update_source
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self.last_update: UpdateCheck | None = updates.last_check()
+        self.updates = UpdatesBox(update_source, clock)  # whether a newer FastMTP Chat is out
+        self.ops = self.updates.ops  # the page's background work besides the context's: the update check
+        self.check_updates, self.check_now_button = self.updates.check_updates, self.updates.check_now_button
+        self.update_label, self.update_checked = self.updates.update_label, self.updates.update_checked
         self.models_dir = QLineEdit(settings.models_dir)
         self.models_dir.setPlaceholderText(str(paths.models_dir()))
         browse = QPushButton("Browse…")
@@ -160,7 +152,7 @@ class SettingsPage(QWidget):
         layout.addLayout(form)
         self.machines = MachinesGroup(settings)  # remote servers, RPC workers, serving this machine
         layout.addWidget(self.machines)
-        layout.addWidget(self._build_updates_group())
+        layout.addWidget(self.updates)
         layout.addStretch(1)
         self.scroll_area = QScrollArea()  # the window may be shorter (or narrower) than the page: scroll, never squash
         self.scroll_area.setWidgetResizable(True)
@@ -358,100 +350,19 @@ class SettingsPage(QWidget):
     def context_plan_auto(self) -> int:
         return self.context_plan.auto()[0] if self.context_plan is not None else 0
 
+    @property
+    def update_checking(self) -> bool:
+        return self.updates.checking
+
+    def check_for_updates_if_due(self) -> bool:
+        """The automatic check at start, when the saved settings allow it (``UpdatesBox.check_if_due``)."""
+        return self.updates.check_if_due(self._settings.check_for_updates)
+
     def _browse(self) -> None:
         start = self.models_dir.text() or str(paths.models_dir())
         folder = QFileDialog.getExistingDirectory(self, "Models folder", start)
         if folder:
             self.models_dir.setText(folder)
-
-    # ------------------------------------------------------------------ updates
-
-    def _build_updates_group(self) -> QGroupBox:
-        self.check_updates = QCheckBox("Check for updates once a day")
-        self.check_updates.setToolTip("At start, at most once in 24 hours, ask the signed release feed whether a "
-                                      "newer FastMTP Chat is out. Off: the app never asks unless you press Check now.")
-        self.check_now_button = QPushButton("Check now")
-        self.check_now_button.clicked.connect(self.check_now)
-        self.update_label = QLabel()
-        self.update_label.setWordWrap(True)
-        self.update_label.setTextFormat(Qt.TextFormat.RichText)
-        self.update_label.setOpenExternalLinks(True)
-        self.update_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
-        self.update_checked = QLabel()
-        self.update_checked.setStyleSheet("color: #6b7280;")
-        self.update_checked.setWordWrap(True)
-        self.update_checked.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        group = QGroupBox("Updates")
-        box = QVBoxLayout(group)
-        row = QHBoxLayout()
-        row.addWidget(self.check_updates)
-        row.addStretch(1)
-        row.addWidget(self.check_now_button)
-        box.addLayout(row)
-        box.addWidget(self.update_label)
-        box.addWidget(self.update_checked)
-        if self.last_update is not None:
-            self.show_update(self.last_update)
-        else:
-            self.update_label.setText(f"FastMTP Chat {html.escape(__version__)}. Not checked for updates yet.")
-        return group
-
-    @property
-    def update_checking(self) -> bool:
-        return not self.ops.idle
-
-    def check_now(self) -> None:
-        """Ask the feed now, in the background."""
-        self._start_update_check(automatic=False)
-
-    def check_for_updates_if_due(self) -> bool:
-        """The automatic check at start: only when the saved settings allow it (no network otherwise) and the
-        last check is 24 h old; the rule is applied off the GUI thread. Returns whether a check was started."""
-        if not self._settings.check_for_updates or self.update_checking:
-            return False
-        self._start_update_check(automatic=True)
-        return True
-
-    def _start_update_check(self, *, automatic: bool) -> None:
-        now, source = self._clock(), self._update_source
-
-        def work(_report: object) -> UpdateCheck | None:
-            if automatic:
-                return updates.check_if_due(True, __version__, now=now, source=source)
-            return updates.check_for_update(__version__, source=source, now=now)
-
-        self.check_now_button.setEnabled(False)
-        if not automatic:
-            self.update_label.setText("Checking for updates…")
-        self.ops.start(work, self._update_checked, self._update_failed)
-
-    def _update_checked(self, check: UpdateCheck | None) -> None:
-        self.check_now_button.setEnabled(True)
-        if check is not None:
-            self.show_update(check)
-
-    def _update_failed(self, exc: Exception) -> None:
-        self.check_now_button.setEnabled(True)
-        self._set_update_text(html.escape(error_text(exc)).replace("\n", "<br>"), bad=True)
-
-    def show_update(self, check: UpdateCheck) -> None:
-        """The result in words: up to date, a newer version with its notes and link, or why there is no answer."""
-        self.last_update = check
-        if check.status == "available":
-            self.update_label.setText(_available_html(check, good_colour(self).name()))
-        elif check.status == "up_to_date":
-            self._set_update_text(html.escape(check.summary()), bad=False)
-        else:
-            text = html.escape(check.summary()) + (f"<br>{html.escape(check.advice)}" if check.advice else "")
-            self._set_update_text(text, bad=True)
-        when = check.checked_at.astimezone().strftime("%Y-%m-%d %H:%M")
-        signed = f"; the answer was signed by {check.fingerprint}" if check.fingerprint else ""
-        self.update_checked.setText(f"Last checked {when}{signed}.")
-
-    def _set_update_text(self, text: str, *, bad: bool) -> None:
-        colour = (bad_colour(self) if bad else good_colour(self)).name()
-        self.update_label.setText(f'<span style="color: {colour};">{text}</span>')
-
 
     # ------------------------------------------------------------------ the chats' kept states
 
@@ -498,22 +409,3 @@ class SettingsPage(QWidget):
         self.show_chat_states()
         self.note.setText(f"Cleared {count} saved chat state(s) ({format_bytes(removed)}): each chat is read again "
                           "on its next turn." if count else "There were no saved chat states to clear.")
-
-def _available_html(check: UpdateCheck, colour: str) -> str:
-    """A newer version: what it is (in ``colour``), the link, the notes; and that the user installs it, not the app."""
-    head = (f'<span style="color: {colour};"><b>FastMTP Chat {html.escape(check.latest_version or "")} is available'
-            f"</b> (you have {html.escape(check.current_version)}).</span>")
-    if check.download_url and check.download is not None:
-        size = f"{check.download.size / 1e6:.0f} MB" if check.download.size >= 1e6 else f"{check.download.size} bytes"
-        link = (f'<a href="{html.escape(check.download_url, quote=True)}">Download '
-                f"{html.escape(check.download.name)}</a> ({size}, sha256 {check.download.sha256[:16]}…)")
-    elif check.download_url:
-        link = (f'No download for this computer is listed; see <a href="{html.escape(check.download_url, quote=True)}">'
-                "the release page</a>")
-    else:
-        link = "No download for this computer is listed"
-    notes = check.notes.strip()
-    if len(notes) > NOTES_SHOWN:
-        notes = notes[:NOTES_SHOWN].rstrip() + "…"
-    shown = f"<br>{html.escape(notes).replace(chr(10), '<br>')}" if notes else ""
-    return f"{head}<br>{link}. Install it over this one; the app does not replace itself.{shown}"

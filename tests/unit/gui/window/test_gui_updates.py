@@ -162,11 +162,11 @@ def test_the_automatic_check_runs_when_allowed_then_waits_24_hours(qtbot: QtBot,
     assert "0.9.0 is available" in page.update_label.text()
     seen = len(server.requests)
     later = make_page(qtbot, server, Settings(check_for_updates=True))  # the next start, the same day
-    later._clock = lambda: NOW + timedelta(hours=23)
+    later.updates.clock = lambda: NOW + timedelta(hours=23)
     assert later.check_for_updates_if_due()  # the 24 h rule is applied off the GUI thread ...
     qtbot.waitUntil(lambda: later.ops.idle, timeout=WAIT_MS)
     assert len(server.requests) == seen  # ... and asked nothing
-    later._clock = lambda: NOW + timedelta(hours=24)
+    later.updates.clock = lambda: NOW + timedelta(hours=24)
     assert later.check_for_updates_if_due()
     qtbot.waitUntil(lambda: later.ops.idle, timeout=WAIT_MS)
     assert len(server.requests) > seen
