@@ -352,7 +352,7 @@ def add_commands(sub: Subparsers) -> None:
     """``bench draft-head|ops|gui|fetch|lossless|matrix|spec``."""
     bsub = group(sub, "bench", "benchmarks (results as JSON and markdown)")
     dh = command(bsub, "draft-head", cmd_bench_draft_head, "time the MTP draft step: full head vs d2t head")
-    dh.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to time on")
+    dh.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to time on")
     dh.add_argument("--target", type=Path, help="time real files instead: the target ...")
     dh.add_argument("--full", type=Path, help="... its full sidecar ...")
     dh.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
@@ -362,7 +362,7 @@ def add_commands(sub: Subparsers) -> None:
     dh.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     op = command(bsub, "ops", cmd_bench_ops,
                  "per-op profile of target passes of 1 and k+1 tokens and a prompt; verify-pass cost ratio")
-    op.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to profile")
+    op.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to profile")
     op.add_argument("--model", type=Path, help="profile this target instead of a demo model")
     op.add_argument("--draft", type=Path, help="MTP sidecar for the draft-step profile (the target itself: its "
                                                "embedded head); the demo's d2t sidecar by default")
@@ -378,7 +378,7 @@ def add_commands(sub: Subparsers) -> None:
     op.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     sm = command(bsub, "sampler", cmd_bench_sampler,
                  "host time per emitted token of the target's sampler (llama.cpp's chain) over the whole vocabulary")
-    sm.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to time on")
+    sm.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to time on")
     sm.add_argument("--target", type=Path, help="time on this target instead of a demo model")
     sm.add_argument("--runs", type=int, default=15)
     sm.add_argument("--rows", type=int, default=16, help="logit rows per run (one batched pass)")
@@ -398,7 +398,7 @@ def add_commands(sub: Subparsers) -> None:
                  "engine's on the same conversation and `generate`'s on each prompt alone, greedy and at the chat's "
                  "default sampling, interleaved, with the GUI's and the engine's CPU per token; the window's "
                  "remembered state is left alone")
-    wi.add_argument("--size", choices=["tiny", "small", "27b"], default="small",
+    wi.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small",
                     help="demo model to run (default: %(default)s)")
     wi.add_argument("--target", type=Path, help="run real files instead: the target ...")
     wi.add_argument("--full", type=Path, help="... its full sidecar ...")
@@ -418,7 +418,7 @@ def add_commands(sub: Subparsers) -> None:
     wi.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     ms = command(bsub, "mode-switch", cmd_bench_mode_switch, "seconds a drafting-mode switch (off, embedded "
                  "head, d2t sidecar) takes through the engine worker, the window's path")
-    ms.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    ms.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
     ms.add_argument("--target", type=Path, help="run real files instead: the target ...")
     ms.add_argument("--full", type=Path, help="... its full sidecar ...")
     ms.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
@@ -431,7 +431,7 @@ def add_commands(sub: Subparsers) -> None:
     pr = command(bsub, "prompt", cmd_bench_prompt, "prompt processing (a chat turn's prefill) from an empty context: "
                  "ours against llama-server on the same build, model and threads, off and with the d2t sidecar, "
                  "and our n_batch sizes (interleaved runs)")
-    pr.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    pr.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
     pr.add_argument("--target", type=Path, help="run real files instead: the target ...")
     pr.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
     pr.add_argument("--lengths", default="512,2048", help="prompt lengths in tokens, comma-separated")
@@ -448,7 +448,8 @@ def add_commands(sub: Subparsers) -> None:
     pr.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     gg = command(bsub, "gguf", cmd_bench_gguf, "read a demo model's GGUF header: the lazy reader vs GGUFReader, "
                  "and `models add` of it (interleaved runs)")
-    gg.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to write and read")
+    gg.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small",
+                    help="demo model to write and read")
     gg.add_argument("--runs", type=int, default=5, help="interleaved runs; figures are medians")
     fe = command(bsub, "fetch", cmd_bench_fetch, "download a generated file with our fetcher and with curl")
     fe.add_argument("--size-mb", type=int, default=2048, help="size of the generated file in MiB")
@@ -457,7 +458,7 @@ def add_commands(sub: Subparsers) -> None:
     lc = command(bsub, "long-chat", cmd_bench_long_chat, "a scripted long chat through the engine worker "
                  "(issue 34): time to first token with the kept state against re-reading the history, a chat "
                  "reopened from its disk state after a restart, the state's size on disk")
-    lc.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    lc.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
     lc.add_argument("--target", type=Path, help="run real files instead: the target ...")
     lc.add_argument("--full", type=Path, help="... its full sidecar ...")
     lc.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
@@ -476,7 +477,7 @@ def add_commands(sub: Subparsers) -> None:
     lc.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     ll = command(bsub, "lossless", cmd_bench_lossless,
                  "every drafting variant vs plain decoding, token for token, at temperature 0 and 0.8")
-    ll.add_argument("--size", choices=["tiny", "small", "27b"], default="tiny", help="demo model to use")
+    ll.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="tiny", help="demo model to use")
     ll.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
     ll.add_argument("--target", type=Path, help="real files instead: the target ...")
     ll.add_argument("--full", type=Path, help="... its full sidecar ...")
@@ -502,7 +503,7 @@ def add_commands(sub: Subparsers) -> None:
     mx.add_argument("--out", type=Path, help="folder for matrix.json, matrix.md, matrix.png")
     sp = command(bsub, "spec", cmd_bench_spec,
                  "modes x draft depths x prompt sets, ours and llama-server side by side")
-    sp.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    sp.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
     sp.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
     sp.add_argument("--target", type=Path, help="run real files instead: the target ...")
     sp.add_argument("--full", type=Path, help="... its full sidecar ...")

@@ -43,7 +43,7 @@ def add_command(bsub: Any) -> None:
     al = command(bsub, "adaptive-load", cmd_bench_adaptive_load,
                  "adaptive depth vs each fixed depth in phases of changing load (quiet, loaded, quiet again), "
                  "the load started and stopped by the benchmark")
-    al.add_argument("--size", choices=["tiny", "small", "27b"], default="small", help="demo model to run")
+    al.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
     al.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
     al.add_argument("--target", type=Path, help="run real files instead: the target ...")
     al.add_argument("--full", type=Path, help="... its full sidecar ...")

@@ -45,7 +45,7 @@ def add_commands(sub: Subparsers) -> None:
                  "one-shot GPU check: self-test, demo model, losslessness, op profile, draft head, bench spec")
     gc.add_argument("--out", type=Path, required=True, help="folder for the result files (at most 8)")
     gc.add_argument("--archive", type=Path, help="backend archive to install first (from `backend pack --server`)")
-    gc.add_argument("--size", choices=["tiny", "small", "27b"], default="27b", help="demo model size")
+    gc.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="27b", help="demo model size")
     gc.add_argument("--acceptance", type=float, default=0.92)
     gc.add_argument("--gpu-layers", type=int, default=-1, help="0 runs everything on the CPU")
     gc.add_argument("--runs", type=int, default=2, help="interleaved runs of bench spec")

@@ -339,7 +339,7 @@ def add_commands(sub: Subparsers) -> None:
 
     demo = command(sub, "demo-model", cmd_demo_model, "write the synthetic demo target and its sidecars")
     demo.add_argument("--out", type=Path, required=True)
-    demo.add_argument("--size", choices=["tiny", "small", "27b"], default="tiny")
+    demo.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="tiny")
     demo.add_argument("--acceptance", type=float, default=0.9)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--language", choices=["words", "english"], default="words",

@@ -15,12 +15,25 @@ The MTP block predicts ``f(input token)`` (``eh_proj = [I | 0]``, zero attention
 word's, so the draft proposes a wrong successor there: the acceptance rate is a dial.
 
 The table and its language are stored as KV under ``fastmtp.demo.*`` (see :class:`DemoTable`). ``tiny`` and
-``small`` are F16 throughout. ``27b`` has the real model's shapes (n_embd 5120, 64 trunk layers, vocab 248320) and a
+``small`` are F16 throughout: their target is little more than its 248320-row LM head, so the d2t draft head
+costs 13% of a target pass, six times the real model's share, and on the ``tiny`` drafting loses.
+
+``scaled`` (the built-in chat demo) has the real model's proportions, scaled down: a tenth of its width
+(n_embd 512, n_ff 3.5x, attention and gated-delta-net widths in proportion), 40 trunk layers, the 27b's
+Q4_K_M-style types and a d2t draft vocabulary of 4096 rows (:data:`DRAFT_VOCAB`; the table's words all fit).
+Counted in multiply-accumulates per token, the d2t draft (MTP block, ``eh_proj``, trimmed head) costs 2.3% of
+a target pass, as on Qwen3.8-27B with its 32768-row sidecar (2.3%). What does not match: the LM head is 46%
+of the target's pass where the real one's is 5% (the real vocabulary on a 512-wide model), so the
+full-vocabulary sidecar costs 47% of a target pass (6.6% on the real model) and a verify pass of k+1 rows
+costs relatively more than on the real model. Its trunk is zero, so its matrices are holes of a sparse file:
+the target is 330 MB apparent, about 250 MB on disk, written in the time the ``tiny`` takes.
+
+``27b`` has the real model's shapes (n_embd 5120, 64 trunk layers, vocab 248320) and a
 Q4_K_M-style typing, so loading and decoding it costs about what the real Q4_K model costs: every trunk
 and MTP-block matrix is Q4_K (all zero), ``token_embd``, ``nextn.embed_tokens`` and ``nextn.eh_proj`` are
 Q4_K and ``output`` is Q6_K, quantized here (:func:`quantize_q4_k`, :func:`quantize_q6_k`); only the
-table's rows carry data (the embedding's other rows repeat the entry word's), so writing streams zero
-blocks and gathers a few thousand pre-quantized rows. It differs from the real release in its values
+table's rows carry data (the embedding's other rows repeat the entry word's), so writing skips the zero
+blocks (holes) and gathers a few thousand pre-quantized rows. It differs from the real release in its values
 (zero trunk, so the work is real but the arithmetic is trivial), in the extra ``nextn.embed_tokens``
 (0.7 GB, the acceptance dial), and in keeping every trunk matrix Q4_K where a llama.cpp Q4_K_M file
 makes some ``attn_v``/``ffn_down`` Q6_K. ``n_trunk`` writes it shallower (the tests); nothing else changes.
@@ -59,7 +72,8 @@ from app.gguftools.writer import (
     kv_u32,
 )
 
-Size = Literal["tiny", "small", "27b"]
+Size = Literal["tiny", "small", "scaled", "27b"]
+SIZES: tuple[Size, ...] = ("tiny", "small", "scaled", "27b")
 Language = Literal["english", "words"]
 LANGUAGES: tuple[Language, ...] = ("english", "words")
 KEY = "fastmtp.demo."
@@ -74,6 +88,7 @@ DEMO_PASSAGE = (
     "with; replies arrive faster yet stay exactly what plain decoding would give!"
 )
 LOGIT_SCALE = 16.0  # the top logit of the table's successor, about
+SCALED_TRUNK = 40
 
 DEMO_SHAPES: dict[str, Qwen35Shape] = {
     "tiny": Qwen35Shape(
@@ -100,9 +115,25 @@ DEMO_SHAPES: dict[str, Qwen35Shape] = {
         ssm_dt_rank=8,
         context_length=8192,
     ),
+    # the real model's proportions, scaled down (see the module doc): a tenth of its width, a Q4_K trunk deep
+    # enough that the d2t draft head costs what it costs next to the 27B's 64 layers
+    "scaled": Qwen35Shape(
+        n_embd=512,
+        n_ff=1792,
+        n_head=8,
+        n_head_kv=2,
+        head_dim=64,
+        n_trunk=SCALED_TRUNK,
+        ssm_state=64,
+        ssm_groups=4,
+        ssm_dt_rank=8,
+        context_length=8192,
+    ),
     "27b": QWEN35_27B,
 }
-TABLE_WORDS: dict[str, int] = {"tiny": 2000, "small": 4000, "27b": 4000}
+TABLE_WORDS: dict[str, int] = {"tiny": 2000, "small": 4000, "scaled": 3000, "27b": 4000}
+# the d2t sidecar's draft vocabulary where it is not the release's 32768: the scaled demo's covers its table
+DRAFT_VOCAB: dict[str, int] = {"scaled": 4096}
 _WORD = re.compile(r"\u0120[A-Za-z]{3,}")
 _CHUNK_ROWS = 8192
 QK_K = 256  # values per Q4_K / Q6_K block
@@ -120,12 +151,14 @@ class DemoTypes:
 
 
 _F16 = GGMLQuantizationType.F16
+_Q4_K_M = DemoTypes(
+    GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, LlamaFileType.MOSTLY_Q4_K_M
+)
 DEMO_TYPES: dict[str, DemoTypes] = {
     "tiny": DemoTypes(_F16, _F16, _F16, LlamaFileType.MOSTLY_F16),
     "small": DemoTypes(_F16, _F16, _F16, LlamaFileType.MOSTLY_F16),
-    "27b": DemoTypes(
-        GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, LlamaFileType.MOSTLY_Q4_K_M
-    ),
+    "scaled": _Q4_K_M,
+    "27b": _Q4_K_M,
 }
 
 
@@ -218,7 +251,7 @@ def write_demo_model(
     seed: int = 0,
     *,
     language: Language = "words",
-    draft_vocab: int = defaults.DRAFT_VOCAB,
+    draft_vocab: int | None = None,
     n_trunk: int | None = None,
 ) -> DemoModel:
     """Write ``target.gguf``, ``sidecar-full.gguf`` and ``sidecar-d2t.gguf`` into ``out_dir``.
@@ -226,13 +259,14 @@ def write_demo_model(
     ``language`` picks the table: ``english`` replies with :data:`DEMO_PASSAGE` and stops (the chat demo),
     ``words`` runs on forever (benchmarks and the self-test need long generations). ``n_trunk`` overrides
     the size's trunk depth (the tests write the ``27b`` with a few layers); every other shape, type and the
-    table stay the size's own.
+    table stay the size's own. ``draft_vocab`` is the d2t sidecar's draft vocabulary (default: the size's
+    :data:`DRAFT_VOCAB`, else the release's 32768).
 
     Raises:
         GGUFError: bad arguments, an unreadable vocabulary file, or a failed write.
     """
     if size not in DEMO_SHAPES:
-        raise GGUFError(f"Unknown demo model size {size!r}.", "Choose tiny, small or 27b.")
+        raise GGUFError(f"Unknown demo model size {size!r}.", f"Choose one of {', '.join(SIZES)}.")
     if not 0.0 <= acceptance <= 1.0:
         raise GGUFError(f"Acceptance {acceptance} is not a fraction.", "Choose a value between 0 and 1.")
     if language not in LANGUAGES:
@@ -266,7 +300,8 @@ def write_demo_model(
     source = SidecarSource(target)
     counts = TokenCounts.from_token_ids(table.cycle)  # every table word is in the d2t draft vocabulary
     full = build_sidecar(source, out / "sidecar-full.gguf", full=True)
-    d2t = build_sidecar(source, out / "sidecar-d2t.gguf", vocab_size=min(draft_vocab, shape.n_vocab), counts=counts)
+    n_draft = draft_vocab if draft_vocab is not None else DRAFT_VOCAB.get(size, defaults.DRAFT_VOCAB)
+    d2t = build_sidecar(source, out / "sidecar-d2t.gguf", vocab_size=min(n_draft, shape.n_vocab), counts=counts)
     return DemoModel(target, Path(full.path), Path(d2t.path), size, shape, table)
 
 

@@ -2,7 +2,9 @@
 
 Tensor data is written chunk by chunk after the header, so a model far larger than memory (a 27B at
 15+ GB) can be written. The file appears under its final name only when complete: it is written to
-``<out>.partial`` and renamed; on any error the partial file is removed.
+``<out>.partial`` and renamed; on any error the partial file is removed. An all-zero chunk (a demo model's
+zero matrices; zero bytes are zero values in every ggml type) is seeked past instead of written, so it is a
+hole of a sparse file: the file's apparent size stays, the disk holds only the non-zero data.
 """
 
 from __future__ import annotations
@@ -154,11 +156,13 @@ def write_gguf(out: str | os.PathLike[str], arch: str, kv: Iterable[KVItem], ten
         writer.write_ti_data_to_file()
         writer.close()
         alignment = int(writer.data_alignment)
-        with open(partial, "ab") as fout:
+        with open(partial, "r+b") as fout:  # not "ab": appending would ignore the seeks past holes
+            fout.seek(0, os.SEEK_END)
             _pad(fout, alignment)
             for plan in tensors:
                 _write_data(fout, plan)
                 _pad(fout, alignment)
+            fout.truncate()  # a hole at the very end: the file still ends where its data does
         os.replace(partial, out)
     except OSError as exc:
         partial.unlink(missing_ok=True)
@@ -190,11 +194,19 @@ def _as_bytes(chunk: Chunk) -> memoryview:
     return memoryview(chunk).cast("B")
 
 
+def _all_zero(view: memoryview) -> bool:
+    """Whether every byte is zero (the first byte decides most real data at once)."""
+    return view.nbytes > 0 and view[0] == 0 and not np.frombuffer(view, dtype=np.uint8).any()
+
+
 def _write_data(fout: Any, plan: TensorPlan) -> None:
     written = 0
     for chunk in plan.chunks():
         view = _as_bytes(chunk)
-        fout.write(view)
+        if _all_zero(view):
+            fout.seek(view.nbytes, os.SEEK_CUR)  # a hole; the final truncate() makes a trailing one part of the file
+        else:
+            fout.write(view)
         written += view.nbytes
     if written != plan.nbytes:
         raise GGUFError(
