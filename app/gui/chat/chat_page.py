@@ -10,20 +10,17 @@ load and tells this page (``load`` / ``load_remote``). The page reports its stat
 from __future__ import annotations
 
 import contextlib
-import html
 import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QTextCursor
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
     QFileDialog,
-    QFrame,
     QHBoxLayout,
     QProgressBar,
     QPushButton,
@@ -36,70 +33,25 @@ from app.chats.history import Conversation, HistoryError, HistoryStore, read_exp
 from app.engine.breakeven import describe_mode, drafting_warning
 from app.engine.chat_template import Message, take_notices
 from app.engine.config import EngineConfig
-from app.gguftools.builtin_demo import DEMO_NATURE
-from app.gui.chat.alert_strip import alert_strip
+from app.gui.chat.banners import Banner, DemoNote, DraftingBanner
+from app.gui.chat.chat_drafts import ChatDrafts
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat.chat_view import ChatEntry, ChatView
 from app.gui.chat.context_strip import ContextMeter, CutNotice, LimitBanner, TrimNote, reading_label
-from app.gui.chat.messages import INTERRUPTED_STATS, STOP_WORDS, entry_from_stored
+from app.gui.chat.messages import entry_from_stored
+from app.gui.chat.reply_saving import ReplySaving
 from app.gui.chat.sidebar import Sidebar
+from app.gui.chat.waiting_message import WaitingMessage
 from app.gui.shell.engine_bridge import EngineBridge
 from app.gui.shell.palette import Palette
 from app.machines.remote_client import NO_TINT_REASON
 from app.machines.remote_servers import RemoteServer
 from app.settings.chat_settings import ChatSettings
 
-SAVE_EVERY_TOKENS = 32  # a streaming reply is saved to the history this often, and every SAVE_INTERVAL_MS
-SAVE_INTERVAL_MS = 1000
 TITLE_CHARS = 40  # a new conversation's title: the start of its first message
-WAITING_NOTE = "waiting: sent as soon as the model has loaded"
 WAITING_STATUS = "Loading the model… your message waits and is sent when it is ready (more text joins it)"
 BUSY_STATUS = "Busy: stop the reply first"
 PROMPT_BAR_FROM = 1024  # a prompt this long (tokens to read) shows the reading bar, with Stop to cancel it
-
-
-class Banner(QFrame):
-    """A loud strip above the chat for engine errors, in words, with a restart button when it helps."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.text, layout = alert_strip(self, "banner", "#fdecea", "#dc2626", "#7f1d1d")
-        self.restart_button = QPushButton("Restart engine")
-        layout.addWidget(self.restart_button)
-
-    def show_error(self, event: dict[str, Any]) -> None:
-        message = str(event.get("message") or event.get("error") or "The engine failed.")
-        advice = str(event.get("advice") or "")
-        # escaped as text: an error may quote a path or a server's reply with ``<`` or ``&`` in it
-        shown = f"<b>{html.escape(message, quote=False)}</b>"
-        self.text.setText(shown + (f"<br>{html.escape(advice, quote=False)}" if advice else ""))
-        self.restart_button.setVisible(event.get("error") == "WorkerCrashed" or bool(event.get("retryable")))
-        self.restart_button.setText("Retry" if event.get("retryable") else "Restart engine")
-        self.show()
-
-
-class DemoNote(QFrame):
-    """A quiet strip above the chat while the built-in demo model is loaded: what the demo is (``DEMO_NATURE``)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.text, _layout = alert_strip(self, "demo_note", "#eef2ff", "#6366f1", "#312e81")
-        self.text.setText(DEMO_NATURE)
-
-
-class DraftingBanner(QFrame):
-    """The loud warning that drafting is configured but not running, or running below break-even."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.text, _layout = alert_strip(self, "drafting", "#fff4d6", "#d97706", "#78350f")
-
-    def show_warning(self, warning: str | None) -> None:
-        if warning is None:
-            self.hide()
-            return
-        self.text.setText(f"<b>⚠ {html.escape(warning, quote=False)}</b>")
-        self.show()
 
 
 def conversation_title(text: str) -> str:
@@ -127,17 +79,9 @@ class ChatPage(QWidget):
         self.bridge = bridge
         self.history = history
         self.conversation_id: int | None = None  # None: a new chat, saved on its first message
-        self._reply_conversation: int | None = None  # where the reply under way is saved
-        self._reply_message: int | None = None  # its history row, saved as it streams
-        self._reply_replaces: int | None = None  # the version a regenerated reply hid (shown again if it fails)
-        self._unsaved_tokens = 0
         self._legend_text: str | None = None  # the tint legend, kept while a remote engine shows why it is off
         self.ready = False
         self._loading = False  # a model load (or the demo model being written first) is under way
-        self._waiting: str | None = None  # a message sent while loading: sent once the model is ready
-        self._waiting_entry: ChatEntry | None = None  # its place in the transcript, marked as waiting
-        # typed but unsent text of each chat (None: the new chat), kept while another chat is open (issue 36 item 9)
-        self._drafts: dict[int | None, str] = {}
         # Auto drafting's hook (the window's): the configuration to load before the next message is sent, or None
         self.switch_before_send: Callable[[], EngineConfig | None] | None = None
         self.chat_settings = ChatSettings()  # the declared chat defaults (max tokens: CHAT_MAX_TOKENS)
@@ -147,9 +91,6 @@ class ChatPage(QWidget):
         # the tokens of the reply under way (or the latest one), by its history id: what Continue extends exactly
         self._reply_tokens: tuple[int | None, list[int]] = (None, [])
         self._continued = ""  # a continued reply's text before this part (its done event's text is the new part)
-        self._save_timer = QTimer(self)
-        self._save_timer.setInterval(SAVE_INTERVAL_MS)
-        self._save_timer.timeout.connect(self._save_partial)
 
         top = QHBoxLayout()
         top.addWidget(selector)
@@ -198,6 +139,9 @@ class ChatPage(QWidget):
         self.chat.edit_submitted.connect(self.resend_edited)
         self.chat.version_requested.connect(self.show_version)
         self.chat.hud_placement_changed.connect(lambda _corner, _collapsed: self.state_changed.emit())
+        self.reply = ReplySaving(self.history, self.chat.streaming_entry, self)  # saved to the history as it grows
+        self.waiting = WaitingMessage(self.chat)  # a message sent while the model loads, sent once it is ready
+        self.drafts = ChatDrafts(self.chat)  # each chat's unsent text, kept while another chat is open
         self.sidebar = Sidebar(self.history)
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.sidebar.new_chat_requested.connect(self.new_chat)
@@ -264,7 +208,7 @@ class ChatPage(QWidget):
 
     def load(self, config: EngineConfig) -> None:
         """Load a model pair; refused while a reply or another load is under way (one engine request at a time)."""
-        if not self._begin_load(WAITING_STATUS if self._waiting is not None else "Loading the model…"):
+        if not self._begin_load(WAITING_STATUS if self.waiting.text is not None else "Loading the model…"):
             return
         self.chat.hud.set_config(config)
         self.bridge.load(config)
@@ -300,36 +244,20 @@ class ChatPage(QWidget):
             self._status(BUSY_STATUS)
             return
         self._unwait()
-        self._stash_draft()
+        self.drafts.stash(self.conversation_id)
         self.conversation_id = None
         self.set_chat_settings(replace(self.chat_settings, overflow=self.default_overflow))
         self.chat.show_conversation([])
-        self._restore_draft()
+        self.drafts.restore(None)
         self._show_context(None)
         self.sidebar.set_current(None)
         self.state_changed.emit()
         if self.chat.isVisible():
             self.chat.input.setFocus(Qt.FocusReason.ShortcutFocusReason)  # type the first message at once
 
-    def _stash_draft(self) -> None:
-        """The open chat's typed, unsent text is kept for it (not an edit of a sent message: that is the message's)."""
-        text = self.chat.input.toPlainText()
-        if self.chat.editing is None and text.strip():
-            self._drafts[self.conversation_id] = text
-        elif self.chat.editing is None:
-            self._drafts.pop(self.conversation_id, None)
-        if self.chat.editing is None:
-            self.chat.input.clear()
-
-    def _restore_draft(self) -> None:
-        """The opened chat's own unsent text back in the box (empty when it had none)."""
-        text = self._drafts.pop(self.conversation_id, "")
-        self.chat.input.setPlainText(text)
-        self.chat.input.moveCursor(QTextCursor.MoveOperation.End)
-
     def draft_of(self, conversation_id: int | None) -> str:
         """A chat's kept unsent text (the open chat's is in the box; for tests)."""
-        return self._drafts.get(conversation_id, "")
+        return self.drafts.of(conversation_id)
 
     def focus_search(self) -> None:
         """The cursor in the sidebar's search box, its text selected (to type over)."""
@@ -373,13 +301,13 @@ class ChatPage(QWidget):
             self.sidebar.set_current(self.conversation_id)
             return
         self._unwait()
-        self._stash_draft()
+        self.drafts.stash(self.conversation_id)
         self.conversation_id = conversation_id
         conversation = self.history.get(conversation_id)
         self.set_chat_settings(ChatSettings.from_conversation(conversation.system_prompt, conversation.settings))
         messages = self.history.messages(conversation_id)
         self.chat.show_conversation(messages, self.history.version_ids(conversation_id))
-        self._restore_draft()
+        self.drafts.restore(conversation_id)
         last = messages[-1] if messages else None
         self._show_context(last.stats if last is not None and last.role == "assistant" and last.stats else None)
         self.sidebar.set_current(conversation_id)
@@ -490,18 +418,8 @@ class ChatPage(QWidget):
         self._generate(conversation)
 
     def close_with_app(self) -> None:
-        """The window closes while a reply streams: what it said so far is saved marked "interrupted" (its footer
-        says so when the chat is opened again), before the engine stops (issue 36 item 9)."""
-        entry = self.chat.streaming_entry()
-        message, conversation = self._reply_message, self._reply_conversation
-        if entry is None or message is None or conversation is None:
-            return
-        self._save_timer.stop()
-        self._reply_message = self._reply_conversation = self._reply_replaces = None
-        with contextlib.suppress(HistoryError):
-            self.history.update_message(message, entry.text, dict(INTERRUPTED_STATS), complete=False,
-                                        drafts=entry.draft_ranges())
-        entry.footer = STOP_WORDS["interrupted"]
+        """The window closes while a reply streams: what it said so far is saved marked "interrupted"."""
+        self.reply.interrupt()
 
     def stop_reply(self) -> None:
         """Esc: stop the reply as it streams (nothing while the model loads)."""
@@ -510,36 +428,14 @@ class ChatPage(QWidget):
 
     def _wait(self, text: str) -> None:
         """Hold a message until the model is loaded (see ``send``)."""
-        if self._waiting is None or self._waiting_entry not in self.chat.entries:
-            self._waiting = text
-            self._waiting_entry = self.chat.add_user(text)
-        else:
-            assert self._waiting_entry is not None
-            self._waiting += "\n\n" + text
-            self._waiting_entry.pieces = [(self._waiting, "user")]
-        self._waiting_entry.footer = WAITING_NOTE
-        self.chat.redraw()
+        self.waiting.hold(text)
         self._status(WAITING_STATUS)
 
     def _unwait(self) -> None:
         """Another chat is opened while a message waits for the load: the message goes back into the box (it was
         meant for the chat left), so it is neither lost nor sent into the chat opened."""
-        waiting = self._take_waiting()
-        if waiting is not None:
-            typed = self.chat.input.toPlainText().strip()
-            self.chat.input.setPlainText(waiting + ("\n\n" + typed if typed else ""))
+        if self.waiting.back_to_box():
             self._status("Loading the model… your waiting message was not sent: it is back in its chat's box")
-
-    def _take_waiting(self) -> str | None:
-        """The waiting message's text, its transcript entry removed (``send`` shows it again, saved)."""
-        text, entry = self._waiting, self._waiting_entry
-        self._waiting = self._waiting_entry = None
-        if text is not None and entry is not None:
-            for index, shown in enumerate(self.chat.entries):
-                if shown is entry:
-                    self.chat.truncate(index)
-                    break
-        return text
 
     def _can_generate(self) -> bool:
         if not self.ready or self.bridge.busy:
@@ -552,15 +448,12 @@ class ChatPage(QWidget):
         """Stream a reply to the saved conversation; the reply is saved as it grows, into ``reply`` when that
         row exists (a regenerated reply's new version, hiding ``replaces``; a continued reply, ``continued``, whose
         text it goes on from). A blank system prompt (the "None" preset) sends none."""
-        self._reply_conversation = conversation.id
-        self._reply_message = reply if reply is not None else \
+        message = reply if reply is not None else \
             self.history.add_message(conversation.id, "assistant", "", complete=False)
-        self._reply_replaces = replaces
         system = self.chat_settings.system_prompt
         messages = ([Message("system", system)] if system.strip() else []) + \
             [Message(m.role, m.content) for m in self.history.messages(conversation.id)
-             if m.role != "system" and m.id != self._reply_message]  # the conversation up to the new reply
-        self._unsaved_tokens = 0
+             if m.role != "system" and m.id != message]  # the conversation up to the new reply
         options = self.options
         self._continued = ""
         if continued is not None:  # the same reply goes on: exactly, from its tokens while this window has them
@@ -569,8 +462,8 @@ class ChatPage(QWidget):
             options = (replace(options, continue_tokens=tuple(tokens)) if held_for == reply and tokens
                        else replace(options, continue_text=continued.text))
         else:
-            self._reply_tokens = (self._reply_message, [])
-        entry = self.chat.begin_reply(self._reply_message)
+            self._reply_tokens = (message, [])
+        entry = self.chat.begin_reply(message)
         if reply is not None:
             entry.version_ids = tuple(v.id for v in self.history.versions(reply))
         if continued is not None:  # its text so far, drawn again as it was streamed (its tint kept)
@@ -581,7 +474,7 @@ class ChatPage(QWidget):
         self.limit_banner.hide()
         self.drafting_banner.hide()
         self._status("Generating…")
-        self._save_timer.start()
+        self.reply.begin(conversation.id, message, replaces)
         if continued is None or not options.continue_tokens:  # a continued reply keeps its seeded stream going
             self._reply_seed = self.chat_settings.reply_seed()  # a fresh one per reply in the random mode
         options = replace(options, sampling=replace(options.sampling, seed=self._reply_seed))
@@ -602,17 +495,7 @@ class ChatPage(QWidget):
         warning = drafting_warning(self.bridge.config, stats)
         if warning is not None or self.drafting_banner.isVisible():
             self.drafting_banner.show_warning(warning)
-        self._unsaved_tokens += len(events)
-        if self._unsaved_tokens >= SAVE_EVERY_TOKENS:
-            self._save_partial()
-
-    def _save_partial(self) -> None:
-        """Save the streaming reply as it is so far (a killed app keeps it)."""
-        entry = self.chat.streaming_entry()
-        if entry is None or self._reply_message is None or self._unsaved_tokens == 0:
-            return
-        self._unsaved_tokens = 0
-        self.history.update_message(self._reply_message, entry.text, complete=False, drafts=entry.draft_ranges())
+        self.reply.streamed(len(events))
 
     def _busy_changed(self, busy: bool) -> None:
         self.chat.set_busy(busy)
@@ -656,10 +539,7 @@ class ChatPage(QWidget):
                     drafts: list[tuple[int, int]] | None = None) -> None:
         """The reply's final text (with its accepted-draft ranges): with its stats when it finished, marked
         incomplete after an error."""
-        self._save_timer.stop()
-        conversation, self._reply_conversation = self._reply_conversation, None
-        message, self._reply_message = self._reply_message, None
-        replaced, self._reply_replaces = self._reply_replaces, None
+        conversation, message, replaced = self.reply.end()
         if conversation is None or message is None:
             return
         try:
@@ -686,7 +566,7 @@ class ChatPage(QWidget):
         if event.get("notice"):  # a restart after a crash dropped the sidecar: say why, loudly
             self.chat.hud.set_config(self.bridge.config)
             self.banner.show_error({"error": "SidecarDropped", "message": event["notice"]})
-        waiting = self._take_waiting()
+        waiting = self.waiting.take()
         if waiting is not None:
             self.send(waiting)
 
@@ -710,10 +590,7 @@ class ChatPage(QWidget):
         self._status("Engine error")
         if self._loading:
             self._loading = False
-            waiting = self._take_waiting()
-            if waiting is not None:  # the load failed: nothing is lost, the message goes back into the box
-                typed = self.chat.input.toPlainText().strip()
-                self.chat.input.setPlainText(waiting + ("\n\n" + typed if typed else ""))
+            if self.waiting.back_to_box():  # the load failed: nothing is lost, the message goes back into the box
                 self._status("Engine error: the model did not load; your message is back in the box")
         self.banner.show_error(event)
 

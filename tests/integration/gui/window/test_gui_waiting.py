@@ -17,7 +17,7 @@ from pytestqt.qtbot import QtBot
 
 from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
-from app.gui.chat.chat_page import WAITING_NOTE
+from app.gui.chat.waiting_message import WAITING_NOTE
 from app.gui.main import MainWindow
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
