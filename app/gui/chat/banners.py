@@ -1,9 +1,10 @@
 """The strips above the chat: the loud banner for engine errors (with Restart or Retry when it helps), the drafting
-warning, and the quiet note while the built-in demo model is loaded."""
+warning, the quiet note while the built-in demo model is loaded, and the one that says the chat history was damaged."""
 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtWidgets import QFrame, QPushButton, QWidget
@@ -54,3 +55,19 @@ class DraftingBanner(QFrame):
             return
         self.text.setText(f"<b>⚠ {html.escape(warning, quote=False)}</b>")
         self.show()
+
+
+def history_banner(damaged_copy: Path | None) -> Banner:
+    """The banner that stays until closed (engine loads hide the engine's banner, not this one): shown when the chat
+    history was damaged (``damaged_copy``: where the damaged file was copied), saying what was kept."""
+    banner = Banner()
+    banner.restart_button.setText("Close")
+    banner.restart_button.clicked.connect(banner.hide)
+    if damaged_copy is not None:
+        banner.show_error({
+            "message": f"The chat history was damaged and could not be read, so a new one was started. "
+                       f"The damaged file was copied to {damaged_copy.name} in {damaged_copy.parent}; nothing was "
+                       "deleted.",
+            "advice": f"Tools such as `sqlite3 {damaged_copy.name} .recover` may save some of its chats."})
+        banner.restart_button.show()
+    return banner

@@ -33,7 +33,8 @@ from app.chats.history import Conversation, HistoryError, HistoryStore, read_exp
 from app.engine.breakeven import describe_mode, drafting_warning
 from app.engine.chat_template import Message, take_notices
 from app.engine.config import EngineConfig
-from app.gui.chat.banners import Banner, DemoNote, DraftingBanner
+from app.gui.chat.banners import Banner, DemoNote, DraftingBanner, history_banner
+from app.gui.chat.carry_exchange import carry_last_exchange
 from app.gui.chat.chat_drafts import ChatDrafts
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
 from app.gui.chat.chat_view import ChatEntry, ChatView
@@ -122,16 +123,7 @@ class ChatPage(QWidget):
         self.trim_note = TrimNote()
         self.limit_banner = LimitBanner()
         self.limit_banner.new_chat_button.clicked.connect(self.new_chat_with_last_exchange)
-        self.history_banner = Banner()  # stays until closed: engine loads hide ``banner``, not this one
-        self.history_banner.restart_button.setText("Close")
-        self.history_banner.restart_button.clicked.connect(self.history_banner.hide)
-        if self.history.damaged_copy is not None:
-            copy = self.history.damaged_copy
-            self.history_banner.show_error({
-                "message": f"The chat history was damaged and could not be read, so a new one was started. "
-                           f"The damaged file was copied to {copy.name} in {copy.parent}; nothing was deleted.",
-                "advice": f"Tools such as `sqlite3 {copy.name} .recover` may save some of its chats."})
-            self.history_banner.restart_button.show()
+        self.history_banner = history_banner(self.history.damaged_copy)  # the history was damaged: said
         self.chat = ChatView()
         self.chat.send_requested.connect(self.send)
         self.chat.stop_requested.connect(self.bridge.cancel)
@@ -632,20 +624,11 @@ class ChatPage(QWidget):
         conversation = self._current_conversation()
         if conversation is None or (self.bridge.busy and not self.bridge.loading):
             return
-        messages = [m for m in self.history.messages(conversation.id) if m.role in ("user", "assistant")]
-        last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
-        unanswered = last_user is not None and last_user == len(messages) - 1
-        carried = messages[:last_user] if unanswered else messages
-        exchange = carried[-2:] if len(carried) >= 2 and carried[-2].role == "user" else carried[-1:]
-        created = self.history.create_conversation(conversation.title, conversation.system_prompt,
-                                                   conversation.settings)
-        for message in exchange:
-            self.history.add_message(created, message.role, message.content, message.stats)
+        created, unanswered = carry_last_exchange(self.history, conversation)
         carried_text = None
-        if unanswered and last_user is not None:  # it was not answered: back into the box, not lost
-            self.history.delete_messages_from(conversation.id, messages[last_user].id)
+        if unanswered is not None:  # it was not answered: back into the box, not lost
             typed = self.chat.input.toPlainText().strip()
-            carried_text = messages[last_user].content + ("\n\n" + typed if typed else "")
+            carried_text = unanswered + ("\n\n" + typed if typed else "")
             self.chat.input.clear()  # it goes with the new chat, not kept as the old one's draft
         self.sidebar.refresh()
         self.open_conversation(created)
