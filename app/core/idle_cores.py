@@ -125,6 +125,17 @@ def load_average_idle() -> float | None:
         return None
 
 
+def measure(window_s: float = WINDOW_S) -> float | None:
+    """Idle cores over a new window of ``window_s`` seconds from now, sharing nothing with ``idle_cores_now``;
+    the load average's complement where ``/proc`` is missing, None where that is too."""
+    try:
+        first = read_sample()
+        time.sleep(window_s)  # the window the counters are compared over, not a wait for anything
+        return idle_between(first, read_sample())
+    except (OSError, ValueError):
+        return load_average_idle()
+
+
 @dataclass(frozen=True)
 class _Reading:
     at: float  # time.monotonic() of the sample

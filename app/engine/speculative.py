@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.core import idle_cores
 from app.core.errors import ContextFullError, EngineError, FastMTPError
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
@@ -98,8 +99,11 @@ class SpeculativeDecoder:
         # a later switch to the head loads nothing: its MTP layers are a small part of the model, a reload is seconds
         keep_head = config.mode == "embedded" or (models is not None and _has_embedded_head(config.target))
         self.target = model(config.target, keep_head)
+        # decode threads: the set count, or (none set) as many as the machine leaves idle now, checked again at the
+        # start of each reply (``_follow_load``)
+        self.threads = config.n_threads or default_threads()
         try:
-            self.tctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch, n_threads=config.n_threads,
+            self.tctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch, n_threads=self.threads,
                                 n_rs_seq=config.draft_depth if drafting else 0, nextn_outputs=drafting,
                                 flash_attn=config.flash_attn,
                                 max_outputs_per_pass=DRAFT_DEPTH_MAX + 1 if config.samples_on_backend else 0)
@@ -108,10 +112,10 @@ class SpeculativeDecoder:
             if config.mode == "sidecar" and config.draft is not None:
                 draft_model = model(config.draft, True)
                 self.dctx = Context(draft_model, n_ctx=config.n_ctx, n_batch=config.n_batch,
-                                    n_threads=config.n_threads, draft_for=self.tctx, flash_attn=config.flash_attn)
+                                    n_threads=self.threads, draft_for=self.tctx, flash_attn=config.flash_attn)
             elif config.mode == "embedded":
                 self.dctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch,
-                                    n_threads=config.n_threads, draft_for=self.tctx, flash_attn=config.flash_attn)
+                                    n_threads=self.threads, draft_for=self.tctx, flash_attn=config.flash_attn)
             if self.dctx is not None:
                 self._owned.append(self.dctx)
         except Exception:
@@ -244,8 +248,30 @@ class SpeculativeDecoder:
         goes_on = (resume and self._chain is not None and self._chain[0] == sampler.params
                    and len(prompt) - len(self.tokens) in (0, 1) and prompt[:len(self.tokens)] == self.tokens)
         chain = self._chain[1] if goes_on and self._chain is not None else self._chain_for(sampler)
-        return self._generate(prompt, max_tokens, chain, on_token, stop, cancel, steer, on_prompt_progress,
-                              remember=not goes_on)
+        try:
+            return self._generate(prompt, max_tokens, chain, on_token, stop, cancel, steer, on_prompt_progress,
+                                  remember=not goes_on)
+        finally:
+            if self.follows_load:
+                idle_cores.mark()  # the next reply's check measures the machine from here, without a wait
+
+    @property
+    def follows_load(self) -> bool:
+        """Whether the decode threads follow the machine's idle cores (no thread count was set)."""
+        return not self.config.n_threads
+
+    def _follow_load(self) -> None:
+        """With no thread count set, decode this reply with as many threads as the machine leaves idle now: both
+        contexts switch when that changed since the last reply (``llama_set_n_threads``, from the next pass on)."""
+        if not self.follows_load:
+            return
+        threads = default_threads()
+        if threads != self.threads:
+            log.info("decode threads %d -> %d (the idle cores now)", self.threads, threads)
+            for ctx in (self.tctx, self.dctx):
+                if ctx is not None:
+                    ctx.set_threads(threads)
+            self.threads = threads
 
     @property
     def samples_on_backend(self) -> bool:
@@ -278,6 +304,8 @@ class SpeculativeDecoder:
         reply = Reply()
         stats = reply.stats
         stats.context_size = self.config.n_ctx
+        self._follow_load()
+        stats.threads = self.threads
         started = time.perf_counter()
         common = self._reuse_prefix(prompt)
         stats.prompt_tokens = len(prompt) - common
@@ -459,7 +487,7 @@ class SpeculativeDecoder:
 
         assert self.adaptive is not None
         try:
-            key = key_for(self.config, backend_manifest().id, self.config.n_threads or default_threads())
+            key = key_for(self.config, backend_manifest().id, self.threads)
         except (OSError, FastMTPError) as exc:  # no manifest (a bare backend folder): nothing to key it by
             log.warning("adaptive depth starts cold: %s", exc)
             return

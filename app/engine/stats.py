@@ -79,6 +79,7 @@ class ReplyStats:
     trimmed_turns: int = 0
     sampling: str = ""  # how the reply was sampled (``describe_sampling``), set by the session that asked for it
     depth_setting: str = ""  # the draft depth it ran at (``describe_depth``), likewise
+    threads: int = 0  # the decode threads it ran with: the set count, or the idle cores when none is set
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=32), repr=False)
 
@@ -180,6 +181,7 @@ class ReplyStats:
             "rolling_tps": self.rolling_tps,
             "sampling": self.sampling,
             "depth_setting": self.depth_setting,
+            "threads": self.threads,
             "drafted": self.drafted,
             "accepted": self.accepted,
             "proposed": self.proposed,
