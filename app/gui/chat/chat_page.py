@@ -2,6 +2,10 @@
 the reply streaming into the ``ChatView`` and saved to the history as it grows, the per-chat settings, the
 engine's banners and the HUD's view of the engine.
 
+The page composes the conversation list (``sidebar.py``) and the column beside it (``chat_column.py``: the top bar,
+the strips, the transcript) and runs the chat; the reply's saving as it streams (``reply_saving.py``), a message
+waiting for the load (``waiting_message.py``) and each chat's unsent text (``chat_drafts.py``) are their own.
+
 The model selector (``ModelSelector``) sits in its top bar, but is its own widget; the window decides what to
 load and tells this page (``load`` / ``load_remote``). The page reports its status line through
 ``status_changed`` and asks the window to remember its state through ``state_changed``.
@@ -18,14 +22,10 @@ from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
     QDialog,
     QFileDialog,
     QHBoxLayout,
-    QProgressBar,
-    QPushButton,
     QSplitter,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -33,12 +33,12 @@ from app.chats.history import Conversation, HistoryError, HistoryStore, read_exp
 from app.engine.breakeven import describe_mode, drafting_warning
 from app.engine.chat_template import Message, take_notices
 from app.engine.config import EngineConfig
-from app.gui.chat.banners import Banner, DemoNote, DraftingBanner, history_banner
 from app.gui.chat.carry_exchange import carry_last_exchange
+from app.gui.chat.chat_column import ChatColumn
 from app.gui.chat.chat_drafts import ChatDrafts
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
-from app.gui.chat.chat_view import ChatEntry, ChatView
-from app.gui.chat.context_strip import ContextMeter, CutNotice, LimitBanner, TrimNote, reading_label
+from app.gui.chat.chat_view import ChatEntry
+from app.gui.chat.context_strip import reading_label
 from app.gui.chat.messages import entry_from_stored
 from app.gui.chat.reply_saving import ReplySaving
 from app.gui.chat.sidebar import Sidebar
@@ -93,38 +93,19 @@ class ChatPage(QWidget):
         self._reply_tokens: tuple[int | None, list[int]] = (None, [])
         self._continued = ""  # a continued reply's text before this part (its done event's text is the new part)
 
-        top = QHBoxLayout()
-        top.addWidget(selector)
-        self.thinking_box = QCheckBox("Thinking")
-        self.thinking_box.setToolTip("Let the model think in a <think> block before answering (this chat)")
+        self.column = ChatColumn(selector, self.history.damaged_copy)  # the top bar, the strips, the transcript
+        column = self.column
+        self.chat, self.meter, self.thinking_box = column.chat, column.meter, column.thinking_box
+        self.chat_settings_button, self.history_banner = column.chat_settings_button, column.history_banner
+        self.banner, self.drafting_banner, self.demo_note = column.banner, column.drafting_banner, column.demo_note
+        self.load_bar, self.reading_bar = column.load_bar, column.reading_bar
+        self.cut_notice, self.trim_note, self.limit_banner = column.cut_notice, column.trim_note, column.limit_banner
         self.thinking_box.setChecked(self.chat_settings.thinking)
         self.thinking_box.toggled.connect(self.set_thinking)
-        top.addSpacing(4)  # with the context meter shown the bar still fits a 1024-wide screen
-        top.addWidget(self.thinking_box)
-        self.chat_settings_button = QPushButton("Chat settings…")
         self.chat_settings_button.clicked.connect(self.edit_chat_settings)
-        top.addWidget(self.chat_settings_button)
-        top.addStretch(1)
-        self.meter = ContextMeter()
-        top.addWidget(self.meter)
-
-        self.banner = Banner()
         self.banner.restart_button.clicked.connect(self._restart)
-        self.drafting_banner = DraftingBanner()
-        self.demo_note = DemoNote()  # shown by the window while the demo model is the chat's model
-        self.load_bar = QProgressBar()  # "Loading target.gguf … 43%" while a load reads its model files
-        self.load_bar.setRange(0, 100)
-        self.load_bar.hide()
-        self.reading_bar = QProgressBar()  # "Reading your message: 40%" while a long prompt is read (Stop cancels)
-        self.reading_bar.setRange(0, 100)
-        self.reading_bar.hide()
-        self.cut_notice = CutNotice()
         self.cut_notice.continue_button.clicked.connect(self.continue_reply)
-        self.trim_note = TrimNote()
-        self.limit_banner = LimitBanner()
         self.limit_banner.new_chat_button.clicked.connect(self.new_chat_with_last_exchange)
-        self.history_banner = history_banner(self.history.damaged_copy)  # the history was damaged: said
-        self.chat = ChatView()
         self.chat.send_requested.connect(self.send)
         self.chat.stop_requested.connect(self.bridge.cancel)
         self.chat.regenerate_requested.connect(self.regenerate)
@@ -139,24 +120,10 @@ class ChatPage(QWidget):
         self.sidebar.new_chat_requested.connect(self.new_chat)
         self.sidebar.conversation_deleted.connect(self._conversation_deleted)
 
-        central = QWidget()
-        layout = QVBoxLayout(central)
-        layout.setContentsMargins(12, 10, 12, 12)
-        layout.addLayout(top)
-        layout.addWidget(self.history_banner)
-        layout.addWidget(self.banner)
-        layout.addWidget(self.drafting_banner)
-        layout.addWidget(self.demo_note)
-        layout.addWidget(self.load_bar)
-        layout.addWidget(self.limit_banner)
-        layout.addWidget(self.trim_note)
-        layout.addWidget(self.reading_bar)
-        layout.addWidget(self.chat, 1)
-        layout.addWidget(self.cut_notice)
         self.chat_splitter = QSplitter()  # sidebar | chat: the user sets the sidebar's width (remembered)
         self.chat_splitter.setChildrenCollapsible(False)
         self.chat_splitter.addWidget(self.sidebar)
-        self.chat_splitter.addWidget(central)
+        self.chat_splitter.addWidget(self.column)
         self.chat_splitter.setStretchFactor(1, 1)
         self.chat_splitter.splitterMoved.connect(lambda _pos, _index: self.state_changed.emit())
         row = QHBoxLayout(self)
