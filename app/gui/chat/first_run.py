@@ -1,6 +1,6 @@
 """The first-run panel: two ways in, offered at once.
 
-- **Try the demo model**: the tiny built-in demo model on the CPU backend. When no backend is active,
+- **Try the demo model**: the built-in demo model on the CPU backend. When no backend is active,
   the patched CPU backend is built first (the core builder, minutes the first time, seconds when the
   build tree is cached), with its progress shown here; then the demo model is written (seconds) and
   ``demo_ready(DemoModel)`` is emitted.
@@ -183,11 +183,11 @@ class FirstRunPanel(QWidget):
         manifest = registry.active()
         if manifest is None:
             wait = build_estimate.estimate(BuildOptions(flavor="cpu")).words()
-            self.demo_text.setText("A tiny built-in model that answers in a few seconds on any CPU: the way to "
+            self.demo_text.setText("A small built-in model that answers in a few seconds on any CPU: the way to "
                                    "see the app, the live speed HUD and the drafting at work right now. First "
                                    f"the patched CPU backend is built, once: {wait}. {DEMO_NATURE}")
         else:
-            self.demo_text.setText("A tiny built-in model that answers in a few seconds: the way to see the app, "
+            self.demo_text.setText("A small built-in model that answers in a few seconds: the way to see the app, "
                                    f"the live speed HUD and the drafting at work right now. It runs on the active "
                                    f"{manifest.flavor.upper()} backend. {DEMO_NATURE}")
         self.ops.start(lambda _report: detect(), self._detected, self._detection_failed)
