@@ -78,7 +78,9 @@ def test_context_text_and_a_value_that_does_not_fit(demo: DemoModel, huge: Path)
     done = app("context", "--model", str(demo.target), "--ctx", "4096", "--memory-gib", "4")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Your context: 4,096 tokens: ")
-    assert "KV cache = 512 bytes x 4096 tokens" in done.stdout
+    per_token = json.loads(app("context", "--model", str(demo.target), "--ctx", "4096", "--memory-gib", "4",
+                               "--json").stdout)["kv_bytes_per_token"]
+    assert f"KV cache = {per_token} bytes x 4096 tokens" in done.stdout  # the text states the JSON's arithmetic
 
     done = app("context", "--model", str(huge), "--ctx", "32768", "--gpu-layers", "-1", "--memory-gib", "24", "--json")
     assert done.returncode == 0, done.stderr  # an answer, not a failure: scripts read "fits"
