@@ -1,6 +1,6 @@
 """A model load the person can watch, without dead time: while the demo loads, the chat page shows
 "Loading <file> … N%", and the chat list stays usable (an old chat can be opened and read); a message waiting
-for the load goes back into the box when another chat is opened, and a streaming reply still locks the list.
+for the load goes back into its own chat's box when another chat is opened, and a streaming reply still locks the list.
 The real engine on the demo model."""
 
 from __future__ import annotations
@@ -64,12 +64,16 @@ def test_the_load_shows_its_progress_and_the_chat_list_stays_usable(qtbot: QtBot
         assert last["event"]["fraction"] == pytest.approx(1.0) and last["value"] == 100
         assert any(s["event"]["file"] == demo.target.name for s in seen)
 
-        # the old chat opened mid-load is shown; the message meant for the chat left went back into the box
+        # the old chat opened mid-load is shown; the message meant for the chat left went back into that chat's
+        # box, unsent (each chat keeps its own unsent text: it does not follow the person into the old chat)
         assert opened_during_load == [old] and page.conversation_id == old
         assert "what was said before" in page.chat.transcript_text()
         assert "sent while loading" not in page.chat.transcript_text()
-        assert page.chat.input.toPlainText() == "sent while loading"
+        assert page.chat.input.toPlainText() == ""
+        assert page.drafts.of(None) == "sent while loading"
         assert [(m.role, m.content) for m in store.messages(old)] == [("user", "what was said before")]
+        page.new_chat()  # back in the chat it was written for: there it is
+        assert page.chat.input.toPlainText() == "sent while loading"
 
         assert not page.load_bar.isVisible() and page.sidebar.isEnabled() and page.ready
 
