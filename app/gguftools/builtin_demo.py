@@ -20,9 +20,8 @@ from app.gguftools.sidecar import read_d2t_ids
 
 # what the demo model is, said on the first-run card and above its chat (issue 29 item 10)
 DEMO_NATURE = ("Whatever you ask, the demo model answers with the same short passage about FastMTP Chat: it is "
-               "table-driven, not a language model, and shows the app, the live speed HUD and the drafting at work. "
-               "It is built with the real model's proportions, so drafting pays here for the same reason it does on "
-               "Qwen3.8-27B; its words are a fixed passage, so it shows speed, not intelligence.")
+               "table-driven, not a language model, so it shows speed, not intelligence. It is built with the real "
+               "model's proportions, so drafting pays here for the same reason it does on Qwen3.8-27B.")
 
 _MARKER = "demo.json"
 # bumped when the writer changes what a demo model is, so a cached older one is written again
