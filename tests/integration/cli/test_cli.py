@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from app.backend.registry import BackendManifest
+from app.core import defaults
+from app.gguftools.demo_model import DRAFT_VOCAB
 from tests.helpers.demo_copies import DemoCopies
 
 
@@ -33,7 +35,9 @@ def test_gguf_inspect_json_and_a_truncated_file(tmp_path: Path, default_demo: De
     proc = run_app("gguf", "inspect", str(demo.sidecar_d2t), "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert (report["kind"], report["d2t_length"], report["output_shape"]) == ("mtp_sidecar_d2t", 32768, [64, 32768])
+    n_draft = DRAFT_VOCAB.get(demo.size, defaults.DRAFT_VOCAB)
+    assert (report["kind"], report["d2t_length"], report["output_shape"]) == (
+        "mtp_sidecar_d2t", n_draft, [demo.shape.n_embd, n_draft])
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(demo.sidecar_d2t.read_bytes()[:1_000_000])
     proc = run_app("gguf", "inspect", str(cut), "--json")
