@@ -183,9 +183,9 @@ def _measure(now: float, window_s: float) -> float | None:
         first, started = (recent.sample, recent.at) if recent is not None else (read_sample(), now)
     except (OSError, ValueError):
         return load_average_idle()
-    rest = window_s - (time.monotonic() - started)
-    if rest > 0:
-        time.sleep(rest)  # the window the counters are compared over, not a wait for anything
+    if time.monotonic() - started < window_s:  # no window yet: never make a reply wait for one
+        _latest = _Reading(started, first, None)  # the next check measures from here
+        return load_average_idle()
     try:
         second = read_sample()
     except (OSError, ValueError):
