@@ -19,6 +19,7 @@ from app.release.publish import keygen, sign_release
 from app.release.verify import verify_release
 from installers import codesign, release_steps
 from installers.release_steps import StepFailed
+from tests.helpers.file_keyring import plaintext_keyring
 
 ROOT = Path(__file__).resolve().parents[3]
 APP_REPO = "fastmtp-chat/fastmtp-chat"
@@ -158,8 +159,9 @@ def test_release_sign_app_needs_no_model_patch_and_signs_for_the_apps_repository
     assert "patch" not in provenance["llama_cpp"] and provenance["app"]["name"] == "FastMTP Chat"
     result = verify_release(release, repo=APP_REPO, trust_fingerprint=keys.fingerprint)
     assert list(result.files) == ["FastMTP-Chat-Setup-0.2.0.exe"]
-    with pytest.raises(FastMTPError, match="not HauhauCS"):
-        verify_release(release, trust_fingerprint=keys.fingerprint)  # never the model publisher's release
+    with plaintext_keyring(tmp_path / "keyring.cfg"), pytest.raises(FastMTPError, match="not HauhauCS"):
+        # never the model publisher's release (a keyring of its own: no key pinned for that publisher by another test)
+        verify_release(release, trust_fingerprint=keys.fingerprint)
 
 
 def test_public_key_writes_the_public_half_and_names_its_fingerprint(tmp_path: Path,
