@@ -164,10 +164,11 @@ def mark() -> None:
 
 
 def idle_cores_now(window_s: float = WINDOW_S) -> float | None:
-    """Cores left idle by other processes over at least the latest ``window_s`` seconds: from the latest sample
-    when it is at most ``MAX_SPAN_S`` old (waiting out the rest of the window if it is younger than that), else over
-    a new window; a measure that ended less than ``window_s`` ago is reused (a target and its draft context ask
-    one after the other). The load average's complement where ``/proc`` is missing, None where that is too."""
+    """Cores left idle by other processes since the latest sample, when it is at least ``window_s`` and at most
+    ``MAX_SPAN_S`` old; it never waits for a window: without such a sample the load average answers and a sample
+    is taken for the next check. A measure that ended less than ``window_s`` ago is reused (a target and its draft
+    context ask one after the other). The load average's complement where ``/proc`` is missing, None where that
+    is too."""
     global _latest, _last_idle
     now = time.monotonic()
     if _latest is not None and _latest.idle is not None and now - _latest.at < window_s:
