@@ -108,7 +108,8 @@ class FilesKey:
 @dataclass(frozen=True)
 class MemoryKey(FilesKey):
     """Everything that decides what a round costs and how far drafts get accepted: the model files, the drafting
-    mode, the backend build, the threads, the GPU layers and the RPC workers, and the machine."""
+    mode, the backend build, the threads as set (0: they follow the machine's idle cores, which change from one
+    reply to the next), the GPU layers and the RPC workers, and the machine."""
 
     mode: str
     backend: str

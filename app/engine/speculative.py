@@ -487,7 +487,8 @@ class SpeculativeDecoder:
 
         assert self.adaptive is not None
         try:
-            key = key_for(self.config, backend_manifest().id, self.threads)
+            # threads as set; 0 when they follow the idle cores, so a load on a busier moment finds the same record
+            key = key_for(self.config, backend_manifest().id, self.config.n_threads or 0)
         except (OSError, FastMTPError) as exc:  # no manifest (a bare backend folder): nothing to key it by
             log.warning("adaptive depth starts cold: %s", exc)
             return

@@ -142,7 +142,8 @@ def test_check_sums_finds_a_changed_byte_and_an_unlisted_file(tmp_path: Path) ->
         release_steps.check_sums(release)
 
 
-def test_release_sign_app_needs_no_model_patch_and_signs_for_the_apps_repository(tmp_path: Path) -> None:
+def test_release_sign_app_needs_no_model_patch_and_signs_for_the_apps_repository(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     keys = keygen(tmp_path / "keys")
     release = tmp_path / "release"
     release.mkdir()
@@ -159,8 +160,10 @@ def test_release_sign_app_needs_no_model_patch_and_signs_for_the_apps_repository
     assert "patch" not in provenance["llama_cpp"] and provenance["app"]["name"] == "FastMTP Chat"
     result = verify_release(release, repo=APP_REPO, trust_fingerprint=keys.fingerprint)
     assert list(result.files) == ["FastMTP-Chat-Setup-0.2.0.exe"]
-    with plaintext_keyring(tmp_path / "keyring.cfg"), pytest.raises(FastMTPError, match="not HauhauCS"):
-        # never the model publisher's release (a keyring of its own: no key pinned for that publisher by another test)
+    # never the model publisher's release; a config folder of its own, so no key pinned for that publisher by
+    # another test in the same run answers first
+    monkeypatch.setenv("FASTMTP_CONFIG_DIR", str(tmp_path / "config"))
+    with pytest.raises(FastMTPError, match="not HauhauCS"):
         verify_release(release, trust_fingerprint=keys.fingerprint)
 
 
