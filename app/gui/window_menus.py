@@ -43,11 +43,11 @@ class WindowMenus:
         for action in (self.rename_action, self.pin_action, self.delete_action):
             menu.addAction(action)
         menu.addSeparator()
-        for label, slot in (("Export this chat as Markdown…", lambda: chat.export_dialog("md", current=True)),
-                            ("Export this chat as JSON…", lambda: chat.export_dialog("json", current=True)),
-                            ("Export all chats as Markdown…", lambda: chat.export_dialog("md", current=False)),
-                            ("Export all chats as JSON…", lambda: chat.export_dialog("json", current=False)),
-                            ("Import chats from JSON…", chat.import_dialog)):
+        for label, slot in (("Export this chat as Markdown…", lambda: chat.transfer.export_dialog("md", current=True)),
+                            ("Export this chat as JSON…", lambda: chat.transfer.export_dialog("json", current=True)),
+                            ("Export all chats as Markdown…", lambda: chat.transfer.export_dialog("md", current=False)),
+                            ("Export all chats as JSON…", lambda: chat.transfer.export_dialog("json", current=False)),
+                            ("Import chats from JSON…", chat.transfer.import_dialog)):
             menu.addAction(self._action(label, slot))
         menu.addSeparator()
         menu.addAction(self._action("Quit", window.close, "Ctrl+Q", "quit FastMTP Chat"))

@@ -3,8 +3,9 @@ the reply streaming into the ``ChatView`` and saved to the history as it grows, 
 engine's banners and the HUD's view of the engine.
 
 The page composes the conversation list (``sidebar.py``) and the column beside it (``chat_column.py``: the top bar,
-the strips, the transcript) and runs the chat; the reply's saving as it streams (``reply_saving.py``), a message
-waiting for the load (``waiting_message.py``) and each chat's unsent text (``chat_drafts.py``) are their own.
+the strips, the transcript) and runs the chat; the reply from its request to its save (``reply_stream.py``), a
+message's versions (``reply_versions.py``), export and import (``chat_transfer.py``), a message waiting for the load
+(``waiting_message.py``) and each chat's unsent text (``chat_drafts.py``) are their own.
 
 The model selector (``ModelSelector``) sits in its top bar, but is its own widget; the window decides what to
 load and tells this page (``load`` / ``load_remote``). The page reports its status line through
@@ -14,45 +15,39 @@ load and tells this page (``load`` / ``load_remote``). The page reports its stat
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDialog,
-    QFileDialog,
     QHBoxLayout,
     QSplitter,
     QWidget,
 )
 
-from app.chats.history import Conversation, HistoryError, HistoryStore, read_export
-from app.engine.breakeven import describe_mode, drafting_warning
-from app.engine.chat_template import Message, take_notices
+from app.chats.history import Conversation, HistoryError, HistoryStore
+from app.engine.breakeven import describe_mode
 from app.engine.config import EngineConfig
 from app.gui.chat.carry_exchange import carry_last_exchange
 from app.gui.chat.chat_column import ChatColumn
 from app.gui.chat.chat_drafts import ChatDrafts
 from app.gui.chat.chat_settings_dialog import ChatSettingsDialog
+from app.gui.chat.chat_transfer import ChatTransfer
 from app.gui.chat.chat_view import ChatEntry
-from app.gui.chat.context_strip import reading_label
-from app.gui.chat.messages import entry_from_stored
-from app.gui.chat.reply_saving import ReplySaving
+from app.gui.chat.reply_stream import ReplyHooks, ReplyStream
+from app.gui.chat.reply_versions import ReplyVersions
 from app.gui.chat.sidebar import Sidebar
 from app.gui.chat.waiting_message import WaitingMessage
 from app.gui.shell.engine_bridge import EngineBridge
 from app.gui.shell.palette import Palette
-from app.machines.remote_client import NO_TINT_REASON
 from app.machines.remote_servers import RemoteServer
 from app.settings.chat_settings import ChatSettings
 
 TITLE_CHARS = 40  # a new conversation's title: the start of its first message
 WAITING_STATUS = "Loading the model… your message waits and is sent when it is ready (more text joins it)"
 BUSY_STATUS = "Busy: stop the reply first"
-PROMPT_BAR_FROM = 1024  # a prompt this long (tokens to read) shows the reading bar, with Stop to cancel it
 
 
 def conversation_title(text: str) -> str:
@@ -80,7 +75,6 @@ class ChatPage(QWidget):
         self.bridge = bridge
         self.history = history
         self.conversation_id: int | None = None  # None: a new chat, saved on its first message
-        self._legend_text: str | None = None  # the tint legend, kept while a remote engine shows why it is off
         self.ready = False
         self._loading = False  # a model load (or the demo model being written first) is under way
         # Auto drafting's hook (the window's): the configuration to load before the next message is sent, or None
@@ -88,10 +82,6 @@ class ChatPage(QWidget):
         self.chat_settings = ChatSettings()  # the declared chat defaults (max tokens: CHAT_MAX_TOKENS)
         self.default_overflow = self.chat_settings.overflow  # new chats' overflow policy (the Settings page's)
         self.options = self.chat_settings.options()
-        self._reply_seed = self.chat_settings.seed  # the seed of the reply under way (kept with its stats)
-        # the tokens of the reply under way (or the latest one), by its history id: what Continue extends exactly
-        self._reply_tokens: tuple[int | None, list[int]] = (None, [])
-        self._continued = ""  # a continued reply's text before this part (its done event's text is the new part)
 
         self.column = ChatColumn(selector, self.history.damaged_copy)  # the top bar, the strips, the transcript
         column = self.column
@@ -112,13 +102,17 @@ class ChatPage(QWidget):
         self.chat.edit_submitted.connect(self.resend_edited)
         self.chat.version_requested.connect(self.show_version)
         self.chat.hud_placement_changed.connect(lambda _corner, _collapsed: self.state_changed.emit())
-        self.reply = ReplySaving(self.history, self.chat.streaming_entry, self)  # saved to the history as it grows
         self.waiting = WaitingMessage(self.chat)  # a message sent while the model loads, sent once it is ready
         self.drafts = ChatDrafts(self.chat)  # each chat's unsent text, kept while another chat is open
         self.sidebar = Sidebar(self.history)
         self.sidebar.conversation_selected.connect(self.open_conversation)
         self.sidebar.new_chat_requested.connect(self.new_chat)
         self.sidebar.conversation_deleted.connect(self._conversation_deleted)
+        self.versions = ReplyVersions(self.history, self.chat, lambda: self.conversation_id, self._show_context)
+        self.stream = ReplyStream(self.history, self.bridge, self.column, self.versions, ReplyHooks(
+            self._status, self.notice.emit, self._mode_text, self._show_context, self.sidebar.refresh), self)
+        self.transfer = ChatTransfer(self.history, lambda: self.conversation_id, self.banner, self.notice.emit,
+                                     self.sidebar.refresh, self)  # Chats → Export / Import
 
         self.chat_splitter = QSplitter()  # sidebar | chat: the user sets the sidebar's width (remembered)
         self.chat_splitter.setChildrenCollapsible(False)
@@ -131,12 +125,12 @@ class ChatPage(QWidget):
         row.addWidget(self.chat_splitter)
 
         self.bridge.loaded.connect(self._loaded)
-        self.bridge.tokens.connect(self._tokens)
-        self.bridge.done.connect(self._done)
+        self.bridge.tokens.connect(self.stream.on_tokens)
+        self.bridge.done.connect(self.stream.on_done)
         self.bridge.error.connect(self.show_error)
         self.bridge.busy_changed.connect(self._busy_changed)
-        self.bridge.load_progress.connect(self._load_progress)
-        self.bridge.prompt_progress.connect(self._prompt_progress)
+        self.bridge.load_progress.connect(self.column.show_load_progress)
+        self.bridge.prompt_progress.connect(self.column.show_prompt_progress)
 
     def _status(self, text: str) -> None:
         self.status_changed.emit(text)
@@ -179,16 +173,6 @@ class ChatPage(QWidget):
         self.chat.hud.set_config(None)
         self.chat.hud.mode.setText(f"remote · {server.name}")
         self.bridge.load_remote(server)
-
-    def _show_tinting(self, remote: bool) -> None:
-        """Per-token tint off for a remote engine, with the one-line reason where the legend was."""
-        if remote:
-            self._legend_text = self._legend_text or self.chat.legend.text()
-            self.chat.legend.setText(NO_TINT_REASON)
-        elif self._legend_text:
-            self.chat.legend.setText(self._legend_text)
-        self.chat.show_drafts.setEnabled(not remote)
-        self.chat.show_drafts.setToolTip(NO_TINT_REASON if remote else "")
 
     def _mode_text(self) -> str:
         """The drafting mode in words for the HUD and a reply's footer (a remote server's name)."""
@@ -324,39 +308,9 @@ class ChatPage(QWidget):
         self._generate(conversation, reply, last.message_id if reply is not None else None)
 
     def show_version(self, index: int, step: int) -> None:
-        """A reply's ‹ or ›: its older (-1) or newer (+1) version is shown, and the conversation goes on from
-        it (the history's ``messages``, which the engine is sent, has the shown versions)."""
-        if (self.bridge.busy and not self.bridge.loading) or not 0 <= index < len(self.chat.entries):
-            return
-        entry = self.chat.entries[index]
-        target = entry.version_step(step)
-        if target is not None:
-            with contextlib.suppress(HistoryError):  # deleted meanwhile (``python -m app history delete``)
-                self.history.show_version(target)
-                if entry.role == "user":  # an edited message: what follows is that version's branch
-                    self._redraw_branch()
-                else:
-                    self._redraw_version(index, target)
-
-    def _redraw_branch(self) -> None:
-        """The transcript from the history again, after an edited message switched to another of its versions
-        (the messages after it are that version's)."""
-        if self.conversation_id is None:
-            return
-        messages = self.history.messages(self.conversation_id)
-        self.chat.show_conversation(messages, self.history.version_ids(self.conversation_id))
-        last = messages[-1] if messages else None
-        self._show_context(last.stats if last is not None and last.role == "assistant" and last.stats else None)
-
-    def _redraw_version(self, index: int, message_id: int) -> None:
-        """The transcript's ``index``-th message becomes the saved version ``message_id``, drawn where the
-        reader is."""
-        versions = self.history.versions(message_id)
-        shown = next((v for v in versions if v.id == message_id), None)
-        if shown is None:
-            return
-        self.chat.replace_entry(index, entry_from_stored(shown, tuple(v.id for v in versions) if len(versions) > 1
-                                                         else ()))
+        """A message's ‹ or ›: its older (-1) or newer (+1) version is shown (not while a reply streams)."""
+        if not (self.bridge.busy and not self.bridge.loading):
+            self.versions.step(index, step)
 
     def resend_edited(self, index: int, text: str) -> None:
         """A user message was edited: the edited text becomes a new version of it and the reply streams again;
@@ -371,14 +325,13 @@ class ChatPage(QWidget):
                 message_id = self.history.edit_branch(edited.message_id, text)
         if message_id is None:
             message_id = self.history.add_message(conversation.id, "user", text)
-        versions = self.history.versions(message_id)
         self.chat.truncate(index)
-        self.chat.add_user(text, message_id, tuple(v.id for v in versions) if len(versions) > 1 else ())
+        self.chat.add_user(text, message_id, self.versions.ids(message_id))
         self._generate(conversation)
 
     def close_with_app(self) -> None:
         """The window closes while a reply streams: what it said so far is saved marked "interrupted"."""
-        self.reply.interrupt()
+        self.stream.saving.interrupt()
 
     def stop_reply(self) -> None:
         """Esc: stop the reply as it streams (nothing while the model loads)."""
@@ -404,57 +357,10 @@ class ChatPage(QWidget):
 
     def _generate(self, conversation: Conversation, reply: int | None = None, replaces: int | None = None,
                   continued: ChatEntry | None = None) -> None:
-        """Stream a reply to the saved conversation; the reply is saved as it grows, into ``reply`` when that
-        row exists (a regenerated reply's new version, hiding ``replaces``; a continued reply, ``continued``, whose
-        text it goes on from). A blank system prompt (the "None" preset) sends none."""
-        message = reply if reply is not None else \
-            self.history.add_message(conversation.id, "assistant", "", complete=False)
-        system = self.chat_settings.system_prompt
-        messages = ([Message("system", system)] if system.strip() else []) + \
-            [Message(m.role, m.content) for m in self.history.messages(conversation.id)
-             if m.role != "system" and m.id != message]  # the conversation up to the new reply
-        options = self.options
-        self._continued = ""
-        if continued is not None:  # the same reply goes on: exactly, from its tokens while this window has them
-            held_for, tokens = self._reply_tokens
-            self._continued = continued.text
-            options = (replace(options, continue_tokens=tuple(tokens)) if held_for == reply and tokens
-                       else replace(options, continue_text=continued.text))
-        else:
-            self._reply_tokens = (message, [])
-        entry = self.chat.begin_reply(message)
-        if reply is not None:
-            entry.version_ids = tuple(v.id for v in self.history.versions(reply))
-        if continued is not None:  # its text so far, drawn again as it was streamed (its tint kept)
-            entry.version_ids = continued.version_ids
-            self.chat.append_tokens({"piece": piece, "provenance": provenance}
-                                    for piece, provenance in continued.pieces)
-        self.cut_notice.hide()
-        self.limit_banner.hide()
-        self.drafting_banner.hide()
-        self._status("Generating…")
-        self.reply.begin(conversation.id, message, replaces)
-        if continued is None or not options.continue_tokens:  # a continued reply keeps its seeded stream going
-            self._reply_seed = self.chat_settings.reply_seed()  # a fresh one per reply in the random mode
-        options = replace(options, sampling=replace(options.sampling, seed=self._reply_seed))
-        self.bridge.generate(messages, options, str(conversation.id))
+        """Stream a reply to the saved conversation with this chat's settings (``ReplyStream.start``)."""
+        self.stream.start(conversation.id, self.chat_settings, self.options, reply, replaces, continued)
 
     # ------------------------------------------------------------------ the reply as it streams, and saving it
-
-    def _tokens(self, events: list[dict[str, Any]]) -> None:
-        """The token events that arrived since the last batch: queued for the transcript's next frame; the
-        drafting banner judges the newest stats once."""
-        self.chat.append_tokens(events)
-        # the token ids (a remote server's events carry none): what Continue extends exactly
-        self._reply_tokens[1].extend(e["token"] for e in events if isinstance(e.get("token"), int))
-        self.reading_bar.hide()
-        stats = (events[-1].get("stats") or {}) if events else {}
-        if stats:
-            self.meter.show_streaming(stats)  # at a bounded rate (the reply's end shows its last)
-        warning = drafting_warning(self.bridge.config, stats)
-        if warning is not None or self.drafting_banner.isVisible():
-            self.drafting_banner.show_warning(warning)
-        self.reply.streamed(len(events))
 
     def _busy_changed(self, busy: bool) -> None:
         self.chat.set_busy(busy)
@@ -465,59 +371,11 @@ class ChatPage(QWidget):
         if not busy:
             self.load_bar.hide()
 
-    def _load_progress(self, event: dict[str, Any]) -> None:
-        """A model file of the load under way, read this far: shown as a bar until the load ends."""
-        name = str(event.get("file") or "the model").replace("%", "%%")  # the bar's format reads % as its own
-        self.load_bar.setFormat(f"Loading {name} … %p%")
-        self.load_bar.setValue(round(float(event.get("fraction") or 0.0) * 100))
-        self.load_bar.show()
-
-    def _done(self, event: dict[str, Any]) -> None:
-        # the reply's stats carry the seed it was sampled with (what reproduces it, as the fixed seed) and the
-        # drafting mode that produced it (its footer names it, also when the chat is reopened)
-        self.reading_bar.hide()
-        if self._continued:  # a continued reply: its text is the earlier part and this one
-            event = {**event, "text": self._continued + str(event.get("text", ""))}
-            self._continued = ""
-        stats = event.get("stats") or {}
-        sampling = f" · {stats['sampling']}" if stats.get("sampling") else ""  # what its speed was measured at
-        event["stats"] = {**stats, "seed": self._reply_seed, "mode": self._mode_text() + sampling}
-        entry = self.chat.finish_reply(event)
-        if entry is not None:  # a finished or stopped reply, with its stats and why it ended
-            stats = {**event["stats"], "stop_reason": event.get("stop_reason")}
-            self.drafting_banner.show_warning(drafting_warning(self.bridge.config, stats))
-            self._save_reply(entry.text, stats, entry.draft_ranges())
-            self._show_context(stats)
-        self._status("Ready")
-        # said once each, after the lasting "Ready": the model's chat template set aside for ChatML (the engine's,
-        # or a remote server's rendered here), a chat state that could not be kept
-        for text in [*(event.get("state_notices") or []), *take_notices()]:
-            self.notice.emit(str(text))
-
-    def _save_reply(self, text: str, stats: dict[str, Any] | None,
-                    drafts: list[tuple[int, int]] | None = None) -> None:
-        """The reply's final text (with its accepted-draft ranges): with its stats when it finished, marked
-        incomplete after an error."""
-        conversation, message, replaced = self.reply.end()
-        if conversation is None or message is None:
-            return
-        try:
-            if stats is None and not text.strip():
-                self.history.delete_messages_from(conversation, message)
-                if replaced is not None and self.chat.entries:  # a failed new version: the one it hid is back
-                    self.history.show_version(replaced)
-                    self._redraw_version(len(self.chat.entries) - 1, replaced)
-            else:
-                self.history.update_message(message, text, stats, complete=stats is not None, drafts=drafts)
-        except HistoryError:  # its conversation was deleted meanwhile (``python -m app history``)
-            return
-        self.sidebar.refresh()
-
     def _loaded(self, event: dict[str, Any]) -> None:
         self.ready = True
         self._loading = False
         self._status("Ready")
-        self._show_tinting(event.get("mode") == "remote")
+        self.column.show_tinting(event.get("mode") == "remote")
         if event.get("mode") == "remote":
             self.chat.hud.mode.setText(f"{self._mode_text()} ({event.get('server_kind')}, {event.get('model')})")
             self._status(f"Ready: {event.get('server')}" + (f". {event['warning']}" if event.get("warning")
@@ -532,11 +390,7 @@ class ChatPage(QWidget):
     def show_error(self, event: dict[str, Any]) -> None:
         """An engine error (or a model that could not be prepared): the reply so far is kept, a message waiting
         for the load goes back into the box, and the banner says what happened."""
-        self.reading_bar.hide()
-        self._continued = ""
-        entry = self.chat.finish_reply(event)
-        if entry is not None:  # keep what the reply said before the error, if anything
-            self._save_reply(entry.text, None, entry.draft_ranges())
+        self.stream.on_error(event)  # what the reply said before the error is kept
         if event.get("error") == "WorkerCrashed":
             self.ready = False
         if event.get("error") == "ContextFullError" and event.get("policy") == "stop":  # the chat's own limit
@@ -557,20 +411,9 @@ class ChatPage(QWidget):
 
     def _show_context(self, stats: dict[str, Any] | None) -> None:
         """The meter, Continue and the trim note for the latest reply's stats (None: an empty chat)."""
-        if stats is None:
-            config = self.bridge.config if self.bridge.remote is None else None
-            self.meter.show_stats({"context_used": 0, "context_size": config.n_ctx if config is not None else 0})
-            self.cut_notice.hide()
-            self.trim_note.hide()
-            self.limit_banner.hide()
-            return
-        self.limit_banner.hide()
-        if stats.get("context_size"):
-            self.meter.show_stats(stats)
-        # a remote server is asked for a new reply, not for more of one: Continue is the local engine's
-        self.cut_notice.show_for(stats.get("stop_reason") if self.bridge.remote is None else None,
+        config = self.bridge.config if self.bridge.remote is None else None
+        self.column.show_context(stats, config.n_ctx if config is not None else 0, self.bridge.remote is None,
                                  self.chat_settings.max_tokens)
-        self.trim_note.show_for(stats)
 
     def continue_reply(self) -> None:
         """Continue: the last reply, cut by its cap or the full context, goes on where it stopped (the same
@@ -603,16 +446,6 @@ class ChatPage(QWidget):
             self.chat.input.setPlainText(carried_text)
         self.notice.emit("A new chat carries the last exchange")
 
-    def _prompt_progress(self, event: dict[str, Any]) -> None:
-        """A long prompt read batch by batch: "Reading your message: 40%" (Stop cancels it)."""
-        total = int(event.get("total") or 0)
-        if total < PROMPT_BAR_FROM:
-            return
-        done = int(event.get("done") or 0)
-        self.reading_bar.setFormat(reading_label(total, bool(event.get("trimmed_turns"))) + ": %p%")
-        self.reading_bar.setValue(done * 100 // total)
-        self.reading_bar.setVisible(done < total)
-
     def _restart(self) -> None:
         if self.bridge.remote is not None:  # "Retry" after a dropped connection: ask again
             self.banner.hide()
@@ -621,45 +454,3 @@ class ChatPage(QWidget):
         self.banner.hide()
         self._status("Restarting the engine…")
         self.bridge.restart()
-
-    # ------------------------------------------------------------------ export / import
-
-    def export_chats(self, path: Path, fmt: str, current: bool = True) -> int:
-        """Write this chat (or all chats) to ``path`` as Markdown (``md``) or JSON; returns how many."""
-        ids = ([self.conversation_id] if self.conversation_id is not None else []) if current else \
-            [c.id for c in self.history.conversations()]
-        if fmt == "json":
-            path.write_text(json.dumps(self.history.export_json(ids), indent=2) + "\n", encoding="utf-8")
-        else:
-            path.write_text("\n\n---\n\n".join(self.history.export_markdown(i) for i in ids) + "\n",
-                            encoding="utf-8")
-        self.notice.emit(f"Exported {len(ids)} chat{'s' if len(ids) != 1 else ''} to {path.name}")
-        return len(ids)
-
-    def import_chats(self, path: Path) -> list[int]:
-        """Add the chats of a JSON export; errors are shown in the banner."""
-        try:
-            created = self.history.import_json(read_export(path))
-        except HistoryError as exc:
-            self.banner.show_error({"message": f"{path.name} could not be imported: {exc.message}",
-                                    "advice": exc.advice})
-            return []
-        self.sidebar.refresh()
-        self.notice.emit(f"Imported {len(created)} chat{'s' if len(created) != 1 else ''}")
-        return created
-
-    def export_dialog(self, fmt: str, current: bool) -> None:
-        """Chats → Export …: ask where, then ``export_chats``."""
-        if current and self.conversation_id is None:
-            self.notice.emit("Nothing to export: this chat has no messages yet")
-            return
-        suffix = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
-        name, _ = QFileDialog.getSaveFileName(self, "Export chats", f"chats.{fmt}", suffix)
-        if name:
-            self.export_chats(Path(name), fmt, current)
-
-    def import_dialog(self) -> None:
-        """Chats → Import chats from JSON…: ask which file, then ``import_chats``."""
-        name, _ = QFileDialog.getOpenFileName(self, "Import chats", "", "JSON (*.json)")
-        if name:
-            self.import_chats(Path(name))

@@ -228,7 +228,7 @@ def test_a_200000_deep_import_is_refused_in_words(qtbot: QtBot, folders: dict[st
     window = MainWindow(history=HistoryStore(folders["data"] / "history.sqlite3"))
     qtbot.addWidget(window)
     window.show()
-    assert window.chat_page.import_chats(deep) == []
+    assert window.chat_page.transfer.import_chats(deep) == []
     assert window.chat_page.banner.isVisible() and "nests its JSON" in window.chat_page.banner.text.text()
     assert len(window.chat_page.sidebar.conversation_ids()) == 2
     window.close()

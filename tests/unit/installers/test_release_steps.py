@@ -19,7 +19,6 @@ from app.release.publish import keygen, sign_release
 from app.release.verify import verify_release
 from installers import codesign, release_steps
 from installers.release_steps import StepFailed
-from tests.helpers.file_keyring import plaintext_keyring
 
 ROOT = Path(__file__).resolve().parents[3]
 APP_REPO = "fastmtp-chat/fastmtp-chat"
@@ -142,8 +141,8 @@ def test_check_sums_finds_a_changed_byte_and_an_unlisted_file(tmp_path: Path) ->
         release_steps.check_sums(release)
 
 
-def test_release_sign_app_needs_no_model_patch_and_signs_for_the_apps_repository(tmp_path: Path,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_release_sign_app_needs_no_model_patch_and_signs_for_the_apps_repository(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     keys = keygen(tmp_path / "keys")
     release = tmp_path / "release"
     release.mkdir()

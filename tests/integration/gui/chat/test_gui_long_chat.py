@@ -104,7 +104,7 @@ def test_a_reopened_cut_reply_offers_continue_and_goes_on_from_its_text(qtbot: Q
     page.open_conversation(conversation)
     assert page.cut_notice.isVisible()  # from the saved reply's stats
     before = _last(window).content
-    page._reply_tokens = (None, [])  # as after a restart of the window: only the text is left
+    page.stream.tokens = (None, [])  # as after a restart of the window: only the text is left
     more = _reply(qtbot, window, page.continue_reply)
     assert more["kind"] == "done" and more["stats"]["generated"] > 0
     after = _last(window).content

@@ -20,6 +20,7 @@ from app.chats.history import HistoryStore
 from app.gguftools.demo_model import DemoModel
 from app.gui import main as gui_main
 from app.gui.chat.chat_page import ChatPage
+from app.gui.chat.chat_transfer import ChatTransfer
 from app.gui.main import MainWindow
 from app.gui.models.model_selector import ModelSelector
 from tests.helpers.demo_copies import DemoCopies
@@ -40,8 +41,10 @@ def test_the_chat_page_and_the_model_selector_are_their_own_classes_in_their_own
     assert ChatPage.__module__ == "app.gui.chat.chat_page"
     assert ModelSelector.__module__ == "app.gui.models.model_selector"
     for chat_behaviour in ("send", "regenerate", "resend_edited", "new_chat", "open_conversation", "load",
-                           "export_chats", "import_chats", "set_chat_settings"):
+                           "set_chat_settings"):
         assert hasattr(ChatPage, chat_behaviour) and not hasattr(MainWindow, chat_behaviour), chat_behaviour
+    for transfer in ("export_chats", "import_chats"):  # the chat page's, in a module of their own
+        assert hasattr(ChatTransfer, transfer) and not hasattr(MainWindow, transfer), transfer
     for choice in ("config_for", "mode_enabled", "bench_model", "chosen_remote", "refresh"):
         assert hasattr(ModelSelector, choice) and not hasattr(MainWindow, choice), choice
     for dead in ("SYSTEM_PROMPT", "_escape", "Banner", "DraftingBanner"):

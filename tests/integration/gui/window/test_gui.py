@@ -436,14 +436,14 @@ def test_export_and_import_chats_from_the_window(qtbot: QtBot, tmp_path: Path) -
     win = MainWindow(history=store)
     qtbot.addWidget(win)
     win.chat_page.open_conversation(conv)
-    assert win.chat_page.export_chats(tmp_path / "tides.md", "md") == 1
+    assert win.chat_page.transfer.export_chats(tmp_path / "tides.md", "md") == 1
     assert "# Tides" in (tmp_path / "tides.md").read_text()
-    assert win.chat_page.export_chats(tmp_path / "all.json", "json", current=False) == 1
-    created = win.chat_page.import_chats(tmp_path / "all.json")
+    assert win.chat_page.transfer.export_chats(tmp_path / "all.json", "json", current=False) == 1
+    created = win.chat_page.transfer.import_chats(tmp_path / "all.json")
     assert len(created) == 1 and win.chat_page.sidebar.conversation_ids()[0] == created[0]
     assert [m.content for m in store.messages(created[0])] == [m.content for m in store.messages(conv)]
     (tmp_path / "bad.json").write_text("{}")
-    assert win.chat_page.import_chats(tmp_path / "bad.json") == [] and win.chat_page.banner.isVisibleTo(win)
+    assert win.chat_page.transfer.import_chats(tmp_path / "bad.json") == [] and win.chat_page.banner.isVisibleTo(win)
     store.close()
 
 

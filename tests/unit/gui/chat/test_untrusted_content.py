@@ -152,7 +152,7 @@ export.write_text(json.dumps({"format": EXPORT_FORMAT, "conversations": [{
                                                    {"role": "assistant", "content": text}]}]}))
 window = MainWindow(history=HistoryStore(work / "history.sqlite3"))
 window.show()
-imported = window.chat_page.import_chats(export)
+imported = window.chat_page.transfer.import_chats(export)
 window.chat_page.sidebar.list.setCurrentRow(0)
 look("imported", window.chat_page.chat)
 seen["imported"]["opened"] = window.chat_page.conversation_id in imported

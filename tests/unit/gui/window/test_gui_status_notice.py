@@ -34,7 +34,7 @@ def test_a_deleted_chat_notice_times_out_and_the_state_comes_back(qtbot: QtBot, 
         timer = win.status.notice_timer
         assert timer.isActive() and timer.isSingleShot() and timer.interval() == status_label.NOTICE_MS > 0
         monkeypatch.setattr(status_label, "NOTICE_MS", 200)  # a short notice: the test waits for it to end
-        win.chat_page.export_dialog("md", current=True)  # no chat open: nothing to export
+        win.chat_page.transfer.export_dialog("md", current=True)  # no chat open: nothing to export
         assert win.status.text().startswith("Nothing to export")
         qtbot.waitUntil(lambda: win.status.text() == "Ready", timeout=WAIT_MS)
 
@@ -44,7 +44,7 @@ def test_a_new_state_replaces_a_notice_at_once(qtbot: QtBot, store: HistoryStore
     store.add_message(kept, "user", "hello")
     with open_window(qtbot, store) as win:
         win.chat_page.open_conversation(kept)
-        assert win.chat_page.export_chats(tmp_path / "one.md", "md") == 1
+        assert win.chat_page.transfer.export_chats(tmp_path / "one.md", "md") == 1
         assert win.status.text() == "Exported 1 chat to one.md" and win.status.notice_timer.isActive()
         win.status.setText("Generating…")
         assert win.status.text() == "Generating…" and not win.status.notice_timer.isActive()

@@ -26,11 +26,11 @@ def test_a_set_aside_template_is_said_in_the_status_line(qtbot: QtBot, tmp_path:
         said: list[str] = []
         win.chat_page.notice.connect(said.append)
         engine = "The model's chat template could not be used (it ran for more than 5 s); its prompts are ..."
-        win.chat_page._done({"kind": "done", "text": "", "stop_reason": "eos", "stats": {},
+        win.chat_page.stream.on_done({"kind": "done", "text": "", "stop_reason": "eos", "stats": {},
                              "state_notices": [engine]})
         assert said == [engine] and win.status.text() == engine
         render("{{ 'x' * 4000000000 }}{# window #}", [Message("user", "hi")])  # a remote server's, rendered here
-        win.chat_page._done({"kind": "done", "text": "", "stop_reason": "eos", "stats": {}})
+        win.chat_page.stream.on_done({"kind": "done", "text": "", "stop_reason": "eos", "stats": {}})
         assert len(said) == 2 and said[1].startswith("The model's chat template could not be used (it builds")
-        win.chat_page._done({"kind": "done", "text": "", "stop_reason": "eos", "stats": {}})
+        win.chat_page.stream.on_done({"kind": "done", "text": "", "stop_reason": "eos", "stats": {}})
         assert len(said) == 2  # once
