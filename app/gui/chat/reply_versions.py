@@ -7,9 +7,14 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from app.chats.history import HistoryError, HistoryStore
+from app.chats.history import HistoryError, HistoryStore, StoredMessage
 from app.gui.chat.chat_view import ChatView
 from app.gui.chat.messages import entry_from_stored
+
+
+def _arrow_ids(versions: list[StoredMessage]) -> tuple[int, ...]:
+    """The versions' ids for a message's ‹ › arrows; empty when there is only the one (no arrows)."""
+    return tuple(v.id for v in versions) if len(versions) > 1 else ()
 
 
 class ReplyVersions:
@@ -55,10 +60,8 @@ class ReplyVersions:
         shown = next((v for v in versions if v.id == message_id), None)
         if shown is None:
             return
-        self.chat.replace_entry(index, entry_from_stored(shown, tuple(v.id for v in versions) if len(versions) > 1
-                                                         else ()))
+        self.chat.replace_entry(index, entry_from_stored(shown, _arrow_ids(versions)))
 
     def ids(self, message_id: int) -> tuple[int, ...]:
         """The ids of ``message_id``'s versions, oldest first; empty when it has only the one (no arrows)."""
-        versions = self.history.versions(message_id)
-        return tuple(v.id for v in versions) if len(versions) > 1 else ()
+        return _arrow_ids(self.history.versions(message_id))
