@@ -92,6 +92,12 @@ SHIFT = 1.3  # the draft passes' share of the current depth's rounds this much a
 # visited depth's: SHIFT squared against its last visit): the load changed how it weighs on drafts and verify
 SHIFT_FAST = 0.85  # the recent average of that share ...
 SHIFT_SLOW = 0.99  # ... and its "before", a slower one
+# A visit's verify time, divided by the load it ran under, this much below its batch size's estimate proves the
+# estimate wrong: it replaces it, instead of being one sample among WINDOW. Only faster: a round cannot run fast by
+# chance the way it can stall, and a depth predicted too cheap corrects itself by being played. (Issue 36: after a
+# slow stretch at depth 1, the Xeon's scaled demo predicted depth 3 at 0.132 s a round where its rounds took
+# 0.09 s, and stayed at depth 0 for hundreds of rounds.)
+PROVEN_FASTER = 1.2
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,7 @@ class _Samples:
     rest: float | None  # verify + host: None when the batch size changed since the previous round
     first_pass: float | None = None
     step: float | None = None
+    visit: bool = False  # from a visit of another measured depth (a probe): may prove its estimate wrong
 
 
 @dataclass
@@ -191,6 +198,8 @@ class AdaptiveDepth:
     # rounds waiting for the load after them: (samples, load samples before them, whether they gave one)
     _waiting: list[tuple[_Samples, int, bool]] = field(default_factory=list)
     _reference: bool = False  # the round being played is at the current depth
+    _probing: bool = False  # the round being played is a visit of another measured depth
+    corrections: int = 0  # visits that proved their depth's estimate too dear (``PROVEN_FASTER``)
     _pending: Decision | None = None
     _observed: int = 0  # rounds observed: the estimates change only then
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
@@ -235,6 +244,7 @@ class AdaptiveDepth:
                         self._since_probe = PROBE_EVERY - 1 if self._survey else 0
                         depth, reason = self._block(target, "probe", PROBE_ROUNDS)
         self._reference = reason in ("start", "best")
+        self._probing = reason == "probe"
         self._visited[depth] = self.elapsed
         self.chosen[depth] += 1
         if self.log is not None:
@@ -466,7 +476,7 @@ class AdaptiveDepth:
         self._last_batch = batch
         if counted:
             self._see(depth, timing)
-        samples = _Samples(batch, timing.seconds - timing.draft if counted else None)
+        samples = _Samples(batch, timing.seconds - timing.draft if counted else None, visit=self._probing)
         if made >= 1:
             self._drafting_rounds += 1
             if self._drafting_rounds > 1:  # the first drafting round warms the draft context up
@@ -486,7 +496,8 @@ class AdaptiveDepth:
                 # the draft steps of this very round tell its load best: they ran a moment before the verify
                 # pass, on the same core, and their cost does not depend on the depth. The step itself is the
                 # unit and is not sampled again (see the module's docstring)
-                self._add(_Samples(batch, samples.rest, samples.first_pass), samples.step / _estimate(self.step))
+                self._add(_Samples(batch, samples.rest, samples.first_pass, visit=samples.visit),
+                          samples.step / _estimate(self.step))
                 samples = _Samples(batch, None)
             self._waiting.append((samples, self._loads_seen - (1 if own else 0), own))
             self._settle()
@@ -584,8 +595,19 @@ class AdaptiveDepth:
                     self._add(samples, (low + high) / 2.0)
 
     def _add(self, samples: _Samples, load: float) -> None:
+        """Add a round's samples, divided by the load it ran under. A visit's verify time ``PROVEN_FASTER`` below
+        its batch size's estimate replaces the estimate: the median of ``WINDOW`` older samples would need many
+        visits, one every ``PROBE_EVERY`` rounds or more, to move, while the depth played meanwhile measures the
+        load against its own estimate and cannot see the error."""
         if samples.rest is not None:
-            self.rest.setdefault(samples.batch, deque(maxlen=WINDOW)).append(samples.rest / load)
+            rest = samples.rest / load
+            kept = self.rest.setdefault(samples.batch, deque(maxlen=WINDOW))
+            if samples.visit and kept and rest * PROVEN_FASTER < _estimate(kept):
+                kept.clear()
+                kept.extend([rest] * WARM_SAMPLES)
+                self.corrections += 1
+            else:
+                kept.append(rest)
         if samples.first_pass is not None:
             self.first_pass.append(samples.first_pass / load)
         if samples.step is not None:

@@ -189,6 +189,12 @@ FAST_CPU = Machine("fast cpu", rest=ms([21.7, 42.0, 43.2, 45.6, 48.5, 48.0, 53.4
                    loads=((0, 1.0), (200, 2.0), (330, 1.0), (700, 1.5), (1000, 1.0)), wobble=0.05)
 XEON = Machine("xeon", rest=ms([48, 88, 95, 101, 115, 120, 132, 143, 151]), first_pass=0.0097, step=0.008,
                catch_up=0.0004, jitter=0.04, stalls=0.01, slow_start=4, rebuild=0.0007, wobble=0.03)
+# The built-in chat demo (``scaled``: the real model's proportions) on the quiet Xeon, the medians of a bench spec
+# decision log (docs/benchmarks.md, issue 39's verdicts): a plain pass 40 ms, verify of 2-6 tokens 49-110 ms, each
+# draft pass about 4.5 ms, so depths 1-4 are within a few percent of each other and depth 0 is 25% behind them.
+SCALED_XEON = Machine("scaled xeon", rest=ms([40, 49, 62, 77, 87.5, 110, 121, 132, 143]), first_pass=0.0046,
+                      step=0.0045, catch_up=0.0002, jitter=0.04, stalls=0.01, slow_start=4, rebuild=0.0007,
+                      wobble=0.03)
 GPU_LIKE = Machine("gpu-like", rest=ms([20.0, 20.2, 20.4, 20.6, 20.8, 21.0, 21.2, 21.4, 21.6]), first_pass=0.0025,
                    step=0.002, catch_up=0.0001, jitter=0.03, stalls=0.01, slow_start=8, rebuild=0.0003, wobble=0.05)
 

@@ -27,6 +27,7 @@ from tests.helpers.adaptive_sim import (
     GPU_LIKE,
     HIGH,
     LOW,
+    SCALED_XEON,
     SLOW_CPU,
     XEON,
     Accept,
@@ -43,7 +44,7 @@ REPLY = 127  # tokens: the demo model's reply, the same for every prompt
 PROMPT_SET = 508  # tokens: one prompt set of one bench spec run (4 prompts, 127 decoded each), a fresh session
 
 
-@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
+@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, SCALED_XEON, GPU_LIKE], ids=lambda m: m.name)
 @pytest.mark.parametrize("accept", [HIGH, LOW], ids=["high acceptance", "low acceptance"])
 def test_keeps_within_3_percent_of_the_fastest_fixed_depth(machine: Machine, accept: Accept) -> None:
     adaptive, fixed = against_fixed(machine, accept, SESSION, SEEDS)
@@ -54,7 +55,7 @@ def test_keeps_within_3_percent_of_the_fastest_fixed_depth(machine: Machine, acc
     assert adaptive >= 0.95 * fixed[0], (adaptive, fixed)
 
 
-@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
+@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, SCALED_XEON, GPU_LIKE], ids=lambda m: m.name)
 def test_an_easy_passage_while_it_tries_deeper_depths_does_not_hold_it_there(machine: Machine) -> None:
     """The fifth benchmark run's document prompts (docs/benchmarks.md): its tries of depths 5, 6 and 7 fell in
     an easy stretch and accepted nearly everything, and it settled on depth 5 for 69 rounds of a run where
@@ -66,7 +67,7 @@ def test_an_easy_passage_while_it_tries_deeper_depths_does_not_hold_it_there(mac
     assert adaptive >= 0.97 * fixed[best], (best, adaptive, fixed)
 
 
-@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
+@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, SCALED_XEON, GPU_LIKE], ids=lambda m: m.name)
 def test_the_first_prompt_set_of_a_fresh_session_keeps_within_3_percent(machine: Machine) -> None:
     """``bench spec`` starts every run with a fresh session, and its first prompt set (508 tokens) carries all
     the tries of depths not measured yet: they must not cost more than the 3%, on 20 sessions of the demo's
@@ -76,7 +77,7 @@ def test_the_first_prompt_set_of_a_fresh_session_keeps_within_3_percent(machine:
     assert adaptive >= 0.97 * fixed[best], (best, adaptive, fixed)
 
 
-@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
+@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, SCALED_XEON, GPU_LIKE], ids=lambda m: m.name)
 def test_the_demo_models_one_reply_keeps_within_3_percent(machine: Machine) -> None:
     """The demo model writes the same reply to every chat prompt (``bench spec`` gives each of its prompts its own
     first word; before it did, its 8 prompts were one 127-token text), so a fixed depth cuts it into the same
@@ -233,7 +234,7 @@ def test_a_depth_tried_while_the_load_changes_is_compared_at_equal_load() -> Non
     assert ratio == pytest.approx(steady[5] / steady[4], rel=0.02)
 
 
-@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
+@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, SCALED_XEON, GPU_LIKE], ids=lambda m: m.name)
 def test_the_depths_not_played_keep_their_cost_next_to_the_one_played(machine: Machine) -> None:
     """A long session (6000 tokens, about 2000 rounds) mostly at one depth, the others visited now and then: each
     visited depth's verify cost keeps its true ratio to the played one's. The costs are kept in draft steps, a
@@ -295,7 +296,7 @@ def _warm(machine: Machine, accept: Accept, seed: int, draft_depth: int = 8) -> 
     return restored
 
 
-@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, GPU_LIKE], ids=lambda m: m.name)
+@pytest.mark.parametrize("machine", [SLOW_CPU, FAST_CPU, XEON, SCALED_XEON, GPU_LIKE], ids=lambda m: m.name)
 def test_a_warm_start_keeps_the_first_prompt_set_within_3_percent_without_trying_again(machine: Machine) -> None:
     """The next load of the same model starts from what the last one measured: the first prompt set of the
     session does not pay again for tries of the depths measured then, and stays within the 3%."""
@@ -312,6 +313,34 @@ def test_a_warm_start_keeps_the_first_prompt_set_within_3_percent_without_trying
     rates = {k: together(runs) for k, runs in fixed.items()}
     best = max(range(1, 9), key=lambda k: rates[k])
     assert together(sessions) >= 0.97 * rates[best], (best, together(sessions), rates)
+
+
+def test_a_record_that_makes_drafting_look_dear_is_proved_wrong_by_the_first_visits() -> None:
+    """Issue 36: on the scaled demo a slow stretch at depth 1 left every drafting depth's verify estimate 1.6x too
+    dear next to depth 0's; at depth 0 the load index is measured against depth 0's own estimate, so it could not
+    see the error, and the next session, started from that record, kept depth 0 for 233 of 239 rounds where fixed
+    depth 3 ran 1.25x faster. A visit that runs far faster than its estimate now replaces the estimate: the
+    session leaves depth 0 within its first visits and keeps within 5% of the fastest fixed depth (its first
+    ~100 rounds at depth 0 are the price), where the record alone would hold it at depth 0."""
+    _, earlier = run_adaptive(SCALED_XEON, DEMO, 2 * PROMPT_SET, seed=101)
+    state = json.loads(json.dumps(earlier.snapshot()))
+    state["rest"] = {b: cost * (1.6 if int(b) >= 2 else 1.0) for b, cost in state["rest"].items()}
+    state["current"] = 0
+    sessions, fixed = [], {k: [] for k in range(9)}
+    for seed in range(1, 6):
+        adaptive = AdaptiveDepth(draft_depth=8)
+        assert adaptive.restore(state)
+        assert adaptive._choose()[0] == 0  # the record, as the stuck session left it, settles on depth 0
+        adaptive.log = []
+        sessions.append(run_adaptive(SCALED_XEON, DEMO, 2 * PROMPT_SET, seed, adaptive=adaptive)[0])
+        assert adaptive.corrections >= 1
+        assert sum(1 for d in adaptive.log if d.depth == 0) < len(adaptive.log) / 4, adaptive.chosen
+        for k in fixed:
+            fixed[k].append(run_fixed(SCALED_XEON, DEMO, 2 * PROMPT_SET, seed, k))
+    rates = {k: together(runs) for k, runs in fixed.items()}
+    best = max(range(1, 9), key=lambda k: rates[k])
+    assert rates[best] >= 1.2 * rates[0]  # the machine is the scaled demo's: drafting pays
+    assert together(sessions) >= 0.95 * rates[best], (best, together(sessions), rates)
 
 
 def test_a_warm_start_weighs_the_old_text_lightly_and_fits_a_different_limit() -> None:
