@@ -20,7 +20,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # every Qt test, also one
 from app.backend.builder import BuildOptions, build_backend
 from app.backend.registry import BackendManifest, backend_dir
 from app.chats.history import HistoryStore
-from tests.helpers.demo_copies import DemoCopies
+from tests.helpers.demo_copies import DemoCopies, master_folder
 from tests.helpers.module_folders import ModuleFolders
 
 INTEGRATION = Path(__file__).parent / "integration"
@@ -66,10 +66,14 @@ def store(tmp_path: Path) -> Iterator[HistoryStore]:
     history.close()
 
 
+# taken when the run starts: a test that points the cache folder elsewhere must not move the master
+_DEMO_MASTER = master_folder()
+
+
 @pytest.fixture(scope="session")
-def default_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoCopies:
-    """The default demo model, written on first use and copied into each module that asks for it."""
-    return DemoCopies(tmp_path_factory.mktemp("default-demo"))
+def default_demo() -> DemoCopies:
+    """The default demo model, written on first use (kept between runs) and copied into each module that asks."""
+    return DemoCopies(_DEMO_MASTER)
 
 
 @pytest.fixture(scope="session")

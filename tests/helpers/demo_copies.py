@@ -1,20 +1,49 @@
-"""The default demo model (English, ``scaled``), written once per test session and copied into each module's folder.
+"""The default demo model (English, ``scaled``), written once and copied into each module's folder.
 
 Writing one takes 10-30 s on a 2-core machine and dozens of modules want it; a copy takes under a second
 and keeps each module's folder its own, as a freshly written demo would be. The copy keeps the files' holes:
 the demo's zero matrices are holes of sparse files (the GGUF writer seeks past them), and a plain copy would
 write every zero out, half a gigabyte a module.
+
+The one written (the master) is kept in the cache folder between test runs, under a key made of the demo
+writer's sources and numpy's version, so each xdist worker of each run does not write it again; a change to
+the writer makes a new key and a fresh write. The tests of the writer itself (tests/integration/gguftools)
+write their own. ``ensure_demo_model`` checks the master as it would a user's: a damaged one is written again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import time
 from pathlib import Path
 
+import numpy as np
+
+import app.gguftools
+from app.core import paths
 from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 
 _CHUNK = 1 << 20
+_STALE = 7 * 24 * 3600  # seconds: masters of other keys older than this are removed (an older writer's)
+
+
+def master_folder() -> Path:
+    """Where the default demo's master is kept for this writer: the cache folder, keyed by the writer's sources."""
+    digest = hashlib.sha256(np.__version__.encode())
+    package = Path(app.gguftools.__file__).parent
+    for source in sorted(package.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    root = paths.cache_dir() / "test-demos"
+    folder = root / f"default-{digest.hexdigest()[:16]}"
+    if root.is_dir():
+        for other in root.iterdir():
+            if other != folder and other.name.startswith("default-") and \
+                    time.time() - other.stat().st_mtime > _STALE:
+                shutil.rmtree(other, ignore_errors=True)
+    return folder
 
 
 def copy_sparse(source: Path, target: Path) -> None:

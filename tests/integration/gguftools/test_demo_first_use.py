@@ -1,6 +1,8 @@
 """The built-in demo model's first use is one writer at a time: two real processes that write it into the same
 folder at once both get a valid model (the second waits for the first's lock, then reuses its files), and a
-damaged file beside a valid marker is noticed and written again rather than trusted for good."""
+damaged file beside a valid marker is noticed and written again rather than trusted for good; a first use with no
+sdist and no package index still gets its tokenizer. Each writes a demo model of its own (hundreds of megabytes): the
+integration tier."""
 
 from __future__ import annotations
 
@@ -67,3 +69,14 @@ def test_a_torn_file_or_a_link_voids_the_marker(tmp_path: Path, default_demo: De
     with demo.target.open("r+b") as handle:  # a torn write: the right start, the wrong size
         handle.truncate(1000)
     assert _cached(tmp_path / "demo", wanted, "tiny") is None
+
+
+def test_the_demo_model_is_written_offline_without_the_sdist(tmp_path: Path) -> None:
+    """A fresh cache with no sdist, and no package index to reach: the demo model still gets its tokenizer."""
+    env = dict(os.environ, FASTMTP_CACHE_DIR=str(tmp_path / "cache"), PIP_INDEX_URL="http://127.0.0.1:9/simple",
+               PIP_NO_INDEX="1", FASTMTP_DATA_DIR=str(tmp_path / "data"))
+    done = subprocess.run([sys.executable, "-m", "app", "demo-model", "--out", str(tmp_path / "demo"),
+                           "--size", "tiny"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "demo" / "target.gguf").is_file() or any((tmp_path / "demo").glob("*.gguf"))
+    assert not (tmp_path / "cache" / "sources").exists()  # nothing was fetched
