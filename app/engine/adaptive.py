@@ -203,6 +203,8 @@ class AdaptiveDepth:
     _pending: Decision | None = None
     _observed: int = 0  # rounds observed: the estimates change only then
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
+    _changes: int = 0  # changes to the cost samples: the cached estimates below are of this count
+    _cached: tuple[int, list[float], float, float] | None = None  # (changes, rest table, first pass, step)
     warm: bool = False  # started from what an earlier session learned (``restore``)
 
     def __post_init__(self) -> None:
@@ -382,9 +384,7 @@ class AdaptiveDepth:
 
     def _costs(self) -> list[float]:
         """Predicted round time at each depth 0..draft_depth, load-normalized."""
-        first = _estimate(self.first_pass) if self.first_pass else 0.0
-        step = _estimate(self.step) if self.step else 0.0
-        rest = self._rest_table()
+        rest, first, step = self._estimates()
         return [rest[k] + ((first + step * (k - 1)) if k else 0.0) for k in range(self.draft_depth + 1)]
 
     def predicted_seconds(self, depth: int, drafts: int | None = None) -> float:
@@ -392,8 +392,8 @@ class AdaptiveDepth:
         made = depth if drafts is None else drafts
         cost = self.rest_estimate(made + 1)
         if made >= 1:
-            cost += (_estimate(self.first_pass) if self.first_pass else 0.0) + \
-                (_estimate(self.step) if self.step else 0.0) * (made - 1)
+            _, first, step = self._estimates()
+            cost += first + step * (made - 1)
         return cost * self.load
 
     def _steady(self) -> bool:
@@ -548,6 +548,7 @@ class AdaptiveDepth:
         if not rest or not counts_sane or not all(math.isfinite(c) and c > 0.0 for c in costs) \
                 or not all(1 <= b <= DEPTH_LIMIT + 1 for b in rest):
             return False
+        self._changes += 1
         for batch, cost in rest.items():
             self.rest[batch] = deque([cost] * WARM_SAMPLES, maxlen=WINDOW)
         for samples, remembered in ((self.first_pass, first), (self.step, step)):
@@ -599,6 +600,7 @@ class AdaptiveDepth:
         its batch size's estimate replaces the estimate: the median of ``WINDOW`` older samples would need many
         visits, one every ``PROBE_EVERY`` rounds or more, to move, while the depth played meanwhile measures the
         load against its own estimate and cannot see the error."""
+        self._changes += 1
         if samples.rest is not None:
             rest = samples.rest / load
             kept = self.rest.setdefault(samples.batch, deque(maxlen=WINDOW))
@@ -625,7 +627,18 @@ class AdaptiveDepth:
     def rest_estimate(self, batch: int) -> float:
         """Verify + host time of a round over ``batch`` tokens (load-normalized): measured, interpolated
         between measured batch sizes, or extrapolated optimistically beyond them."""
+        if batch <= self.draft_depth + 1:
+            return self._estimates()[0][batch - 1]
         return self._rest_table(batch)[batch - 1]
+
+    def _estimates(self) -> tuple[list[float], float, float]:
+        """The rest table (``_rest_table``), the first draft pass's and a draft step's estimates (0 before any was
+        measured), computed once per change of the samples: every round asks for them a few dozen times."""
+        if self._cached is None or self._cached[0] != self._changes:
+            first = _estimate(self.first_pass) if self.first_pass else 0.0
+            step = _estimate(self.step) if self.step else 0.0
+            self._cached = (self._changes, self._rest_table(), first, step)
+        return self._cached[1], self._cached[2], self._cached[3]
 
     def _rest_table(self, largest: int | None = None) -> list[float]:
         """``rest_estimate`` of every batch size 1..largest (draft_depth + 1 unless given), in one go."""
