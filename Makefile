@@ -74,12 +74,12 @@ test: lint
 test-loaded: venv
 	$(BIN)/python -m app.bench.busy_cores --cores 2 -- $(MAKE) test
 
-# The fast inner loop: lint and tests/unit/ (no backend built, nothing downloaded) spread over the cores
-# (pytest-xdist), about 2 minutes on 2 cores.
+# The fast inner loop: lint and tests/unit/ (no backend built, nothing downloaded, no model file written but the
+# default demo kept in the cache folder) spread over the cores (pytest-xdist), about 4 minutes on 2 cores.
 check: venv
 	$(BIN)/ruff check app tests
 	$(BIN)/mypy --strict app
-	$(BIN)/python -m pytest -q -ra -n auto tests/unit
+	$(BIN)/python -m pytest -q -ra $(PYTEST_WORKERS) tests/unit
 
 # The portable tier: the test files of tests/unit/ listed in tests/portable-tier.txt, which run on Windows and macOS
 # too; what CI runs there for every push (.github/workflows/ci.yml). There, BIN=.venv/Scripts on Windows.
