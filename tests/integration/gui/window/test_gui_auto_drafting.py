@@ -1,7 +1,8 @@
 """Auto drafting in the window (issue 26): the window's default drafting mode; a model it has not measured yet
 gets its replies from off, the embedded head and the d2t sidecar in turn (the next mode is loaded before the
 next message is sent), the HUD saying how far the measuring is; a model with a remembered winner loads the
-winner, the HUD saying by how much it won. Real windows offscreen, the real engine on the demo model."""
+winner, the HUD saying by how much it won; and once it decides, the footers, the HUD and Auto agree on the same
+replies. Real windows offscreen, the real engine on the demo model."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt loads: no display needed
 
+import re
+import statistics
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +22,7 @@ from app.chats.history import HistoryStore
 from app.core import paths
 from app.engine.auto_mode import CANDIDATES, AutoDrafting, AutoMemory, auto_key
 from app.engine.config import DRAFT_DEPTH_MAX
-from app.engine.verdict import Condition
+from app.engine.verdict import MIN_SAMPLES, Condition
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
 from app.gui.models.model_selector import AUTO_KEY
@@ -90,3 +93,54 @@ def test_a_remembered_winner_is_loaded_and_the_hud_says_by_how_much_it_won(
     qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
     reply = send_and_wait(qtbot, window, "Hello")
     assert window.bridge.config == config and reply["stats"]["drafted"] > 0  # the winner stays
+
+
+MOST_REPLIES = 20  # the walk: a warm-up and MIN_SAMPLES per mode, with room for replies a verdict could not use yet
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_the_footers_the_hud_and_auto_agree_on_the_same_replies(
+        qtbot: QtBot, window: MainWindow, module_tmp: ModuleFolders, default_demo: DemoCopies) -> None:
+    """A new user's first chat on the built-in demo in Auto (issue 36's second walk, as a test): every reply's
+    footer, the HUD's speed row, Auto's line and the HUD's "vs off" row speak of the same replies with the same
+    figures; what Auto then says (medians, ratio) is what the footers of those very replies said."""
+    demo = default_demo.copy_to(module_tmp.mktemp("walk-demo"))
+    assert window.model_selector.mode() == AUTO_KEY
+    window.loading.use_demo(demo)
+    hud, view = window.chat_page.chat.hud, window.loading.auto
+    speeds: dict[str, list[float]] = {}  # Auto's mode -> the decode tok/s its replies' footers showed
+    for turn in range(MOST_REPLIES):
+        qtbot.waitUntil(lambda: window.chat_page.ready, timeout=WAIT_MS)
+        auto = view.auto
+        assert auto is not None
+        if not auto.measuring:
+            break
+        mode = auto.next_mode()
+        done = send_and_wait(qtbot, window, f"Question {turn}: what is FastMTP Chat?")
+        stats = done["stats"]
+        footer = window.chat_page.chat.entries[-1].footer
+        shown = f"{stats['decode_tps']:.1f} tok/s"
+        assert shown in footer and hud.tps.text() == shown, (footer, hud.tps.text())  # one figure, two places
+        speeds.setdefault(mode, []).append(round(float(stats["decode_tps"]), 1))
+    auto = view.auto
+    assert auto is not None and not auto.measuring, auto.status()
+    assert all(len(replies) >= MIN_SAMPLES for replies in speeds.values()), speeds
+    line = " ".join(hud.auto.text().split())
+    assert line == " ".join(auto.status().split())
+    for drafting, verdict in auto.comparisons().items():
+        # Auto's medians are those of the footers it was shown, the warm-up (the first off reply) left out
+        assert statistics.median(verdict.b_tps) == pytest.approx(
+            statistics.median(speeds[drafting][-len(verdict.b_tps):]), abs=0.05)
+        assert statistics.median(verdict.a_tps) == pytest.approx(
+            statistics.median(speeds["off"][1:][-len(verdict.a_tps):]), abs=0.05)
+    winner = auto.winner
+    if winner is not None and winner != "off":
+        won = auto.verdicts[winner]
+        assert f"{won.ratio:.2f}x" in line
+        assert re.search(rf"median {won.b_median:.0f} against {won.a_median:.0f} tok/s", line), line
+    config = window.bridge.config
+    assert config is not None
+    loaded = view.verdict(config)  # the mode of the last reply, still loaded: None when that was off
+    if loaded is not None:  # the HUD's "vs off" row is Auto's comparison of that mode, from the same replies
+        assert hud.one_line(hud.vs_off).startswith(f"{loaded.ratio:.2f}x"), hud.one_line(hud.vs_off)
+    print(f"\nAuto's line: {line}\nfooter speeds by mode: {speeds}")
