@@ -6,9 +6,10 @@ the demo's zero matrices are holes of sparse files (the GGUF writer seeks past t
 write every zero out, half a gigabyte a module.
 
 The one written (the master) is kept in the cache folder between test runs, under a key made of the demo
-writer's sources and numpy's version, so each xdist worker of each run does not write it again; a change to
-the writer makes a new key and a fresh write. The tests of the writer itself (tests/integration/gguftools)
-write their own. ``ensure_demo_model`` checks the master as it would a user's: a damaged one is written again.
+writer's sources (app/gguftools and the defaults it reads, app/core/defaults.py) and numpy's and gguf's
+versions, so each xdist worker of each run does not write it again; a change to any of them makes a new key and a
+fresh write. The tests of the writer itself (tests/integration/gguftools) write their own. ``ensure_demo_model``
+checks the master as it would a user's: a damaged one is written again.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import hashlib
 import os
 import shutil
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 
 import app.gguftools
-from app.core import paths
+from app.core import defaults, paths
 from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
 
@@ -32,9 +34,9 @@ _STALE = 7 * 24 * 3600  # seconds: masters of other keys older than this are rem
 
 def master_folder() -> Path:
     """Where the default demo's master is kept for this writer: the cache folder, keyed by the writer's sources."""
-    digest = hashlib.sha256(np.__version__.encode())
-    package = Path(app.gguftools.__file__).parent
-    for source in sorted(package.glob("*.py")):
+    digest = hashlib.sha256(f"{np.__version__} {version('gguf')}".encode())
+    sources = [*sorted(Path(app.gguftools.__file__).parent.glob("*.py")), Path(defaults.__file__)]
+    for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     root = paths.cache_dir() / "test-demos"
     folder = root / f"default-{digest.hexdigest()[:16]}"
