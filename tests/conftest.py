@@ -1,7 +1,9 @@
 """Shared fixtures: isolated data/config folders, the real patched and unpatched CPU backends, the demo model.
 
-The tiers are folders: tests/unit/<package>/ build and load no backend (``make check`` runs them alone, in minutes),
-tests/integration/<package>/ may build or load it and start processes; every test there is marked ``integration``.
+The tiers are folders. tests/unit/<package>/ runs in the test process: no backend built or loaded, no process
+started, no model file written (but the cached default demo), no server driven through its time-outs, so that
+``make check`` runs it in under two minutes on 2 cores. tests/integration/<package>/ may build or load the backend,
+start the CLI or the engine as processes and write models; every test there is marked ``integration``.
 
 The cache folder stays the user's own (or ``FASTMTP_CACHE_DIR``), so the backend build trees and the
 pinned sdist are reused between runs: the first run builds (minutes), later runs re-link (seconds).

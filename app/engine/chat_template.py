@@ -104,10 +104,10 @@ def _weight(value: Any, depth: int = 0) -> int:
     if depth > 8:  # deeper than any chat's data: counted as past the cap (not as 1, which a nesting could exploit)
         return _budget().cap + 1
     if isinstance(value, list | tuple):
-        total = len(value)
+        total, cap = len(value), _budget().cap
         for item in value:
-            total += _weight(item, depth + 1)
-            if total > _budget().cap:
+            total += len(item) if isinstance(item, str) else _weight(item, depth + 1)
+            if total > cap:
                 break
         return total
     if isinstance(value, dict):
@@ -164,11 +164,12 @@ def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         values = [a for a in args if not isinstance(a, Context | Environment | EvalContext)]
         _check_args(values[1:], kwargs)
         value = values[0] if values else None
-        if name in ("join", "sum", "tojson", "string", "pprint", "list", "unique", "sort", "indent", "center",
-                    "wordwrap", "format"):
-            budget.size(_weight(value), "a value")
         if name == "join" and isinstance(value, list | tuple) and len(values) > 1 and isinstance(values[1], str):
+            budget.size(len(value) * len(values[1]), "a joined string")  # the separators alone: no walk needed
             budget.size(_weight(value) + len(value) * len(values[1]), "a joined string")
+        elif name in ("join", "sum", "tojson", "string", "pprint", "list", "unique", "sort", "indent", "center",
+                      "wordwrap", "format"):
+            budget.size(_weight(value), "a value")
         if name == "replace" and len(values) >= 3 and isinstance(value, str):
             _check_replace(value, values[1], values[2])
         if name == "indent" and isinstance(value, str):

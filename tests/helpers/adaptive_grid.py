@@ -5,7 +5,7 @@ the demo's acceptance, in sessions of 2048 tokens (5 seeds), 508 tokens (the fir
 session, 20 seeds) and 1016 tokens with easy and hard passages (10 seeds), the fastest fixed depth 1..8 and
 adaptive depth's tokens per second against it. docs/benchmarks.md quotes it for the current method and for the
 one before (that file's ``app/engine/adaptive.py`` swapped in). It is a study, not a test: the tests hold the
-cases that must stay within 3% (test_adaptive.py).
+cases that must stay within 3% (tests/integration/engine/test_adaptive_sessions.py).
 """
 
 from __future__ import annotations

@@ -16,14 +16,22 @@ the same prompts.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
 
 Accept = Callable[[int], float]
+
+# session lengths the tests simulate, in tokens
+SESSION = 2048  # tokens: two bench spec runs (8 prompts of 128 tokens each)
+SEEDS = range(1, 6)
+REPLY = 127  # tokens: the demo model's reply, the same for every prompt
+PROMPT_SET = 508  # tokens: one prompt set of one bench spec run (4 prompts, 127 decoded each), a fresh session
 
 
 def factor_at(steps: Sequence[tuple[int, float]], token: int) -> float:
@@ -83,15 +91,32 @@ class _Text:
     spec``'s variants meet the same prompts), whichever round and draft position reaches them. ``stretches``
     scales the acceptance along the text: easy and hard passages, as real text has."""
 
+    _streams: ClassVar[dict[int, tuple[random.Random, list[float]]]] = {}  # by seed: every policy reads the same draws
+
     def __init__(self, seed: int, stretches: Sequence[tuple[int, float]]) -> None:
-        self.rng = random.Random(seed * 7_919 + 17)
-        self.draws: list[float] = []
+        if seed not in self._streams:
+            self._streams[seed] = (random.Random(seed * 7_919 + 17), [])
+        self.rng, self.draws = self._streams[seed]
         self.stretches = stretches
 
     def draftable(self, token: int, acceptance: float) -> bool:
         while len(self.draws) <= token:
             self.draws.append(self.rng.random())
         return self.draws[token] < min(acceptance * factor_at(self.stretches, token), 0.999)
+
+
+@functools.cache
+def _round_draws(seed: int, index: int) -> tuple[float, float, float, float]:
+    """A round's random draws (a standard normal, then three uniforms in [0, 1)), seeded by its index so that every
+    policy meets the same ones; drawn once per round and seed however many policies replay it (seeding a
+    generator per round was a tenth of the simulation's time)."""
+    rng = random.Random(seed * 1_000_003 + index)
+    return rng.gauss(0.0, 1.0), rng.random(), rng.random(), rng.random()
+
+
+def _between(low: float, high: float, draw: float) -> float:
+    """``random.uniform(low, high)`` for a draw already made: the same arithmetic, so the same value."""
+    return low + (high - low) * draw
 
 
 def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
@@ -110,7 +135,7 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
     in_reply = 0
     while totals.tokens < tokens:
         index += 1
-        rng = random.Random(seed * 1_000_003 + index)  # the same draws at the same round for every policy
+        normal, jitter, stall, part = _round_draws(seed, index)  # the same draws at the same round for every policy
         depth = choose()
         totals.depths.append(depth)
         accepted = 0
@@ -119,9 +144,10 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
             accepted += 1
         in_reply = (in_reply + accepted + 1) % reply if reply else 0
         tested = min(depth, accepted + 1)
-        drift = 0.5 * drift + machine.wobble * rng.gauss(0.0, 0.87)  # 0.87 = sqrt(1 - 0.5**2): the spread stays wobble
-        scale = machine.load_at(totals.tokens) * rng.uniform(1 - machine.jitter, 1 + machine.jitter) * math.exp(drift)
-        if rng.random() < machine.stalls:
+        drift = 0.5 * drift + machine.wobble * (0.0 + normal * 0.87)  # 0.87 = sqrt(1 - 0.5**2): the spread stays wobble
+        scale = machine.load_at(totals.tokens) * _between(1 - machine.jitter, 1 + machine.jitter, jitter) * \
+            math.exp(drift)
+        if stall < machine.stalls:
             scale *= 3.0
         if index == 0 and machine.slow_start:
             scale *= 5.0
@@ -129,7 +155,7 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
             scale *= 1.0 + 1.5 * (1 - index / machine.slow_start)
         batch = depth + 1
         verify = machine.rest[batch - 1] + (machine.rebuild if batch != last_batch else 0.0)
-        parts = scale * rng.uniform(1 - machine.part_jitter, 1 + machine.part_jitter) * \
+        parts = scale * _between(1 - machine.part_jitter, 1 + machine.part_jitter, part) * \
             factor_at(machine.draft_loads, totals.tokens)
         first = (machine.first_pass + machine.catch_up * held if depth else 0.0) * parts
         steps = machine.step * max(depth - 1, 0) * parts
@@ -152,6 +178,15 @@ def run_adaptive(machine: Machine, accept: Accept, tokens: int, seed: int, draft
 
 def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: int,
               stretches: Sequence[tuple[int, float]] = (), reply: int = 0) -> Totals:
+    """A fixed depth's session; the same arguments give the same draws, so a session run once (the fixed depths
+    several tests compare with) is not simulated again."""
+    done = _fixed_runs(machine, accept, tokens, seed, depth, tuple(stretches), reply)
+    return Totals(done.tokens, done.seconds, list(done.depths))
+
+
+@functools.cache
+def _fixed_runs(machine: Machine, accept: Accept, tokens: int, seed: int, depth: int,
+                stretches: tuple[tuple[int, float], ...], reply: int) -> Totals:
     return simulate(machine, accept, tokens, seed, lambda: depth, stretches=stretches, reply=reply)
 
 
@@ -170,8 +205,8 @@ def against_fixed(machine: Machine, accept: Accept, tokens: int, seeds: Sequence
     return adaptive, fixed
 
 
-def ms(values: Sequence[float]) -> list[float]:
-    return [v / 1000.0 for v in values]
+def ms(values: Sequence[float]) -> tuple[float, ...]:
+    return tuple(v / 1000.0 for v in values)
 
 
 # Four machine shapes (seconds). The fast CPU is the AMD EPYC 2-core dev machine, measured depth by depth in

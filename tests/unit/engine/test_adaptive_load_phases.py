@@ -4,7 +4,7 @@ Phases as ``bench adaptive-load`` runs them: quiet, loaded, quiet. The load here
 head's small passes 8x and the verify pass not at all, so the best depth itself moves (deep when quiet, no drafting
 under load); the estimates alone read it as load on everything. After each change the depth rejected before is
 visited again and chosen once it is best, within a bounded number of rounds, every seed; and a load on everything
-alike (the machines' own ``loads``) still changes nothing (test_adaptive.py's 3% cases hold).
+alike (the machines' own ``loads``) still changes nothing (test_adaptive_sessions.py's 3% cases hold).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from app.release import updates
 from app.release.fetcher import FetchEvent, FileRequest, fetch_files
 from app.release.publish import KeyPair, keygen
 from tests.helpers.release_server import Fault, ReleaseServer
-from tests.unit.release.test_updates import FEED_NAME, NOW, check, make_feed
+from tests.integration.release.test_updates import FEED_NAME, NOW, check, make_feed
 
 NAME = "model.gguf"
 DATA = bytes(range(256)) * 2048  # 512 KiB
