@@ -74,16 +74,19 @@ class AdaptiveLoadResult:
     adaptive_max: int
     phases: list[Phase]
     device: str
+    runs: int = 1  # interleaved runs a phase: one run's fixed depths wander a few percent, and the best of them
+    # is then the luckiest (a 3% verdict against the best of five needs several runs pooled)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "n_tokens": self.n_tokens, "depths": self.depths,
-                "adaptive_max": self.adaptive_max, "device": self.device,
+                "adaptive_max": self.adaptive_max, "runs": self.runs, "device": self.device,
                 "phases": [p.to_dict() for p in self.phases]}
 
     def markdown(self) -> str:
         cols = " | ".join(f"k={k}" if k else "off" for k in [0, *self.depths])
+        runs = f"{self.runs} interleaved runs" if self.runs > 1 else "one interleaved run"
         lines = [f"`bench adaptive-load` on the {self.model}, {self.device}; {self.n_tokens} tokens per prompt, "
-                 "decode tok/s (indicative: a shared machine)", "",
+                 f"{runs} a phase, decode tok/s pooled over them (indicative: a shared machine)", "",
                  f"| phase | busy cores | load/core | {cols} | adaptive ≤{self.adaptive_max} | vs best fixed | "
                  "depths chosen |",
                  "|---|---|---|" + "---|" * (len(self.depths) + 1) + "---|---|---|"]
@@ -102,10 +105,10 @@ class AdaptiveLoadResult:
 def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adaptive_max: int = 8,
         n_tokens: int = 64, busy_cores: int = 1, prompt_sets: tuple[str, ...] = ("reasoning",),
         n_threads: int | None = None, memory: Path, log: spec.Log = lambda _m: None,
-        phases: Sequence[tuple[str, int | None]] = PHASES) -> AdaptiveLoadResult:
-    """Every phase: start its load (``busy_cores`` spinning children in a loaded phase), one interleaved run of off,
-    d2t at each of ``depths`` and d2t with adaptive depth up to ``adaptive_max``, stop the load. ``memory``: adaptive
-    depth's folder, emptied once at the start and carried across the phases."""
+        phases: Sequence[tuple[str, int | None]] = PHASES, runs: int = 1) -> AdaptiveLoadResult:
+    """Every phase: start its load (``busy_cores`` spinning children in a loaded phase), ``runs`` interleaved runs of
+    off, d2t at each of ``depths`` and d2t with adaptive depth up to ``adaptive_max``, stop the load. ``memory``:
+    adaptive depth's folder, emptied once at the start and carried across the phases (and the runs)."""
     from app.engine.depth_memory import DepthMemory
 
     DepthMemory(memory).forget()
@@ -119,8 +122,8 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
         started = time.monotonic()
         with BusyCores(busy):
             log(f"phase {name}: {busy} busy core(s), load {before if before is not None else '?'} per core")
-            result = spec.run(target, {"d2t": d2t}, variants=variants, n_tokens=n_tokens, runs=1,
+            result = spec.run(target, {"d2t": d2t}, variants=variants, n_tokens=n_tokens, runs=runs,
                               prompt_sets=prompt_sets, n_threads=n_threads, interleave="prompt",
                               depth_memory=memory, keep_memory=True, log=log)
         done.append(Phase(name, busy, before, machine_load(), time.monotonic() - started, result.rows))
-    return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description())
+    return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description(), runs)

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli import common
 from app.cli.common import command, emit, log_stderr
-from app.core import paths
+from app.core import engine_limits, paths
 from app.engine.config import DRAFT_DEPTH_MAX
 
 
@@ -24,7 +25,7 @@ def cmd_bench_adaptive_load(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     result = adaptive_load.run(target, d2t, depths=[int(d) for d in args.depths.split(",")],
                                adaptive_max=args.adaptive_max, n_tokens=args.tokens, busy_cores=args.busy_cores,
-                               n_threads=args.threads, memory=out / "depth-memory", log=log_stderr)
+                               n_threads=args.threads, memory=out / "depth-memory", log=log_stderr, runs=args.runs)
     result.model = name
     (out / "adaptive-load.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     (out / "adaptive-load.md").write_text(result.markdown())
@@ -32,9 +33,9 @@ def cmd_bench_adaptive_load(args: argparse.Namespace) -> int:
     print(f"wrote {out / 'adaptive-load.json'} and {out / 'adaptive-load.md'}", file=sys.stderr)
     if args.record:
         record(args.record, f"Adaptive depth under changing load ({name})", this_command(), result.markdown(),
-               "One interleaved run per phase; the loaded phase adds child processes spinning on cores, started "
-               "and stopped by the benchmark. Adaptive depth's memory is carried from phase to phase. Figures from "
-               "a shared machine: indicative.")
+               f"{args.runs} interleaved run(s) per phase, pooled; the loaded phase adds child processes spinning on "
+               "cores, started and stopped by the benchmark. Adaptive depth's memory is carried from phase to phase. "
+               "Figures from a shared machine: indicative.")
     return 0
 
 
@@ -48,11 +49,16 @@ def add_command(bsub: Any) -> None:
     al.add_argument("--target", type=Path, help="run real files instead: the target ...")
     al.add_argument("--full", type=Path, help="... its full sidecar ...")
     al.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
-    al.add_argument("--tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
+    al.add_argument("--tokens", type=common.tokens_argument, default=64,
+                    help="tokens generated per prompt (default 64)")
     al.add_argument("--depths", default="1,2,3,4", help="fixed draft depths (default 1,2,3,4)")
-    al.add_argument("--adaptive-max", type=int, default=DRAFT_DEPTH_MAX,
+    al.add_argument("--adaptive-max", type=common.depth_argument, default=DRAFT_DEPTH_MAX,
                     help=f"deepest depth adaptive may choose (default {DRAFT_DEPTH_MAX})")
-    al.add_argument("--busy-cores", type=int, default=1, help="cores kept busy in the loaded phase (default 1)")
-    al.add_argument("--threads", type=int)
+    al.add_argument("--busy-cores", type=common.busy_cores_argument, default=1,
+                    help="cores kept busy in the loaded phase (default 1)")
+    al.add_argument("--runs", type=common.runs_argument, default=1,
+                    help="interleaved runs per phase, pooled: several make the 3%% verdict against the best fixed "
+                         "depth fair (one run's best fixed depth is its luckiest) (default 1)")
+    al.add_argument("--threads", type=engine_limits.threads_argument)
     al.add_argument("--out", type=Path, help="folder for adaptive-load.json and .md (default: the cache folder)")
     al.add_argument("--record", type=Path, help="append the table to this markdown file (docs/benchmarks.md)")

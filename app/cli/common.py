@@ -168,6 +168,17 @@ def depth_argument(text: str) -> int:
     return depth
 
 
+# the counts the benchmarks take (``bench ...``, ``gpu-check``): whole numbers in a range that makes sense, refused in
+# words by argparse (exit 2) before anything loads; a run count of 0 once ended in a numpy traceback
+runs_argument = engine_limits.whole_number("the number of runs", 1, 10_000)
+count_argument = engine_limits.whole_number("the count", 1, 10_000)  # turns, rounds, prompts, rows, reread intervals
+tokens_argument = engine_limits.whole_number("the number of tokens", 1, defaults.CONTEXT_MAX)
+optional_tokens_argument = engine_limits.whole_number("the number of tokens", 0, defaults.CONTEXT_MAX)  # 0: none
+bench_context_argument = engine_limits.whole_number("the context", defaults.CONTEXT_MIN, defaults.CONTEXT_MAX)
+megabytes_argument = engine_limits.whole_number("the size in MB", 1, 1_000_000)
+busy_cores_argument = engine_limits.whole_number("the number of busy cores", 0, None)
+
+
 def context_argument(text: str) -> int:
     """``--ctx``: ``auto`` (or 0) for the largest context that fits, else a whole number of tokens."""
     if text.strip().lower() == "auto":

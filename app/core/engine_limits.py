@@ -65,7 +65,7 @@ def check_engine_numbers(n_threads: int | None, n_batch: int, n_ctx: int, n_gpu_
         raise FastMTPError(f"Not loading the model: {'; '.join(problems)}.", LIMITS_ADVICE, kind="bad-usage")
 
 
-def _argument(name: str, low: int, high: int | None) -> Callable[[str], int]:
+def whole_number(name: str, low: int, high: int | None) -> Callable[[str], int]:
     """An argparse ``type``: a whole number in ``low..high`` (``high`` None: :func:`threads_max`), else words."""
     def parse(text: str) -> int:
         top = threads_max() if high is None else high
@@ -78,6 +78,6 @@ def _argument(name: str, low: int, high: int | None) -> Callable[[str], int]:
     return parse
 
 
-threads_argument = _argument("the thread count", 0, None)  # 0: the app's own choice
-batch_argument = _argument("the batch size", BATCH_MIN, BATCH_MAX)
-gpu_layers_argument = _argument("the GPU layer count", GPU_LAYERS_MIN, GPU_LAYERS_MAX)
+threads_argument = whole_number("the thread count", 0, None)  # 0: the app's own choice
+batch_argument = whole_number("the batch size", BATCH_MIN, BATCH_MAX)
+gpu_layers_argument = whole_number("the GPU layer count", GPU_LAYERS_MIN, GPU_LAYERS_MAX)

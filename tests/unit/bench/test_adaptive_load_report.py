@@ -38,3 +38,12 @@ def test_each_phase_sets_adaptive_depth_against_its_own_fastest_fixed_depth() ->
     assert "| phase | busy cores | load/core | off | k=1 | k=2 | k=3 | adaptive ≤8 | vs best fixed |" in table
     assert "| loaded | 2 | 0.40 | 60.0 | 58.0 | 50.0 | 45.0 | 57.0 | 0.950x (k=0) | 0: 70%, 1: 25%, 3: 5% |" in table
     assert "indicative" in table
+
+
+def test_the_runs_pooled_in_each_phase_are_named() -> None:
+    """One run's best fixed depth is its luckiest; ``--runs`` pools several, and the report says how many."""
+    phases = [_phase("quiet", 0, {0: 100.0, 1: 120.0}, 119.0, {1: 100})]
+    one = AdaptiveLoadResult("scaled demo model", 128, [1], 8, phases, "2-core test CPU")
+    three = AdaptiveLoadResult("scaled demo model", 128, [1], 8, phases, "2-core test CPU", runs=3)
+    assert one.to_dict()["runs"] == 1 and "one interleaved run a phase" in one.markdown()
+    assert three.to_dict()["runs"] == 3 and "3 interleaved runs a phase, decode tok/s pooled" in three.markdown()
