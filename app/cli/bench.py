@@ -379,7 +379,8 @@ def add_commands(sub: Subparsers) -> None:
     op.add_argument("--profile-runs", type=common.runs_argument, default=1,
                     help="profiled passes per size (per-node medians)")
     op.add_argument("--threads", type=engine_limits.threads_argument)
-    op.add_argument("--bandwidth-gbs", type=float, help="the device's memory bandwidth, for the decode floor")
+    op.add_argument("--bandwidth-gbs", type=common.bandwidth_argument,
+                    help="the device's memory bandwidth, for the decode floor")
     op.add_argument("--out", type=Path, help="write the result JSON here")
     op.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     sm = command(bsub, "sampler", cmd_bench_sampler,
@@ -496,7 +497,8 @@ def add_commands(sub: Subparsers) -> None:
     ll = command(bsub, "lossless", cmd_bench_lossless,
                  "every drafting variant vs plain decoding, token for token, at temperature 0 and 0.8")
     ll.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="tiny", help="demo model to use")
-    ll.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
+    ll.add_argument("--acceptance", type=common.acceptance_argument, default=0.8,
+                    help="the demo model's draft agreement")
     ll.add_argument("--target", type=Path, help="real files instead: the target ...")
     ll.add_argument("--full", type=Path, help="... its full sidecar ...")
     ll.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
@@ -525,7 +527,8 @@ def add_commands(sub: Subparsers) -> None:
     sp = command(bsub, "spec", cmd_bench_spec,
                  "modes x draft depths x prompt sets, ours and llama-server side by side")
     sp.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
-    sp.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
+    sp.add_argument("--acceptance", type=common.acceptance_argument, default=0.8,
+                    help="the demo model's draft agreement")
     sp.add_argument("--target", type=Path, help="run real files instead: the target ...")
     sp.add_argument("--full", type=Path, help="... its full sidecar ...")
     sp.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
@@ -540,7 +543,7 @@ def add_commands(sub: Subparsers) -> None:
                          "model's first does in the app; cold: every run starts from nothing")
     sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
     sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")
-    sp.add_argument("--time-limit", type=float, metavar="S",
+    sp.add_argument("--time-limit", type=common.seconds_argument, metavar="S",
                     help="start no variant after S seconds; keep what was measured (marked cut short)")
     sp.add_argument("--server", type=Path, help="llama-server binary to use (default: built from the active tree)")
     sp.add_argument("--remote", metavar="NAME|URL",

@@ -45,7 +45,8 @@ def add_command(bsub: Any) -> None:
                  "adaptive depth vs each fixed depth in phases of changing load (quiet, loaded, quiet again), "
                  "the load started and stopped by the benchmark")
     al.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
-    al.add_argument("--acceptance", type=float, default=0.8, help="the demo model's draft agreement")
+    al.add_argument("--acceptance", type=common.acceptance_argument, default=0.8,
+                    help="the demo model's draft agreement")
     al.add_argument("--target", type=Path, help="run real files instead: the target ...")
     al.add_argument("--full", type=Path, help="... its full sidecar ...")
     al.add_argument("--d2t", type=Path, help="... and its d2t sidecar")

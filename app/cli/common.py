@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 from collections.abc import Callable, Mapping
@@ -177,6 +178,27 @@ optional_tokens_argument = engine_limits.whole_number("the number of tokens", 0,
 bench_context_argument = engine_limits.whole_number("the context", defaults.CONTEXT_MIN, defaults.CONTEXT_MAX)
 megabytes_argument = engine_limits.whole_number("the size in MB", 1, 1_000_000)
 busy_cores_argument = engine_limits.whole_number("the number of busy cores", 0, None)
+
+
+def real_number(name: str, low: float, high: float, *, above_low: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in ``low..high`` (``above_low``: greater than ``low``), else words; NaN
+    and infinities are refused (no comparison holds for NaN, so it would slip past a plain range check)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        fits = math.isfinite(value) and (value > low if above_low else value >= low) and value <= high
+        if not fits:
+            lowest = f"above {low:g}" if above_low else f"from {low:g}"
+            raise argparse.ArgumentTypeError(f"{name} is a number {lowest} to {high:g}, not {text[:40]!r}")
+        return value
+    return parse
+
+
+acceptance_argument = real_number("the draft agreement", 0.0, 1.0)
+seconds_argument = real_number("the time in seconds", 0.0, 1e6, above_low=True)
+bandwidth_argument = real_number("the memory bandwidth in GB/s", 0.0, 1e6, above_low=True)
 
 
 def context_argument(text: str) -> int:
