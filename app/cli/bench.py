@@ -543,7 +543,7 @@ def add_commands(sub: Subparsers) -> None:
                          "model's first does in the app; cold: every run starts from nothing")
     sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
     sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")
-    sp.add_argument("--time-limit", type=common.seconds_argument, metavar="S",
+    sp.add_argument("--time-limit", type=common.time_limit_argument, metavar="S",
                     help="start no variant after S seconds; keep what was measured (marked cut short)")
     sp.add_argument("--server", type=Path, help="llama-server binary to use (default: built from the active tree)")
     sp.add_argument("--remote", metavar="NAME|URL",

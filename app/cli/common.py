@@ -198,6 +198,7 @@ def real_number(name: str, low: float, high: float, *, above_low: bool = False) 
 
 acceptance_argument = real_number("the draft agreement", 0.0, 1.0)
 seconds_argument = real_number("the time in seconds", 0.0, 1e6, above_low=True)
+time_limit_argument = real_number("the time limit in seconds", 0.0, 1e6)  # 0: the first variant only
 bandwidth_argument = real_number("the memory bandwidth in GB/s", 0.0, 1e6, above_low=True)
 
 
