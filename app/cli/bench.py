@@ -535,7 +535,7 @@ def add_commands(sub: Subparsers) -> None:
     sp.add_argument("--tokens", type=common.tokens_argument, default=128, help="tokens generated per prompt")
     sp.add_argument("--runs", type=common.runs_argument, default=3, help="interleaved runs; figures are medians")
     sp.add_argument("--depths", default="1,2,3,4", help="fixed draft depths")
-    sp.add_argument("--adaptive-max", type=common.depth_argument, default=DRAFT_DEPTH_MAX,
+    sp.add_argument("--adaptive-max", type=common.adaptive_max_argument, default=DRAFT_DEPTH_MAX,
                     help="deepest depth adaptive may choose (0: no adaptive rows)")
     sp.add_argument("--adaptive-start", choices=["warm", "cold"], default="warm",
                     help="warm (default): the first run's adaptive rows start cold and each later run's from what the "

@@ -178,6 +178,7 @@ optional_tokens_argument = engine_limits.whole_number("the number of tokens", 0,
 bench_context_argument = engine_limits.whole_number("the context", defaults.CONTEXT_MIN, defaults.CONTEXT_MAX)
 megabytes_argument = engine_limits.whole_number("the size in MB", 1, 1_000_000)
 busy_cores_argument = engine_limits.whole_number("the number of busy cores", 0, None)
+adaptive_max_argument = engine_limits.whole_number("the deepest adaptive depth", 0, DRAFT_DEPTH_MAX)  # 0: no adaptive
 
 
 def real_number(name: str, low: float, high: float, *, above_low: bool = False) -> Callable[[str], float]:

@@ -13,7 +13,8 @@ import pytest
 from app.cli import build_parser
 
 PARSER = build_parser()  # once: building it takes a quarter of a second, and parsing leaves it as it was
-ZERO_MEANS_SOMETHING = {"--threads", "--gpu-layers", "--decode-tokens", "--busy-cores"}  # 0: the app's choice, none
+# 0 means something here: the automatic choice, or none
+ZERO_MEANS_SOMETHING = {"--threads", "--gpu-layers", "--decode-tokens", "--busy-cores", "--adaptive-max"}
 
 
 def _commands() -> list[tuple[list[str], argparse.ArgumentParser]]:
