@@ -1,0 +1,34 @@
+"""``bench adaptive-load`` end to end on the tiny demo: three phases (quiet, loaded by children the benchmark starts and
+stops, quiet again), each pooling the interleaved runs asked for, with adaptive depth's memory carried along."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("patched_backend")
+
+
+def test_every_phase_pools_the_runs_asked_for(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "app", "bench", "adaptive-load", "--size", "tiny", "--tokens", "8",
+                           "--depths", "1", "--adaptive-max", "2", "--busy-cores", "1", "--runs", "2",
+                           "--out", str(tmp_path), "--json"], capture_output=True, text=True, check=False, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert json.loads((tmp_path / "adaptive-load.json").read_text()) == result
+    assert result["runs"] == 2
+    phases = result["phases"]
+    assert [(p["phase"], p["busy_cores"]) for p in phases] == [("quiet", 0), ("loaded", 1), ("quiet again", 0)]
+    for phase in phases:
+        assert set(phase["fixed_tps"]) == {"0", "1"} and all(v > 0 for v in phase["fixed_tps"].values())
+        assert phase["adaptive_tps"] > 0 and phase["best_fixed_depth"] in (0, 1)
+        assert len(phase["adaptive_warm"]) == 2, phase  # one adaptive sample per run
+        assert abs(sum(phase["adaptive_depths"].values()) - 1.0) < 0.01
+    assert phases[0]["adaptive_warm"][0] is False  # the memory is emptied at the start: the first run is cold
+    table = (tmp_path / "adaptive-load.md").read_text()
+    assert "2 interleaved runs a phase" in table and "| loaded | 1 |" in table
+    assert (tmp_path / "depth-memory").is_dir()
