@@ -15,8 +15,9 @@ from app.gui.main import MainWindow
 from app.gui.models.models_page import ModelsPage
 from app.settings.app_settings import Settings
 from tests.helpers.release_server import ReleaseServer
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 60_000  # a busy machine may be slow; waits end as soon as the condition holds
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 
 
 def mirrored_models_page(qtbot: QtBot, server: ReleaseServer) -> Iterator[ModelsPage]:

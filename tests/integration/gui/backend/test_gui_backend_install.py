@@ -35,8 +35,9 @@ from tests.helpers.cuda_index import PIN, fake_nvidia_smi
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import ReleaseServer
 from tests.helpers.signed_backend import PREVIOUS, Signed, installed, other_machine, run_app, sign_packed
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 300_000  # a self-test (or a cached rebuild) on a busy machine; waits end as soon as they can
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 REPO = backend_repo()  # backend archives are signed for the app's own repository (issue 35 item 5)
 
 

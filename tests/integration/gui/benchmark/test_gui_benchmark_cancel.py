@@ -20,8 +20,9 @@ from app.gui.benchmark.benchmark_page import CANCEL_GRACE_S, BenchmarkPage
 from app.gui.models.bench_model import BenchModel
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 120_000  # busy CI machines; every wait ends as soon as its condition holds
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 
 
 @pytest.fixture(scope="module")

@@ -30,9 +30,10 @@ from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 60_000  # a loaded machine may be slow; each wait ends as soon as its condition holds
-ENGINE_WAIT_MS = 60_000
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
+ENGINE_WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 
 
 def _chat(store: HistoryStore, title: str) -> int:

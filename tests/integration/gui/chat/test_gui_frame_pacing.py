@@ -28,8 +28,9 @@ from app.gguftools.demo_model import DemoModel
 from app.gui.chat.chat_view import DRAFT_TINT, RENDER_INTERVAL_MS, ChatView
 from app.gui.shell.engine_bridge import EngineBridge
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 120_000  # the CI machine may be busy; waits end as soon as the condition holds
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 PIPE_BUFFER = 64 * 1024  # a Linux pipe's buffer: a worker whose reader stopped blocks once this much is unread
 
 REPLY = ("<think>\nThe user wants the plan, keep it short.\n</think>\n\n"

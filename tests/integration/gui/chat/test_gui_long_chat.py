@@ -27,8 +27,9 @@ from app.settings.chat_settings import ChatSettings
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.gui_windows import open_window
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 120_000
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 GREEDY = ChatSettings(thinking=False, temperature=0.0, max_tokens=12)
 QUESTION = "Tell me about lighthouses, and then about the sea."
 

@@ -33,9 +33,10 @@ from app.settings.app_settings import Settings
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.gui_windows import open_window
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 10_000
-ENGINE_WAIT_MS = 60_000
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
+ENGINE_WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 PARAGRAPH = ("FastMTP Chat runs a large model on your own machine and lets a small draft head guess the next few "
              "tokens, which the target model then checks in a single pass; every guess it agrees with is kept, "
              "so the reply arrives sooner and reads exactly as it would have without any drafting at all. ") * 4

@@ -25,8 +25,9 @@ from app.gui.main import MainWindow
 from app.gui.models.model_selector import ModelSelector
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 60_000
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 GUI = Path(app.gui.__file__).parent
 THREAD_NAMES = {"Thread", "QThread", "QThreadPool", "ThreadPoolExecutor", "start_new_thread"}
 THREAD_MODULES = {"_thread", "concurrent.futures"}

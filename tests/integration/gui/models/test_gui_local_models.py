@@ -40,8 +40,9 @@ from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.demo_release import MODEL, SIDECAR, install_release
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import ReleaseServer
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 120_000  # busy CI machines; every wait ends as soon as its condition holds
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 REPO, OTHER_REPO = "someone/Qwen3.8-MTP-GGUF", "someone/Qwen3.8-MTP-GGUF-changed"
 REVISION = "89abcdef0123456789abcdef0123456789abcdef"
 

@@ -51,9 +51,10 @@ from tests.helpers.gui_windows import mirrored_models_page
 from tests.helpers.module_folders import ModuleFolders
 from tests.helpers.release_server import Fault, ReleaseServer
 from tests.helpers.signed_release_server import signed_release_files
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
-BUILD_WAIT_MS = 300_000  # a cached rebuild takes seconds; a busy machine may still need minutes
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
+BUILD_WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 CATALOG = load_catalog()
 MODEL = CATALOG.quant("Q4_K_P").file
 SIDECAR = CATALOG.sidecar.file

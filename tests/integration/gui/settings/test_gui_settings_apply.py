@@ -20,8 +20,9 @@ from app.settings.app_settings import Settings
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.gui_windows import open_window, send_and_wait
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 60_000
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,9 @@ from app.gui.main import MainWindow
 from app.gui.shell.ops import Report, run_in_background
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 60_000  # the CI machine may be busy; waits end as soon as the condition holds
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 
 
 @pytest.fixture(scope="module")

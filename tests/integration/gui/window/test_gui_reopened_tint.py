@@ -22,8 +22,9 @@ from app.gui.chat.chat_view import DRAFT_TINT, ChatView
 from app.gui.main import MainWindow
 from tests.helpers.demo_copies import DemoCopies
 from tests.helpers.module_folders import ModuleFolders
+from tests.helpers.waits import HANG_MS
 
-WAIT_MS = 60_000
+WAIT_MS = HANG_MS  # a hang guard: every wait ends as soon as its condition holds (tests/helpers/waits.py)
 
 
 @pytest.fixture(scope="module")
