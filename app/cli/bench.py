@@ -236,8 +236,6 @@ def cmd_bench_long_chat(args: argparse.Namespace) -> int:
     from app.bench import long_chat
     from app.engine.config import EngineConfig
 
-    if min(args.turns, args.reread_every, args.runs, args.max_tokens, args.reopen_tokens) < 1:
-        raise SystemExit("--turns, --reread-every, --runs, --max-tokens and --reopen-tokens must be 1 or more")
     if args.reopen_tokens + 2 * max(args.max_tokens, 64) + 160 > args.ctx:
         raise SystemExit(f"--reopen-tokens {args.reopen_tokens} leaves too little of --ctx {args.ctx} for the chat's "
                          "last turns and the reopened one: lower it or raise --ctx")

@@ -157,16 +157,8 @@ def cuda_archs(text: str) -> list[str]:
     return archs
 
 
-def depth_argument(text: str) -> int:
-    """``--depth``: a whole number in the one draft-depth range (app/engine/config.py)."""
-    try:
-        depth = int(text)
-    except ValueError:
-        depth = 0
-    if not DRAFT_DEPTH_MIN <= depth <= DRAFT_DEPTH_MAX:
-        raise argparse.ArgumentTypeError(f"the draft depth is a whole number from {DRAFT_DEPTH_MIN} to "
-                                         f"{DRAFT_DEPTH_MAX}, not {text!r}")
-    return depth
+# ``--depth``: a whole number in the one draft-depth range (app/engine/config.py)
+depth_argument = engine_limits.whole_number("the draft depth", DRAFT_DEPTH_MIN, DRAFT_DEPTH_MAX)
 
 
 # the counts the benchmarks take (``bench ...``, ``gpu-check``): whole numbers in a range that makes sense, refused in

@@ -48,10 +48,10 @@ def _number_options(parser: argparse.ArgumentParser, kind: type) -> list[argpars
     return options
 
 
-COMMANDS = [(" ".join(prefix), parser) for prefix, parser in _commands()]
-CASES = [(prefix, action.option_strings[-1]) for prefix, parser in _commands()
-         for action in _number_options(parser, int)]
-REAL_CASES = [(prefix, action.option_strings[-1]) for prefix, parser in _commands()
+PREFIXED = _commands()
+COMMANDS = [(" ".join(prefix), parser) for prefix, parser in PREFIXED]
+CASES = [(prefix, action.option_strings[-1]) for prefix, parser in PREFIXED for action in _number_options(parser, int)]
+REAL_CASES = [(prefix, action.option_strings[-1]) for prefix, parser in PREFIXED
               for action in _number_options(parser, float)]
 
 
