@@ -10,8 +10,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.cli import common
-from app.cli.common import Subparsers, command, emit, emit_line, group, log_stderr, stop_on_signals
+from app.cli.common import (
+    Subparsers,
+    acceptance_argument,
+    adaptive_max_argument,
+    bandwidth_argument,
+    bench_context_argument,
+    command,
+    count_argument,
+    depth_argument,
+    emit,
+    emit_line,
+    group,
+    log_stderr,
+    megabytes_argument,
+    optional_tokens_argument,
+    runs_argument,
+    stop_on_signals,
+    time_limit_argument,
+    tokens_argument,
+)
 from app.core import engine_limits, paths
 from app.engine.config import DRAFT_DEPTH_MAX
 from app.models.sidecar_job import Control
@@ -355,7 +373,7 @@ def add_commands(sub: Subparsers) -> None:
     dh.add_argument("--target", type=Path, help="time real files instead: the target ...")
     dh.add_argument("--full", type=Path, help="... its full sidecar ...")
     dh.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
-    dh.add_argument("--runs", type=common.runs_argument, default=50)
+    dh.add_argument("--runs", type=runs_argument, default=50)
     dh.add_argument("--threads", type=engine_limits.threads_argument)
     dh.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0,
                     help="-1 offloads everything (CUDA backends)")
@@ -370,14 +388,14 @@ def add_commands(sub: Subparsers) -> None:
     op.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0,
                     help="-1 offloads everything (CUDA backends)")
     op.add_argument("--tokens-per-pass", default="1,2,3,4,5", help="pass sizes to time (1 is always added)")
-    op.add_argument("--prompt-tokens", type=common.tokens_argument, default=512,
+    op.add_argument("--prompt-tokens", type=tokens_argument, default=512,
                     help="the prompt pass, and the position of the others")
-    op.add_argument("--runs", type=common.runs_argument, default=10,
+    op.add_argument("--runs", type=runs_argument, default=10,
                     help="plain passes per size; the figures are medians")
-    op.add_argument("--profile-runs", type=common.runs_argument, default=1,
+    op.add_argument("--profile-runs", type=runs_argument, default=1,
                     help="profiled passes per size (per-node medians)")
     op.add_argument("--threads", type=engine_limits.threads_argument)
-    op.add_argument("--bandwidth-gbs", type=common.bandwidth_argument,
+    op.add_argument("--bandwidth-gbs", type=bandwidth_argument,
                     help="the device's memory bandwidth, for the decode floor")
     op.add_argument("--out", type=Path, help="write the result JSON here")
     op.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
@@ -385,19 +403,19 @@ def add_commands(sub: Subparsers) -> None:
                  "host time per emitted token of the target's sampler (llama.cpp's chain) over the whole vocabulary")
     sm.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to time on")
     sm.add_argument("--target", type=Path, help="time on this target instead of a demo model")
-    sm.add_argument("--runs", type=common.runs_argument, default=15)
-    sm.add_argument("--rows", type=common.count_argument, default=16, help="logit rows per run (one batched pass)")
+    sm.add_argument("--runs", type=runs_argument, default=15)
+    sm.add_argument("--rows", type=count_argument, default=16, help="logit rows per run (one batched pass)")
     sm.add_argument("--threads", type=engine_limits.threads_argument)
     sm.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0,
                     help="-1 offloads everything (CUDA backends)")
-    sm.add_argument("--decode-tokens", type=common.optional_tokens_argument, default=0,
+    sm.add_argument("--decode-tokens", type=optional_tokens_argument, default=0,
                     help="also time plain decoding of this many tokens, picks on the host vs inside the graph")
     sm.add_argument("--out", type=Path, help="write the result JSON here")
     sm.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     gu = command(bsub, "gui", cmd_bench_gui, "chat view: event-loop latency and per-token rendering cost")
-    gu.add_argument("--tokens", type=common.tokens_argument, default=5000,
+    gu.add_argument("--tokens", type=tokens_argument, default=5000,
                     help="length of the synthetic markdown reply")
-    gu.add_argument("--rate", type=common.count_argument, default=1000, help="tokens per second of the latency stream")
+    gu.add_argument("--rate", type=count_argument, default=1000, help="tokens per second of the latency stream")
     gu.add_argument("--out", type=Path, help="write the result JSON here")
     gu.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     wi = command(bsub, "window", cmd_bench_window, "decode tok/s of replies streamed through the real window "
@@ -412,13 +430,13 @@ def add_commands(sub: Subparsers) -> None:
     wi.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
     wi.add_argument("--mode", choices=["off", "d2t"], default="off",
                     help="drafting off, or the d2t sidecar (default: %(default)s)")
-    wi.add_argument("--depth", type=common.depth_argument, default=3,
+    wi.add_argument("--depth", type=depth_argument, default=3,
                     help="draft depth with --mode d2t (default: %(default)s)")
-    wi.add_argument("--tokens", type=common.tokens_argument, default=256,
+    wi.add_argument("--tokens", type=tokens_argument, default=256,
                     help="tokens a reply (default: %(default)s; the chat itself has no cap by default)")
-    wi.add_argument("--runs", type=common.runs_argument, default=3,
+    wi.add_argument("--runs", type=runs_argument, default=3,
                     help="interleaved samples per variant, after one warm-up reply each (default: %(default)s)")
-    wi.add_argument("--turns", type=common.count_argument, default=3,
+    wi.add_argument("--turns", type=count_argument, default=3,
                     help="turns of each sample's conversation: the window's chat and its history, the same "
                          "conversation headless, each prompt alone as `generate` runs it (default: %(default)s)")
     wi.add_argument("--threads", type=engine_limits.threads_argument,
@@ -431,8 +449,8 @@ def add_commands(sub: Subparsers) -> None:
     ms.add_argument("--target", type=Path, help="run real files instead: the target ...")
     ms.add_argument("--full", type=Path, help="... its full sidecar ...")
     ms.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
-    ms.add_argument("--depth", type=common.depth_argument, default=3, help="draft depth")
-    ms.add_argument("--rounds", type=common.count_argument, default=5,
+    ms.add_argument("--depth", type=depth_argument, default=3, help="draft depth")
+    ms.add_argument("--rounds", type=count_argument, default=5,
                     help="times round the three modes; figures are medians")
     ms.add_argument("--threads", type=engine_limits.threads_argument)
     ms.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0,
@@ -446,7 +464,7 @@ def add_commands(sub: Subparsers) -> None:
     pr.add_argument("--target", type=Path, help="run real files instead: the target ...")
     pr.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
     pr.add_argument("--lengths", default="512,2048", help="prompt lengths in tokens, comma-separated")
-    pr.add_argument("--runs", type=common.runs_argument, default=3, help="interleaved runs; figures are medians")
+    pr.add_argument("--runs", type=runs_argument, default=3, help="interleaved runs; figures are medians")
     pr.add_argument("--batches", default="256,1024,2048",
                     help="our other n_batch sizes to time (drafting off) beside EngineConfig's default")
     pr.add_argument("--server-ubatches", default="",
@@ -462,10 +480,10 @@ def add_commands(sub: Subparsers) -> None:
                  "and `models add` of it (interleaved runs)")
     gg.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small",
                     help="demo model to write and read")
-    gg.add_argument("--runs", type=common.runs_argument, default=5, help="interleaved runs; figures are medians")
+    gg.add_argument("--runs", type=runs_argument, default=5, help="interleaved runs; figures are medians")
     fe = command(bsub, "fetch", cmd_bench_fetch, "download a generated file with our fetcher and with curl")
-    fe.add_argument("--size-mb", type=common.megabytes_argument, default=2048, help="size of the generated file in MiB")
-    fe.add_argument("--runs", type=common.runs_argument, default=3, help="runs per client, alternating")
+    fe.add_argument("--size-mb", type=megabytes_argument, default=2048, help="size of the generated file in MiB")
+    fe.add_argument("--runs", type=runs_argument, default=3, help="runs per client, alternating")
     fe.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     lc = command(bsub, "long-chat", cmd_bench_long_chat, "a scripted long chat through the engine worker "
                  "(issue 34): time to first token with the kept state against re-reading the history, a chat "
@@ -475,17 +493,17 @@ def add_commands(sub: Subparsers) -> None:
     lc.add_argument("--full", type=Path, help="... its full sidecar ...")
     lc.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
     lc.add_argument("--mode", choices=["off", "d2t"], default="d2t", help="drafting off, or the d2t sidecar")
-    lc.add_argument("--depth", type=common.depth_argument, default=3, help="draft depth with --mode d2t")
-    lc.add_argument("--ctx", type=common.bench_context_argument, default=2048,
+    lc.add_argument("--depth", type=depth_argument, default=3, help="draft depth with --mode d2t")
+    lc.add_argument("--ctx", type=bench_context_argument, default=2048,
                     help="context size in tokens (overflow policy: trim)")
-    lc.add_argument("--turns", type=common.count_argument, default=24,
+    lc.add_argument("--turns", type=count_argument, default=24,
                     help="user messages in the scripted chat (40-60 words each)")
-    lc.add_argument("--max-tokens", type=common.tokens_argument, default=64, help="tokens a reply (greedy)")
-    lc.add_argument("--reread-every", type=common.count_argument, default=4,
+    lc.add_argument("--max-tokens", type=tokens_argument, default=64, help="tokens a reply (greedy)")
+    lc.add_argument("--reread-every", type=count_argument, default=4,
                     help="every this many turns, the same prompt is also read from scratch by a second worker")
-    lc.add_argument("--reopen-tokens", type=common.tokens_argument, default=1500,
+    lc.add_argument("--reopen-tokens", type=tokens_argument, default=1500,
                     help="tokens a reopened chat has at least")
-    lc.add_argument("--runs", type=common.runs_argument, default=3,
+    lc.add_argument("--runs", type=runs_argument, default=3,
                     help="reopens (each a worker restart), interleaved with re-reads")
     lc.add_argument("--threads", type=engine_limits.threads_argument)
     lc.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0,
@@ -495,13 +513,13 @@ def add_commands(sub: Subparsers) -> None:
     ll = command(bsub, "lossless", cmd_bench_lossless,
                  "every drafting variant vs plain decoding, token for token, at temperature 0 and 0.8")
     ll.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="tiny", help="demo model to use")
-    ll.add_argument("--acceptance", type=common.acceptance_argument, default=0.8,
+    ll.add_argument("--acceptance", type=acceptance_argument, default=0.8,
                     help="the demo model's draft agreement")
     ll.add_argument("--target", type=Path, help="real files instead: the target ...")
     ll.add_argument("--full", type=Path, help="... its full sidecar ...")
     ll.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
-    ll.add_argument("--prompts", type=common.count_argument, default=2, help="prompts per prompt set")
-    ll.add_argument("--tokens", type=common.tokens_argument, default=64)
+    ll.add_argument("--prompts", type=count_argument, default=2, help="prompts per prompt set")
+    ll.add_argument("--tokens", type=tokens_argument, default=64)
     ll.add_argument("--threads", type=engine_limits.threads_argument)
     ll.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0,
                     help="-1 offloads everything (CUDA backends)")
@@ -512,8 +530,8 @@ def add_commands(sub: Subparsers) -> None:
     mx.add_argument("--full", type=Path, help="its full sidecar")
     mx.add_argument("--modes", default="off,embedded,d2t", help="comma-separated: off, embedded, full, d2t")
     mx.add_argument("--depths", default="1,2,3,4", help="draft depths")
-    mx.add_argument("--tokens", type=common.tokens_argument, default=64, help="tokens generated per prompt")
-    mx.add_argument("--runs", type=common.runs_argument, default=3,
+    mx.add_argument("--tokens", type=tokens_argument, default=64, help="tokens generated per prompt")
+    mx.add_argument("--runs", type=runs_argument, default=3,
                     help="runs, interleaved (each variant once per run, the order "
                     "rotating); figures are medians; a verdict against off needs 3")
     mx.add_argument("--prompt-sets", default="document", help="comma-separated: document, reasoning")
@@ -525,15 +543,15 @@ def add_commands(sub: Subparsers) -> None:
     sp = command(bsub, "spec", cmd_bench_spec,
                  "modes x draft depths x prompt sets, ours and llama-server side by side")
     sp.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
-    sp.add_argument("--acceptance", type=common.acceptance_argument, default=0.8,
+    sp.add_argument("--acceptance", type=acceptance_argument, default=0.8,
                     help="the demo model's draft agreement")
     sp.add_argument("--target", type=Path, help="run real files instead: the target ...")
     sp.add_argument("--full", type=Path, help="... its full sidecar ...")
     sp.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
-    sp.add_argument("--tokens", type=common.tokens_argument, default=128, help="tokens generated per prompt")
-    sp.add_argument("--runs", type=common.runs_argument, default=3, help="interleaved runs; figures are medians")
+    sp.add_argument("--tokens", type=tokens_argument, default=128, help="tokens generated per prompt")
+    sp.add_argument("--runs", type=runs_argument, default=3, help="interleaved runs; figures are medians")
     sp.add_argument("--depths", default="1,2,3,4", help="fixed draft depths")
-    sp.add_argument("--adaptive-max", type=common.adaptive_max_argument, default=DRAFT_DEPTH_MAX,
+    sp.add_argument("--adaptive-max", type=adaptive_max_argument, default=DRAFT_DEPTH_MAX,
                     help="deepest depth adaptive may choose (0: no adaptive rows)")
     sp.add_argument("--adaptive-start", choices=["warm", "cold"], default="warm",
                     help="warm (default): the first run's adaptive rows start cold and each later run's from what the "
@@ -541,7 +559,7 @@ def add_commands(sub: Subparsers) -> None:
                          "model's first does in the app; cold: every run starts from nothing")
     sp.add_argument("--modes", default="off,embedded,full,d2t", help="comma-separated subset of the modes")
     sp.add_argument("--no-upstream", action="store_true", help="skip llama-server")
-    sp.add_argument("--time-limit", type=common.time_limit_argument, metavar="S",
+    sp.add_argument("--time-limit", type=time_limit_argument, metavar="S",
                     help="start no variant after S seconds; keep what was measured (marked cut short)")
     sp.add_argument("--server", type=Path, help="llama-server binary to use (default: built from the active tree)")
     sp.add_argument("--remote", metavar="NAME|URL",

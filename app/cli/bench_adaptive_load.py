@@ -9,8 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.cli import common
-from app.cli.common import command, emit, log_stderr
+from app.cli.common import (
+    acceptance_argument,
+    busy_cores_argument,
+    command,
+    depth_argument,
+    emit,
+    log_stderr,
+    runs_argument,
+    tokens_argument,
+)
 from app.core import engine_limits, paths
 from app.engine.config import DRAFT_DEPTH_MAX
 
@@ -45,19 +53,19 @@ def add_command(bsub: Any) -> None:
                  "adaptive depth vs each fixed depth in phases of changing load (quiet, loaded, quiet again), "
                  "the load started and stopped by the benchmark")
     al.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="small", help="demo model to run")
-    al.add_argument("--acceptance", type=common.acceptance_argument, default=0.8,
+    al.add_argument("--acceptance", type=acceptance_argument, default=0.8,
                     help="the demo model's draft agreement")
     al.add_argument("--target", type=Path, help="run real files instead: the target ...")
     al.add_argument("--full", type=Path, help="... its full sidecar ...")
     al.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
-    al.add_argument("--tokens", type=common.tokens_argument, default=64,
+    al.add_argument("--tokens", type=tokens_argument, default=64,
                     help="tokens generated per prompt (default 64)")
     al.add_argument("--depths", default="1,2,3,4", help="fixed draft depths (default 1,2,3,4)")
-    al.add_argument("--adaptive-max", type=common.depth_argument, default=DRAFT_DEPTH_MAX,
+    al.add_argument("--adaptive-max", type=depth_argument, default=DRAFT_DEPTH_MAX,
                     help=f"deepest depth adaptive may choose (default {DRAFT_DEPTH_MAX})")
-    al.add_argument("--busy-cores", type=common.busy_cores_argument, default=1,
+    al.add_argument("--busy-cores", type=busy_cores_argument, default=1,
                     help="cores kept busy in the loaded phase (default 1)")
-    al.add_argument("--runs", type=common.runs_argument, default=1,
+    al.add_argument("--runs", type=runs_argument, default=1,
                     help="interleaved runs per phase, pooled: several make the 3%% verdict against the best fixed "
                          "depth fair (one run's best fixed depth is its luckiest) (default 1)")
     al.add_argument("--threads", type=engine_limits.threads_argument)

@@ -9,8 +9,16 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from app.cli import common
-from app.cli.common import Subparsers, command, emit, log_stderr
+from app.cli.common import (
+    Subparsers,
+    acceptance_argument,
+    command,
+    emit,
+    log_stderr,
+    runs_argument,
+    seconds_argument,
+    tokens_argument,
+)
 from app.core import engine_limits
 
 
@@ -48,12 +56,12 @@ def add_commands(sub: Subparsers) -> None:
     gc.add_argument("--out", type=Path, required=True, help="folder for the result files (at most 8)")
     gc.add_argument("--archive", type=Path, help="backend archive to install first (from `backend pack --server`)")
     gc.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="27b", help="demo model size")
-    gc.add_argument("--acceptance", type=common.acceptance_argument, default=0.92)
+    gc.add_argument("--acceptance", type=acceptance_argument, default=0.92)
     gc.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=-1,
                     help="0 runs everything on the CPU")
-    gc.add_argument("--runs", type=common.runs_argument, default=2, help="interleaved runs of bench spec")
-    gc.add_argument("--tokens", type=common.tokens_argument, default=128, help="tokens per prompt in bench spec")
-    gc.add_argument("--budget", type=common.seconds_argument, default=540.0, help="seconds for the whole check")
+    gc.add_argument("--runs", type=runs_argument, default=2, help="interleaved runs of bench spec")
+    gc.add_argument("--tokens", type=tokens_argument, default=128, help="tokens per prompt in bench spec")
+    gc.add_argument("--budget", type=seconds_argument, default=540.0, help="seconds for the whole check")
     gc.add_argument("--threads", type=engine_limits.threads_argument)
     gc.add_argument("--work", type=Path, help="scratch folder for the demo model (default: a temp folder)")
     gp = command(sub, "gpu-prepare", cmd_gpu_prepare,
