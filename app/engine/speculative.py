@@ -57,6 +57,16 @@ PromptProgress = Callable[[int, int], None]  # tokens of the prompt read so far,
 Steer = Callable[[list[int]], "list[int] | None"]
 
 
+@dataclass
+class _Learning:
+    """Adaptive depth at one decode-thread count: its estimates, the record they are saved in (None: not kept)
+    and the rounds it had played at the latest save."""
+
+    adaptive: AdaptiveDepth
+    memory: tuple[DepthMemory, MemoryKey] | None = None
+    saved_rounds: int = 0
+
+
 class SpeculativeDecoder:
     """Owns the target (and draft) contexts of one conversation; ``generate`` streams one reply."""
 
@@ -75,8 +85,11 @@ class SpeculativeDecoder:
         # the target's sampler, kept while the sampling settings stay the same (attached to the graph, a new one
         # makes llama.cpp reserve its graphs again): each reply restarts it at the seed
         self._chain: tuple[SamplingParams, SamplerChain] | None = None
-        self._memory: tuple[DepthMemory, MemoryKey] | None = None  # adaptive depth's record and its key
-        self._remembered_rounds = 0  # adaptive rounds up to the latest save
+        # adaptive depth learns one set of costs per decode-thread count: a verify pass's cost against a one-token
+        # pass has another shape at 1 thread than at 2 (1.35x against 1.08x for 3 against 2 tokens on the scaled
+        # demo), so each count keeps its own estimates and its own record (``_use_threads``)
+        self._learning: dict[int, _Learning] = {}
+        self._memory_folder = config.depth_memory
         drafting = config.mode != "off"
         if config.rpc:  # before the load: the offloaded layers spread over every device registered by then
             from app.native.rpc import connect
@@ -125,9 +138,9 @@ class SpeculativeDecoder:
         self.pending_h: FloatArray | None = None
         # target-evaluated tokens the draft context has not seen yet, each with the hidden row before it
         self._held: list[tuple[int, FloatArray]] = []
-        self.adaptive = AdaptiveDepth(config.draft_depth) if config.adaptive else None
-        if self.adaptive is not None and self.dctx is not None and config.depth_memory is not None:
-            self._recall(config.depth_memory)
+        self.adaptive: AdaptiveDepth | None = None
+        if config.adaptive:
+            self.adaptive = self._learning_for(self.threads).adaptive
         self._native_marks = (0.0, 0.0)
         # adaptive depth times its rounds in this thread's CPU time when the model runs on the CPU: on a machine
         # shared with other jobs, wall time there mostly measures the waits for a core (round times wander by
@@ -268,10 +281,18 @@ class SpeculativeDecoder:
         threads = default_threads()
         if threads != self.threads:
             log.info("decode threads %d -> %d (the idle cores now)", self.threads, threads)
-            for ctx in (self.tctx, self.dctx):
-                if ctx is not None:
-                    ctx.set_threads(threads)
-            self.threads = threads
+            self.use_threads(threads)
+
+    def use_threads(self, threads: int) -> None:
+        """Decode with ``threads`` threads from the next pass on, in both contexts; adaptive depth saves what it
+        learned at the count before and goes on with what it knows (or remembers) at this one."""
+        for ctx in (self.tctx, self.dctx):
+            if ctx is not None:
+                ctx.set_threads(threads)
+        self.threads = threads
+        if self.adaptive is not None:
+            self._remember()
+            self.adaptive = self._learning_for(threads).adaptive
 
     @property
     def samples_on_backend(self) -> bool:
@@ -481,33 +502,45 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ depth memory
 
-    def _recall(self, folder: Path) -> None:
-        """Start adaptive depth from what an earlier load of the same files on this backend learned, if any."""
+    def _learning_for(self, threads: int) -> _Learning:
+        """Adaptive depth's state for ``threads`` decode threads: the one this decoder keeps, else a new one, started
+        from the record an earlier load made at that count when there is one."""
+        learning = self._learning.get(threads)
+        if learning is None:
+            learning = _Learning(AdaptiveDepth(self.config.draft_depth))
+            if self.dctx is not None and self._memory_folder is not None:
+                learning.memory = self._recall(learning.adaptive, self._memory_folder, threads)
+            self._learning[threads] = learning
+        return learning
+
+    def _recall(self, adaptive: AdaptiveDepth, folder: Path, threads: int) -> tuple[DepthMemory, MemoryKey] | None:
+        """Start ``adaptive`` from what an earlier load of the same files on this backend, decoding with as many
+        threads, learned, if any; the record and its key for the saves, None when there is nothing to key by."""
         from app.native.loader import backend_manifest
 
-        assert self.adaptive is not None
         try:
-            # threads as set; 0 when they follow the idle cores, so a load on a busier moment finds the same record
-            key = key_for(self.config, backend_manifest().id, self.config.n_threads or 0)
+            key = key_for(self.config, backend_manifest().id, threads)
         except (OSError, FastMTPError) as exc:  # no manifest (a bare backend folder): nothing to key it by
             log.warning("adaptive depth starts cold: %s", exc)
-            return
+            return None
         memory = DepthMemory(folder)
-        self._memory = (memory, key)
         state = memory.recall(key)
-        if state is not None and not self.adaptive.restore(state):
+        if state is not None and not adaptive.restore(state):
             log.warning("adaptive depth starts cold: the record in %s is not one this version can use",
                         memory.path(key))
+        return memory, key
 
     def _remember(self) -> None:
-        """Save what adaptive depth learned since the last save. A failure (a full disk, a read-only folder)
-        only costs the next load its warm start, so it is logged, not raised into the reply."""
-        if self._memory is None or self.adaptive is None or self.adaptive.rounds == self._remembered_rounds:
+        """Save what adaptive depth learned at the current thread count since the last save. A failure (a full
+        disk, a read-only folder) only costs the next load its warm start, so it is logged, not raised into the
+        reply."""
+        learning = self._learning.get(self.threads)
+        if learning is None or learning.memory is None or learning.adaptive.rounds == learning.saved_rounds:
             return
-        memory, key = self._memory
-        self._remembered_rounds = self.adaptive.rounds
+        memory, key = learning.memory
+        learning.saved_rounds = learning.adaptive.rounds
         try:
-            memory.remember(key, self.adaptive.snapshot())
+            memory.remember(key, learning.adaptive.snapshot())
         except OSError as exc:
             log.warning("what adaptive depth learned could not be saved in %s: %s", memory.folder, exc)
 

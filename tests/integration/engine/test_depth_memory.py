@@ -139,8 +139,9 @@ def _reply(config: EngineConfig, demo: DemoModel) -> tuple[SpeculativeDecoder, l
 
 @needs_backend
 def test_the_next_load_of_the_same_files_starts_where_the_last_one_left_off(demo: DemoModel, tmp_path: Path) -> None:
+    # a set thread count: records are kept per count, and one that follows the idle cores could differ between loads
     config = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, adaptive=True, n_ctx=1024,
-                          depth_memory=tmp_path / "memory")
+                          n_threads=1, depth_memory=tmp_path / "memory")
     first, tokens = _reply(config, demo)
     assert first.adaptive is not None and not first.adaptive.warm
     first.close()
@@ -174,7 +175,7 @@ def test_a_damaged_record_or_a_blocked_folder_only_costs_the_warm_start(demo: De
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     memory = tmp_path / "memory"
     config = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, adaptive=True, n_ctx=1024,
-                          depth_memory=memory)
+                          n_threads=1, depth_memory=memory)
     decoder, _ = _reply(config, demo)
     decoder.close()
     record = next(memory.glob("*.depth.json"))
@@ -194,6 +195,43 @@ def test_a_damaged_record_or_a_blocked_folder_only_costs_the_warm_start(demo: De
         decoder, tokens = _reply(replace(config, depth_memory=blocked / "memory"), demo)
         decoder.close()
     assert tokens and "could not be saved" in caplog.text
+
+
+@needs_backend
+def test_each_thread_count_learns_and_remembers_its_own_depths(demo: DemoModel, tmp_path: Path) -> None:
+    """A verify pass's cost has another shape at another thread count, so when the decode threads change (the idle
+    cores did) adaptive depth saves what it learned at the old count and goes on with what it knows at the new one;
+    coming back to a count takes up its estimates where they were, and a later load at a count finds its record."""
+    from app.native.loader import backend_manifest
+
+    memory = DepthMemory(tmp_path / "memory")
+    config = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, adaptive=True, n_ctx=1024,
+                          n_threads=1, depth_memory=memory.folder)
+    decoder, tokens = _reply(config, demo)
+    try:
+        one = decoder.adaptive
+        assert one is not None and one.rounds > 0
+        one_rounds = one.rounds
+        decoder.use_threads(2)
+        assert decoder.threads == 2 and decoder.adaptive is not None and decoder.adaptive is not one
+        assert decoder.adaptive.rounds == 0 and not decoder.adaptive.warm
+        assert memory.recall(key_for(config, backend_manifest().id, 1)) is not None  # saved at the switch
+        decoder.reset()
+        again = decoder.generate(table_prompt(demo), 120, Sampler(SamplingParams()))
+        assert again.tokens == tokens and again.stats.threads == 2  # lossless at either count
+        two_rounds = decoder.adaptive.rounds
+        assert two_rounds > 0 and one.rounds == one_rounds  # the other count's estimates untouched
+        decoder.use_threads(1)
+        assert decoder.adaptive is one
+        assert memory.recall(key_for(config, backend_manifest().id, 2))["rounds"] == two_rounds  # type: ignore[index]
+    finally:
+        decoder.close()
+    for threads, warm in ((2, True), (1, True), (3, False)):
+        later = SpeculativeDecoder(replace(config, n_threads=threads))
+        try:
+            assert later.adaptive is not None and later.adaptive.warm == warm, threads
+        finally:
+            later.close()
 
 
 @needs_backend
