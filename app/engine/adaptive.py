@@ -17,8 +17,11 @@ batch size; nor does the first drafting round. The engine times rounds in the de
 on a CPU backend, so other jobs' turns on a shared core stay out of them; what such jobs still change
 (caches, memory bandwidth, the device's share with GPU offload) is taken out as load: a round's verify
 time is divided by its own draft steps' slowness against their estimate (they ran a moment before, on
-the same core, and cost the same at any depth), and a round without two drafts by the load measured at
-the current depth around it, counting only if the load before and after agree. The draft step is the unit
+the same core, and cost the same at any depth); a round at the current depth with one draft by its first draft
+pass's slowness, when that reading is near the load index (``PASS_AGREE``); any other round by the load measured
+at the current depth around it, counting only if the load before and after agree. Only depth 0 has no reading of
+its own: its load index is measured against its own estimate, so its estimate moves only through visits (depth 1
+was the same until issue 36's EPYC runs showed it keeping a cost learned too cheap). The draft step is the unit
 every cost is kept in, and it does not move once measured: were the step's own estimate divided by the load
 (a round's time over its prediction, which the estimates themselves set), the unit would wander, the depth
 being played would follow it and the others, visited now and then, would not, and it would come to look
@@ -94,10 +97,15 @@ SHIFT_FAST = 0.85  # the recent average of that share ...
 SHIFT_SLOW = 0.99  # ... and its "before", a slower one
 # A visit's verify time, divided by the load it ran under, this much below its batch size's estimate proves the
 # estimate wrong: it replaces it, instead of being one sample among WINDOW. Only faster: a round cannot run fast by
-# chance the way it can stall, and a depth predicted too cheap corrects itself by being played. (Issue 36: after a
+# chance the way it can stall, and a depth predicted too cheap corrects itself by being played (its draft passes
+# read its rounds' load; the proof takes the lowest reading of the load around the visit). (Issue 36: after a
 # slow stretch at depth 1, the Xeon's scaled demo predicted depth 3 at 0.132 s a round where its rounds took
 # 0.09 s, and stayed at depth 0 for hundreds of rounds.)
 PROVEN_FASTER = 1.2
+# A round with one draft reads its load from its first draft pass when that reading is within this factor of the load
+# index: an estimate wrong by up to this much corrects itself, while a load on the draft passes alone (8x in
+# ``bench adaptive-load``'s loaded phase on the Xeon) is left to the load index and the measured rates
+PASS_AGREE = 1.5
 
 
 @dataclass(frozen=True)
@@ -496,8 +504,20 @@ class AdaptiveDepth:
                 # the draft steps of this very round tell its load best: they ran a moment before the verify
                 # pass, on the same core, and their cost does not depend on the depth. The step itself is the
                 # unit and is not sampled again (see the module's docstring)
-                self._add(_Samples(batch, samples.rest, samples.first_pass, visit=samples.visit),
-                          samples.step / _estimate(self.step))
+                steps_load = samples.step / _estimate(self.step)
+                self._add(_Samples(batch, samples.rest, samples.first_pass, visit=samples.visit), steps_load,
+                          proof_load=min(steps_load, self.load))
+                samples = _Samples(batch, None)
+            elif own and made == 1 and samples.first_pass and self.first_pass and \
+                    1.0 / PASS_AGREE < samples.first_pass / _estimate(self.first_pass) / self.load < PASS_AGREE:
+                # one draft: no steps, but the first draft pass ran a moment before the verify pass as well, and
+                # costs about the same at any depth. Without it, depth 1's rounds would be divided by the load
+                # measured against depth 1's own estimate, which then could never move: too cheap, it would keep
+                # depth 1 chosen for good (its load index 10-20% above the other depths', on the machine and in
+                # the simulation). Here the first pass is the unit and is not sampled
+                pass_load = samples.first_pass / _estimate(self.first_pass)
+                self._add(_Samples(batch, samples.rest, visit=samples.visit), pass_load,
+                          proof_load=min(pass_load, self.load))
                 samples = _Samples(batch, None)
             self._waiting.append((samples, self._loads_seen - (1 if own else 0), own))
             self._settle()
@@ -593,18 +613,22 @@ class AdaptiveDepth:
             elif after:
                 low, high = sorted((statistics.median(ahead), statistics.median(after)))
                 if high <= low * (1.0 + LOAD_AGREE):
-                    self._add(samples, (low + high) / 2.0)
+                    self._add(samples, (low + high) / 2.0, proof_load=low)
 
-    def _add(self, samples: _Samples, load: float) -> None:
+    def _add(self, samples: _Samples, load: float, proof_load: float | None = None) -> None:
         """Add a round's samples, divided by the load it ran under. A visit's verify time ``PROVEN_FASTER`` below
         its batch size's estimate replaces the estimate: the median of ``WINDOW`` older samples would need many
         visits, one every ``PROBE_EVERY`` rounds or more, to move, while the depth played meanwhile measures the
-        load against its own estimate and cannot see the error."""
+        load against its own estimate and cannot see the error. The proof divides by ``proof_load``, the lowest
+        reading of the load around the visit: a visit is one counted round, and the load before and after it can
+        differ by 20%, so dividing by their mean (right for one sample among many) would let a visit at a quiet
+        moment "prove" an estimate too dear that is not, and the estimate would only ever move one way."""
         self._changes += 1
         if samples.rest is not None:
             rest = samples.rest / load
             kept = self.rest.setdefault(samples.batch, deque(maxlen=WINDOW))
-            if samples.visit and kept and rest * PROVEN_FASTER < _estimate(kept):
+            proof = samples.rest / (load if proof_load is None else proof_load)
+            if samples.visit and kept and proof * PROVEN_FASTER < _estimate(kept):
                 kept.clear()
                 kept.extend([rest] * WARM_SAMPLES)
                 self.corrections += 1

@@ -230,6 +230,13 @@ XEON = Machine("xeon", rest=ms([48, 88, 95, 101, 115, 120, 132, 143, 151]), firs
 SCALED_XEON = Machine("scaled xeon", rest=ms([40, 49, 62, 77, 87.5, 110, 121, 132, 143]), first_pass=0.0046,
                       step=0.0045, catch_up=0.0002, jitter=0.04, stalls=0.01, slow_start=4, rebuild=0.0007,
                       wobble=0.03)
+# The same demo on the quiet AMD EPYC, 1 thread (2026-12-04's bench spec decision log, medians): verify of 2 tokens
+# 77-82 ms, of 3 88-94 ms, draft passes 5.3-5.8 ms, so depth 1 is 8-10% behind depths 2 and 3; and its rounds wander
+# 20% around their prediction (the wobble), with which a depth without draft steps used to keep a cost learned too
+# cheap for good (the load index, measured against its own estimate, took the error in).
+SCALED_EPYC = Machine("scaled epyc", rest=ms([64, 78, 92, 107, 138, 145, 172, 176, 186]), first_pass=0.0058,
+                      step=0.0053, catch_up=0.0002, jitter=0.04, stalls=0.01, slow_start=4, rebuild=0.0007,
+                      wobble=0.2)
 GPU_LIKE = Machine("gpu-like", rest=ms([20.0, 20.2, 20.4, 20.6, 20.8, 21.0, 21.2, 21.4, 21.6]), first_pass=0.0025,
                    step=0.002, catch_up=0.0001, jitter=0.03, stalls=0.01, slow_start=8, rebuild=0.0003, wobble=0.05)
 

@@ -27,6 +27,7 @@ from tests.helpers.adaptive_sim import (
     LOW,
     PROMPT_SET,
     REPLY,
+    SCALED_EPYC,
     SCALED_XEON,
     SEEDS,
     SESSION,
@@ -115,3 +116,19 @@ def test_a_warm_start_keeps_the_first_prompt_set_within_3_percent_without_trying
     rates = {k: together(runs) for k, runs in fixed.items()}
     best = max(range(1, 9), key=lambda k: rates[k])
     assert together(sessions) >= 0.97 * rates[best], (best, together(sessions), rates)
+
+
+def test_a_depth_without_draft_steps_does_not_keep_a_cost_learned_too_cheap() -> None:
+    """Issue 36's last phase gap: on the scaled demo's EPYC shape (depth 1 8-10% behind depths 2 and 3, rounds
+    wandering 20%) adaptive depth spent a quarter to a third of its rounds at depth 1, 0.967x the best fixed depth.
+    A visit of depth 1 at a quiet moment left its estimate too cheap, and once chosen its own rounds could not show
+    it: they were divided by a load measured against that very estimate. Its first draft pass now reads the load of
+    its rounds, as the draft steps do for the deeper depths."""
+    accept: Accept = lambda p: 0.78  # noqa: E731  (the scaled demo at acceptance 0.8: 0.76-0.79 measured)
+    seeds = range(1, 11)
+    sessions = [run_adaptive(SCALED_EPYC, accept, 1024, seed)[0] for seed in seeds]
+    fixed = {k: together([run_fixed(SCALED_EPYC, accept, 1024, seed, k) for seed in seeds]) for k in range(4)}
+    assert fixed[2] >= 1.05 * fixed[1] and fixed[3] >= 1.05 * fixed[1]  # the shape: depth 1 is behind
+    depth_one = sum(depth == 1 for t in sessions for depth in t.depths) / sum(len(t.depths) for t in sessions)
+    assert depth_one < 0.1, depth_one
+    assert together(sessions) >= 0.97 * max(fixed.values()), (together(sessions), fixed)
