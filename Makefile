@@ -65,7 +65,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # The suite spread over the cores (pytest-xdist), a whole test file to a worker so a module's fixtures (demo models,
 # packed backends) are written once; at most 4 workers, whose disk and memory peaks this machine's size allows.
 # On 2 cores this halves the wall time (tests/integration/engine: 12:00 -> 6:08); PYTEST_WORKERS= runs it serially.
-PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder  # tests/conftest.py's order: slowest files first
 
 test: lint
 	$(call apt_install,$(TEST_DEB_PACKAGES))

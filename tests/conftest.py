@@ -12,6 +12,7 @@ pinned sdist are reused between runs: the first run builds (minutes), later runs
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,13 +30,48 @@ INTEGRATION = Path(__file__).parent / "integration"
 NATIVE_FIXTURES = {"patched_backend", "unpatched_backend", "unpatched_dir"}
 
 
+# The files whose tests take the longest (minutes each under `make test`: the slowest-15 lists of CI and of the
+# loaded runs), slowest first. `make test` hands whole files to its workers (--dist loadfile), and pytest-xdist would
+# order them by their number of tests, which puts these few-test files near the end, where one of them alone keeps a
+# worker busy for minutes while the rest wait (issue 38: a quiet `make test` within 40 minutes). Started first, they
+# run beside the many short files instead. `--no-loadscope-reorder` (Makefile) keeps this order.
+SLOWEST_FIRST = (
+    "integration/models/test_demo_27b.py",
+    "integration/bench/test_gpu_check.py",
+    "integration/models/test_sidecar_corpus.py",
+    "integration/models/test_sidecar_replace.py",
+    "integration/native/test_d2t_checks.py",
+    "integration/gui/window/test_gui_auto_drafting.py",
+    "integration/gui/models/test_gui_local_models.py",
+    "integration/cli/test_cli.py",
+    "integration/cli/test_quickstart.py",
+    "integration/models/test_demo_english.py",
+    "integration/models/test_sidecar_make.py",
+    "integration/bench/test_bench_gguf.py",
+    "integration/bench/test_bench_adaptive_load.py",
+    "integration/engine/test_verdicts.py",
+    "integration/backend/test_cuda_wheels.py",
+    "integration/cli/test_small_refusals.py",
+    "integration/native/test_native_sampling.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the integration folder's tests, and refuse a unit test that asks for a built backend."""
+    """Mark the integration folder's tests, refuse a unit test that asks for a built backend, and order the files:
+    ``SLOWEST_FIRST``, then the others by their number of tests, most first (pytest-xdist's own default)."""
     for item in items:
         if item.path.is_relative_to(INTEGRATION):
             item.add_marker(pytest.mark.integration)
         elif NATIVE_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} needs a built backend: move it to tests/integration/.")
+    tests = Path(__file__).parent
+    missing = [name for name in SLOWEST_FIRST if not (tests / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py's SLOWEST_FIRST names files that are gone: {missing}")
+    rank = {tests / name: i for i, name in enumerate(SLOWEST_FIRST)}
+    counts = Counter(item.path for item in items)
+    first_seen = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
+    items.sort(key=lambda item: (rank.get(item.path, len(rank)), -counts[item.path], first_seen[item.path]))
 
 
 @pytest.fixture(scope="session", autouse=True)
