@@ -22,7 +22,7 @@ from typing import Any
 from app.bench import spec
 from app.bench.busy_cores import BusyCores
 from app.bench.report import device_description
-from app.engine.depth_memory import machine_load
+from app.engine.depth_memory import load_average
 
 PHASES = (("quiet", 0), ("loaded", None), ("quiet again", 0))  # None: the cores asked for
 
@@ -118,12 +118,12 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
     done = []
     for name, cores in phases:
         busy = busy_cores if cores is None else cores
-        before = machine_load()
+        before = load_average()
         started = time.monotonic()
         with BusyCores(busy):
             log(f"phase {name}: {busy} busy core(s), load {before if before is not None else '?'} per core")
             result = spec.run(target, {"d2t": d2t}, variants=variants, n_tokens=n_tokens, runs=runs,
                               prompt_sets=prompt_sets, n_threads=n_threads, interleave="prompt",
                               depth_memory=memory, keep_memory=True, log=log)
-        done.append(Phase(name, busy, before, machine_load(), time.monotonic() - started, result.rows))
+        done.append(Phase(name, busy, before, load_average(), time.monotonic() - started, result.rows))
     return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description(), runs)

@@ -12,7 +12,7 @@ not finite) is moved aside as ``<name>.bad`` with a warning (``settings_file.loa
 nothing native: the decoder hands in the backend's id.
 
 What was learned is not kept for good (issue 36: decisions learned under load stick): a record also notes the
-machine's load when its session began (the 1-minute load average per core, before the session's own work) and the
+machine's load when its session began (other processes' share of the cores, our own work left out) and the
 backend's build (``backend_build``: its llama.cpp commit, patch and build time, so a rebuild under the same id
 counts), and a record older than ``MAX_AGE_DAYS``, or made under a load ``LOAD_FACTOR`` times lighter or heavier
 than now, or by another build, is not used (``stale_reason``): the next load measures again and rewrites it. Auto
@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.core import idle_cores
 from app.core.settings_file import load_json_object, load_state, write_json
 from app.engine.config import EngineConfig
 
@@ -39,12 +40,30 @@ LOAD_FACTOR = 2.0  # ... and one made under a load (per core) this many times li
 LOAD_FLOOR = 0.25  # loads per core below this count as this (an idle machine's 0.02 against 0.1 is no change)
 
 
-def machine_load() -> float | None:
-    """The 1-minute load average per core (None where the system has none, as on Windows)."""
+LOAD_WINDOW_S = 0.1  # the window the other processes' load is read over when a record is taken up or listed
+
+
+def load_average() -> float | None:
+    """The 1-minute load average per core (None where the system has none, as on Windows): our own recent work
+    counts in it too, so it is for reports, not for judging records."""
     try:
         return os.getloadavg()[0] / (os.cpu_count() or 1)
     except (OSError, AttributeError):
         return None
+
+
+def machine_load() -> float | None:
+    """Other processes' share of the machine now, 0 (idle) to 1 (every core busy): the kernel's CPU counters over
+    ``LOAD_WINDOW_S`` with this process's own CPU time taken out (``app.core.idle_cores``). With the 1-minute load
+    average, our own decoding of a minute before read as load: ``bench adaptive-load``'s second run of every phase
+    found the first run's record "made under another load" (0.18 then, over 0.5 per core now) and started cold.
+    Where the counters cannot be read, the load average per core stands in (capped at 1); None where there is
+    neither."""
+    idle = idle_cores.measure(LOAD_WINDOW_S)
+    if idle is None:
+        return None
+    cpus = os.cpu_count() or 1
+    return min(max(1.0 - idle / cpus, 0.0), 1.0)
 
 
 def backend_build(backend_id: str) -> str | None:
