@@ -102,13 +102,21 @@ class AdaptiveLoadResult:
         return "\n".join(lines) + "\n"
 
 
+def decisions_file(phase: str) -> str:
+    """The name of a phase's decision log: ``adaptive-decisions-quiet-again.jsonl``."""
+    return f"adaptive-decisions-{phase.replace(' ', '-')}.jsonl"
+
+
 def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adaptive_max: int = 8,
         n_tokens: int = 64, busy_cores: int = 1, prompt_sets: tuple[str, ...] = ("reasoning",),
         n_threads: int | None = None, memory: Path, log: spec.Log = lambda _m: None,
-        phases: Sequence[tuple[str, int | None]] = PHASES, runs: int = 1) -> AdaptiveLoadResult:
+        phases: Sequence[tuple[str, int | None]] = PHASES, runs: int = 1,
+        decisions: Path | None = None) -> AdaptiveLoadResult:
     """Every phase: start its load (``busy_cores`` spinning children in a loaded phase), ``runs`` interleaved runs of
     off, d2t at each of ``depths`` and d2t with adaptive depth up to ``adaptive_max``, stop the load. ``memory``:
-    adaptive depth's folder, emptied once at the start and carried across the phases (and the runs)."""
+    adaptive depth's folder, emptied once at the start and carried across the phases (and the runs). ``decisions``:
+    a folder for each phase's round-by-round log of adaptive depth (``adaptive-decisions-<phase>.jsonl``), to see
+    why a phase's choice lost (None: not kept)."""
     from app.engine.depth_memory import DepthMemory
 
     DepthMemory(memory).forget()
@@ -124,6 +132,7 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
             log(f"phase {name}: {busy} busy core(s), load {before if before is not None else '?'} per core")
             result = spec.run(target, {"d2t": d2t}, variants=variants, n_tokens=n_tokens, runs=runs,
                               prompt_sets=prompt_sets, n_threads=n_threads, interleave="prompt",
-                              depth_memory=memory, keep_memory=True, log=log)
+                              depth_memory=memory, keep_memory=True, log=log,
+                              decisions=None if decisions is None else decisions / decisions_file(name))
         done.append(Phase(name, busy, before, load_average(), time.monotonic() - started, result.rows))
     return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description(), runs)

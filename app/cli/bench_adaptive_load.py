@@ -33,12 +33,14 @@ def cmd_bench_adaptive_load(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     result = adaptive_load.run(target, d2t, depths=[int(d) for d in args.depths.split(",")],
                                adaptive_max=args.adaptive_max, n_tokens=args.tokens, busy_cores=args.busy_cores,
-                               n_threads=args.threads, memory=out / "depth-memory", log=log_stderr, runs=args.runs)
+                               n_threads=args.threads, memory=out / "depth-memory", log=log_stderr, runs=args.runs,
+                               decisions=out)
     result.model = name
     (out / "adaptive-load.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     (out / "adaptive-load.md").write_text(result.markdown())
     emit(args, result.to_dict(), result.markdown)
-    print(f"wrote {out / 'adaptive-load.json'} and {out / 'adaptive-load.md'}", file=sys.stderr)
+    print(f"wrote {out / 'adaptive-load.json'} and {out / 'adaptive-load.md'}; adaptive depth's decisions in "
+          f"{out}/adaptive-decisions-<phase>.jsonl", file=sys.stderr)
     if args.record:
         record(args.record, f"Adaptive depth under changing load ({name})", this_command(), result.markdown(),
                f"{args.runs} interleaved run(s) per phase, pooled; the loaded phase adds child processes spinning on "

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from app.bench.adaptive_load import decisions_file
+
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
 
@@ -32,3 +34,7 @@ def test_every_phase_pools_the_runs_asked_for(tmp_path: Path) -> None:
     table = (tmp_path / "adaptive-load.md").read_text()
     assert "2 interleaved runs a phase" in table and "| loaded | 1 |" in table
     assert (tmp_path / "depth-memory").is_dir()
+    for phase in phases:  # every phase's adaptive rounds, logged with the run they belong to
+        log = tmp_path / decisions_file(phase["phase"])
+        rounds = [json.loads(line) for line in log.read_text().splitlines()]
+        assert rounds and {r["run"] for r in rounds} == {1, 2} and all(0 <= r["depth"] <= 2 for r in rounds)
