@@ -87,7 +87,7 @@ class SpeculativeDecoder:
         self._chain: tuple[SamplingParams, SamplerChain] | None = None
         # adaptive depth learns one set of costs per decode-thread count: a verify pass's cost against a one-token
         # pass has another shape at 1 thread than at 2 (1.35x against 1.08x for 3 against 2 tokens on the scaled
-        # demo), so each count keeps its own estimates and its own record (``_use_threads``)
+        # demo), so each count keeps its own estimates and its own record (``use_threads``)
         self._learning: dict[int, _Learning] = {}
         self._memory_folder = config.depth_memory
         drafting = config.mode != "off"
@@ -286,12 +286,13 @@ class SpeculativeDecoder:
     def use_threads(self, threads: int) -> None:
         """Decode with ``threads`` threads from the next pass on, in both contexts; adaptive depth saves what it
         learned at the count before and goes on with what it knows (or remembers) at this one."""
+        if self.adaptive is not None:
+            self._remember()  # at the count before (each reply's end saved already: this keeps a cut one's rounds)
         for ctx in (self.tctx, self.dctx):
             if ctx is not None:
                 ctx.set_threads(threads)
         self.threads = threads
         if self.adaptive is not None:
-            self._remember()
             self.adaptive = self._learning_for(threads).adaptive
 
     @property

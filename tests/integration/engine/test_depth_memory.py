@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.adaptive import START_DEPTH
+from app.engine.adaptive import START_DEPTH, RoundTiming
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.depth_memory import DepthMemory, key_for
 from app.engine.sampling import Sampler
@@ -211,11 +211,13 @@ def test_each_thread_count_learns_and_remembers_its_own_depths(demo: DemoModel, 
     try:
         one = decoder.adaptive
         assert one is not None and one.rounds > 0
+        one.observe(one.depth(), 1, 1, RoundTiming(0.05, 0.04, 0.01, 0.0, 1))  # a round no reply's end saved
         one_rounds = one.rounds
         decoder.use_threads(2)
         assert decoder.threads == 2 and decoder.adaptive is not None and decoder.adaptive is not one
         assert decoder.adaptive.rounds == 0 and not decoder.adaptive.warm
-        assert memory.recall(key_for(config, backend_manifest().id, 1)) is not None  # saved at the switch
+        saved = memory.recall(key_for(config, backend_manifest().id, 1))
+        assert saved is not None and saved["rounds"] == one_rounds  # saved at the switch, under the count before
         decoder.reset()
         again = decoder.generate(table_prompt(demo), 120, Sampler(SamplingParams()))
         assert again.tokens == tokens and again.stats.threads == 2  # lossless at either count
