@@ -509,13 +509,13 @@ class AdaptiveDepth:
                           proof_load=min(steps_load, self.load))
                 samples = _Samples(batch, None)
             elif own and made == 1 and samples.first_pass and self.first_pass and \
-                    1.0 / PASS_AGREE < samples.first_pass / _estimate(self.first_pass) / self.load < PASS_AGREE:
+                    1.0 / PASS_AGREE < (pass_load := samples.first_pass / _estimate(self.first_pass)) / self.load \
+                    < PASS_AGREE:
                 # one draft: no steps, but the first draft pass ran a moment before the verify pass as well, and
                 # costs about the same at any depth. Without it, depth 1's rounds would be divided by the load
                 # measured against depth 1's own estimate, which then could never move: too cheap, it would keep
                 # depth 1 chosen for good (its load index 10-20% above the other depths', on the machine and in
                 # the simulation). Here the first pass is the unit and is not sampled
-                pass_load = samples.first_pass / _estimate(self.first_pass)
                 self._add(_Samples(batch, samples.rest, visit=samples.visit), pass_load,
                           proof_load=min(pass_load, self.load))
                 samples = _Samples(batch, None)

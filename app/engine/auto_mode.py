@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from app.core.settings_file import load_json_object, load_state, write_json
-from app.engine.depth_memory import conditions_now, forget_records, set_aside_records, stale_reason
+from app.engine.depth_memory import (
+    conditions_for_listing,
+    conditions_now,
+    forget_records,
+    set_aside_records,
+    stale_reason,
+)
 from app.engine.modes import MODES
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition, Sample, Verdict, compare
 
@@ -302,7 +308,7 @@ class AutoMemory:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every record, for people: the files, the winner (or how far the measuring is), when it was saved."""
-        found = []
+        found, conditions = [], conditions_for_listing()
         for path in sorted(self.folder.glob(f"*{SUFFIX}")) if self.folder.is_dir() else []:
             record = load_json_object(path) or {}
             key, state = record.get("key"), record.get("state")
@@ -315,7 +321,7 @@ class AutoMemory:
                           "gpu_layers": key.get("gpu_layers"), "saved_at": record.get("saved_at"),
                           "winner": auto.winner, "status": auto.status(),
                           "samples": sum(1 for s in auto.samples if s.warm),
-                          "stale": stale_reason(record, conditions_now(str(key.get("backend"))))})
+                          "stale": stale_reason(record, conditions(str(key.get("backend"))))})
         found += [{"file": str(path), "damaged": True} for path in set_aside_records(self.folder, SUFFIX)]
         return found
 

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,6 +83,19 @@ def backend_build(backend_id: str) -> str | None:
 def conditions_now(backend_id: str) -> dict[str, Any]:
     """The conditions a record notes when it is made: the load per core and the backend's build."""
     return {"load_per_core": machine_load(), "backend_build": backend_build(backend_id)}
+
+
+def conditions_for_listing() -> Callable[[str], dict[str, Any]]:
+    """``conditions_now`` for a listing of many records: the load read once (each reading takes
+    ``LOAD_WINDOW_S``), each backend's build once."""
+    load = machine_load()
+    builds: dict[str, str | None] = {}
+
+    def conditions(backend_id: str) -> dict[str, Any]:
+        if backend_id not in builds:
+            builds[backend_id] = backend_build(backend_id)
+        return {"load_per_core": load, "backend_build": builds[backend_id]}
+    return conditions
 
 
 def stale_reason(record: dict[str, Any], now: dict[str, Any], at: datetime | None = None) -> str | None:
@@ -204,7 +218,7 @@ class DepthMemory:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every readable record, for people: the files it is for, when it was saved, the depth it settled on."""
-        found = []
+        found, conditions = [], conditions_for_listing()
         for path in sorted(self.folder.glob(f"*{SUFFIX}")) if self.folder.is_dir() else []:
             record = load_json_object(path) or {}
             key, state = record.get("key"), record.get("state")
@@ -215,7 +229,7 @@ class DepthMemory:
                           "mode": key.get("mode"), "backend": key.get("backend"), "threads": key.get("threads"),
                           "gpu_layers": key.get("gpu_layers"), "saved_at": record.get("saved_at"),
                           "depth": state.get("current"), "rounds": state.get("rounds"),
-                          "stale": stale_reason(record, conditions_now(str(key.get("backend"))))})
+                          "stale": stale_reason(record, conditions(str(key.get("backend"))))})
         found += [{"file": str(path), "damaged": True} for path in set_aside_records(self.folder, SUFFIX)]
         return found
 
