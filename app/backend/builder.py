@@ -423,13 +423,19 @@ def prepare_source(plan: BuildPlan, options: BuildOptions, report: Reporter) -> 
 
 
 def configure(plan: BuildPlan, tree: Path, build_dir: Path, report: Reporter, cancel: CancelToken) -> None:
-    """Configure ``build_dir`` once; a tree that is already configured is reused as it is."""
-    if (build_dir / "build.ninja").is_file() and (build_dir / "CMakeCache.txt").is_file():
-        report.log("reusing the cached build tree")
-        return
-    shutil.rmtree(build_dir, ignore_errors=True)
-    build_dir.mkdir(parents=True)
+    """Configure ``build_dir`` once; a tree that is already configured is reused as it is, unless the ninja it was
+    configured with is gone (a virtual environment or checkout removed since): then it is configured again in place,
+    keeping its compiled objects, with the ninja of now."""
     ninja = plan.tools.ninja.path if plan.tools.ninja else "ninja"
+    if (build_dir / "build.ninja").is_file() and (build_dir / "CMakeCache.txt").is_file():
+        program = _configured_make_program(build_dir / "CMakeCache.txt")
+        if program is None or shutil.which(program) is not None:
+            report.log("reusing the cached build tree")
+            return
+        report.log(f"the cached build tree's ninja ({program}) is gone: configuring it again with {ninja}")
+    else:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        build_dir.mkdir(parents=True)
     cmd = [cmake_path(plan), "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
            *plan.cmake_args]
     try:
@@ -438,6 +444,17 @@ def configure(plan: BuildPlan, tree: Path, build_dir: Path, report: Reporter, ca
     except BackendError:
         shutil.rmtree(build_dir, ignore_errors=True)  # a half-configured tree must not be reused
         raise
+
+
+def _configured_make_program(cache: Path) -> str | None:
+    """The ``CMAKE_MAKE_PROGRAM`` a CMake cache records (None when it records none or cannot be read)."""
+    try:
+        for line in cache.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("CMAKE_MAKE_PROGRAM:"):
+                return line.split("=", 1)[1].strip() or None
+    except OSError:
+        return None
+    return None
 
 
 def run_build_command(cmd: list[str], cwd: Path, report: Reporter, cancel: CancelToken, failure: str,

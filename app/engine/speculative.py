@@ -89,7 +89,6 @@ class SpeculativeDecoder:
         # pass has another shape at 1 thread than at 2 (1.35x against 1.08x for 3 against 2 tokens on the scaled
         # demo), so each count keeps its own estimates and its own record (``use_threads``)
         self._learning: dict[int, _Learning] = {}
-        self._memory_folder = config.depth_memory
         drafting = config.mode != "off"
         if config.rpc:  # before the load: the offloaded layers spread over every device registered by then
             from app.native.rpc import connect
@@ -509,8 +508,8 @@ class SpeculativeDecoder:
         learning = self._learning.get(threads)
         if learning is None:
             learning = _Learning(AdaptiveDepth(self.config.draft_depth))
-            if self.dctx is not None and self._memory_folder is not None:
-                learning.memory = self._recall(learning.adaptive, self._memory_folder, threads)
+            if self.dctx is not None and self.config.depth_memory is not None:
+                learning.memory = self._recall(learning.adaptive, self.config.depth_memory, threads)
             self._learning[threads] = learning
         return learning
 
