@@ -401,7 +401,8 @@ def check_cancel(cancel: CancelToken) -> None:
 def prepare_source(plan: BuildPlan, options: BuildOptions, report: Reporter) -> Path:
     """The working source tree for this plan: a patched (or pristine) copy, made once and reused."""
     sdist = source.fetch_sdist(plan.pin, options.sdist, options.wheelhouse, log=report.log)
-    pristine = source.unpack(plan.pin, sdist, paths.cache_dir() / "src" / f"{plan.pin.version}-pristine")
+    pristine = source.unpack(plan.pin, sdist, paths.cache_dir() / "src" / f"{plan.pin.version}-pristine",
+                             report.log)
     report.within(0.5)
     if plan.patch is None:
         return pristine

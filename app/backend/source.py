@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core import paths
+from app.core import folder_lock, paths
 from app.core.errors import BackendError
 from app.core.hashing import sha256_file
 
@@ -136,28 +136,33 @@ def _pip_download(pin: PinnedSource, dest: Path, log: LogFn) -> None:
         os.replace(got, dest)
 
 
-def unpack(pin: PinnedSource, sdist: Path, dest: Path) -> Path:
+def unpack(pin: PinnedSource, sdist: Path, dest: Path, log: LogFn = lambda _line: None) -> Path:
     """Unpack the sdist to ``dest`` (once; an existing complete tree is reused untouched).
 
-    Reuse keeps file times stable, so ninja rebuilds nothing when the inputs are the same.
+    Reuse keeps file times stable, so ninja rebuilds nothing when the inputs are the same. Under ``dest``'s folder
+    lock: two first builds at once (two windows, a test run's two workers) found each other's half-unpacked tree and
+    one failed with "Directory not empty"; now the second waits and takes the first's tree.
     """
     marker = dest / ".fastmtp-unpacked"
     if marker.is_file():
         return dest
-    if dest.exists():
-        shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        try:
-            with tarfile.open(sdist) as archive:
-                archive.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise BackendError(f"Could not unpack {sdist}: {exc}", "Delete it and build again.") from exc
-        root = Path(tmp) / f"llama_cpp_python-{pin.version}"
-        # the vendored tree's .git is a submodule pointer; it confuses git apply
-        (root / "vendor" / "llama.cpp" / ".git").unlink(missing_ok=True)
-        os.replace(root, dest)
-    marker.write_text(pin.sha256 + "\n")
+    with folder_lock.locked(dest, log):
+        if marker.is_file():  # unpacked by the process this one waited for
+            return dest
+        if dest.exists():
+            shutil.rmtree(dest)
+        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+            try:
+                with tarfile.open(sdist) as archive:
+                    archive.extractall(tmp, filter="data")
+            except (tarfile.TarError, OSError) as exc:
+                raise BackendError(f"Could not unpack {sdist}: {exc}", "Delete it and build again.") from exc
+            root = Path(tmp) / f"llama_cpp_python-{pin.version}"
+            # the vendored tree's .git is a submodule pointer; it confuses git apply
+            (root / "vendor" / "llama.cpp" / ".git").unlink(missing_ok=True)
+            os.replace(root, dest)
+        marker.write_text(pin.sha256 + "\n")
     return dest
 
 
@@ -165,5 +170,5 @@ def pristine_tree(pin: PinnedSource | None = None, log: LogFn = lambda _line: No
     """The unpacked, unpatched source of ``pin`` in the cache (fetched on first use)."""
     pin = pin or pinned()
     sdist = fetch_sdist(pin, log=log)
-    return unpack(pin, sdist, paths.cache_dir() / "src" / f"{pin.version}-pristine")
+    return unpack(pin, sdist, paths.cache_dir() / "src" / f"{pin.version}-pristine", log)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import getpass
 import signal
+import subprocess
 import sys
-import threading
+from collections.abc import Callable
 from typing import Any
 
 from app.cli.common import (
@@ -258,17 +259,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     key, created = serve.ensure_key(new=args.new_key)
     binary = serve.server_binary(bool(rpc), _progress(args))
     server = serve.make_server(plan, binary, key)
-    server.start(detach=args.detach)
-    info = {"kind": "serving", "url": f"http://{_url_host(args.host)}:{server.port}", "local_url": server.url,
-            "model": str(target), "draft": str(draft) if draft else None, "parallel": args.parallel, "rpc": rpc,
-            "pid": server.proc.pid if server.proc else None, "api_key": key if created else None,
-            "api_key_created": created, "warning": warning, "detached": args.detach, "log": str(server.log_path)}
+
+    def announce() -> None:
+        _announce(args, {"kind": "serving", "url": f"http://{_url_host(args.host)}:{server.port}",
+                         "local_url": server.url, "model": str(target), "draft": str(draft) if draft else None,
+                         "parallel": args.parallel, "rpc": rpc, "pid": server.proc.pid if server.proc else None,
+                         "api_key": key if created else None, "api_key_created": created, "warning": warning,
+                         "detached": args.detach, "log": str(server.log_path)})
+
     if args.detach:
+        server.start(detach=True)
         serve.write_state(server, plan)
-    _announce(args, info)
-    if args.detach:
+        announce()
         return 0
-    return _serve_until_stopped(server, args)
+    code = _run_until_stopped(server.start, announce, lambda: server.proc, server.stop)
+    if code is not None:
+        raise FastMTPError(f"llama-server ended by itself (exit code {code}). Last lines:\n" + server.log_tail(),
+                           "See the log named above.")
+    emit_line(args, {"kind": "stopped"}, "Stopped.")
+    return 0
 
 
 def _not_running(stale: str | None) -> str:
@@ -309,29 +318,42 @@ def _print_announcement(info: dict[str, Any]) -> None:
         print("Ctrl-C stops it.", flush=True)
 
 
-def _set_when_done(wait: Any, stop: threading.Event) -> None:
-    """The child process ended by itself: wake the waiting command."""
-    wait()
-    stop.set()
+class _StopAsked(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM reached a command that runs a child server: unwind, stopping the child on the way."""
 
 
-def _serve_until_stopped(server: Any, args: argparse.Namespace) -> int:
-    """Wait for Ctrl-C or SIGTERM (or the server's own end), then stop it."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    threading.Thread(target=_set_when_done, args=(server.proc.wait, stop), daemon=True).start()
+def _ask_to_stop(_signum: int, _frame: Any) -> None:
+    raise _StopAsked
+
+
+def _run_until_stopped(start: Callable[[], None], announce: Callable[[], None],
+                       process: Callable[[], subprocess.Popen[bytes] | None], stop: Callable[[], None]) -> int | None:
+    """Start a child server, announce it and wait for Ctrl-C, SIGTERM or its own end; stop it whatever happens.
+
+    The signals are caught from before the start: one that comes while the child starts, or between its start and
+    the wait, still stops it (SIGTERM's default ends this process at once and leaves the child running: found as a
+    llama-server left behind by a ``serve`` stopped under load). The child's exit code when it ended by itself, else
+    None.
+    """
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, _ask_to_stop) for sig in signals}
+    code: int | None = None
     try:
-        stop.wait()
+        start()
+        announce()
+        child = process()
+        code = child.wait() if child is not None else None
+    except _StopAsked:
+        code = None
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        code = server.proc.poll()
-        server.stop()
-    if code is not None:
-        raise FastMTPError(f"llama-server ended by itself (exit code {code}). Last lines:\n" + server.log_tail(),
-                           "See the log named above.")
-    emit_line(args, {"kind": "stopped"}, "Stopped.")
-    return 0
+        for sig in signals:  # a second signal must not cut the stop short
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            stop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return code
 
 
 # ----------------------------------------------------------------------------- rpc-worker
@@ -344,26 +366,20 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
     warning = check_bind_address(args.host, allow_public=args.i_understand_no_auth)
     binary = build_worker(rpc_options(), _progress(args))
     worker = RpcWorker(binary, host=args.host, port=args.port, threads=args.threads, cache=args.cache)
-    worker.start()
-    info = {"kind": "rpc-worker", "endpoint": worker.endpoint, "pid": worker.proc.pid if worker.proc else None,
-            "warning": warning, "log": str(worker.log_path)}
-    def text() -> None:
-        print(f"RPC worker listening on {worker.endpoint}. On the machine with the model: "
-              f"--rpc {worker.endpoint} (or Settings → RPC workers). Ctrl-C stops it.", flush=True)
-        if warning:
-            print(f"warning: {warning}", file=sys.stderr, flush=True)
 
-    emit(args, info, text, compact=True)
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    threading.Thread(target=_set_when_done, args=(worker.wait, stop), daemon=True).start()
-    try:
-        stop.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        code = worker.proc.poll() if worker.proc else None
-        worker.stop()
+    def announce() -> None:
+        info = {"kind": "rpc-worker", "endpoint": worker.endpoint, "pid": worker.proc.pid if worker.proc else None,
+                "warning": warning, "log": str(worker.log_path)}
+
+        def text() -> None:
+            print(f"RPC worker listening on {worker.endpoint}. On the machine with the model: "
+                  f"--rpc {worker.endpoint} (or Settings → RPC workers). Ctrl-C stops it.", flush=True)
+            if warning:
+                print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+        emit(args, info, text, compact=True)
+
+    code = _run_until_stopped(worker.start, announce, lambda: worker.proc, worker.stop)
     if code is not None:
         raise FastMTPError(f"The RPC worker ended by itself (exit code {code}). Last lines:\n" + worker.log_tail(),
                            "See the log named above.")

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -69,6 +70,33 @@ def _llama_server_pid(serve_pid: int) -> int:
     return next(int(pid) for pid in children if "llama-server" in _cmdline(int(pid)))
 
 
+def _wait_for_llama_server(serve: subprocess.Popen[str]) -> int:
+    """The pid of ``serve``'s serving llama-server as soon as it exists (polling /proc: no event tells a test);
+    not a short ``llama-server --version`` run before it."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if serve.poll() is not None:
+            pytest.fail(f"serve ended before it started llama-server: {_read(serve.stderr)[-2000:]}")
+        children = Path(f"/proc/{serve.pid}/task/{serve.pid}/children").read_text().split()
+        servers = [int(pid) for pid in children if "llama-server" in (line := _cmdline_or_empty(int(pid)))
+                   and "--port" in line]
+        if servers:
+            return servers[0]
+        time.sleep(0.01)  # polling the process table, not waiting out a guess
+    pytest.fail("serve did not start llama-server within 300 s")
+
+
+def _cmdline_or_empty(pid: int) -> str:
+    try:
+        return _cmdline(pid)
+    except OSError:  # ended since it was listed
+        return ""
+
+
+def _gone(pid: int) -> bool:
+    return "llama-server" not in _cmdline_or_empty(pid)
+
+
 @pytest.mark.usefixtures("patched_backend")
 def test_serve_answers_with_its_key_refuses_without_and_stops(demo: DemoModel, env: dict[str, str]) -> None:
     session = ChatSession(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, n_ctx=1024))
@@ -109,14 +137,16 @@ def test_serve_answers_with_its_key_refuses_without_and_stops(demo: DemoModel, e
             proc.wait()
     with pytest.raises(httpx.TransportError):
         httpx.get(info["url"] + "/health", trust_env=False, timeout=2.0)
-    assert not Path(f"/proc/{server_pid}").exists() or "llama-server" not in _cmdline(server_pid)
+    assert _gone(server_pid)
 
 
 def test_a_detached_server_keeps_the_stored_key_and_stops_on_request(patched_backend: BackendManifest,
                                                                      demo: DemoModel, env: dict[str, str]) -> None:
     first, info = _serve(demo, env)  # makes and stores the key
-    first.send_signal(signal.SIGTERM)
+    first_server = _llama_server_pid(first.pid)
+    first.send_signal(signal.SIGTERM)  # as soon as it has announced itself
     first.wait(timeout=30)
+    assert _gone(first_server)
     detached = subprocess.run([sys.executable, "-m", "app", "serve", "--json", "--detach", "--model",
                                str(demo.target), "--no-draft", "--port", str(free_port()), "--threads", "2"],
                               capture_output=True, text=True, env=env, timeout=300)
@@ -133,9 +163,28 @@ def test_a_detached_server_keeps_the_stored_key_and_stops_on_request(patched_bac
         stopped = subprocess.run([sys.executable, "-m", "app", "serve", "--stop", "--json"], capture_output=True,
                                  text=True, env=env, timeout=60)
     assert json.loads(stopped.stdout)["stopped"] is True
-    assert not Path(f"/proc/{again['pid']}").exists() or "llama-server" not in _cmdline(again["pid"])
+    assert _gone(again["pid"])
     with pytest.raises(httpx.TransportError):
         httpx.get(again["url"] + "/health", trust_env=False, timeout=2.0)
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_serve_stopped_while_its_server_starts_stops_that_server(demo: DemoModel, env: dict[str, str]) -> None:
+    """SIGTERM the moment llama-server exists, while it still loads the model: ``serve`` stops it and ends cleanly.
+    Before, a SIGTERM before ``serve`` announced itself ended it by default and left llama-server running."""
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--json", "--model", str(demo.target), "--no-draft",
+                             "--port", str(free_port()), "--threads", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        server_pid = _wait_for_llama_server(proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, _read(proc.stderr)[-2000:]
+        assert json.loads(_read(proc.stdout).strip().splitlines()[-1]) == {"kind": "stopped"}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _gone(server_pid)
 
 
 def test_serve_refuses_a_public_address_before_starting_anything(env: dict[str, str]) -> None:
