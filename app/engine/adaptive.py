@@ -239,10 +239,15 @@ class AdaptiveDepth:
         else:
             settled, best = self._choose()
             self.current = settled
-            if not self._known(best) and self._steady():
+            baseline = not self._known(0) and self.current != 0
+            if (not self._known(best) or baseline) and self._steady():
                 # promising but never measured (and the load is known, so it can be compared): a few rounds
-                # there, then back to the current depth
-                depth, reason = self._block(best, "explore", MIN_SAMPLES + 1)
+                # there, then back to the current depth. Drafting off (depth 0) is always measured once: a
+                # one-token pass runs other kernels than the verify passes (on a CPU it can cost a third of a
+                # two-token one, not half), so no batch measured says what it costs, and it is the one choice
+                # that says whether drafting pays at all (a fast EPYC, one thread: off 15% ahead of every
+                # depth, never tried, since no measured depth was next to it)
+                depth, reason = self._block(best if not self._known(best) else 0, "explore", MIN_SAMPLES + 1)
             else:
                 depth, reason = settled, "best"
                 self._since_probe += 1
@@ -444,8 +449,12 @@ class AdaptiveDepth:
         if top <= 0.0 or round_seconds <= 0.0:
             return None
         known = [k for k in range(self.draft_depth + 1) if k != self.current and self._known(k)]
-        far = [k for k in known if abs(k - self.current) > 1]
-        rivals = [k for k in known if abs(k - self.current) == 1]
+        # the neighbours: the nearest measured depth on either side (from depth 0 with depths 1-2 never measured,
+        # say, depth 3: the rounds at depth 0 time no draft pass, so only a visit can tell that drafting pays again)
+        below = [k for k in known if k < self.current]
+        above = [k for k in known if k > self.current]
+        rivals = ([max(below)] if below else []) + ([min(above)] if above else [])
+        far = [k for k in known if k not in rivals]
         if far:
             rivals.append(max(far, key=lambda k: optimistic[k]))
         due = []

@@ -237,6 +237,13 @@ SCALED_XEON = Machine("scaled xeon", rest=ms([40, 49, 62, 77, 87.5, 110, 121, 13
 SCALED_EPYC = Machine("scaled epyc", rest=ms([64, 78, 92, 107, 138, 145, 172, 176, 186]), first_pass=0.0058,
                       step=0.0053, catch_up=0.0002, jitter=0.04, stalls=0.01, slow_start=4, rebuild=0.0007,
                       wobble=0.2)
+# The scaled demo on a faster AMD EPYC, 1 thread, under load (2026-12-04's bench adaptive-load decision log, CPU
+# time): a plain one-token pass about 9.8 ms (off ran 66 tok/s where every depth ran 41-58), verify of 2 tokens
+# 26.6 ms, of 3-6 tokens 30.4-35.4 ms, draft passes 1.8 ms and 1.3 ms a step. The one-token pass runs other kernels
+# than the verify passes, so it is a third of a two-token pass, not half: no measured batch predicts it.
+FAST_EPYC_1T = Machine("fast epyc 1 thread", rest=ms([9.8, 26.6, 30.4, 31.3, 33.4, 35.4, 39.8, 42.3, 44.8]),
+                       first_pass=0.0018, step=0.0013, catch_up=0.0001, jitter=0.04, stalls=0.01, slow_start=4,
+                       rebuild=0.0007, wobble=0.03)
 GPU_LIKE = Machine("gpu-like", rest=ms([20.0, 20.2, 20.4, 20.6, 20.8, 21.0, 21.2, 21.4, 21.6]), first_pass=0.0025,
                    step=0.002, catch_up=0.0001, jitter=0.03, stalls=0.01, slow_start=8, rebuild=0.0003, wobble=0.05)
 

@@ -20,6 +20,7 @@ from app.engine.adaptive import START_DEPTH, WARM_TESTS, AdaptiveDepth, RoundTim
 from tests.helpers.adaptive_sim import (
     DEMO,
     FAST_CPU,
+    FAST_EPYC_1T,
     GPU_LIKE,
     HIGH,
     PROMPT_SET,
@@ -37,8 +38,9 @@ from tests.helpers.adaptive_sim import (
 
 
 def test_tries_walk_out_from_the_measured_depths() -> None:
-    """A depth not measured yet is tried only next to one already played: from 3, say, 4 before 5 and 2 before
-    1, never a jump to 8 on a guess."""
+    """A drafting depth not measured yet is tried only next to one already played: from 3, say, 4 before 5 and 2
+    before 1, never a jump to 8 on a guess. Drafting off (depth 0) is the exception: measured once whatever its
+    neighbours (``test_drafting_off_is_measured_once_even_far_from_every_measured_depth``)."""
     for machine in (SLOW_CPU, FAST_CPU, GPU_LIKE):
         adaptive = AdaptiveDepth(draft_depth=8)
         adaptive.log = []
@@ -46,11 +48,26 @@ def test_tries_walk_out_from_the_measured_depths() -> None:
         played: set[int] = set()
         tries = []
         for decision in adaptive.log:
-            if decision.reason == "explore" and decision.depth not in played:
+            if decision.reason == "explore" and decision.depth not in played and decision.depth != 0:
                 assert {decision.depth - 1, decision.depth + 1} & played, (machine.name, decision.depth, played)
                 tries.append(decision.depth)
             played.add(decision.depth)
         assert tries, machine.name  # it did try depths beyond where it started
+
+
+def test_drafting_off_is_measured_once_even_far_from_every_measured_depth() -> None:
+    """A one-token pass runs other kernels than a verify pass, so no measured batch says what it costs: on a fast
+    EPYC with one thread, plain decoding ran 15% ahead of every depth while adaptive depth, predicting it as half a
+    two-token pass, never played it (and depth 1 was never measured, so depth 0 was next to nothing measured).
+    On that machine's shape, depth 0 is tried early, then kept."""
+    for seed in SEEDS:
+        adaptive = AdaptiveDepth(draft_depth=8)
+        adaptive.log = []
+        run_adaptive(FAST_EPYC_1T, DEMO, 1024, seed=seed, adaptive=adaptive)
+        explored_off = [d.round for d in adaptive.log if d.reason == "explore" and d.depth == 0]
+        assert explored_off and explored_off[0] <= 64, (seed, explored_off)  # once the load is known
+        later = Counter(d.depth for d in adaptive.log[len(adaptive.log) // 2:])
+        assert later[0] >= 0.8 * sum(later.values()), (seed, later)
 
 
 def test_the_issue_17_machine_drafts_as_deep_as_the_fastest_fixed_depth() -> None:
