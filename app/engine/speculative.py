@@ -445,6 +445,13 @@ class SpeculativeDecoder:
         """Up to ``depth`` draft tokens after ``pending``; the first step also catches the draft up."""
         assert self.dctx is not None and self.pending_h is not None
         n_past = len(self.tokens)
+        room = self.config.n_batch - 1  # held tokens the first draft pass can take beside ``pending``
+        if len(self._held) > room:
+            # a long stretch without drafting (adaptive depth at 0, where plain decoding is fastest): the oldest
+            # held tokens go first, a batch at a time; one pass of them all overflowed the batch and ended the reply
+            older, self._held = self._held[:-room], self._held[-room:]
+            self._draft_catch_up([t for t, _ in older], n_past - len(older) - len(self._held),
+                                 np.stack([r for _, r in older]))
         # catch up on the held tokens in the same batch that makes the first draft
         tokens = [*(t for t, _ in self._held), pending]
         rows = np.stack([*(r for _, r in self._held), self.pending_h])

@@ -215,3 +215,23 @@ def test_adaptive_depth_stops_drafting_where_drafts_fail_and_stays_lossless(modu
     assert fixed_reply.stats.proposed >= 3.5 * fixed_reply.stats.target_passes  # fixed depth drafts 4 every round
     assert reply.stats.proposed < 0.5 * reply.stats.target_passes  # adaptive mostly does not draft at all
     assert reply.stats.proposed > 0  # but it keeps probing
+
+
+def test_drafting_after_more_rounds_without_it_than_a_batch_holds_stays_lossless(demo: DemoModel) -> None:
+    """Rounds at depth 0 (adaptive depth where plain decoding is fastest) hold their tokens for the draft context;
+    the first draft after more of them than one batch holds catches them up a batch at a time. It was one pass of
+    them all: "batch holds 16 tokens, got 41", the reply ended (with the real model: after 511 such rounds)."""
+    prompt = table_prompt(demo)
+    plain = _decoder(demo, "off")
+    reference = _run(plain, prompt, 80, GREEDY)
+    plain.close()
+    decoder = SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=3,
+                                              n_batch=16))
+    depths = iter([0] * 40)
+    decoder._depth = lambda: next(depths, 3)  # type: ignore[method-assign]  # 40 rounds without drafts, then 3
+    try:
+        reply = decoder.generate(prompt, 80, Sampler(GREEDY))
+    finally:
+        decoder.close()
+    assert reply.tokens == reference
+    assert reply.stats.proposed > 0 and (reply.stats.acceptance or 0.0) > 0.5  # drafting resumed, from a true state
