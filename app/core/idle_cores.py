@@ -19,7 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WINDOW_S = 0.05  # the counters' shortest window: 5 ticks of 100 Hz per core
-MAX_SPAN_S = 2.0  # a sample older than this says nothing about now: a new window is measured
+MAX_SPAN_S = 2.0  # a sample older than this says nothing about now: a new window is measured ...
+# ... but until a window has passed, the other processes' average since a sample up to this old answers (the time
+# between two replies, our own CPU out), not the load average: its minute holds our own decoding, so on a quiet
+# 2-core machine a reply after a long one, asked for more than 2 s later, got one thread instead of two
+LONGEST_SPAN_S = 300.0
 # a core counts as idle when at most this much of it is busy with other work: one stray tick in the shortest window
 # (0.2 of a core on 2 cores) or a daemon's wake-up must not turn a quiet machine's 1.8 idle cores into one thread
 SLACK = 0.25
@@ -165,10 +169,12 @@ def mark() -> None:
 
 def idle_cores_now(window_s: float = WINDOW_S) -> float | None:
     """Cores left idle by other processes since the latest sample, when it is at least ``window_s`` and at most
-    ``MAX_SPAN_S`` old; it never waits for a window: without such a sample the load average answers and a sample
-    is taken for the next check. A measure that ended less than ``window_s`` ago is reused (a target and its draft
-    context ask one after the other). The load average's complement where ``/proc`` is missing, None where that
-    is too."""
+    ``MAX_SPAN_S`` old; it waits for a window only at the first check in this process (a model load, where 50 ms is
+    nothing); after that, without such a sample, the other processes' average since an
+    older one (up to ``LONGEST_SPAN_S``, such as the previous reply's end) answers, else the load average, and a
+    sample is taken for the next check. A measure that ended less than ``window_s`` ago is reused (a target and its
+    draft context ask one after the other). The load average's complement where ``/proc`` is missing, None where
+    that is too."""
     global _latest, _last_idle
     now = time.monotonic()
     if _latest is not None and _latest.idle is not None and now - _latest.at < window_s:
@@ -180,13 +186,17 @@ def idle_cores_now(window_s: float = WINDOW_S) -> float | None:
 def _measure(now: float, window_s: float) -> float | None:
     global _latest
     recent = _latest if _latest is not None and now - _latest.at <= MAX_SPAN_S else None
+    older = _latest if recent is None and _latest is not None and now - _latest.at <= LONGEST_SPAN_S else None
     try:
         first, started = (recent.sample, recent.at) if recent is not None else (read_sample(), now)
     except (OSError, ValueError):
         return load_average_idle()
-    if time.monotonic() - started < window_s:  # no window yet: never make a reply wait for one
+    if _latest is None:  # the first check in this process (a model being loaded): a window is worth its wait
+        time.sleep(window_s)  # the window the counters are compared over, not a wait for anything
+    elif time.monotonic() - started < window_s:  # no window yet: never make a reply wait for one
         _latest = _Reading(started, first, None)  # the next check measures from here
-        return load_average_idle()
+        since = idle_between(older.sample, first) if older is not None else None
+        return since if since is not None else load_average_idle()
     try:
         second = read_sample()
     except (OSError, ValueError):

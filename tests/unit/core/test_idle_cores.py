@@ -6,11 +6,14 @@ process there."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from app.core import idle_cores
 from app.core.idle_cores import (
     CpuCounters,
     Sample,
@@ -122,3 +125,37 @@ def test_this_machines_counters_read_and_move_on() -> None:
 def test_this_machine_has_physical_cores() -> None:
     cores = physical_cores()
     assert cores is not None and cores >= 1
+
+
+def _quiet_since(seconds_ago: float) -> idle_cores._Reading:
+    """A sample of this machine as it would have read ``seconds_ago``, had nothing but this process used the CPU."""
+    now = idle_cores.read_sample()
+    ticks = round(seconds_ago * 100) * now.machine.cpus
+    machine = CpuCounters(busy=now.machine.busy, total=now.machine.total - ticks, cpus=now.machine.cpus)
+    return idle_cores._Reading(time.monotonic() - seconds_ago, Sample(machine, now.own), None)
+
+
+def test_a_reply_asked_for_after_a_pause_is_measured_since_the_last_reply_not_by_the_load_average(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine samples the counters at each reply's end. The next reply, a minute later, took the load average
+    (its minute holds our own decoding): on a quiet 2-core machine, one thread after every long reply. Now the
+    other processes' average since that sample answers; only past ``LONGEST_SPAN_S`` does the load average."""
+    monkeypatch.setattr(os, "getloadavg", lambda: (8.0, 8.0, 8.0))  # our own decoding of the minute before
+    monkeypatch.setattr(idle_cores, "_latest", _quiet_since(60.0))
+    cpus = idle_cores.read_sample().machine.cpus
+    assert idle_cores.idle_cores_now() == pytest.approx(cpus, abs=0.05)
+    monkeypatch.setattr(idle_cores, "_latest", _quiet_since(idle_cores.LONGEST_SPAN_S + 60.0))
+    assert idle_cores.idle_cores_now() == 0.0  # too old to say anything: the load average
+
+
+def test_the_first_check_in_a_process_measures_a_window_instead_of_taking_the_load_average(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model load asks first: 50 ms spent on a real window there is nothing, and a benchmark or a window started
+    right after other work stopped would otherwise decode with the minute before's thread count."""
+    cpus = idle_cores.read_sample().machine.cpus
+    odd = 0.123456  # what the load average would answer: no window measure lands on it
+    monkeypatch.setattr(os, "getloadavg", lambda: (cpus - odd, 0.0, 0.0))
+    monkeypatch.setattr(idle_cores, "_latest", None)
+    idle = idle_cores.idle_cores_now()
+    assert idle is not None and 0.0 <= idle <= cpus and idle != pytest.approx(odd, abs=1e-9)
+    assert idle_cores.last_idle() == idle
