@@ -25,6 +25,7 @@ from app.bench.report import device_description
 from app.engine.depth_memory import load_average
 
 PHASES = (("quiet", 0), ("loaded", None), ("quiet again", 0))  # None: the cores asked for
+PHASE_WINDOW_S = 0.5  # the idle cores measured over this as a phase begins (the children start spinning in it)
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Phase:
     load_after: float | None
     seconds: float
     rows: list[spec.Row] = field(default_factory=list)
+    threads: int = 0  # decode threads of every variant in the phase, from the idle cores measured as it began
 
     def fixed(self) -> dict[int, float]:
         """Each fixed depth's decode tok/s (0: drafting off)."""
@@ -56,7 +58,8 @@ class Phase:
 
     def to_dict(self) -> dict[str, Any]:
         adaptive, best = self.adaptive(), self.best_fixed()
-        return {"phase": self.name, "busy_cores": self.busy, "load_per_core_before": self.load_before,
+        return {"phase": self.name, "busy_cores": self.busy, "threads": self.threads,
+                "load_per_core_before": self.load_before,
                 "load_per_core_after": self.load_after, "seconds": round(self.seconds, 1),
                 "fixed_tps": {str(k): round(v, 2) for k, v in sorted(self.fixed().items())},
                 "adaptive_tps": round(adaptive.tps, 2) if adaptive else None,
@@ -87,9 +90,9 @@ class AdaptiveLoadResult:
         runs = f"{self.runs} interleaved runs" if self.runs > 1 else "one interleaved run"
         lines = [f"`bench adaptive-load` on the {self.model}, {self.device}; {self.n_tokens} tokens per prompt, "
                  f"{runs} a phase, decode tok/s pooled over them (indicative: a shared machine)", "",
-                 f"| phase | busy cores | load/core | {cols} | adaptive ≤{self.adaptive_max} | vs best fixed | "
-                 "depths chosen |",
-                 "|---|---|---|" + "---|" * (len(self.depths) + 1) + "---|---|---|"]
+                 f"| phase | busy cores | threads | load/core | {cols} | adaptive ≤{self.adaptive_max} | "
+                 "vs best fixed | depths chosen |",
+                 "|---|---|---|---|" + "---|" * (len(self.depths) + 1) + "---|---|---|"]
         for phase in self.phases:
             d = phase.to_dict()
             fixed = phase.fixed()
@@ -98,7 +101,8 @@ class AdaptiveLoadResult:
             shares = ", ".join(f"{k}: {v:.0%}" for k, v in d["adaptive_depths"].items() if v >= 0.05)
             ratio = f"{d['adaptive_vs_best']:.3f}x (k={d['best_fixed_depth']})" if d["adaptive_vs_best"] else "–"
             adaptive = f"{d['adaptive_tps']:.1f}" if d["adaptive_tps"] is not None else "–"
-            lines.append(f"| {phase.name} | {phase.busy} | {load} | {cells} | {adaptive} | {ratio} | {shares} |")
+            lines.append(f"| {phase.name} | {phase.busy} | {phase.threads} | {load} | {cells} | {adaptive} | {ratio} "
+                         f"| {shares} |")
         return "\n".join(lines) + "\n"
 
 
@@ -117,7 +121,9 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
     adaptive depth's folder, emptied once at the start and carried across the phases (and the runs). ``decisions``:
     a folder for each phase's round-by-round log of adaptive depth (``adaptive-decisions-<phase>.jsonl``), to see
     why a phase's choice lost (None: not kept)."""
+    from app.core import idle_cores
     from app.engine.depth_memory import DepthMemory
+    from app.native.handles import threads_for
 
     DepthMemory(memory).forget()
     variants = [spec.Variant("ours", "off"),
@@ -129,10 +135,14 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
         before = load_average()
         started = time.monotonic()
         with BusyCores(busy):
-            log(f"phase {name}: {busy} busy core(s), load {before if before is not None else '?'} per core")
+            # the phase's thread count from the machine as it is now (the children spinning, or just stopped): the
+            # engine's own default reads the time since the last reply, which ran in the phase before
+            threads = n_threads or threads_for(idle_cores.measure(PHASE_WINDOW_S))
+            log(f"phase {name}: {busy} busy core(s), load {before if before is not None else '?'} per core, "
+                f"{threads} decode thread(s)")
             result = spec.run(target, {"d2t": d2t}, variants=variants, n_tokens=n_tokens, runs=runs,
-                              prompt_sets=prompt_sets, n_threads=n_threads, interleave="prompt",
+                              prompt_sets=prompt_sets, n_threads=threads, interleave="prompt",
                               depth_memory=memory, keep_memory=True, log=log,
                               decisions=None if decisions is None else decisions / decisions_file(name))
-        done.append(Phase(name, busy, before, load_average(), time.monotonic() - started, result.rows))
+        done.append(Phase(name, busy, before, load_average(), time.monotonic() - started, result.rows, threads))
     return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description(), runs)

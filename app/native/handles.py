@@ -342,7 +342,12 @@ def default_threads() -> int:
     on 2 cores, 2 threads make a pass 0.55x the time of 1 when the machine is quiet and 2-3x when both cores are
     busy elsewhere. Where the idle cores cannot be measured (Windows), the fixed default below.
     """
-    return choose_threads(idle_cores_now(), physical_cores() or _fixed_default_threads(), _fixed_default_threads())
+    return threads_for(idle_cores_now())
+
+
+def threads_for(idle: float | None) -> int:
+    """``default_threads`` for a measure of the idle cores taken by the caller (None: the fixed default)."""
+    return choose_threads(idle, physical_cores() or _fixed_default_threads(), _fixed_default_threads())
 
 
 def _fixed_default_threads() -> int:

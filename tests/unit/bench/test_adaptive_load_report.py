@@ -16,16 +16,17 @@ def _row(variant: spec.Variant, tokens_per_second: float, depths: dict[int, int]
     return spec.Row(variant, "reasoning", [sample])
 
 
-def _phase(name: str, busy: int, speeds: dict[int, float], adaptive: float, depths: dict[int, int]) -> Phase:
+def _phase(name: str, busy: int, speeds: dict[int, float], adaptive: float, depths: dict[int, int],
+           threads: int = 2) -> Phase:
     rows = [_row(spec.Variant("ours", "off"), speeds[0])]
     rows += [_row(spec.Variant("ours", "sidecar", "d2t", k), tps) for k, tps in speeds.items() if k]
     rows.append(_row(spec.Variant("ours", "sidecar", "d2t", 8, adaptive=True), adaptive, depths))
-    return Phase(name, busy, 0.4, 1.6, 12.0, rows)
+    return Phase(name, busy, 0.4, 1.6, 12.0, rows, threads)
 
 
 def test_each_phase_sets_adaptive_depth_against_its_own_fastest_fixed_depth() -> None:
     phases = [_phase("quiet", 0, {0: 100.0, 1: 120.0, 2: 130.0, 3: 140.0}, 137.0, {3: 80, 4: 20}),
-              _phase("loaded", 2, {0: 60.0, 1: 58.0, 2: 50.0, 3: 45.0}, 57.0, {0: 70, 1: 25, 3: 5}),
+              _phase("loaded", 2, {0: 60.0, 1: 58.0, 2: 50.0, 3: 45.0}, 57.0, {0: 70, 1: 25, 3: 5}, threads=1),
               _phase("quiet again", 0, {0: 100.0, 1: 121.0, 2: 131.0, 3: 141.0}, 120.0, {0: 50, 3: 50})]
     result = AdaptiveLoadResult("small demo model", 48, [1, 2, 3], 8, phases, "2-core test CPU")
     data = result.to_dict()
@@ -34,9 +35,11 @@ def test_each_phase_sets_adaptive_depth_against_its_own_fastest_fixed_depth() ->
     assert loaded["best_fixed_depth"] == 0 and loaded["adaptive_vs_best"] == 0.95  # drafting off is best loaded
     assert again["adaptive_vs_best"] == round(120.0 / 141.0, 3)
     assert loaded["adaptive_depths"] == {"0": 0.7, "1": 0.25, "3": 0.05} and loaded["busy_cores"] == 2
+    assert (quiet["threads"], loaded["threads"]) == (2, 1)  # each phase's own count, measured as it began
     table = result.markdown()
-    assert "| phase | busy cores | load/core | off | k=1 | k=2 | k=3 | adaptive ≤8 | vs best fixed |" in table
-    assert "| loaded | 2 | 0.40 | 60.0 | 58.0 | 50.0 | 45.0 | 57.0 | 0.950x (k=0) | 0: 70%, 1: 25%, 3: 5% |" in table
+    assert "| phase | busy cores | threads | load/core | off | k=1 | k=2 | k=3 | adaptive ≤8 | vs best fixed |" in table
+    assert ("| loaded | 2 | 1 | 0.40 | 60.0 | 58.0 | 50.0 | 45.0 | 57.0 | 0.950x (k=0) | 0: 70%, 1: 25%, 3: 5% |"
+            in table)
     assert "indicative" in table
 
 
