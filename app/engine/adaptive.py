@@ -460,7 +460,11 @@ class AdaptiveDepth:
         due = []
         for k in rivals:
             gap = max(top - rates[k], 0.0) / top
-            longer = max(self.predicted_seconds(k) / round_seconds, 1.0)
+            # how much dearer a visit is: its rounds' length, or from depth 0 its rate's shortfall alone (rounds
+            # without a draft pass cannot see a load change, so visits are the only way back to drafting, and a
+            # visit of a depth predicted as fast as depth 0 costs nothing however long its rounds)
+            longer = max(top / max(rates[k], 1e-9) if self.current == 0 else self.predicted_seconds(k) / round_seconds,
+                         1.0)
             wait = PROBE_EVERY * round_seconds * (1.0 + gap / PROBE_GAP)
             if optimistic[k] < top:
                 wait *= HOPELESS

@@ -20,6 +20,9 @@ from tests.helpers.adaptive_sim import DEMO, FAST_CPU, HIGH, SLOW_CPU, XEON, Mac
 LOADED, QUIET_AGAIN, END = 1500, 3000, 4500  # tokens: the phases' starts and the end
 MACHINE = dataclasses.replace(XEON, draft_loads=((0, 1.0), (LOADED, 8.0), (QUIET_AGAIN, 1.0)))
 WITHIN = 256  # rounds after a change by which the new best is played (probes come every <= 96 rounds' time)
+# ... and back from depth 0 (no draft pass there to notice the change: only visits can) in half that: visits from
+# depth 0 are paced by their predicted rate's shortfall, not by their longer rounds (it took 132-221 rounds)
+BACK_WITHIN = 128
 
 
 def _run(seed: int) -> tuple[list[tuple[int, int, str]], AdaptiveDepth]:
@@ -56,7 +59,7 @@ def test_a_depth_rejected_under_one_load_is_probed_and_chosen_again_under_anothe
     to_shallow = _settled_after(rounds, LOADED, {0, 1})
     assert to_shallow is not None and to_shallow <= WITHIN, to_shallow  # under load: no drafting, soon
     back = _settled_after(rounds, QUIET_AGAIN, {3, 4, 5, 6})
-    assert back is not None and back <= WITHIN, back  # quiet again: the deep depths rejected under load come back
+    assert back is not None and back <= BACK_WITHIN, back  # quiet again: the deep depths rejected under load come back
     assert adaptive.shifts >= 2  # both changes were noticed
     # while loaded, a rejected deep depth was still visited now and then, at a bounded cost
     start = next(i for i, (token, _, _) in enumerate(rounds) if token >= LOADED + 500)
