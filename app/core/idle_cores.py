@@ -169,12 +169,11 @@ def mark() -> None:
 
 def idle_cores_now(window_s: float = WINDOW_S) -> float | None:
     """Cores left idle by other processes since the latest sample, when it is at least ``window_s`` and at most
-    ``MAX_SPAN_S`` old; it waits for a window only at the first check in this process (a model load, where 50 ms is
-    nothing); after that, without such a sample, the other processes' average since an
-    older one (up to ``LONGEST_SPAN_S``, such as the previous reply's end) answers, else the load average, and a
-    sample is taken for the next check. A measure that ended less than ``window_s`` ago is reused (a target and its
-    draft context ask one after the other). The load average's complement where ``/proc`` is missing, None where
-    that is too."""
+    ``MAX_SPAN_S`` old. It waits for a window only at the first check in this process (a model load, where 50 ms is
+    nothing); later, without such a sample, the other processes' average since an older one (up to
+    ``LONGEST_SPAN_S``: the previous reply's end, say) answers, else the load average, and a sample is taken for the
+    next check. A measure that ended less than ``window_s`` ago is reused (a target and its draft context ask one
+    after the other). The load average's complement where ``/proc`` is missing, None where that is too."""
     global _latest, _last_idle
     now = time.monotonic()
     if _latest is not None and _latest.idle is not None and now - _latest.at < window_s:
