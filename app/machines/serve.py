@@ -10,9 +10,11 @@ server through its environment, never its command line.
 llama-server is built without TLS, so the key and the chats cross the network as plain HTTP: the address is
 loopback by default, a local-network address is allowed (with a warning), a public one (or every interface,
 ``0.0.0.0``) only when the user says they understand. A server started with ``--detach`` (or the window's "keep
-running") outlives its starter; ``serve --stop`` ends it, through the state file ``<cache>/serve.json``.
+running") outlives its starter; ``serve --stop`` ends it, through the state file ``<config>/serve.json`` (the
+config folder, beside the window's state: a cache folder may be emptied at any time, and it is shared by every
+test worker, two of which once found each other's detached server there and refused to serve).
 
-That file names a process to signal, and whoever can write the cache folder can write it, so nothing in it is
+That file names a process to signal, and whoever can write the config folder can write it, so nothing in it is
 proof by itself. The proof is a secret the server was started with: a random token (``FASTMTP_SERVE_TOKEN``) in the
 server's environment, recorded in serve.json. ``--stop``/``--status`` believe the file only while the process it
 names holds that exact token in its own environment (``/proc/PID/environ`` on Linux, readable only by its owner;
@@ -133,7 +135,7 @@ def make_server(plan: ServePlan, binary: Path, api_key: str) -> UpstreamServer:
 
 
 def state_path() -> Path:
-    return paths.cache_dir() / STATE_FILE
+    return paths.config_dir() / STATE_FILE
 
 
 PID_CEILING = 2**22  # Linux's largest pid_max; no system hands out larger pids

@@ -59,7 +59,7 @@ def ours() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _write_state(env: dict[str, str], **fields: Any) -> Path:
-    path = Path(env["FASTMTP_CACHE_DIR"]) / "serve.json"
+    path = Path(env["FASTMTP_CONFIG_DIR"]) / "serve.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"url": "http://127.0.0.1:8080", **fields}), encoding="utf-8")
     return path
