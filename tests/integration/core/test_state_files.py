@@ -120,8 +120,10 @@ def demo(module_tmp: ModuleFolders) -> DemoModel:
 def test_a_damaged_depth_memory_record_lets_adaptive_generation_load_and_is_set_aside(demo: DemoModel,
                                                                                       tmp_path: Path) -> None:
     memory = tmp_path / "memory"
+    # one thread set: records are kept per thread count, and a default that followed the machine's load from one
+    # decoder to the next read another record (this one was then never read, so never set aside)
     config = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, adaptive=True, n_ctx=512,
-                          depth_memory=memory)
+                          depth_memory=memory, n_threads=1)
     first = SpeculativeDecoder(config)
     first.generate(table_prompt(demo), 16, Sampler(SamplingParams()))
     first.close()
