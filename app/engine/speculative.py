@@ -449,7 +449,8 @@ class SpeculativeDecoder:
         if len(self._held) > room:
             # a long stretch without drafting (adaptive depth at 0, where plain decoding is fastest): the oldest
             # held tokens go first, a batch at a time; one pass of them all overflowed the batch and ended the reply
-            older, self._held = self._held[:-room], self._held[-room:]
+            split = len(self._held) - room  # not [-room:]: with a batch of 1, room is 0 and [-0:] is everything
+            older, self._held = self._held[:split], self._held[split:]
             self._draft_catch_up([t for t, _ in older], n_past - len(older) - len(self._held),
                                  np.stack([r for _, r in older]))
         # catch up on the held tokens in the same batch that makes the first draft
