@@ -25,9 +25,11 @@ token, its d2t draft (MTP block, ``eh_proj``, trimmed head) costs 2.3% of a targ
 its 32768-row sidecar does (2.3%), so drafting pays on it for the same reason. What does not match: the real
 vocabulary on a 256-wide model makes the LM head 69% of the target's pass (5% on the real model), so the
 full-vocabulary sidecar costs 70% of a target pass (6.6% on the real model) and a verify pass of k+1 rows costs
-relatively more than on the real model. Its trunk and head are F16, which a CPU runs nearer the memory-bound
-way a GPU runs the real Q4_K model; the embeddings are Q4_K. The zero trunk and the head's zero rows are holes
-of a sparse file, so it is written as fast as the ``tiny`` and takes about 400 MB on disk.
+relatively more than on the real model. Its trunk and head are Q8_0, whose CPU kernels take a few rows at a
+time for little more than one, as a GPU runs the real Q4_K model (F16 made a 4-token verify pass cost 3.3
+one-token passes on one thread and drafting lose; Q8_0 2.3); the embeddings are Q4_K. The zero trunk and
+the head's zero rows are holes of a sparse file, so it is written as fast as the ``tiny`` and takes about 330 MB
+on disk.
 
 ``27b`` has the real model's shapes (n_embd 5120, 64 trunk layers, vocab 248320) and a
 Q4_K_M-style typing, so loading and decoding it costs about what the real Q4_K model costs: every trunk
@@ -157,10 +159,14 @@ _Q4_K_M = DemoTypes(
 DEMO_TYPES: dict[str, DemoTypes] = {
     "tiny": DemoTypes(_F16, _F16, _F16, LlamaFileType.MOSTLY_F16),
     "small": DemoTypes(_F16, _F16, _F16, LlamaFileType.MOSTLY_F16),
-    # F16 trunk and head (holes and a few thousand rows on disk): a CPU runs F16 nearer the memory-bound way a
-    # GPU runs the real Q4_K model (a Q4_K trunk made a 4-row verify pass cost 3.1 one-row passes here, F16 2.2);
-    # the embeddings (looked up, not multiplied) are Q4_K to keep the files small
-    "scaled": DemoTypes(_F16, GGMLQuantizationType.Q4_K, _F16, LlamaFileType.MOSTLY_F16),
+    # Q8_0 trunk and head (holes and a few thousand rows on disk): of the types a CPU multiplies, Q8_0 comes
+    # nearest the way a GPU runs the real Q4_K model, where a verify pass of a few rows costs little more than one
+    # row. ggml's int8 kernels take 2-5 rows at a time for not much more than one (this 256-wide head on an AMD
+    # EPYC, one thread: 4 rows 1.8x one row, F16 3.6x, Q4_K and Q6_K 3.9x: those multiply row by row), so a
+    # 4-token verify pass costs 2.3 one-token passes where F16 cost 3.3 and drafting lost to plain decoding on
+    # one thread. The embeddings (looked up, not multiplied) are Q4_K to keep the files small
+    "scaled": DemoTypes(GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q8_0,
+                        LlamaFileType.MOSTLY_Q8_0),
     "27b": _Q4_K_M,
 }
 
@@ -435,7 +441,7 @@ def _identity_rows(n_rows: int, n_cols: int, ggml_type: GGMLQuantizationType) ->
     return chunks
 
 
-# --- row encoders: F16, and Q4_K / Q6_K written here (the gguf package only dequantizes k-quants) --------
+# --- row encoders: F16, and Q4_K / Q6_K / Q8_0 written here (the gguf package only dequantizes these) ------
 
 
 def encode_rows(rows: npt.NDArray[np.float32], ggml_type: GGMLQuantizationType) -> npt.NDArray[Any]:
@@ -524,7 +530,20 @@ def quantize_q6_k(blocks: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
     return out
 
 
+def quantize_q8_0(blocks: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
+    """Q8_0 blocks of ``blocks`` (n, 256), 8 per row (34 bytes each): f16 d, then 32 int8 ``round(x / d)``."""
+    n = blocks.shape[0]
+    x = blocks.reshape(n * 8, 32)
+    d = _f16(np.abs(x).max(axis=1) / 127.0)
+    q = _quantize(x, np.broadcast_to(d.astype(np.float32)[:, None], x.shape), -127, 127).astype(np.int8)
+    out = np.empty((n * 8, 34), dtype=np.uint8)
+    out[:, 0:2] = d.view(np.uint8).reshape(n * 8, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.reshape(n, 8 * 34)
+
+
 _ENCODERS: dict[GGMLQuantizationType, Callable[[npt.NDArray[np.float32]], npt.NDArray[np.uint8]]] = {
+    GGMLQuantizationType.Q8_0: quantize_q8_0,
     GGMLQuantizationType.Q4_K: quantize_q4_k,
     GGMLQuantizationType.Q6_K: quantize_q6_k,
 }

@@ -161,19 +161,20 @@ def test_27b_at_reduced_depth_changes_only_the_trunk(qwen_vocab_path: Path) -> N
     assert kept == {name: spec for name, spec in full.items() if not re.match(r"blk\.([4-9]|[1-5]\d|6[0-3])\.", name)}
 
 
-@pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K])
-def test_k_quant_rows_are_valid_blocks_close_to_the_values(qtype: GGMLQuantizationType) -> None:
+@pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.Q8_0])
+def test_quantized_rows_are_valid_blocks_close_to_the_values(qtype: GGMLQuantizationType) -> None:
     """Checked against the gguf package's own dequantizer, at the embedding's and the LM head's magnitudes."""
     rng = np.random.default_rng(0)
     for scale in (1.0, 16.0 / 5120):  # an embedding row; an LM-head row (subnormal f16 block scales)
         rows = (rng.standard_normal((8, 5120)) * scale).astype(np.float32)
         rows[3] = 0.0
         encoded = encode_rows(rows, qtype)
-        assert encoded.dtype == np.uint8 and encoded.shape == (8, 5120 // 256 * (144 if qtype.name == "Q4_K" else 210))
+        block_bytes = {"Q4_K": 144, "Q6_K": 210, "Q8_0": 8 * 34}[qtype.name]  # per 256 values
+        assert encoded.dtype == np.uint8 and encoded.shape == (8, 5120 // 256 * block_bytes)
         back = dequantize(encoded, qtype)
         assert back.shape == rows.shape and np.all(back[3] == 0.0)
         rms = float(np.sqrt(np.mean((back - rows) ** 2))) / scale
-        assert rms < (0.09 if qtype.name == "Q4_K" else 0.025), rms
+        assert rms < {"Q4_K": 0.09, "Q6_K": 0.025, "Q8_0": 0.006}[qtype.name], rms
         cosine = np.sum(back * rows, axis=1) / (np.linalg.norm(back, axis=1) * np.linalg.norm(rows, axis=1) + 1e-30)
         assert np.all(np.delete(cosine, 3) > 0.99)
     identity = np.eye(5, 512, 2, dtype=np.float32)  # eh_proj's [I | 0]
