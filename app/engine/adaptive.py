@@ -17,9 +17,11 @@ batch size; nor does the first drafting round. The engine times rounds in the de
 on a CPU backend, so other jobs' turns on a shared core stay out of them; what such jobs still change
 (caches, memory bandwidth, the device's share with GPU offload) is taken out as load: a round's verify
 time is divided by its own draft steps' slowness against their estimate (they ran a moment before, on
-the same core, and cost the same at any depth); a round at the current depth with one draft by its first draft
-pass's slowness, when that reading is near the load index (``PASS_AGREE``); any other round by the load measured
-at the current depth around it, counting only if the load before and after agree. Only depth 0 has no reading of
+the same core, and cost the same at any depth), as far as that reading has told the verify times lately
+(steps of a fraction of a millisecond time mostly the timer's noise, and the load index stands in for them); a
+round at the current depth with one draft by its first draft pass's slowness, when that reading is near the load
+index (``PASS_AGREE``); any other round by the load measured at the current depth around it, counting only if
+the load before and after agree. Only depth 0 has no reading of
 its own: its load index is measured against its own estimate, so its estimate moves only through visits (depth 1
 was the same until issue 36's EPYC runs showed it keeping a cost learned too cheap). The draft step is the unit
 every cost is kept in, and it does not move once measured: were the step's own estimate divided by the load
@@ -106,6 +108,10 @@ PROVEN_FASTER = 1.2
 # index: an estimate wrong by up to this much corrects itself, while a load on the draft passes alone (8x in
 # ``bench adaptive-load``'s loaded phase on the Xeon) is left to the load index and the measured rates
 PASS_AGREE = 1.5
+# How far a round's draft-step reading tells its verify pass's load is measured over this many recent rounds, once
+# this many of them are at a batch size seen twice or more (``_gauged``)
+GAUGE_PAIRS = 30
+GAUGE_MIN = 10
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,8 @@ class AdaptiveDepth:
     _loads_seen: int = 0  # load samples ever taken (``load_samples`` keeps the latest)
     # rounds waiting for the load after them: (samples, load samples before them, whether they gave one)
     _waiting: list[tuple[_Samples, int, bool]] = field(default_factory=list)
+    # (batch, log verify time, log draft-step reading) of recent rounds: how well the reading tells the verify's load
+    _gauge_pairs: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=GAUGE_PAIRS))
     _reference: bool = False  # the round being played is at the current depth
     _probing: bool = False  # the round being played is a visit of another measured depth
     corrections: int = 0  # visits that proved their depth's estimate too dear (``PROVEN_FASTER``)
@@ -517,7 +525,7 @@ class AdaptiveDepth:
                 # the draft steps of this very round tell its load best: they ran a moment before the verify
                 # pass, on the same core, and their cost does not depend on the depth. The step itself is the
                 # unit and is not sampled again (see the module's docstring)
-                steps_load = samples.step / _estimate(self.step)
+                steps_load = self._gauged(batch, samples.rest, samples.step / _estimate(self.step))
                 self._add(_Samples(batch, samples.rest, samples.first_pass, visit=samples.visit), steps_load,
                           proof_load=min(steps_load, self.load))
                 samples = _Samples(batch, None)
@@ -651,6 +659,34 @@ class AdaptiveDepth:
             self.first_pass.append(samples.first_pass / load)
         if samples.step is not None:
             self.step.append(samples.step / load)
+
+    def _gauged(self, batch: int, rest: float | None, reading: float) -> float:
+        """The load a round's verify time is divided by, from its draft steps' ``reading`` (their time over their
+        estimate) and the load index, weighed by how well the readings have told the verify passes' times lately:
+        the slope of the verify time against the reading over the last ``GAUGE_PAIRS`` rounds (each batch size
+        about its own mean), between 0 and 1. Where the steps are long enough to time well, a round's load shows
+        in both alike and the slope is near 1 (the reading alone, as before); where they are a fraction of a
+        millisecond (the scaled demo's d2t head on a fast CPU: 0.16 ms, timed 30% apart from round to round), the
+        reading is mostly the timer's noise, the slope near 0, and the load index decides. Divided by that noise
+        instead, every drafting depth's estimate wandered apart from depth 0's, whose rounds time no draft, and
+        adaptive depth went back and forth between depth 0 and 2 (half its rounds at depth 0 where k=3 ran 1.12x)."""
+        if rest is not None and rest > 0.0 and reading > 0.0:
+            self._gauge_pairs.append((batch, math.log(rest), math.log(reading)))
+        by_batch: dict[int, list[tuple[float, float]]] = {}
+        for b, v, g in self._gauge_pairs:
+            by_batch.setdefault(b, []).append((v, g))
+        together = sum(len(pairs) for pairs in by_batch.values() if len(pairs) >= 2)
+        weight = 1.0
+        if together >= GAUGE_MIN:
+            covariance = spread = 0.0
+            for pairs in by_batch.values():
+                if len(pairs) >= 2:
+                    mean_v = sum(v for v, _ in pairs) / len(pairs)
+                    mean_g = sum(g for _, g in pairs) / len(pairs)
+                    covariance += sum((v - mean_v) * (g - mean_g) for v, g in pairs)
+                    spread += sum((g - mean_g) ** 2 for _, g in pairs)
+            weight = min(max(covariance / spread, 0.0), 1.0) if spread > 0.0 else 1.0
+        return math.exp((1.0 - weight) * math.log(self.load) + weight * math.log(reading))
 
     def _batch_known(self, batch: int) -> bool:
         return len(self.rest.get(batch, ())) >= MIN_SAMPLES

@@ -244,6 +244,13 @@ SCALED_EPYC = Machine("scaled epyc", rest=ms([64, 78, 92, 107, 138, 145, 172, 17
 FAST_EPYC_1T = Machine("fast epyc 1 thread", rest=ms([9.8, 26.6, 30.4, 31.3, 33.4, 35.4, 39.8, 42.3, 44.8]),
                        first_pass=0.0018, step=0.0013, catch_up=0.0001, jitter=0.04, stalls=0.01, slow_start=4,
                        rebuild=0.0007, wobble=0.03)
+# The scaled demo once it was Q8_0 and the d2t head's canvas fill was fixed (2026-12-05, the same EPYC, 1 thread, quiet;
+# bench spec's decision log, medians): a plain pass 6 ms, verify of 2-7 tokens 9.5-23.8 ms, and draft passes so short
+# (first 0.6 ms, each further step 0.3 ms) that their timings wander 35% apart from the verify pass's round to round:
+# a round's draft steps no longer tell its load
+SCALED_EPYC_Q8 = Machine("scaled q8 epyc", rest=ms([6.0, 9.5, 11.3, 14.7, 18.6, 20.6, 23.8, 26.5, 29.0]),
+                         first_pass=0.0006, step=0.0003, catch_up=0.00005, jitter=0.04, stalls=0.01, slow_start=4,
+                         rebuild=0.0007, wobble=0.03, part_jitter=0.35)
 GPU_LIKE = Machine("gpu-like", rest=ms([20.0, 20.2, 20.4, 20.6, 20.8, 21.0, 21.2, 21.4, 21.6]), first_pass=0.0025,
                    step=0.002, catch_up=0.0001, jitter=0.03, stalls=0.01, slow_start=8, rebuild=0.0003, wobble=0.05)
 
