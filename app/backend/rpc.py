@@ -140,7 +140,7 @@ class RpcWorker:
     def start(self) -> None:
         """Start it and wait until the port accepts connections; raise RpcError with its log if it exits."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
+        with self.log_path.open("wb") as log, processes.stop_signals_held():  # a stop waits for the handle
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
         try:

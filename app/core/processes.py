@@ -10,9 +10,10 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,32 @@ def _windows_pid_alive(pid: int) -> bool:
         return bool(kernel32.GetExitCodeProcess(handle, ctypes.byref(code))) and code.value == still_active
     finally:
         kernel32.CloseHandle(handle)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, then deliver them to the handlers they would have met.
+
+    For the start of a child server: a handler that raises (``serve``'s stop, Python's KeyboardInterrupt) while
+    ``subprocess.Popen`` waits for the child's exec leaves a running child whose handle was never returned, so
+    nothing can stop it (found as a llama-server left behind by a ``serve`` stopped under load). Around
+    ``self.proc = Popen(...)`` the handle is kept first and the stop comes after. Only the main thread has
+    handlers; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
 
 
 def stop_process(proc: subprocess.Popen[Any] | None, grace_s: float = 10.0) -> None:

@@ -133,7 +133,7 @@ class UpstreamServer:
         if self.draft is not None:
             check_d2t(self.draft)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:  # the child keeps its own handle
+        with self.log_path.open("wb") as log, processes.stop_signals_held():  # the child keeps its own handle
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=self._env(), start_new_session=detach)
         try:
