@@ -141,10 +141,7 @@ class SpeculativeDecoder:
         if config.adaptive:
             self.adaptive = self._learning_for(self.threads).adaptive
         self._native_marks = (0.0, 0.0)
-        # adaptive depth times its rounds in this thread's CPU time when the model runs on the CPU: on a machine
-        # shared with other jobs, wall time there mostly measures the waits for a core (round times wander by
-        # 20% and more, CPU time by 3-5%); with GPU offload the device's time counts, and only wall time sees it
-        self._round_clock = time.thread_time if config.n_gpu_layers == 0 else time.perf_counter
+        self._cpu_only = config.n_gpu_layers == 0
         self._draft_steps_seconds = 0.0  # round clock: the latest round's draft passes after the first
         self._decode_cpu_started = 0.0
 
@@ -435,6 +432,15 @@ class SpeculativeDecoder:
             if picked is None:
                 return self._finish(reply, decode_started)
             pending = picked
+
+    def _round_clock(self) -> float:
+        """Adaptive depth's clock. This thread's CPU time when the model runs on the CPU with one thread: on a
+        machine shared with other jobs, wall time there mostly measures the waits for a core (round times wander by
+        20% and more, CPU time by 3-5%). Wall time with GPU offload (the device's time counts, and only wall time
+        sees it) and with several threads, where this thread's CPU time is its share of the work and its waits at
+        the other threads' barriers, whose split depends on the batch: on the scaled demo with two threads depth 2
+        ran 12% ahead of depth 3 in it where depth 3 ran 7% ahead in wall time, and adaptive depth kept depth 2."""
+        return time.thread_time() if self._cpu_only and self.threads == 1 else time.perf_counter()
 
     def _depth(self) -> int:
         if self.dctx is None:
