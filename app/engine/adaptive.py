@@ -11,23 +11,22 @@ Two things decide the best depth, and both are measured while the reply streams:
   than 9), so no straight line in the depth fits it. The first draft pass (which also catches the draft
   up) and each further draft step are measured in every drafting round, at every depth.
 
-Every estimate is the lower median of its recent samples, so a stalled round does not move it, and a
-round whose batch size differs from the previous round's (llama.cpp rebuilds its graph) counts for no
-batch size; nor does the first drafting round. The engine times rounds in the decoding thread's CPU time
-on a CPU backend, so other jobs' turns on a shared core stay out of them; what such jobs still change
-(caches, memory bandwidth, the device's share with GPU offload) is taken out as load: a round's verify
-time is divided by its own draft steps' slowness against their estimate (they ran a moment before, on
-the same core, and cost the same at any depth), as far as that reading has told the verify times lately
-(steps of a fraction of a millisecond time mostly the timer's noise, and the load index stands in for them); a
-round at the current depth with one draft by its first draft pass's slowness, when that reading is near the load
-index (``PASS_AGREE``); any other round by the load measured at the current depth around it, counting only if
-the load before and after agree. Only depth 0 has no reading of
-its own: its load index is measured against its own estimate, so its estimate moves only through visits (depth 1
-was the same until issue 36's EPYC runs showed it keeping a cost learned too cheap). The draft step is the unit
-every cost is kept in, and it does not move once measured: were the step's own estimate divided by the load
-(a round's time over its prediction, which the estimates themselves set), the unit would wander, the depth
-being played would follow it and the others, visited now and then, would not, and it would come to look
-cheaper next to them than it is (by 8-10% in 300 rounds on this 2-core machine).
+Every estimate is the lower median of its recent samples, so a stalled round does not move it, and a round whose
+batch size differs from the previous round's (llama.cpp rebuilds its graph) counts for no batch size; nor does the
+first drafting round. The engine times rounds in the decoding thread's CPU time on a CPU backend with one thread
+(wall time with several), so other jobs' turns on a shared core stay out of them; what such jobs still change
+(caches, memory bandwidth, the device's share with GPU offload) is taken out as load: a round's verify time is
+divided by its own draft steps' slowness against their estimate (they ran a moment before, on the same core, and
+cost the same at any depth), as far as that reading has told the verify times lately (steps of a fraction of a
+millisecond time mostly the timer's noise, and the load index stands in for them); a round at the current depth
+with one draft by its first draft pass's slowness, when that reading is near the load index (``PASS_AGREE``); any
+other round by the load measured at the current depth around it, counting only if the load before and after agree.
+Only depth 0 has no reading of its own: its load index is measured against its own estimate, so its estimate moves
+only through visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost learned too cheap).
+The draft step is the unit every cost is kept in, and it does not move once measured: were the step's own estimate
+divided by the load (a round's time over its prediction, which the estimates themselves set), the unit would
+wander, the depth being played would follow it and the others, visited now and then, would not, and it would come
+to look cheaper next to them than it is (by 8-10% in 300 rounds on this 2-core machine).
 
 Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak``; the measured depth with
 the highest expected tokens per second wins, and replaces the current one only when it promises
@@ -117,8 +116,8 @@ GAUGE_MIN = 10
 @dataclass(frozen=True)
 class RoundTiming:
     """What one round cost, in seconds, split the way the engine measures it. The engine's round clock: the
-    decoding thread's CPU time when the model runs on the CPU (other jobs' turns on the core left out), wall
-    time with GPU offload (the device's time is in it)."""
+    decoding thread's CPU time when the model runs on the CPU with one thread (other jobs' turns on the core left
+    out), wall time with several threads or GPU offload (the other threads' and the device's time are in it)."""
 
     seconds: float  # the whole round: draft passes, verify pass, sampling and bookkeeping
     verify: float  # the target's pass over pending + drafts, with its rollback
