@@ -109,6 +109,7 @@ class UpstreamServer:
         if alias:
             cmd += ["--alias", alias]
         self.cmd = cmd + (extra_args or [])
+        self.model = Path(model)
         self.draft = draft
         self.api_key = api_key
         self.log_path = paths.cache_dir() / "logs" / f"llama-server-{os.getpid()}-{self.port}.log"
@@ -162,8 +163,8 @@ class UpstreamServer:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise EngineError(f"llama-server exited with code {self.proc.returncode} while starting. "
-                                  "Last lines:\n" + self.log_tail(),
+                raise EngineError(f"llama-server exited with code {self.proc.returncode} while starting with the "
+                                  f"model {self.model}. " + self._last_lines(),
                                   "Check the model and sidecar paths; an unpatched build refuses a d2t sidecar.")
             try:
                 if self.client.get(self.url + "/health", timeout=2.0).status_code == 200:
@@ -173,6 +174,15 @@ class UpstreamServer:
             time.sleep(0.1)  # polling a child process we do not control; not test synchronisation
         raise EngineError(f"llama-server did not become ready within {START_TIMEOUT_S:.0f} s.",
                           "Last lines:\n" + self.log_tail())
+
+    def _last_lines(self) -> str:
+        """The log's last lines for an error message, or why there are none: llama-server writes its log from a
+        thread of its own and does not wait for it when it exits at once, so a server that failed at the start can
+        leave an empty log (seen under load; upstream's choice, llama.cpp issue 22142)."""
+        tail = self.log_tail()
+        if tail:
+            return "Last lines:\n" + tail
+        return f"It wrote no log lines before it ended (its log: {self.log_path})."
 
     def log_tail(self, lines: int = 30) -> str:
         """The last non-empty lines the server wrote (its log file survives it, for bug reports)."""
