@@ -25,7 +25,7 @@ from app.cli.common import (
     stream,
     stream_reply,
 )
-from app.core import defaults, engine_limits
+from app.core import defaults, engine_limits, processes
 from app.core.errors import FastMTPError
 from app.engine.config import DEFAULT_DRAFT_DEPTH
 
@@ -335,7 +335,7 @@ def _run_until_stopped(start: Callable[[], None], announce: Callable[[], None],
     llama-server left behind by a ``serve`` stopped under load). The child's exit code when it ended by itself, else
     None.
     """
-    signals = (signal.SIGINT, signal.SIGTERM)
+    signals = processes.STOP_SIGNALS
     previous = {sig: signal.signal(sig, _ask_to_stop) for sig in signals}
     code: int | None = None
     try:
