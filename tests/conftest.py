@@ -88,6 +88,20 @@ def isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ[key] = value
 
 
+@pytest.fixture(autouse=True)
+def cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A Qt test collects reference cycles as the window does, on the GUI thread only (``gui_thread_gc``); after
+    it, one full collection here and Python's own collector again for the tests without Qt in the same process."""
+    if not {"qtbot", "qapp"} & set(request.fixturenames):
+        yield
+        return
+    from app.gui.shell.gui_thread_gc import collect_cycles_on_gui_thread
+
+    collector = collect_cycles_on_gui_thread(request.getfixturevalue("qapp"))
+    yield
+    collector.stop()
+
+
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleFolders]:
     """Where a module's fixtures write (demo models, packed backends): removed once the module is done."""

@@ -100,12 +100,12 @@ def _event(piece: str, i: int) -> dict[str, Any]:
 def run(tokens: int = 5000, rate: int = 1000) -> GuiBenchResult:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen" if not os.environ.get("DISPLAY") else "xcb")
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
-    from PySide6.QtWidgets import QApplication
 
     from app.gui.chat.chat_view import ChatView
+    from app.gui.shell.application import make_application
     from app.gui.shell.ops import Report, run_in_background
 
-    app = QApplication.instance() or QApplication([])
+    app = make_application([])
     pieces = synthetic_pieces(tokens)
 
     # 1. rendering cost: the same section fed to a short and a long reply, interleaved token by token

@@ -256,7 +256,6 @@ def run(config: EngineConfig, model_name: str, max_tokens: int = 256, samples: i
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import QEventLoop, QTimer
-    from PySide6.QtWidgets import QApplication
 
     from app.bench.report import device_description
     from app.chats.history import HistoryStore
@@ -266,12 +265,12 @@ def run(config: EngineConfig, model_name: str, max_tokens: int = 256, samples: i
     from app.engine.verdict import load_average
     from app.gui.chat.chat_view import RENDER_INTERVAL_MS
     from app.gui.main import MainWindow
+    from app.gui.shell.application import make_application
     from app.settings.app_settings import Settings
     from app.settings.chat_settings import ChatSettings
 
     say = log or (lambda _line: None)
-    app = QApplication.instance() or QApplication([])
-    assert isinstance(app, QApplication)
+    app = make_application([])  # as the window runs: named, and collecting cycles on the GUI thread only
     chat = ChatSettings(max_tokens=max_tokens, seed_mode="fixed")
     greedy = replace(chat, temperature=0.0)
     settings_of = {"window_chat": chat, "window_greedy": greedy, "headless_greedy": greedy, "headless_chat": chat,

@@ -10,6 +10,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.core.resources import resources_dir
+from app.gui.shell.gui_thread_gc import collect_cycles_on_gui_thread
 
 APP_ID = "fastmtp-chat"  # application, organization and .desktop file name: the X11 window class
 APP_TITLE = "FastMTP Chat"
@@ -45,8 +46,10 @@ def configure_application(app: QApplication) -> None:
 
 
 def make_application(argv: Sequence[str] | None = None) -> QApplication:
-    """The QApplication (the running one, else a new one from ``argv``), named and with its icon."""
+    """The QApplication (the running one, else a new one from ``argv``), named and with its icon, collecting
+    reference cycles on its own thread only (``gui_thread_gc``)."""
     app = QApplication.instance() or QApplication(qt_argv(argv if argv is not None else sys.argv))
     assert isinstance(app, QApplication)
     configure_application(app)
+    collect_cycles_on_gui_thread(app)
     return app
