@@ -220,6 +220,7 @@ class AdaptiveDepth:
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
     _changes: int = 0  # changes to the cost samples: the cached estimates below are of this count
     _cached: tuple[int, list[float], float, float] | None = None  # (changes, rest table, first pass, step)
+    _known_cache: tuple[int, frozenset[int]] | None = None  # (changes, the measured depths)
     warm: bool = False  # started from what an earlier session learned (``restore``)
 
     def __post_init__(self) -> None:
@@ -291,9 +292,9 @@ class AdaptiveDepth:
         settled = max(known, key=lambda k: rates[k])
         if self.current in known and rates[settled] < rates[self.current] * (1.0 + SWITCH_MARGIN):
             settled = self.current
-        seen = self.seen_rates()
-        if settled in seen and self.shifts:  # once a load weighed on one part more, what the rounds measured lately
-            # overrules the estimates where it differs clearly
+        seen = self.seen_rates() if self.shifts else {}
+        if settled in seen:  # once a load weighed on one part more, what the rounds measured lately overrules the
+            # estimates where it differs clearly
             fastest = max(seen, key=lambda k: seen[k])
             if seen[fastest] > seen[settled] * (1.0 + SEEN_MARGIN) and self._known(fastest):
                 settled = fastest
@@ -431,17 +432,17 @@ class AdaptiveDepth:
         return depth, reason
 
     @staticmethod
-    def _beyond(measured: dict[int, float], batch: int) -> float:
-        """Verify + host time past the biggest measured batch: on the median line through the measured batches
-        of 2 or more tokens (the median of the slopes between every two of them, not falling), so that one
-        odd batch size (a kernel that tiles badly) does not bend it; the biggest one's own time while fewer
-        than two are measured (an optimistic guess, which a visit corrects)."""
+    def _beyond(measured: dict[int, float]) -> tuple[float, float]:
+        """The line (intercept, slope) that verify + host time follows past the biggest measured batch: the median
+        line through the measured batches of 2 or more tokens (the median of the slopes between every two of them,
+        not falling), so that one odd batch size (a kernel that tiles badly) does not bend it; flat at the biggest
+        one's own time while fewer than two are measured (an optimistic guess, which a visit corrects)."""
         points = [(b, cost) for b, cost in measured.items() if b >= 2]
         if len(points) < 2:
-            return measured[max(measured)]
+            return measured[max(measured)], 0.0
         slope = max(statistics.median((c2 - c1) / (b2 - b1) for i, (b1, c1) in enumerate(points)
                                       for b2, c2 in points[i + 1:]), 0.0)
-        return float(statistics.median(c - slope * b for b, c in points)) + slope * batch
+        return float(statistics.median(c - slope * b for b, c in points)), slope
 
     def _probe_target(self) -> int | None:
         """The depth to revisit, if one is due: a neighbour of the current depth, or the most promising of the
@@ -671,19 +672,20 @@ class AdaptiveDepth:
         adaptive depth went back and forth between depth 0 and 2 (half its rounds at depth 0 where k=3 ran 1.12x)."""
         if rest is not None and rest > 0.0 and reading > 0.0:
             self._gauge_pairs.append((batch, math.log(rest), math.log(reading)))
-        by_batch: dict[int, list[tuple[float, float]]] = {}
+        by_batch: dict[int, tuple[list[float], list[float]]] = {}
         for b, v, g in self._gauge_pairs:
-            by_batch.setdefault(b, []).append((v, g))
-        together = sum(len(pairs) for pairs in by_batch.values() if len(pairs) >= 2)
+            verify, readings = by_batch.setdefault(b, ([], []))
+            verify.append(v)
+            readings.append(g)
+        groups = [(verify, readings) for verify, readings in by_batch.values() if len(verify) >= 2]
         weight = 1.0
-        if together >= GAUGE_MIN:
+        if sum(len(verify) for verify, _ in groups) >= GAUGE_MIN:
             covariance = spread = 0.0
-            for pairs in by_batch.values():
-                if len(pairs) >= 2:
-                    mean_v = sum(v for v, _ in pairs) / len(pairs)
-                    mean_g = sum(g for _, g in pairs) / len(pairs)
-                    covariance += sum((v - mean_v) * (g - mean_g) for v, g in pairs)
-                    spread += sum((g - mean_g) ** 2 for _, g in pairs)
+            for verify, readings in groups:
+                mean_v = sum(verify) / len(verify)
+                mean_g = sum(readings) / len(readings)
+                covariance += sum((v - mean_v) * (g - mean_g) for v, g in zip(verify, readings, strict=True))
+                spread += sum((g - mean_g) ** 2 for g in readings)
             weight = min(max(covariance / spread, 0.0), 1.0) if spread > 0.0 else 1.0
         return math.exp((1.0 - weight) * math.log(self.load) + weight * math.log(reading))
 
@@ -692,9 +694,16 @@ class AdaptiveDepth:
 
     def _known(self, depth: int) -> bool:
         """Measured: the batch size has its own estimate, and the draft parts the depth uses have been timed."""
-        if not 0 <= depth <= self.draft_depth or not self._batch_known(depth + 1):
-            return False
-        return (depth < 1 or bool(self.first_pass)) and (depth < 2 or bool(self.step))
+        return depth in self._known_depths()
+
+    def _known_depths(self) -> frozenset[int]:
+        """Every measured depth (``_known``), found once per change of the samples: each round asks a few dozen
+        times, and the Python time a round spends here is time the reply waits (``bench spec``'s Python column)."""
+        if self._known_cache is None or self._known_cache[0] != self._changes:
+            found = frozenset(k for k in range(self.draft_depth + 1) if self._batch_known(k + 1)
+                              and (k < 1 or bool(self.first_pass)) and (k < 2 or bool(self.step)))
+            self._known_cache = (self._changes, found)
+        return self._known_cache[1]
 
     def rest_estimate(self, batch: int) -> float:
         """Verify + host time of a round over ``batch`` tokens (load-normalized): measured, interpolated
@@ -718,17 +727,22 @@ class AdaptiveDepth:
         measured = {b: _estimate(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)}
         if not measured:
             return [1.0 for _ in sizes]
+        batches = list(measured)
+        line: tuple[float, float] | None = None
         table = []
         for batch in sizes:
-            below = [b for b in measured if b < batch]
-            above = [b for b in measured if b > batch]
             if batch in measured:
                 table.append(measured[batch])
-            elif below and above:
-                lo, hi = below[-1], above[0]
-                table.append(measured[lo] + (measured[hi] - measured[lo]) * (batch - lo) / (hi - lo))
-            elif below:  # bigger than any measured: on a line through the measured batches of 2 or more tokens
-                table.append(self._beyond(measured, batch))
+                continue
+            above = next((b for b in batches if b > batch), None)
+            below = next((b for b in reversed(batches) if b < batch), None)
+            if below is not None and above is not None:
+                table.append(measured[below] + (measured[above] - measured[below]) * (batch - below) / (above - below))
+            elif below is not None:  # bigger than any measured: on a line through the measured batches of 2 or more
+                if line is None:
+                    line = self._beyond(measured)
+                table.append(line[0] + line[1] * batch)
             else:  # smaller: cheaper in proportion
-                table.append(measured[above[0]] * batch / above[0])
+                assert above is not None
+                table.append(measured[above] * batch / above)
         return table
