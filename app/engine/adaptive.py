@@ -218,6 +218,7 @@ class AdaptiveDepth:
     _pending: Decision | None = None
     _observed: int = 0  # rounds observed: the estimates change only then
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
+    _accepts: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # the same for the acceptances
     _changes: int = 0  # changes to the cost samples: the cached estimates below are of this count
     _cached: tuple[int, list[float], float, float] | None = None  # (changes, rest table, first pass, step)
     _known_cache: tuple[int, frozenset[int]] | None = None  # (changes, the measured depths)
@@ -393,6 +394,9 @@ class AdaptiveDepth:
         weighed by how much was measured there, so that a position hardly tested is as high as the one before
         it (taken high too) and no higher: the error would otherwise compound from position to position and
         make every deep depth look worth a try."""
+        cached = self._accepts.get(optimistic)
+        if cached is not None and cached[0] == self._observed:  # the counts change only with a round observed
+            return cached[1]
         values, prior = [], FIRST_PRIOR
         for tests, accepted in zip(self.tested, self.accepted, strict=True):
             value = (accepted + PRIOR_WEIGHT * prior) / (tests + PRIOR_WEIGHT)
@@ -401,6 +405,7 @@ class AdaptiveDepth:
                 value += OPTIMISM * spread
             prior = min(value, 0.999)
             values.append(prior)
+        self._accepts[optimistic] = (self._observed, values)
         return values
 
     def _costs(self) -> list[float]:

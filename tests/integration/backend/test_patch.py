@@ -10,7 +10,7 @@ import pytest
 from app.backend import patching, source
 from app.core.errors import PatchError
 
-PATCHED_FILES = ["src/llama-model.cpp", "src/models/qwen35.cpp"]
+PATCHED_FILES = ["src/llama-model.cpp", "src/models/qwen35.cpp", "src/models/delta-net-base.cpp"]
 
 
 def _copy_models_dir(version: str, dest: Path) -> Path:
@@ -35,16 +35,19 @@ def test_patch_applies_to_the_pinned_0_3_35_tree(tmp_path: Path) -> None:
     loader = (tree / "src" / "llama-model.cpp").read_text()
     assert "FastMTP d2t" in loader and "outside the vocabulary" in loader and "a repeated id" in loader
     assert "ggml_backend_tensor_get(d2t" in loader
+    # the recurrent layers' conv state: only the rollback slots this batch can fill, as the SSM state's
+    recurrent = (tree / "src" / "models" / "delta-net-base.cpp").read_text()
+    assert "K - std::min<int64_t>(n_seq_tokens, K) + 1" in recurrent
     assert patching.is_applied(tree, patch)
     patching.apply(tree, patch)  # idempotent
     assert text == (tree / "src" / "models" / "qwen35.cpp").read_text()
 
 
-def test_patch_stays_small_and_touches_only_qwen35_and_the_loader() -> None:
+def test_patch_stays_small_and_touches_only_qwen35_the_loader_and_the_recurrent_state() -> None:
     text = patching.default_patch().path.read_text()
     touched = [line[6:] for line in text.splitlines() if line.startswith("+++ b/")]
     assert touched == PATCHED_FILES
-    assert len(text.splitlines()) <= 90
+    assert len(text.splitlines()) <= 105
 
 
 def test_patch_also_applies_to_0_3_36(tmp_path: Path) -> None:

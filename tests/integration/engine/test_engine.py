@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -216,6 +217,29 @@ def test_adaptive_depth_stops_drafting_where_drafts_fail_and_stays_lossless(modu
     assert fixed_reply.stats.proposed >= 3.5 * fixed_reply.stats.target_passes  # fixed depth drafts 4 every round
     assert reply.stats.proposed < 0.5 * reply.stats.target_passes  # adaptive mostly does not draft at all
     assert reply.stats.proposed > 0  # but it keeps probing
+
+
+def test_rounds_shallower_than_the_rollback_window_roll_back_to_the_exact_state(demo: DemoModel) -> None:
+    """Adaptive depth keeps the target's rollback window at its deepest depth (8) and plays shallower rounds in it. The
+    patch writes only the recurrent snapshots such a batch can fill (a 3-token pass copied nine conv states, 2.3% of
+    its time); every rejection, of one draft up to all of them, must still roll back to the state after the last
+    accepted token: the same tokens as plain decoding, at a temperature that rejects often."""
+    prompt = table_prompt(demo)
+    plain = _decoder(demo, "off")
+    reference = {name: _run(plain, prompt, 96, params) for name, params in (("warm", WARM), ("hot", HOT))}
+    plain.close()
+    decoder = _decoder(demo, "sidecar", "d2t", draft_depth=8)
+    depths = itertools.cycle([1, 2, 0, 3, 5, 8, 2, 1, 0, 4, 6, 2])
+    decoder._depth = lambda: next(depths)  # type: ignore[method-assign]  # every depth from 0 to 8, in a mix
+    try:
+        replies = {name: decoder.generate(prompt, 96, Sampler(params)) for name, params in (("warm", WARM),
+                                                                                               ("hot", HOT))}
+    finally:
+        decoder.close()
+    for name, reply in replies.items():
+        assert reply.tokens == reference[name], name
+        assert 0 < reply.stats.accepted < reply.stats.proposed  # drafts both kept and rolled back
+    assert replies["hot"].stats.accepted < 0.5 * replies["hot"].stats.proposed  # most drafts rejected: rollbacks of every length
 
 
 def test_drafting_after_more_rounds_without_it_than_a_batch_holds_stays_lossless(demo: DemoModel) -> None:
