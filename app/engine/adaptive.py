@@ -212,6 +212,8 @@ class AdaptiveDepth:
     _waiting: list[tuple[_Samples, int, bool]] = field(default_factory=list)
     # (batch, log verify time, log draft-step reading) of recent rounds: how well the reading tells the verify's load
     _gauge_pairs: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=GAUGE_PAIRS))
+    # per batch size, running sums over those pairs: count, sum of each, of their products, of the readings squared
+    _gauge_sums: dict[int, tuple[float, float, float, float, float]] = field(default_factory=dict)
     _reference: bool = False  # the round being played is at the current depth
     _probing: bool = False  # the round being played is a visit of another measured depth
     corrections: int = 0  # visits that proved their depth's estimate too dear (``PROVEN_FASTER``)
@@ -676,23 +678,33 @@ class AdaptiveDepth:
         instead, every drafting depth's estimate wandered apart from depth 0's, whose rounds time no draft, and
         adaptive depth went back and forth between depth 0 and 2 (half its rounds at depth 0 where k=3 ran 1.12x)."""
         if rest is not None and rest > 0.0 and reading > 0.0:
-            self._gauge_pairs.append((batch, math.log(rest), math.log(reading)))
-        by_batch: dict[int, tuple[list[float], list[float]]] = {}
-        for b, v, g in self._gauge_pairs:
-            verify, readings = by_batch.setdefault(b, ([], []))
-            verify.append(v)
-            readings.append(g)
-        groups = [(verify, readings) for verify, readings in by_batch.values() if len(verify) >= 2]
+            if len(self._gauge_pairs) == GAUGE_PAIRS:
+                self._gauge_sum(*self._gauge_pairs[0], sign=-1.0)
+            pair = (batch, math.log(rest), math.log(reading))
+            self._gauge_pairs.append(pair)
+            self._gauge_sum(*pair, sign=1.0)
+        together = covariance = spread = 0.0
+        for n, sum_v, sum_g, sum_vg, sum_gg in self._gauge_sums.values():
+            if n >= 2:  # each batch size about its own means
+                together += n
+                covariance += sum_vg - sum_v * sum_g / n
+                spread += sum_gg - sum_g * sum_g / n
         weight = 1.0
-        if sum(len(verify) for verify, _ in groups) >= GAUGE_MIN:
-            covariance = spread = 0.0
-            for verify, readings in groups:
-                mean_v = sum(verify) / len(verify)
-                mean_g = sum(readings) / len(readings)
-                covariance += sum((v - mean_v) * (g - mean_g) for v, g in zip(verify, readings, strict=True))
-                spread += sum((g - mean_g) ** 2 for g in readings)
-            weight = min(max(covariance / spread, 0.0), 1.0) if spread > 0.0 else 1.0
+        if together >= GAUGE_MIN and spread > 0.0:
+            weight = min(max(covariance / spread, 0.0), 1.0)
         return math.exp((1.0 - weight) * math.log(self.load) + weight * math.log(reading))
+
+    def _gauge_sum(self, batch: int, verify: float, reading: float, sign: float) -> None:
+        """Add a pair to (or, ``sign`` -1, take one out of) its batch size's running sums: the count, the sums of
+        the log verify times and readings, of their products and of the readings squared. A batch size whose
+        pairs are all gone starts from zero again, so no rounding is carried over."""
+        n, sum_v, sum_g, sum_vg, sum_gg = self._gauge_sums.get(batch, (0.0, 0.0, 0.0, 0.0, 0.0))
+        n += sign
+        if n <= 0.0:
+            self._gauge_sums.pop(batch, None)
+            return
+        self._gauge_sums[batch] = (n, sum_v + sign * verify, sum_g + sign * reading,
+                                   sum_vg + sign * verify * reading, sum_gg + sign * reading * reading)
 
     def _batch_known(self, batch: int) -> bool:
         return len(self.rest.get(batch, ())) >= MIN_SAMPLES
