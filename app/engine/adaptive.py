@@ -53,7 +53,6 @@ share where it was and changes nothing here. Recent measurements weigh most: the
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -154,6 +153,14 @@ class Decision:
         }
 
 
+def _median(values: Iterable[float]) -> float:
+    """``statistics.median`` (the mean of the middle two of an even count), without its checks: a round asks for
+    several, and the round's Python time is time the reply waits."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def _estimate(values: Iterable[float]) -> float:
     """The lower median: the median of many samples, the smaller of two. A stalled round (3x) does not move it;
     with few samples, erring low is the error that corrects itself (a depth that looks cheaper than it is gets
@@ -224,6 +231,8 @@ class AdaptiveDepth:
     _changes: int = 0  # changes to the cost samples: the cached estimates below are of this count
     _cached: tuple[int, list[float], float, float] | None = None  # (changes, rest table, first pass, step)
     _known_cache: tuple[int, frozenset[int]] | None = None  # (changes, the measured depths)
+    # the latest rest table and what it was made from: (its length and each measured batch's estimate, the table)
+    _table: tuple[tuple[int, tuple[tuple[int, float], ...]], list[float]] | None = None
     warm: bool = False  # started from what an earlier session learned (``restore``)
 
     def __post_init__(self) -> None:
@@ -429,8 +438,8 @@ class AdaptiveDepth:
         ones before them agree within ``LOAD_AGREE``): a visit elsewhere started now will likely count."""
         if len(self.load_samples) < 2 * BRACKET:
             return False
-        low, high = sorted((statistics.median(self.load_samples[-BRACKET:]),
-                            statistics.median(self.load_samples[-2 * BRACKET:-BRACKET])))
+        low, high = sorted((_median(self.load_samples[-BRACKET:]),
+                            _median(self.load_samples[-2 * BRACKET:-BRACKET])))
         return high <= low * (1.0 + LOAD_AGREE)
 
     def _block(self, depth: int, reason: str, rounds: int) -> tuple[int, str]:
@@ -447,9 +456,9 @@ class AdaptiveDepth:
         points = [(b, cost) for b, cost in measured.items() if b >= 2]
         if len(points) < 2:
             return measured[max(measured)], 0.0
-        slope = max(statistics.median((c2 - c1) / (b2 - b1) for i, (b1, c1) in enumerate(points)
+        slope = max(_median((c2 - c1) / (b2 - b1) for i, (b1, c1) in enumerate(points)
                                       for b2, c2 in points[i + 1:]), 0.0)
-        return float(statistics.median(c - slope * b for b, c in points)), slope
+        return float(_median(c - slope * b for b, c in points)), slope
 
     def _probe_target(self) -> int | None:
         """The depth to revisit, if one is due: a neighbour of the current depth, or the most promising of the
@@ -637,9 +646,9 @@ class AdaptiveDepth:
             after = self.load_samples[max(end - BRACKET - first, 0):max(end - first, 0)]
             if own or not ahead:
                 window = self.load_samples[max(before - BRACKET - first, 0):max(end - first, 0)]
-                self._add(samples, statistics.median(window) if window else self.load)
+                self._add(samples, _median(window) if window else self.load)
             elif after:
-                low, high = sorted((statistics.median(ahead), statistics.median(after)))
+                low, high = sorted((_median(ahead), _median(after)))
                 if high <= low * (1.0 + LOAD_AGREE):
                     self._add(samples, (low + high) / 2.0, proof_load=low)
 
@@ -744,6 +753,15 @@ class AdaptiveDepth:
         measured = {b: _estimate(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)}
         if not measured:
             return [1.0 for _ in sizes]
+        key = (len(sizes), tuple(measured.items()))
+        if self._table is not None and self._table[0] == key:  # a new sample seldom moves a lower median
+            return list(self._table[1])
+        table = self._table_of(sizes, measured)
+        self._table = (key, table)
+        return list(table)
+
+    def _table_of(self, sizes: range, measured: dict[int, float]) -> list[float]:
+        """``_rest_table`` from the measured batches' estimates: interpolated between them, on a line past them."""
         batches = list(measured)
         line: tuple[float, float] | None = None
         table = []
