@@ -239,7 +239,8 @@ def test_rounds_shallower_than_the_rollback_window_roll_back_to_the_exact_state(
     for name, reply in replies.items():
         assert reply.tokens == reference[name], name
         assert 0 < reply.stats.accepted < reply.stats.proposed  # drafts both kept and rolled back
-    assert replies["hot"].stats.accepted < 0.5 * replies["hot"].stats.proposed  # most drafts rejected: rollbacks of every length
+    # most drafts rejected: rollbacks of every length
+    assert replies["hot"].stats.accepted < 0.5 * replies["hot"].stats.proposed
 
 
 def test_drafting_after_more_rounds_without_it_than_a_batch_holds_stays_lossless(demo: DemoModel) -> None:
