@@ -15,6 +15,7 @@ from typing import Any
 from pytestqt.qtbot import QtBot
 
 from app.gui.shell.ops import BackgroundOp, run_in_background, wait_for_all
+from tests.helpers.cycles import make_cyclic_garbage
 
 
 def test_many_ops_deliver_progress_then_result_on_the_gui_thread_while_workers_collect(qtbot: QtBot) -> None:
@@ -29,9 +30,7 @@ def test_many_ops_deliver_progress_then_result_on_the_gui_thread_while_workers_c
             for step in range(3):
                 report(step)
                 if step == n % 3:  # cyclic garbage past the collector's thresholds, at one of its steps in turn
-                    for _ in range(2_000):
-                        garbage: list[Any] = []
-                        garbage.append(garbage)
+                    make_cyclic_garbage(2_000)
             if n % 7 == 0:
                 raise ValueError(f"op {n} failed on purpose")
             return n * n

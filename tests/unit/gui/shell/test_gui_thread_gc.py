@@ -21,6 +21,7 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.shell.gui_thread_gc import collect_cycles_on_gui_thread, due_generation
 from app.gui.shell.ops import run_in_background
+from tests.helpers.cycles import make_cyclic_garbage
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -35,9 +36,7 @@ class CycleHolder(QObject):
 
 def allocate_cycles(report: Any) -> int:
     """A worker's allocations: enough cyclic garbage to cross every generation's threshold many times."""
-    for _ in range(200_000):
-        garbage: list[Any] = []
-        garbage.append(garbage)
+    make_cyclic_garbage(200_000)
     return threading.get_ident()
 
 
