@@ -31,6 +31,7 @@ from app.engine.adaptive import AdaptiveDepth, RoundTiming
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
 from app.engine.depth_memory import DepthMemory, MemoryKey, key_for
 from app.engine.model_pool import ModelPool
+from app.engine.one_token_threads import OneTokenThreads
 from app.engine.sampling import Sampler, draft_pick
 from app.engine.state_cache import Snapshot
 from app.engine.stats import ReplyStats
@@ -142,6 +143,9 @@ class SpeculativeDecoder:
             self.adaptive = self._learning_for(self.threads).adaptive
         self._native_marks = (0.0, 0.0)
         self._cpu_only = config.n_gpu_layers == 0
+        # per context, the thread count its one-token passes run with: one or all, measured (``one_token_threads``);
+        # only on the CPU (with offloaded layers the device does the work and the count matters little)
+        self._one_token = self._one_token_paces()
         self._draft_steps_seconds = 0.0  # round clock: the latest round's draft passes after the first
         self._decode_cpu_started = 0.0
 
@@ -288,8 +292,34 @@ class SpeculativeDecoder:
             if ctx is not None:
                 ctx.set_threads(threads)
         self.threads = threads
+        self._one_token = self._one_token_paces()
         if self.adaptive is not None:
             self.adaptive = self._learning_for(threads).adaptive
+
+    def _one_token_paces(self) -> tuple[OneTokenThreads, OneTokenThreads]:
+        """Fresh measurements of the one-token passes' thread count, for the target and the draft context."""
+        threads = self.threads if self._cpu_only else 1
+        return OneTokenThreads(threads), OneTokenThreads(threads)
+
+    def _decode(self, ctx: Context, pace: OneTokenThreads, tokens: list[int], start: int, *,
+                hidden: FloatArray | None = None, logits: str = "last") -> None:
+        """``ctx.decode``; a one-token pass runs with the thread count ``pace`` gives and is timed for it."""
+        if len(tokens) != 1 or pace.threads <= 1:
+            ctx.decode(tokens, start, hidden=hidden, logits=logits)
+            return
+        count = pace.next_count()
+        if count != ctx.n_threads:
+            ctx.set_threads(count, self.threads)
+        before = ctx.native_seconds
+        ctx.decode(tokens, start, hidden=hidden, logits=logits)
+        pace.observe(count, ctx.native_seconds - before)
+
+    @property
+    def one_token_threads(self) -> tuple[int | None, int | None]:
+        """The thread counts the target's and the draft's one-token passes settled on (None: still measuring)."""
+        target, draft = self._one_token
+        return (target.next_count() if not target.measuring else None,
+                draft.next_count() if not draft.measuring else None)
 
     @property
     def samples_on_backend(self) -> bool:
@@ -398,7 +428,7 @@ class SpeculativeDecoder:
             t1 = time.perf_counter()
             c1 = self._round_clock()
             batch = [pending, *drafts]
-            self.tctx.decode(batch, n_past, logits="all")
+            self._decode(self.tctx, self._one_token[0], batch, n_past, logits="all")
             c2 = self._round_clock()
             accepted = 0
             finished = False
@@ -462,7 +492,7 @@ class SpeculativeDecoder:
         # catch up on the held tokens in the same batch that makes the first draft
         tokens = [*(t for t, _ in self._held), pending]
         rows = np.stack([*(r for _, r in self._held), self.pending_h])
-        self.dctx.decode(tokens, n_past - len(self._held), hidden=rows, logits="last")
+        self._decode(self.dctx, self._one_token[1], tokens, n_past - len(self._held), hidden=rows, logits="last")
         self._held = []
         drafts: list[int] = []
         pos = n_past
@@ -476,7 +506,7 @@ class SpeculativeDecoder:
                 break
             hidden = self.dctx.nextn_view(-1)  # copied into the batch before the pass overwrites it
             pos += 1
-            self.dctx.decode([proposal], pos, hidden=hidden[None, :], logits="last")
+            self._decode(self.dctx, self._one_token[1], [proposal], pos, hidden=hidden[None, :], logits="last")
         self._draft_steps_seconds = self._round_clock() - steps_mark
         return drafts
 
@@ -510,6 +540,9 @@ class SpeculativeDecoder:
     def _finish(self, reply: Reply, decode_started: float) -> Reply:
         reply.stats.decode_seconds = time.perf_counter() - decode_started
         reply.stats.decode_cpu_seconds = time.thread_time() - self._decode_cpu_started
+        target, draft = self.one_token_threads
+        reply.stats.one_token_threads = target or 0
+        reply.stats.draft_one_token_threads = (draft or 0) if self.dctx is not None else 0
         self._native_into(reply.stats)
         self._remember()
         return reply

@@ -80,6 +80,10 @@ class ReplyStats:
     sampling: str = ""  # how the reply was sampled (``describe_sampling``), set by the session that asked for it
     depth_setting: str = ""  # the draft depth it ran at (``describe_depth``), likewise
     threads: int = 0  # the decode threads it ran with: the set count, or the idle cores when none is set
+    # what the target's and the draft's one-token passes ran with at its end: 1 or ``threads``, measured; 0 while
+    # that is still being measured (``one_token_threads``)
+    one_token_threads: int = 0
+    draft_one_token_threads: int = 0
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=32), repr=False)
 
@@ -182,6 +186,8 @@ class ReplyStats:
             "sampling": self.sampling,
             "depth_setting": self.depth_setting,
             "threads": self.threads,
+            "one_token_threads": self.one_token_threads,
+            "draft_one_token_threads": self.draft_one_token_threads,
             "drafted": self.drafted,
             "accepted": self.accepted,
             "proposed": self.proposed,

@@ -382,7 +382,9 @@ class Context:
         # built for this many, so a verify pass's few rows do not reserve sampling graphs for 512
         params.n_outputs_max_per_seq = max_outputs_per_pass
         params.n_threads = n_threads or default_threads()
-        params.n_threads_batch = n_threads or default_threads()
+        params.n_threads_batch = params.n_threads
+        # what llama.cpp runs a one-token pass with, and a bigger batch (``set_threads``)
+        self.n_threads, self.n_threads_batch = int(params.n_threads), int(params.n_threads_batch)
         if flash_attn is not None:
             params.flash_attn_type = 1 if flash_attn else 0
         if timer is not None:
@@ -433,10 +435,11 @@ class Context:
             llama_cpp_ext.llama_set_embeddings_nextn(self._ptr, False, True)
 
     def set_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
-        """Decode with ``n_threads`` (and ``n_threads_batch`` for prompts, the same by default) from the next pass
-        on: what a benchmark switches between passes of one context."""
+        """Decode one-token passes with ``n_threads`` and bigger batches with ``n_threads_batch`` (the same by default)
+        from the next pass on (llama.cpp picks by the batch: ``graph_compute``'s ``batched``)."""
         _check_counts(engine_limits.engine_number_problems(n_threads=n_threads))
         self.lib.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
+        self.n_threads, self.n_threads_batch = n_threads, n_threads_batch or n_threads
 
     def set_nextn_outputs(self, enabled: bool, masked: bool) -> None:
         """Whether passes hand back MTP hidden rows (``enabled``) and whether the graph may drop rows without logits

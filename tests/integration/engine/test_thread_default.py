@@ -38,10 +38,13 @@ def _decoder(demo: DemoModel, n_threads: int | None = None) -> SpeculativeDecode
 
 
 def _held_threads(decoder: SpeculativeDecoder) -> tuple[int, int]:
-    """The decode threads llama.cpp holds for the target and the draft context."""
+    """The decode threads llama.cpp holds for the target's and the draft context's batches (a one-token pass runs
+    with these or with one thread, whichever measured faster: ``test_one_token_passes.py``)."""
     assert decoder.dctx is not None
     lib = decoder.tctx.lib
-    return lib.llama_n_threads(decoder.tctx.ptr), lib.llama_n_threads(decoder.dctx.ptr)
+    for ctx in (decoder.tctx, decoder.dctx):
+        assert lib.llama_n_threads(ctx.ptr) in (1, lib.llama_n_threads_batch(ctx.ptr))
+    return lib.llama_n_threads_batch(decoder.tctx.ptr), lib.llama_n_threads_batch(decoder.dctx.ptr)
 
 
 def _until_every_core_is_busy() -> None:
