@@ -229,8 +229,14 @@ class AdaptiveDepth:
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
     _accepts: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # the same for the acceptances
     _changes: int = 0  # changes to the cost samples: the cached estimates below are of this count
+    # each cost's estimate, kept up to date where its samples change (``_add``, ``restore``): a round changes one
+    # batch size's samples, and sorting every one of them again each round was a tenth of adaptive depth's time
+    _rest_estimates: dict[int, float] = field(default_factory=dict)  # by batch size, those with samples
+    _first_estimate: float = 0.0  # 0 before any sample, as ``_estimates`` gives it
+    _step_estimate: float = 0.0
+    _known_version: int = 0  # counts the changes of which costs have samples at all (``_known_depths``' key)
     _cached: tuple[int, list[float], float, float] | None = None  # (changes, rest table, first pass, step)
-    _known_cache: tuple[int, frozenset[int]] | None = None  # (changes, the measured depths)
+    _known_cache: tuple[int, frozenset[int]] | None = None  # (``_known_version``, the measured depths)
     # the latest rest table and what it was made from: (its length and each measured batch's estimate, the table)
     _table: tuple[tuple[int, tuple[tuple[int, float], ...]], list[float]] | None = None
     warm: bool = False  # started from what an earlier session learned (``restore``)
@@ -541,12 +547,12 @@ class AdaptiveDepth:
                 # the draft steps of this very round tell its load best: they ran a moment before the verify
                 # pass, on the same core, and their cost does not depend on the depth. The step itself is the
                 # unit and is not sampled again (see the module's docstring)
-                steps_load = self._gauged(batch, samples.rest, samples.step / _estimate(self.step))
+                steps_load = self._gauged(batch, samples.rest, samples.step / self._step_estimate)
                 self._add(_Samples(batch, samples.rest, samples.first_pass, visit=samples.visit), steps_load,
                           proof_load=min(steps_load, self.load))
                 samples = _Samples(batch, None)
             elif own and made == 1 and samples.first_pass and self.first_pass and \
-                    1.0 / PASS_AGREE < (pass_load := samples.first_pass / _estimate(self.first_pass)) / self.load \
+                    1.0 / PASS_AGREE < (pass_load := samples.first_pass / self._first_estimate) / self.load \
                     < PASS_AGREE:
                 # one draft: no steps, but the first draft pass ran a moment before the verify pass as well, and
                 # costs about the same at any depth. Without it, depth 1's rounds would be divided by the load
@@ -612,6 +618,10 @@ class AdaptiveDepth:
             samples.clear()
             if remembered is not None:
                 samples.extend([remembered] * WARM_SAMPLES)
+        self._rest_estimates = {b: _estimate(kept) for b, kept in self.rest.items() if kept}
+        self._first_estimate = _estimate(self.first_pass) if self.first_pass else 0.0
+        self._step_estimate = _estimate(self.step) if self.step else 0.0
+        self._known_version += 1
         weight = min(1.0, WARM_TESTS / tested[0]) if tested and tested[0] > 0 else 1.0
         for i in range(self.draft_depth):  # a deeper limit than the earlier session's: its extra positions start new
             self.tested[i] = tested[i] * weight if i < len(tested) else 0.0
@@ -665,16 +675,25 @@ class AdaptiveDepth:
             rest = samples.rest / load
             kept = self.rest.setdefault(samples.batch, deque(maxlen=WINDOW))
             proof = samples.rest / (load if proof_load is None else proof_load)
+            if not kept:
+                self._known_version += 1
             if samples.visit and kept and proof * PROVEN_FASTER < _estimate(kept):
                 kept.clear()
                 kept.extend([rest] * WARM_SAMPLES)
                 self.corrections += 1
             else:
                 kept.append(rest)
+            self._rest_estimates[samples.batch] = _estimate(kept)
         if samples.first_pass is not None:
+            if not self.first_pass:
+                self._known_version += 1
             self.first_pass.append(samples.first_pass / load)
+            self._first_estimate = _estimate(self.first_pass)
         if samples.step is not None:
+            if not self.step:
+                self._known_version += 1
             self.step.append(samples.step / load)
+            self._step_estimate = _estimate(self.step)
 
     def _gauged(self, batch: int, rest: float | None, reading: float) -> float:
         """The load a round's verify time is divided by, from its draft steps' ``reading`` (their time over their
@@ -723,12 +742,13 @@ class AdaptiveDepth:
         return depth in self._known_depths()
 
     def _known_depths(self) -> frozenset[int]:
-        """Every measured depth (``_known``), found once per change of the samples: each round asks a few dozen
-        times, and the Python time a round spends here is time the reply waits (``bench spec``'s Python column)."""
-        if self._known_cache is None or self._known_cache[0] != self._changes:
+        """Every measured depth (``_known``), found again only when a cost gets its first samples: each round asks a
+        few dozen times, and the Python time a round spends here is time the reply waits (``bench spec``'s Python
+        column)."""
+        if self._known_cache is None or self._known_cache[0] != self._known_version:
             found = frozenset(k for k in range(self.draft_depth + 1) if self._batch_known(k + 1)
                               and (k < 1 or bool(self.first_pass)) and (k < 2 or bool(self.step)))
-            self._known_cache = (self._changes, found)
+            self._known_cache = (self._known_version, found)
         return self._known_cache[1]
 
     def rest_estimate(self, batch: int) -> float:
@@ -742,15 +762,13 @@ class AdaptiveDepth:
         """The rest table (``_rest_table``), the first draft pass's and a draft step's estimates (0 before any was
         measured), computed once per change of the samples: every round asks for them a few dozen times."""
         if self._cached is None or self._cached[0] != self._changes:
-            first = _estimate(self.first_pass) if self.first_pass else 0.0
-            step = _estimate(self.step) if self.step else 0.0
-            self._cached = (self._changes, self._rest_table(), first, step)
+            self._cached = (self._changes, self._rest_table(), self._first_estimate, self._step_estimate)
         return self._cached[1], self._cached[2], self._cached[3]
 
     def _rest_table(self, largest: int | None = None) -> list[float]:
         """``rest_estimate`` of every batch size 1..largest (draft_depth + 1 unless given), in one go."""
         sizes = range(1, (largest or self.draft_depth + 1) + 1)
-        measured = {b: _estimate(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)}
+        measured = {b: self._rest_estimates[b] for b in sorted(self._rest_estimates) if self._batch_known(b)}
         if not measured:
             return [1.0 for _ in sizes]
         key = (len(sizes), tuple(measured.items()))
