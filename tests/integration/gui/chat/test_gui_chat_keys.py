@@ -140,9 +140,13 @@ def test_the_context_menu_renames_and_pins_a_chat_to_the_top_until_unpinned(qtbo
 
     def pick(label: str) -> Callable[[Any], None]:
         def act(popup: Any) -> None:
+            # as a click or Enter on the item does (QMenu::activateAction): the menu hides, then the action fires.
+            # Fired first, Rename's edit box opened under the popup and the popup's closing took its focus away:
+            # the box closed again at once, seen once in a loaded run (issue 38)
             assert isinstance(popup, QMenu)
-            next(a for a in popup.actions() if a.text() == label).trigger()
+            action = next(a for a in popup.actions() if a.text() == label)
             popup.close()
+            action.trigger()
         return act
 
     timer = _answer_when_shown(QApplication.activePopupWidget, pick("Pin to the top"))
