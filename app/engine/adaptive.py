@@ -161,7 +161,7 @@ def _median(values: Iterable[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def _estimate(values: Iterable[float]) -> float:
+def lower_median(values: Iterable[float]) -> float:
     """The lower median: the median of many samples, the smaller of two. A stalled round (3x) does not move it;
     with few samples, erring low is the error that corrects itself (a depth that looks cheaper than it is gets
     played and so measured again; one that looks dearer would be left alone)."""
@@ -340,7 +340,7 @@ class AdaptiveDepth:
                 for a in accept[:k]:
                     reach *= a
                     expected += reach
-                found[k] = expected / max(_estimate(fresh), 1e-9)
+                found[k] = expected / max(lower_median(fresh), 1e-9)
         return found
 
     def _near(self, depth: int) -> list[int]:
@@ -542,7 +542,7 @@ class AdaptiveDepth:
                 self.load_samples.append(timing.seconds / (predicted / self.load))
                 self._loads_seen += 1
                 del self.load_samples[:-4 * WINDOW]
-                self.load = _estimate(self.load_samples[-LOAD_WINDOW:])
+                self.load = lower_median(self.load_samples[-LOAD_WINDOW:])
             if samples.step and self.step:
                 # the draft steps of this very round tell its load best: they ran a moment before the verify
                 # pass, on the same core, and their cost does not depend on the depth. The step itself is the
@@ -581,9 +581,9 @@ class AdaptiveDepth:
         measures its own load against them."""
         return {
             "version": MEMORY_VERSION, "draft_depth": self.draft_depth,
-            "rest": {str(b): _estimate(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)},
-            "first_pass": _estimate(self.first_pass) if self.first_pass else None,
-            "step": _estimate(self.step) if self.step else None,
+            "rest": {str(b): lower_median(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)},
+            "first_pass": lower_median(self.first_pass) if self.first_pass else None,
+            "step": lower_median(self.step) if self.step else None,
             "tested": list(self.tested), "accepted": list(self.accepted),
             "current": self.current, "rounds": self.rounds,
         }
@@ -618,9 +618,9 @@ class AdaptiveDepth:
             samples.clear()
             if remembered is not None:
                 samples.extend([remembered] * WARM_SAMPLES)
-        self._rest_estimates = {b: _estimate(kept) for b, kept in self.rest.items() if kept}
-        self._first_estimate = _estimate(self.first_pass) if self.first_pass else 0.0
-        self._step_estimate = _estimate(self.step) if self.step else 0.0
+        self._rest_estimates = {b: lower_median(kept) for b, kept in self.rest.items() if kept}
+        self._first_estimate = lower_median(self.first_pass) if self.first_pass else 0.0
+        self._step_estimate = lower_median(self.step) if self.step else 0.0
         self._known_version += 1
         weight = min(1.0, WARM_TESTS / tested[0]) if tested and tested[0] > 0 else 1.0
         for i in range(self.draft_depth):  # a deeper limit than the earlier session's: its extra positions start new
@@ -677,23 +677,23 @@ class AdaptiveDepth:
             proof = samples.rest / (load if proof_load is None else proof_load)
             if not kept:
                 self._known_version += 1
-            if samples.visit and kept and proof * PROVEN_FASTER < _estimate(kept):
+            if samples.visit and kept and proof * PROVEN_FASTER < lower_median(kept):
                 kept.clear()
                 kept.extend([rest] * WARM_SAMPLES)
                 self.corrections += 1
             else:
                 kept.append(rest)
-            self._rest_estimates[samples.batch] = _estimate(kept)
+            self._rest_estimates[samples.batch] = lower_median(kept)
         if samples.first_pass is not None:
             if not self.first_pass:
                 self._known_version += 1
             self.first_pass.append(samples.first_pass / load)
-            self._first_estimate = _estimate(self.first_pass)
+            self._first_estimate = lower_median(self.first_pass)
         if samples.step is not None:
             if not self.step:
                 self._known_version += 1
             self.step.append(samples.step / load)
-            self._step_estimate = _estimate(self.step)
+            self._step_estimate = lower_median(self.step)
 
     def _gauged(self, batch: int, rest: float | None, reading: float) -> float:
         """The load a round's verify time is divided by, from its draft steps' ``reading`` (their time over their

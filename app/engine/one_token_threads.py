@@ -16,15 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.engine.adaptive import lower_median
+
 TRIALS = 6  # one-token passes timed at each count before choosing (the lower median of them is compared)
 BLOCK = 2  # passes in a row at one count while measuring
 MARGIN = 0.03  # one thread is chosen only this much faster than all of them
 RECHECK = 2048  # one-token passes after a choice before it is measured again
-
-
-def _lower_median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[(len(ordered) - 1) // 2]
 
 
 @dataclass
@@ -33,7 +30,7 @@ class OneTokenThreads:
 
     threads: int  # the decode threads: what every bigger batch runs with, and the other candidate here
     chosen: int | None = None  # the count settled on; None while measuring
-    _times: dict[int, list[float]] = field(default_factory=dict)  # seconds of the measured passes, by count
+    _times: dict[int, list[float]] = field(init=False)  # seconds of the measured passes, by count
     _since_choice: int = 0  # one-token passes since the count was chosen
 
     def __post_init__(self) -> None:
@@ -66,5 +63,5 @@ class OneTokenThreads:
             self._times[count].append(seconds)
         one, many = self._times[1], self._times[self.threads]
         if len(one) >= TRIALS and len(many) >= TRIALS:
-            self.chosen = 1 if _lower_median(one) * (1.0 + MARGIN) < _lower_median(many) else self.threads
+            self.chosen = 1 if lower_median(one) * (1.0 + MARGIN) < lower_median(many) else self.threads
             self._since_choice = 0

@@ -383,8 +383,7 @@ class Context:
         params.n_outputs_max_per_seq = max_outputs_per_pass
         params.n_threads = n_threads or default_threads()
         params.n_threads_batch = params.n_threads
-        # what llama.cpp runs a one-token pass with, and a bigger batch (``set_threads``)
-        self.n_threads, self.n_threads_batch = int(params.n_threads), int(params.n_threads_batch)
+        self.n_threads = int(params.n_threads)  # what llama.cpp runs a one-token pass with (``set_threads``)
         if flash_attn is not None:
             params.flash_attn_type = 1 if flash_attn else 0
         if timer is not None:
@@ -439,7 +438,7 @@ class Context:
         from the next pass on (llama.cpp picks by the batch: ``graph_compute``'s ``batched``)."""
         _check_counts(engine_limits.engine_number_problems(n_threads=n_threads))
         self.lib.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
-        self.n_threads, self.n_threads_batch = n_threads, n_threads_batch or n_threads
+        self.n_threads = n_threads
 
     def set_nextn_outputs(self, enabled: bool, masked: bool) -> None:
         """Whether passes hand back MTP hidden rows (``enabled``) and whether the graph may drop rows without logits
