@@ -140,6 +140,7 @@ class Decision:
     seconds: float = 0.0  # measured
     verify: float = 0.0
     draft: float = 0.0
+    draft_steps: float = 0.0  # the part of ``draft`` after the first pass: with the rest, a log replays the session
     predicted: float | None = None  # predicted seconds for this round's shape at the load of the moment
     load: float = 1.0  # the load index after this round
     counted: bool = False  # whether this round's time entered its batch size's estimate
@@ -148,7 +149,8 @@ class Decision:
         return {
             "round": self.round, "depth": self.depth, "reason": self.reason, "batch": self.batch,
             "tested": self.tested, "accepted": self.accepted, "seconds": self.seconds, "verify": self.verify,
-            "draft": self.draft, "predicted": self.predicted, "load": self.load, "counted": self.counted,
+            "draft": self.draft, "draft_steps": self.draft_steps, "predicted": self.predicted, "load": self.load,
+            "counted": self.counted,
             "rates": self.rates, "acceptance": self.acceptance,
         }
 
@@ -255,7 +257,7 @@ class AdaptiveDepth:
             if self._block_left == 0:
                 self._returning = 1 + BRACKET
             depth, reason = self._block_depth, self._block_reason
-        elif not any(self._known(k) for k in range(self.draft_depth + 1)):
+        elif not self._known_depths():
             depth, reason = min(START_DEPTH, self.draft_depth), "start"
             self.current = depth
         elif (self._returning or any(not own for _, _, own in self._waiting)) and self._known(self.current):
@@ -302,7 +304,7 @@ class AdaptiveDepth:
     def _choose(self) -> tuple[int, int]:
         """The measured depth to settle on (the current one unless another beats it by ``SWITCH_MARGIN``)
         and the depth that promises most, measured or not."""
-        known = [k for k in range(self.draft_depth + 1) if self._known(k)]
+        known = sorted(self._known_depths())
         if not known:
             start = min(START_DEPTH, self.draft_depth)
             return start, start
@@ -533,7 +535,7 @@ class AdaptiveDepth:
             if self._drafting_rounds > 1:  # the first drafting round warms the draft context up
                 samples.first_pass = timing.draft - timing.draft_steps
                 samples.step = timing.draft_steps / (made - 1) if made >= 2 else None
-        if not self.load_samples and not self._waiting and not any(self._known(k) for k in range(self.draft_depth + 1)):
+        if not self.load_samples and not self._waiting and not self._known_depths():
             self._add(samples, 1.0)  # nothing measured to compare with yet: the first rounds set the scale
         else:
             own = self._reference and counted and predicted is not None
@@ -568,6 +570,7 @@ class AdaptiveDepth:
             decision = self._pending
             decision.batch, decision.tested, decision.accepted = batch, tested, accepted
             decision.seconds, decision.verify, decision.draft = timing.seconds, timing.verify, timing.draft
+            decision.draft_steps = timing.draft_steps
             decision.predicted, decision.load, decision.counted = predicted, self.load, counted
             self.log.append(decision)
             self._pending = None
