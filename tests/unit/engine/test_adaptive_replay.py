@@ -1,0 +1,59 @@
+"""A bench decision log holds everything adaptive depth saw: replayed, it makes the same choices (tests/helpers/
+adaptive_replay.py, the study that found issue 39's misranking on the machine's own rounds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from app.engine import adaptive
+from app.engine.adaptive import AdaptiveDepth
+from tests.helpers.adaptive_replay import fixed_ratios, load_module, replay
+from tests.helpers.adaptive_sim import DEMO, SCALED_EPYC_Q8, run_adaptive
+
+
+def _bench_log(runs: int = 2, tokens: int = 400) -> list[dict[str, Any]]:
+    """Rows as ``bench spec`` writes them: each run one session, every later one started from the one before."""
+    rows: list[dict[str, Any]] = []
+    memory = None
+    for run in range(1, runs + 1):
+        adaptive = AdaptiveDepth(8)
+        if memory is not None:
+            assert adaptive.restore(memory)
+        adaptive.log = []
+        run_adaptive(SCALED_EPYC_Q8, DEMO, tokens, seed=run, adaptive=adaptive)
+        for decision in adaptive.log:
+            rows.append(json.loads(json.dumps({"variant": "adaptive", "run": run, "warm": adaptive.warm,
+                                               "prompt_set": "document", **decision.to_dict()})))
+        memory = adaptive.snapshot()
+    return rows
+
+
+def test_a_logged_session_replays_to_the_same_depths_and_rates_round_by_round() -> None:
+    rows = _bench_log()
+    assert any(row["warm"] for row in rows) and any(row["draft_steps"] > 0 for row in rows)
+    result = replay(rows)
+    assert result.rounds == len(rows)
+    assert result.same == result.rounds  # every round: the draft steps' time is in the log now
+
+
+def test_a_changed_constant_replays_open_loop_and_its_predictions_differ() -> None:
+    rows = _bench_log()
+    copy = load_module(Path(adaptive.__file__), ["PROBE_EVERY=4"])  # a copy: the shipped module stays as it is
+    changed = replay(rows, copy)
+    assert copy.PROBE_EVERY == 4 and adaptive.PROBE_EVERY == 24
+    assert changed.rounds == len(rows)
+    assert changed.same < changed.rounds  # it would have chosen otherwise, yet every logged round was fed
+    assert changed.ratios["document"] and len(changed.ratios["document"][0]) == 9
+    assert replay(rows).same == len(rows)
+
+
+def test_the_fixed_rows_give_each_depths_round_time_against_depth_2s() -> None:
+    def row(engine: str, mode: str, depth: int, ms: float | None, adaptive: bool = False) -> dict[str, Any]:
+        return {"engine": engine, "adaptive": adaptive, "mode": mode, "draft_depth": depth, "prompt_set": "document",
+                "round_ms": ms}
+
+    spec = {"rows": [row("ours", "off", 0, 6.0), row("ours", "d2t", 2, 10.0), row("ours", "d2t", 3, 12.0),
+                     row("ours", "d2t", 8, 11.0, adaptive=True), row("llama-server", "d2t", 3, None)]}
+    assert fixed_ratios(spec) == {"document": {0: 0.6, 2: 1.0, 3: 1.2}}
