@@ -1,5 +1,5 @@
-"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | sampler | spec | prompt``: the
-benchmarks."""
+"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | sampler | spec | prompt | threads``:
+the benchmarks."""
 
 from __future__ import annotations
 
@@ -250,6 +250,24 @@ def cmd_bench_mode_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_threads(args: argparse.Namespace) -> int:
+    from app.bench import spec, threads
+    from app.engine.config import EngineConfig, Mode
+    from app.native.handles import default_threads
+
+    target, _full, d2t, name = bench_files(args, args.acceptance)
+    named: dict[str, Mode] = {"off": "off", "d2t": "sidecar"}
+    modes = [named[m] for m in args.modes.split(",")]
+    count = args.threads or default_threads()
+    prompts = spec.tokenize_prompts(target, {"document": spec.load_prompts("document")})["document"]
+    config = EngineConfig(target, draft=d2t, draft_depth=args.depth)
+    result = threads.run(config, name, count, modes, prompts, tokens=args.tokens, runs=args.runs)
+    report(args, result.to_dict(), result.markdown, f"One-token passes' threads ({name})",
+           "Decode tok/s medians of interleaved runs (the variants' order rotating prompt by prompt, fresh engines "
+           "each run), greedy; batches always take every decode thread.")
+    return 0
+
+
 def cmd_bench_long_chat(args: argparse.Namespace) -> int:
     from app.bench import long_chat
     from app.engine.config import EngineConfig
@@ -457,6 +475,22 @@ def add_commands(sub: Subparsers) -> None:
                     help="-1 offloads everything (CUDA backends)")
     ms.add_argument("--out", type=Path, help="write the result JSON here")
     ms.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    th = command(bsub, "threads", cmd_bench_threads, "one-token passes at one thread, at all of them and at the "
+                 "count each context measures: plain decoding and d2t drafting, side by side")
+    th.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="scaled", help="demo model to run")
+    th.add_argument("--acceptance", type=acceptance_argument, default=0.8, help="the demo model's draft agreement")
+    th.add_argument("--target", type=Path, help="run real files instead: the target ...")
+    th.add_argument("--full", type=Path, help="... its full sidecar ...")
+    th.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    th.add_argument("--modes", choices=["off", "d2t", "off,d2t"], default="off,d2t",
+                    help="plain decoding, d2t drafting or both (default: %(default)s)")
+    th.add_argument("--depth", type=depth_argument, default=3, help="d2t draft depth (default: %(default)s)")
+    th.add_argument("--tokens", type=tokens_argument, default=64, help="tokens per prompt (default: %(default)s)")
+    th.add_argument("--runs", type=runs_argument, default=3, help="interleaved runs; figures are medians")
+    th.add_argument("--threads", type=engine_limits.threads_argument,
+                    help="decode threads (default: the engine's automatic choice now)")
+    th.add_argument("--out", type=Path, help="write the result JSON here")
+    th.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     pr = command(bsub, "prompt", cmd_bench_prompt, "prompt processing (a chat turn's prefill) from an empty context: "
                  "ours against llama-server on the same build, model and threads, off and with the d2t sidecar, "
                  "and our n_batch sizes (interleaved runs)")

@@ -69,6 +69,9 @@ class EngineConfig:
     n_batch: int = 512
     n_gpu_layers: int = 0
     n_threads: int | None = None
+    # on a CPU, the threads of a one-token pass (batches take all of ``n_threads``): None measures one against all of
+    # them per context (``engine.one_token_threads``); a number pins it
+    one_token_threads: int | None = None
     flash_attn: bool | None = None
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take the offloaded layers
     depth_memory: Path | None = None  # adaptive: the folder where what it learned is kept between loads (None: not)

@@ -10,6 +10,7 @@ all of them (``BLOCK`` at a time, so a trend in the pass times, such as a growin
 it keeps the faster: one thread only when it is ``MARGIN`` faster (all of them is llama-server's default and ours
 before). It measures again every ``RECHECK`` one-token passes, so a choice made under one load does not stick
 under another; a change of the thread count starts a new measurement (``SpeculativeDecoder.use_threads``).
+``EngineConfig.one_token_threads`` pins the count instead (``bench threads`` compares 1, all and the measured choice).
 """
 
 from __future__ import annotations
@@ -29,12 +30,15 @@ class OneTokenThreads:
     """The thread count for one context's next one-token pass, and what its passes measured."""
 
     threads: int  # the decode threads: what every bigger batch runs with, and the other candidate here
+    pinned: int | None = None  # a count given instead of measured (at most ``threads``)
     chosen: int | None = None  # the count settled on; None while measuring
     _times: dict[int, list[float]] = field(init=False)  # seconds of the measured passes, by count
     _since_choice: int = 0  # one-token passes since the count was chosen
 
     def __post_init__(self) -> None:
         self._times = {1: [], self.threads: []}
+        if self.pinned is not None:
+            self.chosen = max(1, min(self.pinned, self.threads))
 
     @property
     def measuring(self) -> bool:
@@ -51,7 +55,7 @@ class OneTokenThreads:
 
     def observe(self, count: int, seconds: float) -> None:
         """A one-token pass ran with ``count`` threads and took ``seconds`` (llama.cpp's own time for it)."""
-        if self.threads <= 1:
+        if self.threads <= 1 or self.pinned is not None:
             return
         if self.chosen is not None:
             self._since_choice += 1

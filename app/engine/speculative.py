@@ -299,7 +299,8 @@ class SpeculativeDecoder:
     def _one_token_paces(self) -> tuple[OneTokenThreads, OneTokenThreads]:
         """Fresh measurements of the one-token passes' thread count, for the target and the draft context."""
         threads = self.threads if self._cpu_only else 1
-        return OneTokenThreads(threads), OneTokenThreads(threads)
+        pinned = self.config.one_token_threads
+        return OneTokenThreads(threads, pinned), OneTokenThreads(threads, pinned)
 
     def _decode(self, ctx: Context, pace: OneTokenThreads, tokens: list[int], start: int, *,
                 hidden: FloatArray | None = None, logits: str = "last") -> None:

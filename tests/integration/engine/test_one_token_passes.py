@@ -68,3 +68,23 @@ def test_the_draft_measures_its_own_steps_and_a_new_thread_count_measures_again(
         assert again.stats.draft_one_token_threads in (1, 2)
     finally:
         decoder.close()
+
+
+@pytest.mark.parametrize("pinned", [1, 2])
+def test_a_pinned_count_is_held_from_the_first_pass_and_never_measured(demo: DemoModel, pinned: int) -> None:
+    """``EngineConfig.one_token_threads``: what ``bench threads`` compares the measured choice with."""
+    plain = SpeculativeDecoder(EngineConfig(demo.target, mode="off", n_threads=2, one_token_threads=pinned))
+    drafting = SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=3,
+                                               n_threads=2, one_token_threads=pinned))
+    try:
+        assert plain.one_token_threads[0] == pinned and drafting.one_token_threads == (pinned, pinned)
+        reply = plain.generate(table_prompt(demo), TOKENS)
+        assert reply.stats.one_token_threads == pinned
+        assert _held(plain.tctx) == (pinned, 2)  # every one-token pass at the pinned count, batches at both
+        drafted = drafting.generate(table_prompt(demo), TOKENS)
+        assert drafting.dctx is not None and drafted.stats.draft_one_token_threads == pinned
+        assert _held(drafting.dctx) == (pinned, 2)  # the draft steps too
+        assert drafted.tokens == reply.tokens  # greedy: the same reply whatever the counts
+    finally:
+        plain.close()
+        drafting.close()

@@ -64,3 +64,12 @@ def test_one_decode_thread_leaves_nothing_to_choose() -> None:
     assert not pace.measuring and pace.next_count() == 1
     pace.observe(1, 0.01)
     assert pace.chosen is None and pace.next_count() == 1
+
+
+def test_a_pinned_count_is_kept_through_any_timings_and_rechecks() -> None:
+    pace = OneTokenThreads(4, pinned=1)
+    assert not pace.measuring and pace.chosen == 1
+    for _ in range(RECHECK + 10):  # however slow the lone thread runs, and past the re-check
+        pace.observe(pace.next_count(), 0.5)
+    assert pace.next_count() == 1 and not pace.measuring
+    assert OneTokenThreads(2, pinned=8).next_count() == 2  # never more than the decode threads
