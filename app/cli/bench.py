@@ -259,7 +259,8 @@ def cmd_bench_threads(args: argparse.Namespace) -> int:
     named: dict[str, Mode] = {"off": "off", "d2t": "sidecar"}
     modes = [named[m] for m in args.modes.split(",")]
     count = args.threads or default_threads()
-    sets = spec.tokenize_prompts(target, {name: spec.load_prompts(name) for name in ("document", "reasoning")})
+    sets = spec.tokenize_prompts(target, {prompt_set: spec.load_prompts(prompt_set)
+                                          for prompt_set in ("document", "reasoning")})
     prompts = [prompt for prompt_set in sets.values() for prompt in prompt_set]  # bench spec's 8 prompts
     config = EngineConfig(target, draft=d2t, draft_depth=args.depth)
     result = threads.run(config, name, count, modes, prompts, tokens=args.tokens, runs=args.runs)
