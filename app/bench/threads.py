@@ -16,9 +16,9 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.engine.config import EngineConfig, Mode, SamplingParams
-from app.engine.sampling import Sampler
+from app.engine.config import EngineConfig, Mode
 from app.engine.speculative import SpeculativeDecoder
+from app.engine.stats import pooled_decode_tps
 
 WARM_UP_TOKENS = 8  # a short reply per engine before the timed ones: first-pass allocations
 
@@ -40,7 +40,7 @@ class Variant:
 class VariantResult:
     variant: Variant
     label: str
-    tps: list[float] = field(default_factory=list)  # decode tokens per second, per run
+    tps: list[float] = field(default_factory=list)  # decode tokens per second (``pooled_decode_tps``), per run
     chosen: list[tuple[int | None, int | None]] = field(default_factory=list)  # (target, draft) counts, per run
 
     @property
@@ -108,20 +108,18 @@ def run(config: EngineConfig, name: str, threads: int, modes: list[Mode], prompt
                                                n_threads=threads, one_token_threads=v.pinned, adaptive=False))
                     for v in chosen_variants]
         try:
-            generated = [0] * len(decoders)
-            seconds = [0.0] * len(decoders)
+            replies: list[list[tuple[int, float]]] = [[] for _ in decoders]  # (tokens, decode span) per reply
             for decoder in decoders:
-                decoder.generate(prompts[0], WARM_UP_TOKENS, Sampler(SamplingParams()))
+                decoder.generate(prompts[0], WARM_UP_TOKENS)  # greedy, as every reply here
             for index, prompt in enumerate(prompts):
                 shift = (run_index + index) % len(decoders)
                 for slot in [*range(shift, len(decoders)), *range(shift)]:
                     decoder = decoders[slot]
                     decoder.reset()
-                    stats = decoder.generate(prompt, tokens, Sampler(SamplingParams())).stats
-                    generated[slot] += stats.generated
-                    seconds[slot] += stats.decode_seconds
+                    stats = decoder.generate(prompt, tokens).stats
+                    replies[slot].append((stats.generated, stats.decode_span_seconds))
             for slot, result in enumerate(results):
-                result.tps.append(generated[slot] / seconds[slot] if seconds[slot] > 0 else 0.0)
+                result.tps.append(pooled_decode_tps(replies[slot]))
                 result.chosen.append(decoders[slot].one_token_threads)
         finally:
             for decoder in decoders:

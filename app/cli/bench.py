@@ -259,8 +259,7 @@ def cmd_bench_threads(args: argparse.Namespace) -> int:
     named: dict[str, Mode] = {"off": "off", "d2t": "sidecar"}
     modes = [named[m] for m in args.modes.split(",")]
     count = args.threads or default_threads()
-    sets = spec.tokenize_prompts(target, {prompt_set: spec.load_prompts(prompt_set)
-                                          for prompt_set in ("document", "reasoning")})
+    sets = spec.tokenize_prompts(target, {prompt_set: spec.load_prompts(prompt_set) for prompt_set in spec.PROMPT_SETS})
     prompts = [prompt for prompt_set in sets.values() for prompt in prompt_set]  # bench spec's 8 prompts
     config = EngineConfig(target, draft=d2t, draft_depth=args.depth)
     result = threads.run(config, name, count, modes, prompts, tokens=args.tokens, runs=args.runs)
@@ -295,7 +294,7 @@ def cmd_bench_long_chat(args: argparse.Namespace) -> int:
 
 def cmd_bench_lossless(args: argparse.Namespace) -> int:
     from app.bench import lossless
-    from app.bench.spec import load_prompts, tokenize_prompts
+    from app.bench.spec import PROMPT_SETS, load_prompts, tokenize_prompts
     from app.gguftools.inspect import inspect_gguf
 
     if not args.target:  # a real target alone is fine here: its embedded head is checked
@@ -303,8 +302,7 @@ def cmd_bench_lossless(args: argparse.Namespace) -> int:
         args.target, args.full, args.d2t = demo.target, demo.sidecar_full, demo.sidecar_d2t
     from app.gguftools.d2t import check_sidecars_for  # numpy and gguf: only when needed
     check_sidecars_for(args.target, args.full, args.d2t)
-    prompts = tokenize_prompts(args.target, {name: load_prompts(name)[:args.prompts]
-                                             for name in ("document", "reasoning")})
+    prompts = tokenize_prompts(args.target, {name: load_prompts(name)[:args.prompts] for name in PROMPT_SETS})
     info = inspect_gguf(args.target)
     variants = lossless.default_variants(bool(info.nextn_layers), args.d2t, args.full)
     result = lossless.run(args.target, [p for group in prompts.values() for p in group], variants,
