@@ -151,7 +151,7 @@ class Decision:
             "tested": self.tested, "accepted": self.accepted, "seconds": self.seconds, "verify": self.verify,
             "draft": self.draft, "draft_steps": self.draft_steps, "predicted": self.predicted, "load": self.load,
             "counted": self.counted,
-            "rates": self.rates, "acceptance": self.acceptance,
+            "rates": [round(rate, 3) for rate in self.rates], "acceptance": [round(a, 4) for a in self.acceptance],
         }
 
 
@@ -230,7 +230,7 @@ class AdaptiveDepth:
     _observed: int = 0  # rounds observed: the estimates change only then
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
     _accepts: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # the same for the acceptances
-    _changes: int = 0  # changes to the cost samples: the cached estimates below are of this count
+    _changes: int = 0  # changes of the cost estimates: the cached estimates below are of this count
     # each cost's estimate, kept up to date where its samples change (``_add``, ``restore``): a round changes one
     # batch size's samples, and sorting every one of them again each round was a tenth of adaptive depth's time
     _rest_estimates: dict[int, float] = field(default_factory=dict)  # by batch size, those with samples
@@ -238,6 +238,7 @@ class AdaptiveDepth:
     _step_estimate: float = 0.0
     _known_version: int = 0  # counts the changes of which costs have samples at all (``_known_depths``' key)
     _cached: tuple[int, list[float], float, float] | None = None  # (changes, rest table, first pass, step)
+    _cost_cache: tuple[int, list[float]] | None = None  # (changes, ``_costs``)
     _known_cache: tuple[int, frozenset[int]] | None = None  # (``_known_version``, the measured depths)
     # the latest rest table and what it was made from: (its length and each measured batch's estimate, the table)
     _table: tuple[tuple[int, tuple[tuple[int, float], ...]], list[float]] | None = None
@@ -291,8 +292,8 @@ class AdaptiveDepth:
         self._visited[depth] = self.elapsed
         self.chosen[depth] += 1
         if self.log is not None:
-            self._pending = Decision(self.rounds, depth, reason, [round(r, 3) for r in self.rates()],
-                                     [round(a, 4) for a in self._acceptances(False)])
+            # the lists themselves: each is made anew when it changes, never changed in place (rounded in ``to_dict``)
+            self._pending = Decision(self.rounds, depth, reason, self.rates(), self._acceptances(False))
         return depth
 
     def best(self) -> int:
@@ -392,14 +393,13 @@ class AdaptiveDepth:
         cached = self._rates.get(optimistic)
         if cached is not None and cached[0] == self._observed:  # nothing measured since: the same answer
             return cached[1]
-        costs, accept = self._costs(), self._acceptances(optimistic)
-        rates = []
+        costs, accept, load = self._costs(), self._acceptances(optimistic), self.load
+        rates = [1.0 / max(costs[0] * load, 1e-9)]
         expected, reach = 1.0, 1.0
-        for k in range(self.draft_depth + 1):
-            if k:
-                reach *= accept[k - 1]
-                expected += reach
-            rates.append(expected / max(costs[k] * self.load, 1e-9))
+        for cost, accepted in zip(costs[1:], accept, strict=False):
+            reach *= accepted
+            expected += reach
+            rates.append(expected / max(cost * load, 1e-9))
         self._rates[optimistic] = (self._observed, rates)
         return rates
 
@@ -428,9 +428,13 @@ class AdaptiveDepth:
         return values
 
     def _costs(self) -> list[float]:
-        """Predicted round time at each depth 0..draft_depth, load-normalized."""
-        rest, first, step = self._estimates()
-        return [rest[k] + ((first + step * (k - 1)) if k else 0.0) for k in range(self.draft_depth + 1)]
+        """Predicted round time at each depth 0..draft_depth, load-normalized (computed once per change of the
+        estimates)."""
+        if self._cost_cache is None or self._cost_cache[0] != self._changes:
+            rest, first, step = self._estimates()
+            self._cost_cache = (self._changes, [rest[k] + ((first + step * (k - 1)) if k else 0.0)
+                                                for k in range(self.draft_depth + 1)])
+        return self._cost_cache[1]
 
     def predicted_seconds(self, depth: int, drafts: int | None = None) -> float:
         """Predicted time of a round at ``depth`` (``drafts`` made, the depth unless fewer) at the current load."""
@@ -673,7 +677,7 @@ class AdaptiveDepth:
         reading of the load around the visit: a visit is one counted round, and the load before and after it can
         differ by 20%, so dividing by their mean (right for one sample among many) would let a visit at a quiet
         moment "prove" an estimate too dear that is not, and the estimate would only ever move one way."""
-        self._changes += 1
+        before = (self._rest_estimates.get(samples.batch), self._first_estimate, self._step_estimate)
         if samples.rest is not None:
             rest = samples.rest / load
             kept = self.rest.setdefault(samples.batch, deque(maxlen=WINDOW))
@@ -697,6 +701,8 @@ class AdaptiveDepth:
                 self._known_version += 1
             self.step.append(samples.step / load)
             self._step_estimate = lower_median(self.step)
+        if (self._rest_estimates.get(samples.batch), self._first_estimate, self._step_estimate) != before:
+            self._changes += 1  # most samples leave every lower median where it was: the costs stay cached
 
     def _gauged(self, batch: int, rest: float | None, reading: float) -> float:
         """The load a round's verify time is divided by, from its draft steps' ``reading`` (their time over their

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app.engine import depth_memory
 from app.engine.adaptive import START_DEPTH, RoundTiming
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.depth_memory import DepthMemory, key_for
@@ -25,6 +26,15 @@ from tests.helpers.module_folders import ModuleFolders
 STATE = {"version": 1, "draft_depth": 8, "rest": {"1": 0.05, "4": 0.09}, "first_pass": 0.01, "step": 0.008,
          "tested": [40.0, 30.0, 20.0, 0, 0, 0, 0, 0], "accepted": [36.0, 25.0, 15.0, 0, 0, 0, 0, 0],
          "current": 3, "rounds": 200}
+
+
+@pytest.fixture(autouse=True)
+def _steady_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's load, as a record notes it at a save and compares it at a recall, held still in this process:
+    these tests are about keys, damage, saves and loads, and the suite's other worker can move the load read over
+    0.1 s by 2x between a save and a recall, which makes a record stale (a failed run of the whole suite, 2026-12-05;
+    ``tests/unit/engine/test_decisions_recheck.py`` tests that staleness)."""
+    monkeypatch.setattr(depth_memory, "machine_load", lambda: 0.1)
 
 
 def _files(tmp_path: Path) -> EngineConfig:
