@@ -394,12 +394,14 @@ class AdaptiveDepth:
         if cached is not None and cached[0] == self._observed:  # nothing measured since: the same answer
             return cached[1]
         costs, accept, load = self._costs(), self._acceptances(optimistic), self.load
-        rates = [1.0 / max(costs[0] * load, 1e-9)]
+        first = costs[0] * load
+        rates = [1.0 / (first if first > 1e-9 else 1e-9)]
         expected, reach = 1.0, 1.0
         for cost, accepted in zip(costs[1:], accept, strict=False):
             reach *= accepted
             expected += reach
-            rates.append(expected / max(cost * load, 1e-9))
+            seconds = cost * load
+            rates.append(expected / (seconds if seconds > 1e-9 else 1e-9))
         self._rates[optimistic] = (self._observed, rates)
         return rates
 
@@ -416,16 +418,20 @@ class AdaptiveDepth:
         cached = self._accepts.get(optimistic)
         if cached is not None and cached[0] == self._observed:  # the counts change only with a round observed
             return cached[1]
-        values, prior = [], FIRST_PRIOR
+        # both kinds in one pass: every round asks for both
+        plain, high, prior, prior_high = [], [], FIRST_PRIOR, FIRST_PRIOR
         for tests, accepted in zip(self.tested, self.accepted, strict=True):
-            value = (accepted + PRIOR_WEIGHT * prior) / (tests + PRIOR_WEIGHT)
-            if optimistic:
-                spread = math.sqrt(value * (1.0 - value) / (tests + PRIOR_WEIGHT)) * tests / (tests + PRIOR_WEIGHT)
-                value += OPTIMISM * spread
-            prior = min(value, 0.999)
-            values.append(prior)
-        self._accepts[optimistic] = (self._observed, values)
-        return values
+            weight = tests + PRIOR_WEIGHT
+            value = (accepted + PRIOR_WEIGHT * prior) / weight
+            prior = value if value < 0.999 else 0.999
+            plain.append(prior)
+            value = (accepted + PRIOR_WEIGHT * prior_high) / weight
+            spread = math.sqrt(value * (1.0 - value) / weight) * tests / weight
+            value += OPTIMISM * spread
+            prior_high = value if value < 0.999 else 0.999
+            high.append(prior_high)
+        self._accepts[False], self._accepts[True] = (self._observed, plain), (self._observed, high)
+        return high if optimistic else plain
 
     def _costs(self) -> list[float]:
         """Predicted round time at each depth 0..draft_depth, load-normalized (computed once per change of the
@@ -515,13 +521,14 @@ class AdaptiveDepth:
 
     def observe(self, depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
         """One finished round: asked for ``depth``, ``tested`` drafts checked, ``accepted`` kept, costing ``timing``."""
-        for i in range(self.draft_depth):
-            if i < tested:
-                self.tested[i] = self.tested[i] * DECAY + 1.0
-                self.accepted[i] = self.accepted[i] * DECAY + (1.0 if i < accepted else 0.0)
-            else:  # what was measured at a position not tested lately ages too, more slowly: the text moves on
-                self.tested[i] *= AGE
-                self.accepted[i] *= AGE
+        counts, kept = self.tested, self.accepted
+        for i in range(min(tested, self.draft_depth)):
+            counts[i] = counts[i] * DECAY + 1.0
+            kept[i] = kept[i] * DECAY + (1.0 if i < accepted else 0.0)
+        for i in range(max(tested, 0), self.draft_depth):
+            # what was measured at a position not tested lately ages too, more slowly: the text moves on
+            counts[i] *= AGE
+            kept[i] *= AGE
         self.elapsed += timing.seconds
         self._observed += 1
         made = timing.proposed
