@@ -102,6 +102,17 @@ def cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Iterat
     collector.stop()
 
 
+@pytest.fixture
+def steady_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's load, as a remembered record (adaptive depth's, Auto's) notes it at a save and compares it at a
+    recall, held still in this process. Tests of keys, damage, saves and warm starts recall right after a save; the
+    suite's other worker can move the load read over 0.1 s by 2x in between, and the record turns stale (a failed
+    run of the whole suite, 2026-12-05). Staleness itself: ``tests/unit/engine/test_decisions_recheck.py``."""
+    from app.engine import depth_memory
+
+    monkeypatch.setattr(depth_memory, "machine_load", lambda: 0.1)
+
+
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleFolders]:
     """Where a module's fixtures write (demo models, packed backends): removed once the module is done."""

@@ -20,6 +20,8 @@ from app.engine.depth_memory import DepthMemory
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition
 from tests.helpers.demo_copies import DemoCopies
 
+pytestmark = pytest.mark.usefixtures("steady_load")  # recalls right after saves: the load held still
+
 REPLIES_TO_DECIDE = 1 + MIN_SAMPLES * len(CANDIDATES)  # a warm-up, then each mode in turn until 3 each
 
 

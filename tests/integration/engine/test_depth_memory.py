@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import depth_memory
 from app.engine.adaptive import START_DEPTH, RoundTiming
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.depth_memory import DepthMemory, key_for
@@ -28,13 +27,7 @@ STATE = {"version": 1, "draft_depth": 8, "rest": {"1": 0.05, "4": 0.09}, "first_
          "current": 3, "rounds": 200}
 
 
-@pytest.fixture(autouse=True)
-def _steady_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The machine's load, as a record notes it at a save and compares it at a recall, held still in this process:
-    these tests are about keys, damage, saves and loads, and the suite's other worker can move the load read over
-    0.1 s by 2x between a save and a recall, which makes a record stale (a failed run of the whole suite, 2026-12-05;
-    ``tests/unit/engine/test_decisions_recheck.py`` tests that staleness)."""
-    monkeypatch.setattr(depth_memory, "machine_load", lambda: 0.1)
+pytestmark = pytest.mark.usefixtures("steady_load")  # a recall right after a save: the load held still
 
 
 def _files(tmp_path: Path) -> EngineConfig:

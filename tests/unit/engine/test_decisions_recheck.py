@@ -82,6 +82,7 @@ def test_auto_rechecks_the_modes_it_beat_and_changes_its_mind_when_the_load_chan
     assert after.count("off") > after.count(auto.winner)
 
 
+@pytest.mark.usefixtures("steady_load")  # a recall right after a save
 def test_a_rechecked_record_is_kept_across_starts(tmp_path: Path) -> None:
     target, d2t = tmp_path / "target.gguf", tmp_path / "target-d2t.gguf"
     target.write_bytes(b"GGUF target")
@@ -104,6 +105,7 @@ def _aged(path: Path, **changes: object) -> None:
     path.write_text(json.dumps(record))
 
 
+@pytest.mark.usefixtures("steady_load")  # a recall right after a save
 def test_a_remembered_choice_is_measured_again_when_old_or_made_under_another_load(tmp_path: Path) -> None:
     target, d2t = tmp_path / "target.gguf", tmp_path / "target-d2t.gguf"
     target.write_bytes(b"GGUF target")
