@@ -240,8 +240,9 @@ class AdaptiveDepth:
     _cached: tuple[int, list[float], float, float] | None = None  # (changes, rest table, first pass, step)
     _cost_cache: tuple[int, list[float]] | None = None  # (changes, ``_costs``)
     _known_cache: tuple[int, frozenset[int]] | None = None  # (``_known_version``, the measured depths)
-    # the latest rest table and what it was made from: (its length and each measured batch's estimate, the table)
-    _table: tuple[tuple[int, tuple[tuple[int, float], ...]], list[float]] | None = None
+    # the latest rest table and what it was made from
+    _table: tuple[tuple[int, int, int], list[float]] | None = None  # ((size, rest version, known version), table)
+    _rest_version: int = 0  # changes of any batch size's verify estimate (the rest table's key)
     warm: bool = False  # started from what an earlier session learned (``restore``)
 
     def __post_init__(self) -> None:
@@ -633,6 +634,7 @@ class AdaptiveDepth:
             if remembered is not None:
                 samples.extend([remembered] * WARM_SAMPLES)
         self._rest_estimates = {b: lower_median(kept) for b, kept in self.rest.items() if kept}
+        self._rest_version += 1
         self._first_estimate = lower_median(self.first_pass) if self.first_pass else 0.0
         self._step_estimate = lower_median(self.step) if self.step else 0.0
         self._known_version += 1
@@ -708,7 +710,10 @@ class AdaptiveDepth:
                 self._known_version += 1
             self.step.append(samples.step / load)
             self._step_estimate = lower_median(self.step)
-        if (self._rest_estimates.get(samples.batch), self._first_estimate, self._step_estimate) != before:
+        rest_now = self._rest_estimates.get(samples.batch)
+        if rest_now != before[0]:
+            self._rest_version += 1
+        if (rest_now, self._first_estimate, self._step_estimate) != before:
             self._changes += 1  # most samples leave every lower median where it was: the costs stay cached
 
     def _gauged(self, batch: int, rest: float | None, reading: float) -> float:
@@ -782,17 +787,16 @@ class AdaptiveDepth:
         return self._cached[1], self._cached[2], self._cached[3]
 
     def _rest_table(self, largest: int | None = None) -> list[float]:
-        """``rest_estimate`` of every batch size 1..largest (draft_depth + 1 unless given), in one go."""
-        sizes = range(1, (largest or self.draft_depth + 1) + 1)
-        measured = {b: self._rest_estimates[b] for b in sorted(self._rest_estimates) if self._batch_known(b)}
-        if not measured:
-            return [1.0 for _ in sizes]
-        key = (len(sizes), tuple(measured.items()))
+        """``rest_estimate`` of every batch size 1..largest (draft_depth + 1 unless given), in one go: made again only
+        when an estimate moved (the list is kept: not to be changed by the caller)."""
+        size = largest or self.draft_depth + 1
+        key = (size, self._rest_version, self._known_version)
         if self._table is not None and self._table[0] == key:  # a new sample seldom moves a lower median
-            return list(self._table[1])
-        table = self._table_of(sizes, measured)
+            return self._table[1]
+        measured = {b: self._rest_estimates[b] for b in sorted(self._rest_estimates) if self._batch_known(b)}
+        table = self._table_of(range(1, size + 1), measured) if measured else [1.0] * size
         self._table = (key, table)
-        return list(table)
+        return table
 
     def _table_of(self, sizes: range, measured: dict[int, float]) -> list[float]:
         """``_rest_table`` from the measured batches' estimates: interpolated between them, on a line past them."""
