@@ -230,14 +230,13 @@ class AdaptiveDepth:
     _observed: int = 0  # rounds observed: the estimates change only then
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
     _accepts: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # the same for the acceptances
-    _changes: int = 0  # changes of the cost estimates: the cached estimates below are of this count
+    _changes: int = 0  # changes of the cost estimates: ``_costs``' cached list is of this count
     # each cost's estimate, kept up to date where its samples change (``_add``, ``restore``): a round changes one
     # batch size's samples, and sorting every one of them again each round was a tenth of adaptive depth's time
     _rest_estimates: dict[int, float] = field(default_factory=dict)  # by batch size, those with samples
     _first_estimate: float = 0.0  # 0 before any sample, as ``_estimates`` gives it
     _step_estimate: float = 0.0
     _known_version: int = 0  # counts the changes of which costs have samples at all (``_known_depths``' key)
-    _cached: tuple[int, list[float], float, float] | None = None  # (changes, rest table, first pass, step)
     _cost_cache: tuple[int, list[float]] | None = None  # (changes, ``_costs``)
     _known_cache: tuple[int, frozenset[int]] | None = None  # (``_known_version``, the measured depths)
     # the latest rest table and what it was made from
@@ -780,11 +779,9 @@ class AdaptiveDepth:
         return self._rest_table(batch)[batch - 1]
 
     def _estimates(self) -> tuple[list[float], float, float]:
-        """The rest table (``_rest_table``), the first draft pass's and a draft step's estimates (0 before any was
-        measured), computed once per change of the samples: every round asks for them a few dozen times."""
-        if self._cached is None or self._cached[0] != self._changes:
-            self._cached = (self._changes, self._rest_table(), self._first_estimate, self._step_estimate)
-        return self._cached[1], self._cached[2], self._cached[3]
+        """The rest table (``_rest_table``, kept until a verify estimate moves), the first draft pass's and a draft
+        step's estimates (0 before any was measured)."""
+        return self._rest_table(), self._first_estimate, self._step_estimate
 
     def _rest_table(self, largest: int | None = None) -> list[float]:
         """``rest_estimate`` of every batch size 1..largest (draft_depth + 1 unless given), in one go: made again only
