@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.bench.report import round_or_none
 from app.core.errors import EngineError
 from app.engine.chat_template import Message
 from app.engine.config import ChatOptions, EngineConfig, SamplingParams
@@ -247,19 +248,19 @@ class LongChatBench:
             "turns_with_trim": sum(t.trimmed_turns > 0 for t in self.turns),
             "max_trimmed_turns": max((t.trimmed_turns for t in self.turns), default=0),
             "max_context_used": max((t.context_used for t in self.turns), default=0),
-            "all_turns_median_ttft_s": _round(median([t.ttft_s for t in self.turns])),
+            "all_turns_median_ttft_s": round_or_none(median([t.ttft_s for t in self.turns]), 4),
             "sampled_turns": [t.turn for t in sampled],
-            "kept_median_ttft_s": _round(kept),
-            "reread_median_ttft_s": _round(reread),
-            "kept_vs_reread": _round(ratio(reread, kept), 2),
+            "kept_median_ttft_s": round_or_none(kept, 4),
+            "reread_median_ttft_s": round_or_none(reread, 4),
+            "kept_vs_reread": round_or_none(ratio(reread, kept), 2),
             "turns_identical": sum(bool(t.reread_identical) for t in sampled),
             "same_prompts": sum(t.reread_prompt_tokens == t.whole_prompt for t in sampled),
             "reopen_runs": len(self.reopens),
             "reopen_chat_tokens": min((r.chat_tokens for r in self.reopens), default=0),
             "reopen_from_disk": sum(r.from_disk for r in self.reopens),
-            "reopen_median_ttft_s": _round(restored),
-            "reopen_reread_median_ttft_s": _round(reopen_reread),
-            "reopen_vs_reread": _round(reopen_ratio, 2),
+            "reopen_median_ttft_s": round_or_none(restored, 4),
+            "reopen_reread_median_ttft_s": round_or_none(reopen_reread, 4),
+            "reopen_vs_reread": round_or_none(reopen_ratio, 2),
             "reopen_target_met": reopen_ratio is not None and reopen_ratio >= TARGET_REOPEN_RATIO,
             "reopen_identical": bool(self.reopens) and all(r.identical for r in self.reopens),
             "state_bytes_per_1000_tokens": None if per_1000 is None else round(per_1000),
@@ -315,13 +316,11 @@ class LongChatBench:
         for r in self.reopens:
             restore = "" if r.state_seconds is None else f"{r.state_seconds:.3f}"
             lines.append(f"| {r.run} | {r.chat_tokens:,} | {r.state} | {r.state_source or '-'} | {restore} | "
-                         f"{r.ttft_s:.3f} | {r.reread_ttft_s:.3f} | {_x(_round(ratio(r.reread_ttft_s, r.ttft_s), 2))}"
+                         f"{r.ttft_s:.3f} | {r.reread_ttft_s:.3f} | "
+                         f"{_x(round_or_none(ratio(r.reread_ttft_s, r.ttft_s), 2))}"
                          f" | {'yes' if r.identical else 'no'} |")
         return "\n".join(lines)
 
-
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _s(value: float | None) -> str:

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from app.bench.report import device_description, spread
+from app.bench.report import device_description, round_or_none, spread
 from app.core import defaults
 from app.engine.config import EngineConfig
 
@@ -221,13 +221,14 @@ class PromptResult:
             "n_ubatch": v.n_ubatch, "prompt_tokens": row.length, "prompt_tps_median": round(row.tps, 1),
             "prompt_tps_runs": [round(t, 1) for t in row.tps_runs],
             **spread([s.seconds * 1000.0 for s in row.samples], "ms", 1),
-            "vs_upstream": _round(self.vs_upstream(row)),
+            "vs_upstream": round_or_none(self.vs_upstream(row), 3),
             "vs_upstream_runs": [round(r, 3) for r in self.vs_upstream_runs(row)],
-            "prompt_tps_cpu_median": _round(row.cpu_tps, 1),
+            "prompt_tps_cpu_median": round_or_none(row.cpu_tps, 1),
             "prompt_tps_cpu_runs": [round(t, 1) for t in row.cpu_tps_runs],
-            "vs_upstream_cpu": _round(self.vs_upstream_cpu(row)),
-            "vs_default_n_batch": _round(self.vs_default(row)), "draft_cost": _round(self.draft_cost(row)),
-            "draft_cost_cpu": _round(self.draft_cost(row, cpu=True)),
+            "vs_upstream_cpu": round_or_none(self.vs_upstream_cpu(row), 3),
+            "vs_default_n_batch": round_or_none(self.vs_default(row), 3),
+            "draft_cost": round_or_none(self.draft_cost(row), 3),
+            "draft_cost_cpu": round_or_none(self.draft_cost(row, cpu=True), 3),
             "target_native_ms": row.median_ms(lambda s: s.target_native),
             "draft_native_ms": row.median_ms(lambda s: s.draft_native),
             "host_ms": row.median_ms(lambda s: s.host),
@@ -281,9 +282,6 @@ class PromptResult:
 def ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 and a > 0 else None
 
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _x(value: float | None, bold: bool = False) -> str:

@@ -38,6 +38,11 @@ def device_description() -> str:
     return text
 
 
+def round_or_none(value: float | None, digits: int) -> float | None:
+    """``round(value, digits)``, None kept: the figures a benchmark writes to its JSON."""
+    return None if value is None else round(value, digits)
+
+
 def median_ms(seconds: list[float]) -> float:
     return round(statistics.median(seconds) * 1000.0, 3)
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from app.bench.report import device_description
+from app.bench.report import device_description, round_or_none
 from app.core.resources import resources_dir
 from app.engine.breakeven import expected_tokens_per_pass
 from app.engine.chat_template import Message
@@ -275,15 +275,18 @@ class SpecResult:
             "variant": row.variant.label, "engine": row.variant.engine, "mode": row.variant.mode,
             "draft": row.variant.draft, "draft_depth": row.variant.draft_depth, "adaptive": row.variant.adaptive,
             "prompt_set": row.prompt_set, "decode_tps_median": round(row.tps, 2),
-            "decode_tps_cpu_median": _round(row.cpu_tps, 2),
+            "decode_tps_cpu_median": round_or_none(row.cpu_tps, 2),
             "decode_tps_runs": [round(s.tps, 2) for s in row.samples],
-            "acceptance": _round(row.acceptance), "tokens_per_pass": _round(row.tokens_per_pass),
-            "vs_off": _round(vs_off), "vs_upstream": _round(row.tps / peer.tps if peer and peer.tps > 0 else None),
-            "bound": _round(bound), "efficiency": _round(vs_off / bound if vs_off and bound else None),
+            "acceptance": round_or_none(row.acceptance, 3), "tokens_per_pass": round_or_none(row.tokens_per_pass, 3),
+            "vs_off": round_or_none(vs_off, 3),
+            "vs_upstream": round_or_none(row.tps / peer.tps if peer and peer.tps > 0 else None, 3),
+            "bound": round_or_none(bound, 3),
+            "efficiency": round_or_none(vs_off / bound if vs_off and bound else None, 3),
             # per round: verify pass + draft steps + host (Python) = round_ms (each a median over runs)
-            "round_ms": _round(row.round_ms), "verify_ms_per_pass": _round(row.verify_ms),
-            "draft_ms_per_step": _round(row.draft_ms), "draft_ms_per_round": _round(row.draft_ms_per_round),
-            "python_ms_per_round": _round(row.python_ms_per_round),
+            "round_ms": round_or_none(row.round_ms, 3), "verify_ms_per_pass": round_or_none(row.verify_ms, 3),
+            "draft_ms_per_step": round_or_none(row.draft_ms, 3),
+            "draft_ms_per_round": round_or_none(row.draft_ms_per_round, 3),
+            "python_ms_per_round": round_or_none(row.python_ms_per_round, 3),
             "drafted": sum(s.proposed for s in row.samples), "accepted": sum(s.accepted for s in row.samples),
             **self._adaptive_summary(row),
         }
@@ -298,13 +301,13 @@ class SpecResult:
         cpu_ratio = row.cpu_tps / by_cpu.cpu_tps if by_cpu is not None and row.cpu_tps and by_cpu.cpu_tps else None
         return {
             "fastest_fixed": fastest.variant.label, "fastest_fixed_tps_median": round(fastest.tps, 2),
-            "vs_fastest_fixed": _round(row.tps / fastest.tps if fastest.tps > 0 else None),
+            "vs_fastest_fixed": round_or_none(row.tps / fastest.tps if fastest.tps > 0 else None, 3),
             "vs_fastest_fixed_runs": [round(r, 3) for r in runs],
             "starts": [_start(s) for s in row.samples],
-            "vs_fastest_fixed_cold": _round(_median_where(runs, row.samples, warm=False)),
-            "vs_fastest_fixed_warm": _round(_median_where(runs, row.samples, warm=True)),
+            "vs_fastest_fixed_cold": round_or_none(_median_where(runs, row.samples, warm=False), 3),
+            "vs_fastest_fixed_warm": round_or_none(_median_where(runs, row.samples, warm=True), 3),
             "fastest_fixed_cpu": by_cpu.variant.label if cpu_ratio is not None and by_cpu is not None else None,
-            "vs_fastest_fixed_cpu": _round(cpu_ratio),
+            "vs_fastest_fixed_cpu": round_or_none(cpu_ratio, 3),
             "depths": {str(k): round(v, 3) for k, v in row.depth_shares.items()},
         }
 
@@ -452,9 +455,6 @@ def _median_where(ratios: list[float], samples: list[Sample], warm: bool) -> flo
 def _start(sample: Sample) -> str:
     return {None: "", False: "cold", True: "warm"}[sample.warm]
 
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _fmt(value: Any, spec: str, suffix: str = "") -> str:

@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.bench.report import round_or_none
 from app.engine.config import EngineConfig, Mode
 from app.engine.speculative import SpeculativeDecoder
 from app.engine.stats import pooled_decode_tps
@@ -71,7 +72,8 @@ class ThreadsBench:
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "threads": self.threads, "tokens": self.tokens, "runs": self.runs,
                 "prompts": self.prompts, "load_average": self.load_average,
-                "results": [dict(r.to_dict(), vs_all_threads=_round(self.against_all(r))) for r in self.results]}
+                "results": [dict(r.to_dict(), vs_all_threads=round_or_none(self.against_all(r), 4))
+                            for r in self.results]}
 
     def markdown(self) -> str:
         lines = [f"One-token passes' threads ({self.model}; {self.threads} decode threads; {self.prompts} prompts x "
@@ -86,9 +88,6 @@ class ThreadsBench:
                          f"{f'{ratio:.3f}x' if ratio is not None else '-'} | {chosen} |")
         return "\n".join(lines)
 
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
 
 
 def variants(threads: int, modes: list[Mode]) -> list[Variant]:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.bench.report import round_or_none
 from app.engine.config import CHAT_SAMPLING, EngineConfig, SamplingParams
 from app.engine.stats import describe_depth, describe_sampling
 
@@ -173,7 +174,7 @@ class WindowBenchResult:
             "ratio_window_chat_to_headless_chat": self.ratio("window_chat", "headless_chat"),
             "gui_cpu_ms_per_token": window_cpu,
             "worker_cpu_ms_per_token": worker_cpu,
-            "load_average": {"start": _round(self.load_start), "end": _round(self.load_end),
+            "load_average": {"start": round_or_none(self.load_start, 2), "end": round_or_none(self.load_end, 2),
                              "median": round(statistics.median(loads), 2) if loads else None},
             "device": self.device, "commit": self.commit,
         }
@@ -212,9 +213,6 @@ class WindowBenchResult:
                 f"every {self.frame_interval_ms} ms; load average {load['start']} at the start, {load['end']} at "
                 f"the end (median {load['median']}); commit {self.commit or '?'}.\n")
 
-
-def _round(value: float | None) -> float | None:
-    return round(value, 2) if value is not None else None
 
 
 def _decode_tps(times: list[float], counts: list[int]) -> tuple[int, float]:
