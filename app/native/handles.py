@@ -542,6 +542,12 @@ class Context:
         pointer = self._ext.llama_get_embeddings_nextn(self.ptr)
         return self._view(ctypes.cast(pointer, ctypes.c_void_p).value, n * self.n_embd).reshape(n, self.n_embd).copy()
 
+    @property
+    def graphs_reused(self) -> int:
+        """Passes that reused a graph llama.cpp had built before instead of building one (our patch keeps the graphs
+        of small batches, one per shape, so a verify pass at another draft depth need not build its graph again)."""
+        return int(self.lib.llama_perf_context(self.ptr).n_reused)
+
     def truncate(self, n_keep: int) -> bool:
         """Forget every position from ``n_keep`` on (rollback after a rejected draft).
 

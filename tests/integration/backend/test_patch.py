@@ -1,4 +1,4 @@
-"""Our d2t patch against the pinned vendored llama.cpp trees."""
+"""Our FastMTP patch (d2t and the graph pool) against the pinned vendored llama.cpp trees."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ import pytest
 from app.backend import patching, source
 from app.core.errors import PatchError
 
-PATCHED_FILES = ["src/llama-model.cpp", "src/models/qwen35.cpp", "src/models/delta-net-base.cpp"]
+D2T_FILES = ["src/llama-model.cpp", "src/models/qwen35.cpp", "src/models/delta-net-base.cpp"]
+POOL_FILES = ["src/llama-context.h", "src/llama-context.cpp"]  # the graph pool: llama.cpp 4df29be's graph reuse
+PATCHED_FILES = D2T_FILES + POOL_FILES
 
 
-def _copy_models_dir(version: str, dest: Path) -> Path:
+def _copy_models_dir(version: str, dest: Path, files: list[str] = PATCHED_FILES) -> Path:
     """A scratch copy of just the files the patch touches, from the pristine vendored tree."""
     tree = source.pristine_tree(source.pinned(version)) / "vendor" / "llama.cpp"
     (dest / "src" / "models").mkdir(parents=True)
-    for name in PATCHED_FILES:
+    for name in files:
         shutil.copy2(tree / name, dest / name)
     return dest
 
@@ -38,22 +40,38 @@ def test_patch_applies_to_the_pinned_0_3_35_tree(tmp_path: Path) -> None:
     # the recurrent layers' conv state: only the rollback slots this batch can fill, as the SSM state's
     recurrent = (tree / "src" / "models" / "delta-net-base.cpp").read_text()
     assert "K - std::min<int64_t>(n_seq_tokens, K) + 1" in recurrent
+    # small batches' graphs kept, each with its own scheduler; a reserve or a memory update drops them
+    context = (tree / "src" / "llama-context.cpp").read_text()
+    assert "graph_pool_select(gparams)" in context and "LLAMA_GRAPH_POOL" in context
+    assert context.count("graph_pool_forget();") == 2
     assert patching.is_applied(tree, patch)
     patching.apply(tree, patch)  # idempotent
     assert text == (tree / "src" / "models" / "qwen35.cpp").read_text()
 
 
-def test_patch_stays_small_and_touches_only_qwen35_the_loader_and_the_recurrent_state() -> None:
+def _sections(text: str, files: list[str]) -> str:
+    """The part of a patch that changes ``files``."""
+    sections = ["--- a/" + part for part in text.split("--- a/")[1:]]
+    return "".join(part for part in sections if part.splitlines()[0][6:] in files)
+
+
+def test_patch_stays_small_and_touches_only_qwen35_the_loader_the_recurrent_state_and_graph_reuse() -> None:
     text = patching.default_patch().path.read_text()
     touched = [line[6:] for line in text.splitlines() if line.startswith("+++ b/")]
     assert touched == PATCHED_FILES
-    assert len(text.splitlines()) <= 105
+    assert len(_sections(text, D2T_FILES).splitlines()) <= 105
+    assert len(text.splitlines()) <= 290
 
 
-def test_patch_also_applies_to_0_3_36(tmp_path: Path) -> None:
-    # 0.3.36 vendors llama.cpp 0c1e57098; the patch applies there with line offsets only
-    tree = _copy_models_dir("0.3.36", tmp_path)
-    patching.check(tree, patching.default_patch())
+def test_the_d2t_part_also_applies_to_0_3_36_and_the_graph_pool_is_refused_there(tmp_path: Path) -> None:
+    # 0.3.36 vendors llama.cpp 0c1e57098: the d2t part applies there with line offsets only; its graph reuse was
+    # redone upstream (a kept graph per kind of pass), so the pool is ported to it, not applied
+    text = patching.default_patch().path.read_text()
+    d2t = tmp_path / "d2t.patch"
+    d2t.write_text(_sections(text, D2T_FILES))
+    patching.check(_copy_models_dir("0.3.36", tmp_path / "d2t"), patching.Patch(d2t))
+    with pytest.raises(PatchError, match="does not apply"):
+        patching.check(_copy_models_dir("0.3.36", tmp_path / "whole"), patching.default_patch())
 
 
 def test_patch_on_a_foreign_tree_is_refused_with_reason(tmp_path: Path) -> None:

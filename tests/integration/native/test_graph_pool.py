@@ -1,0 +1,58 @@
+"""Our patch keeps the graphs of small batches, one per shape, each with its own scheduler: passes that alternate
+batch sizes (a verify pass at another draft depth, a draft's catch-up pass and its one-token steps) reuse a graph
+instead of building one, with the same logits as a graph built for the pass; larger batches (a prompt) are built by
+the scheduler reserved for them, and ``LLAMA_GRAPH_POOL=0`` keeps llama.cpp's one graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.gguftools.builtin_demo import ensure_demo_model
+from app.gguftools.demo_model import DemoModel
+from app.native.handles import Context, Model
+from tests.helpers.module_folders import ModuleFolders
+
+pytestmark = pytest.mark.usefixtures("patched_backend")
+
+PROMPT = [int(t) for t in 1000 + np.arange(40) * 7]
+# verify passes of depths 2, 3 and 5 in turn, a prompt-sized pass among them (40 tokens: beyond the kept sizes)
+SIZES = [3, 4, 6] * 4 + [40] + [3, 4, 6] * 2
+
+
+@pytest.fixture(scope="module")
+def demo(module_tmp: ModuleFolders) -> DemoModel:
+    return ensure_demo_model(module_tmp.mktemp("pool-demo"), size="tiny", acceptance=0.9, seed=8, language="words")
+
+
+def _passes(model: Model) -> tuple[list[np.ndarray], list[int]]:
+    """Each pass's logits (every row) and whether it reused a graph; the small passes are rolled back but their first
+    token, as after a rejected draft."""
+    logits, reused = [], []
+    with Context(model, n_ctx=256, n_batch=64, n_threads=1, n_rs_seq=8) as ctx:
+        ctx.decode(PROMPT, 0, logits="last")
+        position = len(PROMPT)
+        for i, size in enumerate(SIZES):
+            before = ctx.graphs_reused
+            ctx.decode([PROMPT[(i + j) % len(PROMPT)] for j in range(size)], position, logits="all")
+            reused.append(ctx.graphs_reused - before)
+            logits.append(np.stack([ctx.logits(row) for row in range(size)]))
+            if size < len(PROMPT):
+                assert ctx.truncate(position + 1)
+            position += 1 if size < len(PROMPT) else size
+    return logits, reused
+
+
+def test_alternating_batch_sizes_reuse_their_graphs_with_the_same_logits(demo: DemoModel,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    with Model(demo.target) as model:
+        kept, reused = _passes(model)
+        monkeypatch.setenv("LLAMA_GRAPH_POOL", "0")  # read when a context is made
+        built, rebuilt = _passes(model)
+    # the first pass of each size builds its graph (the prompt-sized one too); every later one reuses it, also
+    # after the prompt-sized pass, which the main scheduler built without dropping the small ones
+    assert reused == [0, 0, 0] + [1] * 9 + [0] + [1] * 6
+    # with one graph, every change of size builds one
+    assert rebuilt == [0] * len(SIZES)
+    for i, (a, b) in enumerate(zip(kept, built, strict=True)):
+        assert np.array_equal(a, b), f"pass {i} ({SIZES[i]} tokens): a reused graph read other logits"
