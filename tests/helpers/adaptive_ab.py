@@ -5,7 +5,9 @@
 each version, prompt by prompt in turns (the first to go alternates), fresh decoders each run. Runs come in cycles of
 three, as ``bench spec``'s: the first starts cold, the next two start from what the run before learned (``snapshot`` /
 ``restore``, the depth memory's record, without its files). ``shipped`` names the shipped module; ``NAME=VALUE``
-overrides set B's constants (B is then a fresh copy, the shipped module untouched). It prints each run's tok/s ratio
+overrides set B's constants (B is then a fresh copy, the shipped module untouched). ``--graph-pool 0,4`` makes A's
+contexts without our patch's graph pool and B's with it (``shipped shipped --graph-pool 0,4``: what the pool buys);
+``--fixed 3`` plays both sides at fixed depth 3 instead of adaptive depth. It prints each run's tok/s ratio
 B/A per prompt set, and their mean with its standard error, cold and warm apart.
 
 Why paired and many: on the 2-core EPYC a version's ratio to the fastest fixed depth swings +-4% from run to run even
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -51,8 +55,11 @@ def version(name: str, overrides: Sequence[str] = ()) -> ModuleType:
 
 
 def run(a: ModuleType, b: ModuleType, *, threads: int = 2, tokens: int = 128, runs: int = 18,
-        size: Size = "scaled", acceptance: float = 0.8) -> list[Run]:
-    """Decode every prompt with both versions, ``runs`` times (see the module's docstring)."""
+        size: Size = "scaled", acceptance: float = 0.8, fixed: int = 0,
+        graph_pool: tuple[str | None, str | None] = (None, None)) -> list[Run]:
+    """Decode every prompt with both versions, ``runs`` times (see the module's docstring). ``fixed``: both sides
+    at that fixed depth instead (the versions unused); ``graph_pool``: ``LLAMA_GRAPH_POOL`` for A's and B's contexts
+    (None: the patch's default), read when a context is made."""
     from app.bench import spec
     from app.cli.bench import bench_demo
     from app.engine.config import EngineConfig
@@ -69,14 +76,16 @@ def run(a: ModuleType, b: ModuleType, *, threads: int = 2, tokens: int = 128, ru
             memory = {"A": None, "B": None}
         decoders = {}
         try:
-            for name, module in modules.items():
-                decoder = SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t,
-                                                          draft_depth=8, adaptive=True, n_ctx=2048,
-                                                          n_threads=threads))
-                learner = module.AdaptiveDepth(8)
-                if memory[name] is not None:
-                    learner.restore(memory[name])
-                decoder.adaptive = learner
+            for (name, module), pool in zip(modules.items(), graph_pool, strict=True):
+                with _graph_pool(pool):
+                    decoder = SpeculativeDecoder(EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t,
+                                                              draft_depth=fixed or 8, adaptive=not fixed,
+                                                              n_ctx=2048, n_threads=threads))
+                if not fixed:
+                    learner = module.AdaptiveDepth(8)
+                    if memory[name] is not None:
+                        learner.restore(memory[name])
+                    decoder.adaptive = learner
                 decoders[name] = decoder
                 decoder.generate(prompts[spec.PROMPT_SETS[0]][0], 8)  # warm-up: first-pass allocations
             spans: dict[str, dict[str, list[tuple[int, float]]]] = {n: {s: [] for s in prompts} for n in modules}
@@ -93,13 +102,27 @@ def run(a: ModuleType, b: ModuleType, *, threads: int = 2, tokens: int = 128, ru
             for prompt_set in prompts:
                 done.tps[prompt_set] = {name: pooled_decode_tps(spans[name][prompt_set]) for name in modules}
             for name, decoder in decoders.items():
-                assert decoder.adaptive is not None
-                memory[name] = decoder.adaptive.snapshot()
+                if decoder.adaptive is not None:
+                    memory[name] = decoder.adaptive.snapshot()
             results.append(done)
         finally:
             for decoder in decoders.values():
                 decoder.close()
     return results
+
+
+@contextmanager
+def _graph_pool(value: str | None) -> Iterator[None]:
+    """``LLAMA_GRAPH_POOL`` set to ``value`` (None: unset) while a decoder's contexts are made."""
+    before = os.environ.pop("LLAMA_GRAPH_POOL", None)
+    if value is not None:
+        os.environ["LLAMA_GRAPH_POOL"] = value
+    try:
+        yield
+    finally:
+        os.environ.pop("LLAMA_GRAPH_POOL", None)
+        if before is not None:
+            os.environ["LLAMA_GRAPH_POOL"] = before
 
 
 def summary(results: list[Run]) -> list[str]:
@@ -124,9 +147,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--runs", type=int, default=18)
     parser.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="scaled")
+    parser.add_argument("--fixed", type=int, default=0, metavar="K", help="both sides at fixed depth K instead")
+    parser.add_argument("--graph-pool", default="", metavar="A,B",
+                        help="LLAMA_GRAPH_POOL for A's and B's contexts, e.g. 0,4 (empty: the patch's default)")
     args = parser.parse_args(argv)
+    pools = [value or None for value in args.graph_pool.split(",")] if args.graph_pool else [None, None]
+    if len(pools) != 2:
+        parser.error("--graph-pool takes two values, A's and B's: e.g. 0,4")
     results = run(version(args.a), version(args.b, args.overrides), threads=args.threads, tokens=args.tokens,
-                  runs=args.runs, size=args.size)
+                  runs=args.runs, size=args.size, fixed=args.fixed, graph_pool=(pools[0], pools[1]))
     for r in results:
         print(f"run {r.index + 1} {'w' if r.warm else 'c'} " + " | ".join(
             f"{name}: A {t['A']:.1f} B {t['B']:.1f} B/A {t['B'] / t['A']:.3f}" for name, t in r.tps.items()))

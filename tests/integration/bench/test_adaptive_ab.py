@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from app.engine import adaptive
@@ -30,3 +32,21 @@ def test_two_versions_run_side_by_side_each_with_its_own_constants(monkeypatch: 
     assert set(learners) == {adaptive.AdaptiveDepth, changed.AdaptiveDepth}  # each decoder played its own version
     lines = summary(results)
     assert len(lines) == 2 and all("B/A mean" in line and "warm" in line for line in lines)
+
+
+def test_the_graph_pool_a_b_makes_each_side_s_contexts_with_its_own_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[tuple[str | None, int, bool]] = []
+    init = SpeculativeDecoder.__init__
+
+    def noting(self: SpeculativeDecoder, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append((os.environ.get("LLAMA_GRAPH_POOL"), self.config.draft_depth, self.adaptive is None))
+
+    monkeypatch.setattr(SpeculativeDecoder, "__init__", noting)
+    monkeypatch.setenv("LLAMA_GRAPH_POOL", "7")
+    results = run(adaptive, adaptive, threads=1, tokens=8, runs=1, size="tiny", fixed=3, graph_pool=("0", None))
+    # (the demo's tokenizer makes a decoder first, in the caller's setting) A without the pool, B with the patch's
+    # default, both at the fixed depth
+    assert made[-2:] == [("0", 3, True), (None, 3, True)]
+    assert os.environ["LLAMA_GRAPH_POOL"] == "7"  # the caller's setting back afterwards
+    assert all(t["A"] > 0 and t["B"] > 0 for t in results[0].tps.values())
