@@ -12,21 +12,21 @@ Two things decide the best depth, and both are measured while the reply streams:
   up) and each further draft step are measured in every drafting round, at every depth.
 
 Every estimate is the lower median of its recent samples, so a stalled round does not move it, and a round whose
-batch size differs from the previous round's (llama.cpp rebuilds its graph) counts for no batch size; nor does the
-first drafting round. The engine times rounds in the decoding thread's CPU time on a CPU backend with one thread
-(wall time with several), so other jobs' turns on a shared core stay out of them; what such jobs still change
-(caches, memory bandwidth, the device's share with GPU offload) is taken out as load: a round's verify time is
-divided by its own draft steps' slowness against their estimate (they ran a moment before, on the same core, and
-cost the same at any depth), as far as that reading has told the verify times lately (steps of a fraction of a
-millisecond time mostly the timer's noise, and the load index stands in for them); a round at the current depth
-with one draft by its first draft pass's slowness, when that reading is near the load index (``PASS_AGREE``); any
-other round by the load measured at the current depth around it, counting only if the load before and after agree.
-Only depth 0 has no reading of its own: its load index is measured against its own estimate, so its estimate moves
-only through visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost learned too cheap).
-The draft step is the unit every cost is kept in, and it does not move once measured: were the step's own estimate
-divided by the load (a round's time over its prediction, which the estimates themselves set), the unit would
-wander, the depth being played would follow it and the others, visited now and then, would not, and it would come
-to look cheaper next to them than it is (by 8-10% in 300 rounds on this 2-core machine).
+verify pass built llama.cpp's graph counts for no batch size (a shape new to the context; without our patch's graph
+pool, any change of batch size); nor does the first drafting round. The engine times rounds in the decoding thread's
+CPU time on a CPU backend with one thread (wall time with several), so other jobs' turns on a shared core stay out
+of them; what such jobs still change (caches, memory bandwidth, the device's share with GPU offload) is taken out as
+load: a round's verify time is divided by its own draft steps' slowness against their estimate (they ran a moment
+before, on the same core, and cost the same at any depth), as far as that reading has told the verify times lately
+(steps of a fraction of a millisecond time mostly the timer's noise, and the load index stands in for them); a round
+at the current depth with one draft by its first draft pass's slowness, when that reading is near the load index
+(``PASS_AGREE``); any other round by the load measured at the current depth around it, counting only if the load
+before and after agree. Only depth 0 has no reading of its own: its load index is measured against its own estimate,
+so its estimate moves only through visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost
+learned too cheap). The draft step is the unit every cost is kept in, and it does not move once measured: were the
+step's own estimate divided by the load (a round's time over its prediction, which the estimates themselves set),
+the unit would wander, the depth being played would follow it and the others, visited now and then, would not, and
+it would come to look cheaper next to them than it is (by 8-10% in 300 rounds on this 2-core machine).
 
 Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak``; the measured depth with
 the highest expected tokens per second wins, and replaces the current one only when it promises
@@ -76,7 +76,7 @@ HOPELESS = 3  # ... and this many times longer for a depth that would lose even 
 PROBE_LONGEST = 4  # ... but never longer than this many times PROBE_EVERY (times how much dearer its rounds are, so
 # that a visit costs a bounded share): at depth 0 or 1 the deeper positions are not tested, so what was measured there
 # in a hard passage (or under another load) would otherwise stand for hundreds of rounds
-PROBE_ROUNDS = 2  # a visit's rounds (the first is a switch and only the second counts)
+PROBE_ROUNDS = 2  # a visit's rounds (the first counts too when the verify pass found its graph kept)
 OPTIMISM = 1.0  # standard errors added to a position's acceptance when judging a depth not measured yet
 EXPLORE_MARGIN = 0.05  # a depth not measured yet is tried when it could win by this much (a try costs rounds)
 SWITCH_MARGIN = 0.01  # a depth must promise 1% more tokens per second than the current one to replace it
@@ -123,6 +123,10 @@ class RoundTiming:
     draft: float  # every draft pass of the round (catch-up and steps), with the draft's rollback
     draft_steps: float  # the part of ``draft`` spent in the passes after the first (one per further draft)
     proposed: int  # drafts made: the depth, or fewer when a confidence cut-off stopped drafting
+    # whether the verify pass built its graph (None: not known, then a batch size unlike the last round's is taken
+    # to have): llama.cpp builds a graph for each new shape of pass, which costs a fair share of a small model's
+    # pass; our patch keeps the graphs of small batches, so a switch of depth builds one only the first time
+    built: bool | None = None
 
 
 @dataclass
@@ -536,7 +540,8 @@ class AdaptiveDepth:
         shape_known = self._batch_known(batch) and (made < 1 or bool(self.first_pass)) and \
             (made < 2 or bool(self.step))
         predicted = self.predicted_seconds(depth, made) if shape_known else None
-        counted = batch == self._last_batch  # a changed batch size rebuilt llama.cpp's graph: not a fair sample
+        # a pass that built llama.cpp's graph is not a fair sample of its cost
+        counted = not timing.built if timing.built is not None else batch == self._last_batch
         self._last_batch = batch
         if counted:
             self._see(depth, timing)

@@ -429,8 +429,10 @@ class SpeculativeDecoder:
             t1 = time.perf_counter()
             c1 = self._round_clock()
             batch = [pending, *drafts]
+            built = self.tctx.graphs_reused
             self._decode(self.tctx, self._one_token[0], batch, n_past, logits="all")
             c2 = self._round_clock()
+            built = self.tctx.graphs_reused == built  # the verify pass built its graph: not a fair sample of it
             accepted = 0
             finished = False
             bonus = -1
@@ -454,7 +456,7 @@ class SpeculativeDecoder:
             if self.adaptive is not None:
                 self.adaptive.observe(depth, tested, accepted, RoundTiming(
                     self._round_clock() - c0, c2 - c1, c1 - c0, self._draft_steps_seconds if drafts else 0.0,
-                    len(drafts)))
+                    len(drafts), built))
             if finished:
                 return self._finish(reply, decode_started)
             if emit(bonus, "target"):

@@ -1,7 +1,9 @@
 """Our patch keeps the graphs of small batches, one per shape, each with its own scheduler: passes that alternate
 batch sizes (a verify pass at another draft depth, a draft's catch-up pass and its one-token steps) reuse a graph
 instead of building one, with the same logits as a graph built for the pass; larger batches (a prompt) are built by
-the scheduler reserved for them, and ``LLAMA_GRAPH_POOL=0`` keeps llama.cpp's one graph."""
+the scheduler reserved for them, and ``LLAMA_GRAPH_POOL=0`` keeps llama.cpp's one graph. Samplers in the graph keep
+llama.cpp's one graph too (a sampler holds the inputs of the graph built last): test_native_sampling.py's
+``test_sampling_inside_the_graph_is_lossless_too`` replays a seeded reply there."""
 
 from __future__ import annotations
 

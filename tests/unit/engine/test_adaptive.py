@@ -148,12 +148,14 @@ def _timing(seconds: float, depth: int, step: float = 0.004, first: float = 0.00
     return RoundTiming(seconds + draft, seconds, draft, step * max(depth - 1, 0), depth)
 
 
-def _play(adaptive: AdaptiveDepth, depth: int, rounds: int, rest: float, scale: float = 1.0) -> None:
+def _play(adaptive: AdaptiveDepth, depth: int, rounds: int, rest: float, scale: float = 1.0,
+          built: bool | None = None) -> None:
     for _ in range(rounds):
         adaptive.depth()
         timing = _timing(rest, depth)
         adaptive.observe(depth, depth, depth - 1 if depth else 0, RoundTiming(
-            timing.seconds * scale, timing.verify * scale, timing.draft * scale, timing.draft_steps * scale, depth))
+            timing.seconds * scale, timing.verify * scale, timing.draft * scale, timing.draft_steps * scale, depth,
+            built))
 
 
 def test_a_stalled_round_does_not_move_the_estimates() -> None:
@@ -177,6 +179,24 @@ def test_the_first_round_at_a_new_batch_size_does_not_count() -> None:
     adaptive = AdaptiveDepth(draft_depth=4)
     _play(adaptive, 3, 1, 0.500)  # the very first round of a session (and a new batch size)
     _play(adaptive, 3, 10, 0.040)
+    assert adaptive.predicted_seconds(3) == pytest.approx(0.040 + 0.005 + 0.008, rel=0.02)
+
+
+def test_what_the_engine_says_about_the_graph_decides_which_rounds_count() -> None:
+    """The engine tells whether a verify pass built llama.cpp's graph: with our patch's graph pool a switch back to
+    a depth whose graph is kept is a fair sample, and a pass that built its graph at an unchanged batch size is not."""
+    adaptive = AdaptiveDepth(draft_depth=4)
+    _play(adaptive, 3, 1, 0.500, built=True)
+    _play(adaptive, 3, 10, 0.040, built=False)
+    _play(adaptive, 3, 1, 0.400, built=True)  # the same batch size, but its graph built again (a reserve, say)
+    assert adaptive.predicted_seconds(3) == pytest.approx(0.040 + 0.005 + 0.008, rel=0.02)
+    _play(adaptive, 2, 1, 0.500, built=True)  # a new batch size: its graph built
+    _play(adaptive, 3, 1, 0.040, built=False)  # back: the depth's graph was kept, the round counts at once
+    assert 3 not in adaptive.rest
+    _play(adaptive, 2, 1, 0.030, built=False)  # the kept graph at once: counted, where a switch used not to be
+    _play(adaptive, 3, 6, 0.040, built=False)  # the load after it
+    assert len(adaptive.rest[3]) == 1  # the one kept-graph round at depth 2, not the built one
+    assert adaptive.predicted_seconds(2) == pytest.approx(0.030 + 0.005 + 0.004, rel=0.02)
     assert adaptive.predicted_seconds(3) == pytest.approx(0.040 + 0.005 + 0.008, rel=0.02)
 
 
