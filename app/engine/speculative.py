@@ -429,10 +429,9 @@ class SpeculativeDecoder:
             t1 = time.perf_counter()
             c1 = self._round_clock()
             batch = [pending, *drafts]
-            built = self.tctx.graphs_reused
+            reused = self.tctx.graphs_reused if self.adaptive is not None else 0
             self._decode(self.tctx, self._one_token[0], batch, n_past, logits="all")
             c2 = self._round_clock()
-            built = self.tctx.graphs_reused == built  # the verify pass built its graph: not a fair sample of it
             accepted = 0
             finished = False
             bonus = -1
@@ -454,9 +453,10 @@ class SpeculativeDecoder:
             stats.record_round(tested, accepted, proposed=len(drafts))
             self._commit_round(pending, drafts, accepted, drafted=depth > 0)
             if self.adaptive is not None:
+                # (a verify pass that built its graph is not a fair sample of its cost)
                 self.adaptive.observe(depth, tested, accepted, RoundTiming(
                     self._round_clock() - c0, c2 - c1, c1 - c0, self._draft_steps_seconds if drafts else 0.0,
-                    len(drafts), built))
+                    len(drafts), built=self.tctx.graphs_reused == reused))
             if finished:
                 return self._finish(reply, decode_started)
             if emit(bonus, "target"):
