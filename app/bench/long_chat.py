@@ -322,7 +322,6 @@ class LongChatBench:
         return "\n".join(lines)
 
 
-
 def _s(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f} s"
 

@@ -283,7 +283,6 @@ def ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 and a > 0 else None
 
 
-
 def _x(value: float | None, bold: bool = False) -> str:
     if value is None:
         return "–"

@@ -456,7 +456,6 @@ def _start(sample: Sample) -> str:
     return {None: "", False: "cold", True: "warm"}[sample.warm]
 
 
-
 def _fmt(value: Any, spec: str, suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 

@@ -89,7 +89,6 @@ class ThreadsBench:
         return "\n".join(lines)
 
 
-
 def variants(threads: int, modes: list[Mode]) -> list[Variant]:
     """One thread, all of them (when that is more than one) and measured, for each mode."""
     pins: list[int | None] = [1, threads, None] if threads > 1 else [1]

@@ -214,7 +214,6 @@ class WindowBenchResult:
                 f"the end (median {load['median']}); commit {self.commit or '?'}.\n")
 
 
-
 def _decode_tps(times: list[float], counts: list[int]) -> tuple[int, float]:
     """(tokens, (tokens - 1) / (last - first)) from arrival times and how many tokens came at each: the one
     definition, ``app.engine.stats.decode_tps``, on the arrival times."""
