@@ -7,6 +7,8 @@ llama.cpp's one graph too (a sampler holds the inputs of the graph built last): 
 
 from __future__ import annotations
 
+import resource
+
 import numpy as np
 import pytest
 
@@ -58,3 +60,26 @@ def test_alternating_batch_sizes_reuse_their_graphs_with_the_same_logits(demo: D
     assert rebuilt == [0] * len(SIZES)
     for i, (a, b) in enumerate(zip(kept, built, strict=True)):
         assert np.array_equal(a, b), f"pass {i} ({SIZES[i]} tokens): a reused graph read other logits"
+
+
+def _fresh_pages(ctx: Context, tokens: list[int], position: int) -> int:
+    """Pages the process touched for the first time (minor faults) during one pass."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    ctx.decode(tokens, position, logits="all")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def test_the_first_pass_of_each_small_batch_size_finds_its_memory_ready(demo: DemoModel) -> None:
+    # the kept graphs' schedulers are made with the context, sized for the largest small batch with their buffers
+    # touched, and the output rows reserved for it: made at the first pass of each size, the fresh pages (6-17 MB
+    # here, a page fault each) cost that pass more than building its graph, and each deeper verify pass than any
+    # before reallocated the output buffer mid-reply
+    with Model(demo.target) as model, Context(model, n_ctx=256, n_batch=64, n_threads=1, n_rs_seq=8) as ctx:
+        ctx.decode(PROMPT, 0, logits="last")
+        position = len(PROMPT)
+        for size in (3, 4, 6, 9, 16):
+            fresh = _fresh_pages(ctx, PROMPT[:size], position)
+            assert fresh < 256, f"the first {size}-token pass touched {fresh} fresh pages (its buffers were not ready)"
+            if size <= 9:  # rolled back as after a rejected draft (the rollback window is 8 tokens)
+                assert ctx.truncate(position + 1)
+                position += 1
