@@ -247,6 +247,11 @@ class AdaptiveDepth:
     _table: tuple[tuple[int, int, int], list[float]] | None = None  # ((size, rest version, known version), table)
     _rest_version: int = 0  # changes of any batch size's verify estimate (the rest table's key)
     warm: bool = False  # started from what an earlier session learned (``restore``)
+    # the draft steps' weight as a load reading before this session has gauged it (``gauge_weight``): a warm session
+    # starts from the one it was restored from. With 1 there, a fresh context's first rounds, divided by their steps'
+    # noisy readings (0.3 ms steps timed 30% apart; the scaled demo at one thread), put samples 13-25% too dear beside
+    # the two each remembered cost counts as, and a warm run held depth 1 for 126 rounds where depth 2 was 5% faster
+    gauge_prior: float = 1.0
 
     def __post_init__(self) -> None:
         self.tested = [0.0] * self.draft_depth
@@ -604,7 +609,7 @@ class AdaptiveDepth:
             "first_pass": lower_median(self.first_pass) if self.first_pass else None,
             "step": lower_median(self.step) if self.step else None,
             "tested": list(self.tested), "accepted": list(self.accepted),
-            "current": self.current, "rounds": self.rounds,
+            "current": self.current, "rounds": self.rounds, "gauge": self.gauge_weight(),
         }
 
     def restore(self, state: dict[str, Any]) -> bool:
@@ -622,13 +627,14 @@ class AdaptiveDepth:
             tested = [float(v) for v in state["tested"]]
             accepted = [float(v) for v in state["accepted"]]
             current = int(state.get("current", -1))
+            gauge = float(state.get("gauge", 1.0))  # a record from before the gauge was kept: as a cold session
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError):  # OverflowError: int(inf)
             return False
         costs = [*rest.values(), *(v for v in (first, step) if v is not None)]
         counts_sane = len(tested) == len(accepted) and all(
             math.isfinite(t) and 0.0 <= a <= t for a, t in zip(accepted, tested, strict=False))
         if not rest or not counts_sane or not all(math.isfinite(c) and c > 0.0 for c in costs) \
-                or not all(1 <= b <= DEPTH_LIMIT + 1 for b in rest):
+                or not all(1 <= b <= DEPTH_LIMIT + 1 for b in rest) or not 0.0 <= gauge <= 1.0:
             return False
         self._changes += 1
         for batch, cost in rest.items():
@@ -652,6 +658,7 @@ class AdaptiveDepth:
             if self._known(k):
                 self._visited[k] = 0.0
         self._observed += 1  # the cached rates are stale
+        self.gauge_prior = gauge
         self.warm = True
         return True
 
@@ -736,16 +743,22 @@ class AdaptiveDepth:
             pair = (batch, math.log(rest), math.log(reading))
             self._gauge_pairs.append(pair)
             self._gauge_sum(*pair, sign=1.0)
+        weight = self.gauge_weight()
+        return math.exp((1.0 - weight) * math.log(self.load) + weight * math.log(reading))
+
+    def gauge_weight(self) -> float:
+        """How far the draft steps' reading tells a verify pass's load (``_gauged``): the slope over the recent pairs,
+        once ``GAUGE_MIN`` of them are in, and before that what the session this one was restored from had measured
+        (``gauge_prior``; 1 in a cold session, which has nothing else to set the scale with)."""
         together = covariance = spread = 0.0
         for n, sum_v, sum_g, sum_vg, sum_gg in self._gauge_sums.values():
             if n >= 2:  # each batch size about its own means
                 together += n
                 covariance += sum_vg - sum_v * sum_g / n
                 spread += sum_gg - sum_g * sum_g / n
-        weight = 1.0
         if together >= GAUGE_MIN and spread > 0.0:
-            weight = min(max(covariance / spread, 0.0), 1.0)
-        return math.exp((1.0 - weight) * math.log(self.load) + weight * math.log(reading))
+            return min(max(covariance / spread, 0.0), 1.0)
+        return self.gauge_prior
 
     def _gauge_sum(self, batch: int, verify: float, reading: float, sign: float) -> None:
         """Add a pair to (or, ``sign`` -1, take one out of) its batch size's running sums: the count, the sums of

@@ -312,10 +312,50 @@ def test_a_warm_start_weighs_the_old_text_lightly_and_fits_a_different_limit() -
     assert shallow.current == -1 and 0 <= shallow.depth() <= 4
 
 
+def _record(gauge: float | None) -> dict[str, object]:
+    """A hand-made depth memory: depth 2 settled and best, the draft steps as a load reading weighed ``gauge``."""
+    state: dict[str, object] = {
+        "version": 1, "draft_depth": 8, "rest": {"1": 0.005, "2": 0.0065, "3": 0.008, "4": 0.0115},
+        "first_pass": 0.0003, "step": 0.00025, "tested": [100.0, 80.0] + [0.0] * 6,
+        "accepted": [80.0, 64.0] + [0.0] * 6, "current": 2, "rounds": 200}
+    if gauge is not None:
+        state["gauge"] = gauge
+    return state
+
+
+@pytest.mark.parametrize("gauge", [0.0, None])
+def test_a_warm_session_reads_its_first_rounds_load_the_way_the_session_before_had_learned(
+        gauge: float | None) -> None:
+    """Issue 39: the session before had found that its draft steps (0.3 ms, timed 30% apart) do not tell a verify
+    pass's load (``gauge_weight`` near 0), but a warm session read its first rounds' load from them all the same
+    until it had gauged them itself (ten rounds): on a machine 1.4x busier than the record's unit, with steps that
+    did not show it, its first samples came out 1.4x too dear beside the two each remembered cost counts as, the
+    estimate moved to them and the session left its best depth (a warm run held depth 1 for 126 rounds where depth 2
+    ran 5% faster). Restored with the record's gauge, they are divided by the load index: the estimate and the depth
+    stay. A record without a gauge (written before it was kept) starts as a cold session does: the old behaviour."""
+    adaptive = AdaptiveDepth(draft_depth=8)
+    assert adaptive.restore(_record(gauge))
+    assert adaptive.gauge_prior == (1.0 if gauge is None else gauge)
+    chosen = []
+    for _ in range(6):
+        chosen.append(adaptive.depth())
+        if chosen[-1] != 2:
+            break
+        verify = 0.008 * 1.4  # the whole machine 1.4x slower than the record's unit ...
+        draft = 0.0003 * 1.4 + 0.00025  # ... but for the draft step, as its noisy reading can come out
+        adaptive.observe(2, 2, 2, RoundTiming(verify + draft, verify, draft, 0.00025, 2, built=False))
+    if gauge is None:
+        assert chosen[-1] != 2 and adaptive.rest_estimate(3) > 0.008 * 1.3
+    else:
+        assert chosen == [2] * 6 and adaptive.rest_estimate(3) == pytest.approx(0.008, rel=0.03)
+    assert adaptive.snapshot()["gauge"] == adaptive.gauge_weight()
+
+
 @pytest.mark.parametrize("damage", [
     {"version": 2}, {"rest": {}}, {"rest": {"4": -0.01}}, {"rest": {"4": float("nan")}}, {"rest": {"x": 0.1}},
     {"rest": {"40": 0.1}}, {"rest": [1, 2]}, {"step": "fast"}, {"accepted": [5000.0] + [0.0] * 7},
-    {"tested": [1.0]}, {"tested": None}, {"first_pass": 0.0},
+    {"tested": [1.0]}, {"tested": None}, {"first_pass": 0.0}, {"gauge": 1.5}, {"gauge": float("nan")},
+    {"gauge": "high"},
 ], ids=lambda d: json.dumps(d))
 def test_a_record_that_makes_no_sense_is_a_cold_start(damage: dict[str, object]) -> None:
     _, earlier = run_adaptive(XEON, DEMO, 300, seed=1)
