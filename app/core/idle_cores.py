@@ -90,6 +90,11 @@ def choose_threads(idle: float | None, physical: int, fallback: int) -> int:
     return min(max(math.floor(idle + SLACK), 1), max(physical, 1))
 
 
+def usable_cpus() -> int:
+    """The logical CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def physical_cores(sys_cpu: Path = Path("/sys/devices/system/cpu")) -> int | None:
     """Physical cores, counted as llama.cpp counts them (the distinct ``thread_siblings`` masks of cpu0, cpu1, ...,
     up to the first missing one), and no more than this process may run on; None without that folder."""
@@ -103,8 +108,7 @@ def physical_cores(sys_cpu: Path = Path("/sys/devices/system/cpu")) -> int | Non
         cpu += 1
     if not siblings:
         return None
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else len(siblings)
-    return max(1, min(len(siblings), allowed))
+    return max(1, min(len(siblings), usable_cpus()))
 
 
 def read_sample(proc: Path = Path("/proc")) -> Sample:

@@ -227,8 +227,12 @@ class AdaptiveDepth:
     _gauge_pairs: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=GAUGE_PAIRS))
     # per batch size, running sums over those pairs: count, sum of each, of their products, of the readings squared
     _gauge_sums: dict[int, tuple[float, float, float, float, float]] = field(default_factory=dict)
-    _reference: bool = False  # the round being played is at the current depth
-    _probing: bool = False  # the round being played is a visit of another measured depth
+    _reference: bool = False  # the round being observed is at the current depth
+    _probing: bool = False  # the round being observed is a visit of another measured depth
+    # what each depth decided and not observed yet was (at the current depth, a visit, its log entry), oldest first:
+    # one in turn-by-turn use; the engine decides the next round's depth before the last round is observed (while
+    # the verify pass runs), so two there
+    _decided: deque[tuple[bool, bool, Decision | None]] = field(default_factory=deque)
     corrections: int = 0  # visits that proved their depth's estimate too dear (``PROVEN_FASTER``)
     _pending: Decision | None = None
     _observed: int = 0  # rounds observed: the estimates change only then
@@ -296,14 +300,19 @@ class AdaptiveDepth:
                         # after a load change every depth in turn (back here between them), then the usual pace
                         self._since_probe = PROBE_EVERY - 1 if self._survey else 0
                         depth, reason = self._block(target, "probe", PROBE_ROUNDS)
-        self._reference = reason in ("start", "best")
-        self._probing = reason == "probe"
         self._visited[depth] = self.elapsed
         self.chosen[depth] += 1
-        if self.log is not None:
-            # the lists themselves: each is made anew when it changes, never changed in place (rounded in ``to_dict``)
-            self._pending = Decision(self.rounds, depth, reason, self.rates(), self._acceptances(False))
+        # the lists themselves: each is made anew when it changes, never changed in place (rounded in ``to_dict``)
+        logged = Decision(self.rounds, depth, reason, self.rates(), self._acceptances(False)) \
+            if self.log is not None else None
+        self._decided.append((reason in ("start", "best"), reason == "probe", logged))
         return depth
+
+    def withdraw(self) -> None:
+        """The latest depth decided will not be played (the engine decided it ahead and the reply or the learner
+        changed): its round is not waited for."""
+        if self._decided:
+            self._decided.pop()
 
     def best(self) -> int:
         """The depth with the highest expected tokens per second under the current estimates: a measured
@@ -529,7 +538,10 @@ class AdaptiveDepth:
     # ------------------------------------------------------------------ learning
 
     def observe(self, depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
-        """One finished round: asked for ``depth``, ``tested`` drafts checked, ``accepted`` kept, costing ``timing``."""
+        """One finished round: asked for ``depth``, ``tested`` drafts checked, ``accepted`` kept, costing ``timing``.
+        It is the round of the oldest depth decided and not observed yet."""
+        if self._decided:
+            self._reference, self._probing, self._pending = self._decided.popleft()
         counts, kept = self.tested, self.accepted
         for i in range(min(tested, self.draft_depth)):
             counts[i] = counts[i] * DECAY + 1.0

@@ -30,6 +30,7 @@ from app.core.errors import ContextFullError, EngineError, FastMTPError
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
 from app.engine.depth_memory import DepthMemory, MemoryKey, key_for
+from app.engine.depth_worker import DepthWorker, Observation
 from app.engine.model_pool import ModelPool
 from app.engine.one_token_threads import OneTokenThreads
 from app.engine.sampling import Sampler, draft_pick
@@ -83,6 +84,7 @@ class SpeculativeDecoder:
         if config.mode == "sidecar" and config.draft is not None:
             _check_pair(config.target, config.draft)
         self.config = config
+        self._worker: DepthWorker | None = None  # drives ``adaptive`` (made again when that changes)
         # the target's sampler, kept while the sampling settings stay the same (attached to the graph, a new one
         # makes llama.cpp reserve its graphs again): each reply restarts it at the seed
         self._chain: tuple[SamplingParams, SamplerChain] | None = None
@@ -152,6 +154,7 @@ class SpeculativeDecoder:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        self._close_worker()
         self._remember()
         self._drop_chain()
         for handle in reversed(self._owned):
@@ -264,6 +267,10 @@ class SpeculativeDecoder:
         try:
             return self._generate(prompt, max_tokens, chain, on_token, stop, cancel, steer, on_prompt_progress,
                                   remember=not goes_on)
+        except BaseException:
+            if self._worker is not None:
+                self._worker.abandon()  # a round cut short: adaptive depth forgets its decision
+            raise
         finally:
             if self.follows_load:
                 idle_cores.mark()  # the next reply's check measures the machine from here, without a wait
@@ -287,6 +294,7 @@ class SpeculativeDecoder:
         """Decode with ``threads`` threads from the next pass on, in both contexts; adaptive depth saves what it
         learned at the count before and goes on with what it knows (or remembers) at this one."""
         if self.adaptive is not None:
+            self._close_worker()  # the next learner gets its own
             self._remember()  # at the count before (each reply's end saved already: this keeps a cut one's rounds)
         for ctx in (self.tctx, self.dctx):
             if ctx is not None:
@@ -429,7 +437,10 @@ class SpeculativeDecoder:
             t1 = time.perf_counter()
             c1 = self._round_clock()
             batch = [pending, *drafts]
-            reused = self.tctx.graphs_reused if self.adaptive is not None else 0
+            reused = 0
+            if self._worker is not None:
+                reused = self.tctx.graphs_reused
+                self._worker.verify_starts()  # its bookkeeping runs beside the verify pass
             self._decode(self.tctx, self._one_token[0], batch, n_past, logits="all")
             c2 = self._round_clock()
             accepted = 0
@@ -452,11 +463,11 @@ class SpeculativeDecoder:
             tested = min(len(drafts), accepted + 1)
             stats.record_round(tested, accepted, proposed=len(drafts))
             self._commit_round(pending, drafts, accepted, drafted=depth > 0)
-            if self.adaptive is not None:
+            if self._worker is not None:
                 # (a verify pass that built its graph is not a fair sample of its cost)
-                self.adaptive.observe(depth, tested, accepted, RoundTiming(
+                self._worker.observed(Observation(depth, tested, accepted, RoundTiming(
                     self._round_clock() - c0, c2 - c1, c1 - c0, self._draft_steps_seconds if drafts else 0.0,
-                    len(drafts), built=self.tctx.graphs_reused == reused))
+                    len(drafts), built=self.tctx.graphs_reused == reused)))
             if finished:
                 return self._finish(reply, decode_started)
             if emit(bonus, "target"):
@@ -478,7 +489,24 @@ class SpeculativeDecoder:
     def _depth(self) -> int:
         if self.dctx is None:
             return 0
-        return self.adaptive.depth() if self.adaptive is not None else self.config.draft_depth
+        if self.adaptive is None:
+            return self.config.draft_depth
+        if self._worker is None or self._worker.adaptive is not self.adaptive:
+            self._close_worker()  # a learner set from outside (a benchmark's, another thread count's)
+            self._worker = DepthWorker(self.adaptive, overlap=self._spare_core())
+        return self._worker.next_depth()
+
+    def _spare_core(self) -> bool:
+        """Whether adaptive depth's bookkeeping can run beside the verify pass without taking a core from it: with
+        layers on a device (the CPU waits for it) or fewer decode threads than cores."""
+        if not self._cpu_only:
+            return True
+        return self.threads < idle_cores.usable_cpus()
+
+    def _close_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
 
     def _draft(self, pending: int, depth: int) -> list[int]:
         """Up to ``depth`` draft tokens after ``pending``; the first step also catches the draft up."""
@@ -541,6 +569,8 @@ class SpeculativeDecoder:
         stats.draft_native_seconds = self._draft_native() - self._native_marks[1]
 
     def _finish(self, reply: Reply, decode_started: float) -> Reply:
+        if self._worker is not None:
+            self._worker.settle()  # every round played observed: the learner can be saved and read
         reply.stats.decode_seconds = time.perf_counter() - decode_started
         reply.stats.decode_cpu_seconds = time.thread_time() - self._decode_cpu_started
         target, draft = self.one_token_threads

@@ -69,6 +69,7 @@ def replay(rows: list[dict[str, Any]], module: ModuleType = shipped, depth_limit
             result.rounds += 1
             result.same += depth == row["depth"] and rates == row["rates"]
             # open loop: the round is the logged one, whatever this version chose
+            adaptive._decided.clear()
             adaptive._reference = row["reason"] in ("start", "best")
             adaptive._probing = row["reason"] == "probe"
             if adaptive._reference:
