@@ -15,11 +15,14 @@ before.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from typing import NamedTuple
 
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
+
+log = logging.getLogger(__name__)
 
 
 class Observation(NamedTuple):
@@ -101,12 +104,17 @@ class DepthWorker:
             self._playing = False
 
     def close(self) -> None:
-        """Settle, give back a depth decided and never to be played, and end the thread."""
-        self.abandon()
-        if self._thread is not None:
-            self._jobs.put(_STOP)
-            self._thread.join()
-            self._thread = None
+        """Settle, give back a depth decided and never to be played, and end the thread. A failure of the learner
+        here is logged, not raised: it costs only its estimates, and the engine closing must go on."""
+        try:
+            self.abandon()
+        except Exception:
+            log.exception("adaptive depth failed while closing")
+        finally:
+            if self._thread is not None:
+                self._jobs.put(_STOP)
+                self._thread.join()
+                self._thread = None
 
     def _take(self) -> int:
         self._in_flight = False
