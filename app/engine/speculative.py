@@ -490,6 +490,7 @@ class SpeculativeDecoder:
         if self.dctx is None:
             return 0
         if self.adaptive is None:
+            self._close_worker()  # adaptive depth turned off from outside: its worker goes with it
             return self.config.draft_depth
         if self._worker is None or self._worker.adaptive is not self.adaptive:
             self._close_worker()  # a learner set from outside (a benchmark's, another thread count's)
