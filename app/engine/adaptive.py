@@ -110,6 +110,12 @@ PASS_AGREE = 1.5
 # this many of them are at a batch size seen twice or more (``_gauged``)
 GAUGE_PAIRS = 30
 GAUGE_MIN = 10
+# When another depth becomes the one played, the load index is measured against its estimate from then on: its first
+# ``LOAD_WINDOW`` rounds there should read the load the rounds before the change read. Where they read more than this
+# much apart, the new depth's estimate was off against the old one's and is corrected to agree (the small demo on the
+# Xeon: one try 12% low set depth 2's estimate, which was then played where depth 3 ran 7% faster). Smaller gaps are
+# left to the visits: a level of five rounds wanders a few percent, and 4% here corrected noise as often as errors
+SWITCH_AGREE = 0.08
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,9 @@ class AdaptiveDepth:
     # the verify pass runs), so two there
     _decided: deque[tuple[bool, bool, Decision | None]] = field(default_factory=deque)
     corrections: int = 0  # visits that proved their depth's estimate too dear (``PROVEN_FASTER``)
+    rescales: int = 0  # changes of the depth played whose load index jumped: the new depth's estimate corrected
+    _ref_depth: int = -1  # the depth of the latest round the load index was measured on
+    _switch: tuple[float, int] | None = None  # after a change of that depth: the load before, its first sample's count
     _pending: Decision | None = None
     _observed: int = 0  # rounds observed: the estimates change only then
     _rates: dict[bool, tuple[int, list[float]]] = field(default_factory=dict)  # (rounds observed, rates) by optimism
@@ -578,6 +587,7 @@ class AdaptiveDepth:
                 self._loads_seen += 1
                 del self.load_samples[:-4 * WINDOW]
                 self.load = lower_median(self.load_samples[-LOAD_WINDOW:])
+                self._keep_load_level(depth)
             if samples.step and self.step:
                 # the draft steps of this very round tell its load best: they ran a moment before the verify
                 # pass, on the same core, and their cost does not depend on the depth. The step itself is the
@@ -607,6 +617,55 @@ class AdaptiveDepth:
             decision.predicted, decision.load, decision.counted = predicted, self.load, counted
             self.log.append(decision)
             self._pending = None
+
+    def _keep_load_level(self, depth: int) -> None:
+        """Called with each load sample. The load index is a round's time over its depth's estimate, so a depth's
+        own rounds, divided by it, cannot move that estimate against the others' (whatever it is, the index makes up
+        the difference): only visits compare depths, and their samples join a window of older ones. So when another
+        depth becomes the one played, its first rounds should read the load the rounds before read; once it has
+        ``LOAD_WINDOW`` of them (or at least ``BRACKET`` when it is left sooner), a level more than ``SWITCH_AGREE``
+        apart means its estimate was off against the old depth's, and it is corrected to agree. A load that changes
+        at the very moment the depth does is taken for an error of the estimate; the visits and the measured rates
+        (``seen_rates``) see that load as before."""
+        if depth == self._ref_depth:
+            if self._switch is not None and self._loads_seen - self._switch[1] >= LOAD_WINDOW:
+                self._level_check(depth)
+            return
+        if self._switch is not None and self._loads_seen - 1 - self._switch[1] >= BRACKET:
+            self._level_check(self._ref_depth, self._loads_seen - 1)  # the depth left: its rounds so far
+        level = self.load_samples[-2 * LOAD_WINDOW - 1:-1]
+        self._switch = (_median(level), self._loads_seen - 1) if self._ref_depth >= 0 and level else None
+        self._ref_depth = depth
+
+    def _level_check(self, depth: int, end: int | None = None) -> None:
+        """``_keep_load_level``'s comparison for ``depth``, played from the switch to ``end`` (a count of load
+        samples; None: up to now)."""
+        assert self._switch is not None
+        level, start = self._switch
+        self._switch = None
+        first = self._loads_seen - len(self.load_samples)
+        stop = (end if end is not None else self._loads_seen) - first
+        if start < first or stop <= start - first:
+            return
+        # as far as the draft steps do not set the unit (``gauge_weight``): where they do, the depth's own rounds are
+        # divided by their steps' reading, not by the load index, and its estimate is right against the others'
+        ratio = math.exp((1.0 - self.gauge_weight()) * math.log(_median(self.load_samples[start - first:stop]) / level))
+        batch = depth + 1
+        kept, rest = self.rest.get(batch), self._rest_estimates.get(batch)
+        if abs(math.log(ratio)) <= math.log1p(SWITCH_AGREE) or not kept or not rest:
+            return
+        drafting = self._first_estimate + self._step_estimate * (depth - 1) if depth >= 1 else 0.0
+        factor = (ratio * (rest + drafting) - drafting) / rest  # the round's whole prediction moves by ``ratio``
+        if factor <= 0.0:
+            return
+        self.rest[batch] = deque((value * factor for value in kept), maxlen=WINDOW)
+        self._rest_estimates[batch] = lower_median(self.rest[batch])
+        self._rest_version += 1
+        self._changes += 1
+        for i in range(start - first, stop):
+            self.load_samples[i] /= ratio
+        self.load = lower_median(self.load_samples[-LOAD_WINDOW:])
+        self.rescales += 1
 
     # ------------------------------------------------------------------ memory
 
