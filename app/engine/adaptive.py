@@ -26,7 +26,11 @@ so its estimate moves only through visits (depth 1 was the same until issue 36's
 learned too cheap). The draft step is the unit every cost is kept in, and it does not move once measured: were the
 step's own estimate divided by the load (a round's time over its prediction, which the estimates themselves set),
 the unit would wander, the depth being played would follow it and the others, visited now and then, would not, and
-it would come to look cheaper next to them than it is (by 8-10% in 300 rounds on this 2-core machine).
+it would come to look cheaper next to them than it is (by 8-10% in 300 rounds on this 2-core machine). Where the
+steps are too short to time and the load index stands in, a depth's own rounds cannot move its estimate against the
+others' at all (the index makes up any difference), so when another depth becomes the one played its first rounds
+must read the load the rounds before read, or its estimate is corrected (``SWITCH_AGREE``): one noisy try would
+otherwise fix it for good.
 
 Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak``; the measured depth with
 the highest expected tokens per second wins, and replaces the current one only when it promises
