@@ -5,7 +5,10 @@ logged round, in order, to a fresh ``AdaptiveDepth`` per run (a warm run restore
 the bench's depth memory does) and prints:
 
 - fidelity: the rounds where the replay chose the logged depth with the logged predicted rates. With the module that
-  wrote the log it is every round (the log keeps all a round's timings: its draft steps since 2026-12-05); with a
+  wrote the log it is every round (the log keeps all a round's timings: its draft steps since 2026-12-05, and whether
+  its verify pass built a graph, as the round not counted), in the order the engine decided them: a round ahead with
+  a spare core (the depth worker; the bench at one thread on two cores), else turn by turn; both orders are tried
+  and the one that reproduces more is studied (before 2026-12-06 neither was, and fidelity read 1 of 592); with a
   changed module or constants (a file, ``NAME=VALUE``) the depths part and the rest is open loop: the logged rounds are
   fed as they came, whatever the changed version would have chosen;
 - what the estimates predicted a round at each depth to cost against depth 2's, median over the rounds, beside the
@@ -21,6 +24,7 @@ import importlib.util
 import json
 import statistics
 import sys
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,8 +57,12 @@ def load_module(path: Path | None, overrides: Iterable[str] = ()) -> ModuleType:
     return module
 
 
-def replay(rows: list[dict[str, Any]], module: ModuleType = shipped, depth_limit: int = 8) -> Replay:
-    """Feed the logged rounds to ``module``'s ``AdaptiveDepth``, one per run, as the bench ran them."""
+def replay(rows: list[dict[str, Any]], module: ModuleType = shipped, depth_limit: int = 8,
+           ahead: bool = False) -> Replay:
+    """Feed the logged rounds to ``module``'s ``AdaptiveDepth``, one per run, as the bench ran them. ``ahead``: in
+    the order of the engine's depth worker with a spare core (``app/engine/depth_worker.py``), where each round's
+    depth is decided before the round before it is observed (depth 1, depth 2, observe 1, depth 3, observe 2, ...);
+    else turn by turn (depth 1, observe 1, depth 2, ...), the order without a spare core."""
     runs: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         runs.setdefault(int(row["run"]), []).append(row)
@@ -63,25 +71,40 @@ def replay(rows: list[dict[str, Any]], module: ModuleType = shipped, depth_limit
         adaptive = module.AdaptiveDepth(depth_limit)
         if memory is not None and any(row.get("warm") for row in run_rows):
             adaptive.restore(memory)
-        for row in run_rows:
-            depth = adaptive.depth()
-            rates = [round(rate, 3) for rate in adaptive.rates()]
+
+        decided = deque([_decide(adaptive, run_rows, 0)]) if ahead else deque()
+        for index, row in enumerate(run_rows):
+            if ahead:
+                depth, rates = decided.popleft()
+                decided.append(_decide(adaptive, run_rows, index + 1))  # decided while this round is verified
+            else:
+                depth, rates = _decide(adaptive, run_rows, index)
             result.rounds += 1
             result.same += depth == row["depth"] and rates == row["rates"]
-            # open loop: the round is the logged one, whatever this version chose
-            adaptive._decided.clear()
             adaptive._reference = row["reason"] in ("start", "best")
             adaptive._probing = row["reason"] == "probe"
-            if adaptive._reference:
-                adaptive.current = row["depth"]
             if adaptive._known(2):
                 costs = adaptive._costs()
                 result.ratios.setdefault(row["prompt_set"], []).append([cost / costs[2] for cost in costs])
             made = row["batch"] - 1
+            # whether the verify pass built its graph (the engine knows since our patch's graph pool), which decides
+            # whether the round counts: the log keeps it as the round not counted
+            built = not row["counted"]
             adaptive.observe(row["depth"], row["tested"], row["accepted"], module.RoundTiming(
-                row["seconds"], row["verify"], row["draft"], row["draft_steps"], made))
+                row["seconds"], row["verify"], row["draft"], row["draft_steps"], made, built))
         memory = adaptive.snapshot()
     return result
+
+
+def _decide(adaptive: Any, rows: list[dict[str, Any]], index: int) -> tuple[int, list[float]]:
+    """The depth and rates ``adaptive`` decides for logged round ``index``. Open loop, the round played is the logged
+    one: a round at the depth played (not a try or a visit) makes its depth the current one, as its decision did."""
+    depth = adaptive.depth()
+    adaptive._decided.clear()  # each observed round's flags are the logged ones (``replay``)
+    rates = [round(rate, 3) for rate in adaptive.rates()]
+    if index < len(rows) and rows[index]["reason"] in ("start", "best"):
+        adaptive.current = rows[index]["depth"]
+    return depth, rates
 
 
 def fixed_ratios(spec: dict[str, Any]) -> dict[str, dict[int, float]]:
@@ -100,7 +123,10 @@ def main(argv: list[str]) -> None:
     path = Path(argv[1]) if len(argv) > 1 and "=" not in argv[1] else None
     overrides = [a for a in argv[1:] if "=" in a]
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    result = replay(rows, load_module(path, overrides))
+    module = load_module(path, overrides)
+    # a bench log does not say whether the engine decided each depth a round ahead (a spare core): both orders are
+    # replayed, and the one that reproduces more of the log is studied
+    result = max((replay(rows, module, ahead=ahead) for ahead in (False, True)), key=lambda r: r.same)
     print(f"fidelity: {result.same} of {result.rounds} rounds chose the logged depth with the logged rates")
     spec_file = log.parent / "spec.json"
     measured = fixed_ratios(json.loads(spec_file.read_text())) if spec_file.exists() else {}

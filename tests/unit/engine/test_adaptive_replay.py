@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from app.engine import adaptive
-from app.engine.adaptive import AdaptiveDepth
+from app.engine.adaptive import AdaptiveDepth, RoundTiming
+from app.engine.depth_worker import DepthWorker, Observation
 from tests.helpers.adaptive_replay import fixed_ratios, load_module, replay
-from tests.helpers.adaptive_sim import DEMO, SCALED_EPYC_Q8, run_adaptive
+from tests.helpers.adaptive_sim import DEMO, SCALED_EPYC_Q8, run_adaptive, simulate
 
 
 def _bench_log(runs: int = 2, tokens: int = 400) -> list[dict[str, Any]]:
@@ -36,6 +37,40 @@ def test_a_logged_session_replays_to_the_same_depths_and_rates_round_by_round() 
     result = replay(rows)
     assert result.rounds == len(rows)
     assert result.same == result.rounds  # every round: the draft steps' time is in the log now
+
+
+def test_a_session_decided_a_round_ahead_replays_in_that_order() -> None:
+    """With a spare core the engine's depth worker decides each round's depth while the round before it is verified,
+    before that round is observed: its log replays round for round only in that order (the bench's logs at one
+    thread on two cores), and it still does when a round's graph was built (the engine's ``built``, which the log
+    keeps as the round not counted)."""
+    learner = AdaptiveDepth(8)
+    learner.log = []
+    worker = DepthWorker(learner, overlap=True)
+
+    def choose() -> int:
+        depth = worker.next_depth()
+        worker.verify_starts()  # the thread observes the round before and decides the next
+        return depth
+
+    sizes: set[int] = set()
+
+    def observe(depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
+        built = timing.proposed + 1 not in sizes  # the first pass at a new size built its graph, as the engine reports
+        sizes.add(timing.proposed + 1)
+        worker.observed(Observation(depth, tested, accepted, RoundTiming(
+            timing.seconds, timing.verify, timing.draft, timing.draft_steps, timing.proposed, built)))
+
+    try:
+        simulate(SCALED_EPYC_Q8, DEMO, 400, 1, choose, observe)
+        worker.settle()
+    finally:
+        worker.close()
+    rows = [json.loads(json.dumps({"variant": "adaptive", "run": 1, "warm": False, "prompt_set": "document",
+                                   **decision.to_dict()})) for decision in learner.log]
+    assert len(rows) > 100
+    assert replay(rows, ahead=True).same == len(rows)
+    assert replay(rows).same < len(rows)
 
 
 def test_a_changed_constant_replays_open_loop_and_its_predictions_differ() -> None:
