@@ -20,10 +20,11 @@ import functools
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
+from app.engine.depth_worker import DepthWorker, Observation
 
 Accept = Callable[[int], float]
 
@@ -174,6 +175,30 @@ def run_adaptive(machine: Machine, accept: Accept, tokens: int, seed: int, draft
                  reply: int = 0) -> tuple[Totals, AdaptiveDepth]:
     adaptive = adaptive or AdaptiveDepth(draft_depth)
     return simulate(machine, accept, tokens, seed, adaptive.depth, adaptive.observe, stretches, reply), adaptive
+
+
+def run_with_worker(worker: DepthWorker, machine: Machine, accept: Accept, tokens: int, seed: int,
+                    report_built: bool = False) -> Totals:
+    """A session driven as the engine drives a ``DepthWorker``: the depth, the verify pass (the worker thread's turn),
+    the observation; settled at the end. ``report_built``: each round says whether its verify pass built a graph (the
+    first at each batch size), as the engine does with our patch's graph pool; else it does not say (None)."""
+    sizes: set[int] = set()
+
+    def choose() -> int:
+        depth = worker.next_depth()
+        worker.verify_starts()
+        return depth
+
+    def observe(depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
+        if report_built:
+            batch = timing.proposed + 1
+            timing = replace(timing, built=batch not in sizes)
+            sizes.add(batch)
+        worker.observed(Observation(depth, tested, accepted, timing))
+
+    totals = simulate(machine, accept, tokens, seed, choose, observe)
+    worker.settle()
+    return totals
 
 
 def run_fixed(machine: Machine, accept: Accept, tokens: int, seed: int, depth: int,

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from app.engine import adaptive
-from app.engine.adaptive import AdaptiveDepth, RoundTiming
-from app.engine.depth_worker import DepthWorker, Observation
+from app.engine.adaptive import AdaptiveDepth
+from app.engine.depth_worker import DepthWorker
 from tests.helpers.adaptive_replay import fixed_ratios, load_module, replay
-from tests.helpers.adaptive_sim import DEMO, SCALED_EPYC_Q8, run_adaptive, simulate
+from tests.helpers.adaptive_sim import DEMO, SCALED_EPYC_Q8, run_adaptive, run_with_worker
 
 
 def _bench_log(runs: int = 2, tokens: int = 400) -> list[dict[str, Any]]:
@@ -47,23 +47,8 @@ def test_a_session_decided_a_round_ahead_replays_in_that_order() -> None:
     learner = AdaptiveDepth(8)
     learner.log = []
     worker = DepthWorker(learner, overlap=True)
-
-    def choose() -> int:
-        depth = worker.next_depth()
-        worker.verify_starts()  # the thread observes the round before and decides the next
-        return depth
-
-    sizes: set[int] = set()
-
-    def observe(depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
-        built = timing.proposed + 1 not in sizes  # the first pass at a new size built its graph, as the engine reports
-        sizes.add(timing.proposed + 1)
-        worker.observed(Observation(depth, tested, accepted, RoundTiming(
-            timing.seconds, timing.verify, timing.draft, timing.draft_steps, timing.proposed, built)))
-
     try:
-        simulate(SCALED_EPYC_Q8, DEMO, 400, 1, choose, observe)
-        worker.settle()
+        run_with_worker(worker, SCALED_EPYC_Q8, DEMO, 400, 1, report_built=True)
     finally:
         worker.close()
     rows = [json.loads(json.dumps({"variant": "adaptive", "run": 1, "warm": False, "prompt_set": "document",

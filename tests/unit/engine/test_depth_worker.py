@@ -8,23 +8,22 @@ from __future__ import annotations
 import pytest
 
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
-from app.engine.depth_worker import DepthWorker, Observation
-from tests.helpers.adaptive_sim import DEMO, PROMPT_SET, SCALED_XEON, XEON, Machine, Totals, run_adaptive, simulate
+from app.engine.depth_worker import DepthWorker
+from tests.helpers.adaptive_sim import (
+    DEMO,
+    PROMPT_SET,
+    SCALED_XEON,
+    XEON,
+    Machine,
+    Totals,
+    run_adaptive,
+    run_with_worker,
+)
 
 
 def _run(worker: DepthWorker, machine: Machine = XEON, tokens: int = PROMPT_SET, seed: int = 1) -> Totals:
     """A session driven as the engine drives it: the depth, the verify pass (the thread's turn), the observation."""
-    def choose() -> int:
-        depth = worker.next_depth()
-        worker.verify_starts()
-        return depth
-
-    def observe(depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
-        worker.observed(Observation(depth, tested, accepted, timing))
-
-    totals = simulate(machine, DEMO, tokens, seed, choose, observe)
-    worker.settle()
-    return totals
+    return run_with_worker(worker, machine, DEMO, tokens, seed)
 
 
 def test_each_observation_meets_the_decision_it_was_made_under() -> None:
