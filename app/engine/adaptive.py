@@ -622,6 +622,11 @@ class AdaptiveDepth:
             self.log.append(decision)
             self._pending = None
 
+    @property
+    def _loads_dropped(self) -> int:
+        """The count of load samples taken and no longer kept (``load_samples`` keeps the latest)."""
+        return self._loads_seen - len(self.load_samples)
+
     def _keep_load_level(self, depth: int) -> None:
         """Called with each load sample. The load index is a round's time over its depth's estimate, so a depth's
         own rounds, divided by it, cannot move that estimate against the others' (whatever it is, the index makes up
@@ -647,7 +652,7 @@ class AdaptiveDepth:
         assert self._switch is not None
         level, start = self._switch
         self._switch = None
-        first = self._loads_seen - len(self.load_samples)
+        first = self._loads_dropped
         stop = (end if end is not None else self._loads_seen) - first
         if start < first or stop <= start - first:
             return
@@ -747,7 +752,7 @@ class AdaptiveDepth:
         within ``LOAD_AGREE``: when the machine got busier or quieter during a visit, nobody knows which of its
         rounds had which load (the first rounds of a session run slower and faster in turn, other jobs come and
         go), and a wrong guess would stay in that depth's estimate until its next visit."""
-        first = self._loads_seen - len(self.load_samples)  # the count of load samples no longer kept
+        first = self._loads_dropped
         while self._waiting:
             samples, before, own = self._waiting[0]
             end = before + (1 if own else 0) + BRACKET
