@@ -129,9 +129,19 @@ class Row:
         return self.median(lambda s: s.tps)
 
     @property
-    def acceptance(self) -> float | None:  # of the drafts actually tested
+    def acceptance(self) -> float | None:
+        """Accepted of the drafts actually tested (those up to the first mismatch): the per-token acceptance ``a``
+        the bound's formula takes. llama-server does not say which of its drafts it tested: None for its rows."""
         tested = sum(s.tested for s in self.samples)
         return sum(s.accepted for s in self.samples) / tested if tested else None
+
+    @property
+    def accepted_of_drafted(self) -> float | None:
+        """Accepted of every draft made, llama-server's ``draft_n_accepted / draft_n``: the one acceptance both
+        engines report, so the one to set side by side (at depth k it is below ``a``: drafts after a mismatch
+        count as made and not accepted)."""
+        proposed = sum(s.proposed for s in self.samples)
+        return sum(s.accepted for s in self.samples) / proposed if proposed else None
 
     @property
     def tokens_per_pass(self) -> float | None:
@@ -277,7 +287,9 @@ class SpecResult:
             "prompt_set": row.prompt_set, "decode_tps_median": round(row.tps, 2),
             "decode_tps_cpu_median": round_or_none(row.cpu_tps, 2),
             "decode_tps_runs": [round(s.tps, 2) for s in row.samples],
-            "acceptance": round_or_none(row.acceptance, 3), "tokens_per_pass": round_or_none(row.tokens_per_pass, 3),
+            "acceptance": round_or_none(row.acceptance, 3),
+            "accepted_of_drafted": round_or_none(row.accepted_of_drafted, 3),
+            "tokens_per_pass": round_or_none(row.tokens_per_pass, 3),
             "vs_off": round_or_none(vs_off, 3),
             "vs_upstream": round_or_none(row.tps / peer.tps if peer and peer.tps > 0 else None, 3),
             "bound": round_or_none(bound, 3),
@@ -323,12 +335,13 @@ class SpecResult:
             if not rows:
                 continue
             lines += [f"\n**{prompt_set} prompts**\n",
-                      "| variant | tok/s (median) | acceptance | tokens/pass | vs off | vs llama-server | bound | "
-                      "efficiency | verify ms/pass | draft ms/step | Python ms/round |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "| variant | tok/s (median) | accepted / drafted | acceptance of tested | tokens/pass | vs off | "
+                      "vs llama-server | bound | efficiency | verify ms/pass | draft ms/step | Python ms/round |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for row in rows:
                 s = self.summary(row)
-                lines.append(f"| {s['variant']} | {s['decode_tps_median']:.1f} | {_fmt(s['acceptance'], '.3f')} | "
+                lines.append(f"| {s['variant']} | {s['decode_tps_median']:.1f} | "
+                             f"{_fmt(s['accepted_of_drafted'], '.3f')} | {_fmt(s['acceptance'], '.3f')} | "
                              f"{_fmt(s['tokens_per_pass'], '.2f')} | {_fmt(s['vs_off'], '.2f', 'x')} | "
                              f"{_fmt(s['vs_upstream'], '.2f', 'x')} | {_fmt(s['bound'], '.2f', 'x')} | "
                              f"{_fmt(s['efficiency'], '.0%')} | {_fmt(s['verify_ms_per_pass'], '.2f')} | "
@@ -766,9 +779,8 @@ def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> di
                 sample.add_reply(int(stats["generated"]), float(stats["decode_seconds"]))
                 sample.generated += int(stats["generated"])
                 sample.decode_seconds += float(stats["decode_seconds"])
-                sample.proposed += int(stats["proposed"])
+                sample.proposed += int(stats["proposed"])  # a server counts drafts made, not which were tested
                 sample.accepted += int(stats["accepted"])
-                sample.tested += int(stats["drafted"])
             samples[name] = sample
         return samples
 
@@ -791,8 +803,7 @@ def _run_upstream(variant: Variant, binary: Path, target: Path, sidecars: dict[s
                 sample.add_reply(int(done.timings.get("predicted_n", len(done.tokens))), predicted_ms / 1000.0)
                 sample.generated += int(done.timings.get("predicted_n", len(done.tokens)))
                 sample.decode_seconds += predicted_ms / 1000.0
-                sample.proposed += done.drafted
+                sample.proposed += done.drafted  # it counts every draft made, not which were tested
                 sample.accepted += done.accepted
-                sample.tested += done.drafted
             samples[name] = sample
         return samples

@@ -31,6 +31,7 @@ from markdown_it import MarkdownIt
 from app.core import paths
 from app.core.errors import FastMTPError
 from app.core.regular_files import kind_of
+from app.engine.stats import acceptance_words
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -535,9 +536,9 @@ class HistoryStore:
             lines += [f"**{m.role.capitalize()}:**", "", close_fences(m.content), ""]
             if m.stats:
                 tps = m.stats.get("decode_tps")
-                acc = m.stats.get("acceptance")
+                acc = acceptance_words(m.stats)
                 parts = [f"{tps:.1f} tok/s" if isinstance(tps, float) else "",
-                         f"acceptance {acc:.0%}" if isinstance(acc, float) else ""]
+                         f"acceptance {acc.figure}" if acc is not None else ""]
                 footer = " · ".join(p for p in parts if p)
                 if footer:
                     mark = f"footer-{nonce}-{len(footers)}"

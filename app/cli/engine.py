@@ -243,10 +243,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _status_of(stats: dict[str, Any]) -> str:
-    acc = f"{stats['acceptance']:.0%}" if stats.get("acceptance") is not None else "-"
+    from app.engine.stats import acceptance_words, context_meter
+
+    words = acceptance_words(stats)
+    acc = words.figure if words is not None else "-"
     tpp = f"{stats['tokens_per_pass']:.2f}" if stats.get("tokens_per_pass") is not None else "-"
     depth = f" | depth {stats['depth']}" if stats.get("drafted") else ""
-    from app.engine.stats import context_meter
 
     meter = f" | {context_meter(stats)}" if stats.get("context_size") else ""
     return f"{stats['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass{depth}{meter}"

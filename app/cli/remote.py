@@ -129,11 +129,13 @@ def _error_of(event: dict[str, Any]) -> FastMTPError:
 
 def _status_of(stats: dict[str, Any]) -> str:
     """What a client can see: speed and first token from the stream, acceptance only from llama-server's timings."""
+    from app.engine.stats import acceptance_words
+
     first = stats.get("time_to_first_token")
-    acc = stats.get("acceptance")
+    acc = acceptance_words(stats)
     parts = [f"{stats.get('decode_tps') or 0:6.1f} tok/s",
              f"first token {first * 1000:.0f} ms" if isinstance(first, int | float) else "first token -",
-             f"acceptance {acc:.0%} ({stats.get('accepted')}/{stats.get('drafted')})" if acc is not None
+             f"acceptance {acc.figure} ({acc.counts})" if acc is not None
              else "acceptance - (the server reports no drafts)"]
     return " | ".join(parts)
 

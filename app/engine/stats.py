@@ -116,6 +116,11 @@ class ReplyStats:
         return self.accepted / self.drafted if self.drafted else None
 
     @property
+    def accepted_of_drafted(self) -> float | None:
+        """Accepted of every draft made, tested or not: llama-server's ``draft_n_accepted / draft_n``."""
+        return self.accepted / self.proposed if self.proposed else None
+
+    @property
     def tokens_per_pass(self) -> float | None:
         return self.generated / self.target_passes if self.target_passes else None
 
@@ -192,6 +197,7 @@ class ReplyStats:
             "accepted": self.accepted,
             "proposed": self.proposed,
             "acceptance": self.acceptance,
+            "accepted_of_drafted": self.accepted_of_drafted,
             "acceptance_by_position": [a / d if d else None for a, d in zip(self.accepted_at, self.drafted_at,
                                                                            strict=True)],
             "tokens_per_pass": self.tokens_per_pass,
@@ -207,6 +213,45 @@ class ReplyStats:
 
 
 CONTEXT_WARN_SHARE = 0.9  # the meter warns from here on: the next turns trim (or stop, by the chat's policy)
+
+
+@dataclass(frozen=True)
+class AcceptanceWords:
+    """How a reply's acceptance reads: ``figure`` for the HUD, footers and status lines, ``counts`` beside it,
+    ``detail`` (a tooltip) saying what it counts."""
+
+    share: float
+    figure: str
+    counts: str
+    detail: str
+
+
+def acceptance_words(stats: dict[str, Any]) -> AcceptanceWords | None:
+    """One reading of acceptance for every place that shows it, our engine's and a server's.
+
+    Two counts exist and differ by a fifth at depth 3: accepted of the drafts *tested* (a round's drafts up to its
+    first mismatch; the per-token rate ``a`` that break-even and the bound take) and accepted of every draft *made*
+    (llama-server's and vLLM's figure, lower: drafts after a mismatch count as made and not accepted). Our engine
+    knows both and shows the first, naming the second; a server reports only the second, so it is shown as such,
+    never under the first's name.
+    """
+    tested, made = stats.get("acceptance"), stats.get("accepted_of_drafted")
+    accepted = int(stats.get("accepted") or 0)
+    if isinstance(tested, int | float):
+        drafted = int(stats.get("drafted") or 0)
+        detail = (f"{accepted} of the {drafted} drafts tested were accepted (each round tests its drafts up to "
+                  "the first mismatch)")
+        if isinstance(made, int | float):
+            detail += (f"; of all {int(stats.get('proposed') or 0)} drafts made, {made:.0%} (the figure "
+                       "llama-server prints)")
+        return AcceptanceWords(float(tested), f"{tested * 100:.0f}%", f"{accepted}/{drafted}", detail + ".")
+    if isinstance(made, int | float):
+        proposed = int(stats.get("proposed") or stats.get("drafted") or 0)
+        return AcceptanceWords(float(made), f"{made * 100:.0f}% of drafts", f"{accepted}/{proposed}",
+                               f"{accepted} of the {proposed} drafts the server made were accepted (its own count; "
+                               "it does not say which drafts it tested, so this is lower than the acceptance our "
+                               "engine shows for the same drafts).")
+    return None
 
 
 def context_meter(stats: dict[str, Any]) -> str:

@@ -148,7 +148,9 @@ class RemoteStats:
             "drafted": drafted if has_drafts else 0,
             "accepted": accepted if has_drafts else 0,
             "proposed": drafted if has_drafts else 0,
-            "acceptance": accepted / drafted if has_drafts else None,
+            # a server counts drafts made, not which it tested: its share under its own name (``acceptance_words``)
+            "acceptance": None,
+            "accepted_of_drafted": accepted / drafted if has_drafts else None,
             "acceptance_by_position": [],
             "tokens_per_pass": None,
             "target_passes": 0,

@@ -56,7 +56,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.breakeven import describe_mode
 from app.engine.config import EngineConfig
-from app.engine.stats import describe_depth
+from app.engine.stats import acceptance_words, describe_depth
 from app.engine.verdict import PAYS, SampleLog, Verdict, condition_for, load_average, mode_name
 
 _STYLE = """
@@ -260,6 +260,7 @@ class Hud(QFrame):
         self.prompt_tps.setText("— tok/s")
         self.first_token.setText("—")
         self.acceptance.setText("—")
+        self.acceptance.setToolTip("")
         self.acceptance_bar.setValue(0)
         self.per_pass.setText("—")
         self.measured.setText("—")
@@ -384,10 +385,11 @@ class Hud(QFrame):
         first = stats.get("time_to_first_token")
         if isinstance(first, int | float):
             self.first_token.setText(f"{first * 1000:.0f} ms")
-        acceptance = stats.get("acceptance")
-        if isinstance(acceptance, int | float):
-            self.acceptance.setText(f"{acceptance * 100:.0f}%  ({stats.get('accepted', 0)}/{stats.get('drafted', 0)})")
-            self.acceptance_bar.setValue(round(acceptance * 100))
+        acceptance = acceptance_words(stats)
+        if acceptance is not None:
+            self.acceptance.setText(f"{acceptance.figure}  ({acceptance.counts})")
+            self.acceptance.setToolTip(acceptance.detail)
+            self.acceptance_bar.setValue(round(acceptance.share * 100))
         per_pass = stats.get("tokens_per_pass")
         if isinstance(per_pass, int | float):
             self.per_pass.setText(f"{per_pass:.2f}")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.chats.history import StoredMessage
+from app.engine.stats import acceptance_words
 from app.gui.chat.markdown import DraftSpans, split_thinking
 
 
@@ -120,8 +121,9 @@ def describe_reply(event: dict[str, Any]) -> str:
         parts.insert(0, stats["mode"].replace(" · ", ", "))
     if stats.get("time_to_first_token") is not None:
         parts.append(f"first token {stats['time_to_first_token'] * 1000:.0f} ms")
-    if stats.get("acceptance") is not None:
-        parts.append(f"acceptance {stats['acceptance'] * 100:.0f}%")
+    acceptance = acceptance_words(stats)
+    if acceptance is not None:
+        parts.append(f"acceptance {acceptance.figure}")
     if stats.get("tokens_per_pass") is not None:
         parts.append(f"{stats['tokens_per_pass']:.2f} tokens/pass")
     reason = event.get("stop_reason")

@@ -139,6 +139,13 @@ def test_bench_spec_runs_ours_and_llama_server_side_by_side(server_binary: Path,
     ours = rows[("d2t sidecar k=2", "document")]
     assert ours["vs_upstream"] is not None and ours["bound"] is not None and ours["python_ms_per_round"] > 0
     assert rows[("llama-server d2t sidecar k=2", "document")]["drafted"] > 0
+    # acceptance set side by side in one definition, accepted of drafts made: llama-server does not say which of its
+    # drafts it tested, so the per-tested rate (ours, the bound's ``a``) is not made up for it
+    upstream = rows[("llama-server d2t sidecar k=2", "document")]
+    assert upstream["acceptance"] is None and upstream["accepted_of_drafted"] is not None
+    assert ours["accepted_of_drafted"] == pytest.approx(ours["accepted"] / ours["drafted"], abs=1e-3)
+    assert abs(ours["accepted_of_drafted"] - upstream["accepted_of_drafted"]) <= 0.1, (ours, upstream)
+    assert ours["acceptance"] >= ours["accepted_of_drafted"]  # of fewer drafts: those up to the first mismatch
     # adaptive is set against llama-server's fastest fixed depth (here the only one, k=2)
     adaptive = rows[("d2t sidecar adaptive k<=3", "document")]
     peer = rows[("llama-server d2t sidecar k=2", "document")]

@@ -293,3 +293,21 @@ def test_on_the_cpu_demo_the_hud_refuses_to_judge_drafting_from_one_reply_each_w
         assert hud.one_line(hud.vs_off) == "measuring" and hud.note_text() == ""
         assert hud.compared_text().startswith("d2t at depth 3 vs drafting off: needs ")
         assert hud.one_line(hud.measured) == "temperature 0.7 · depth 3"
+
+
+def test_the_hud_names_which_acceptance_it_shows(qtbot: QtBot) -> None:
+    """Ours: accepted of the drafts tested, with the share of every draft made in its tooltip; a server's count
+    (of drafts made) under that name, not as ours; and nothing of either left after a reset."""
+    hud = Hud()
+    qtbot.addWidget(hud)
+    hud.set_config(_config())
+    hud.show_stats({**GPU_27B, "proposed": 330, "accepted_of_drafted": 270 / 330}, final=True)
+    assert hud.acceptance.text() == "90%  (270/300)" and hud.acceptance_bar.value() == 90
+    assert "270 of the 300 drafts tested" in hud.acceptance.toolTip()
+    assert "of all 330 drafts made, 82%" in hud.acceptance.toolTip()
+    hud.reset()
+    assert hud.acceptance.text() == "—" and hud.acceptance.toolTip() == ""
+    hud.show_stats({"decode_tps": 40.0, "generated": 64, "acceptance": None, "accepted_of_drafted": 0.64,
+                    "accepted": 164, "drafted": 258, "proposed": 258}, final=True)
+    assert hud.acceptance.text() == "64% of drafts  (164/258)" and hud.acceptance_bar.value() == 64
+    assert hud.acceptance.toolTip().startswith("164 of the 258 drafts the server made")
