@@ -538,7 +538,7 @@ class HistoryStore:
                 tps = m.stats.get("decode_tps")
                 acc = acceptance_words(m.stats)
                 parts = [f"{tps:.1f} tok/s" if isinstance(tps, float) else "",
-                         f"acceptance {acc.figure}" if acc is not None else ""]
+                         acc.text if acc is not None else ""]
                 footer = " · ".join(p for p in parts if p)
                 if footer:
                     mark = f"footer-{nonce}-{len(footers)}"

@@ -246,12 +246,12 @@ def _status_of(stats: dict[str, Any]) -> str:
     from app.engine.stats import acceptance_words, context_meter
 
     words = acceptance_words(stats)
-    acc = words.figure if words is not None else "-"
+    acc = words.text if words is not None else "acceptance -"
     tpp = f"{stats['tokens_per_pass']:.2f}" if stats.get("tokens_per_pass") is not None else "-"
     depth = f" | depth {stats['depth']}" if stats.get("drafted") else ""
 
     meter = f" | {context_meter(stats)}" if stats.get("context_size") else ""
-    return f"{stats['rolling_tps']:6.1f} tok/s | acceptance {acc} | {tpp} tokens/pass{depth}{meter}"
+    return f"{stats['rolling_tps']:6.1f} tok/s | {acc} | {tpp} tokens/pass{depth}{meter}"
 
 
 def add_commands(sub: Subparsers) -> None:

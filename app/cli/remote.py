@@ -135,7 +135,7 @@ def _status_of(stats: dict[str, Any]) -> str:
     acc = acceptance_words(stats)
     parts = [f"{stats.get('decode_tps') or 0:6.1f} tok/s",
              f"first token {first * 1000:.0f} ms" if isinstance(first, int | float) else "first token -",
-             f"acceptance {acc.figure} ({acc.counts})" if acc is not None
+             f"{acc.text} ({acc.counts})" if acc is not None
              else "acceptance - (the server reports no drafts)"]
     return " | ".join(parts)
 

@@ -217,13 +217,18 @@ CONTEXT_WARN_SHARE = 0.9  # the meter warns from here on: the next turns trim (o
 
 @dataclass(frozen=True)
 class AcceptanceWords:
-    """How a reply's acceptance reads: ``figure`` for the HUD, footers and status lines, ``counts`` beside it,
-    ``detail`` (a tooltip) saying what it counts."""
+    """How a reply's acceptance reads in the HUD, footers and status lines: ``name`` and ``figure`` ("acceptance
+    90%", a server's "drafts kept 64%"), ``counts`` beside them, ``detail`` (a tooltip) saying what it counts."""
 
+    name: str
     share: float
     figure: str
     counts: str
     detail: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.name} {self.figure}"
 
 
 def acceptance_words(stats: dict[str, Any]) -> AcceptanceWords | None:
@@ -244,10 +249,11 @@ def acceptance_words(stats: dict[str, Any]) -> AcceptanceWords | None:
         if isinstance(made, int | float):
             detail += (f"; of all {int(stats.get('proposed') or 0)} drafts made, {made:.0%} (the figure "
                        "llama-server prints)")
-        return AcceptanceWords(float(tested), f"{tested * 100:.0f}%", f"{accepted}/{drafted}", detail + ".")
+        return AcceptanceWords("acceptance", float(tested), f"{tested * 100:.0f}%", f"{accepted}/{drafted}",
+                               detail + ".")
     if isinstance(made, int | float):
         proposed = int(stats.get("proposed") or stats.get("drafted") or 0)
-        return AcceptanceWords(float(made), f"{made * 100:.0f}% of drafts", f"{accepted}/{proposed}",
+        return AcceptanceWords("drafts kept", float(made), f"{made * 100:.0f}%", f"{accepted}/{proposed}",
                                f"{accepted} of the {proposed} drafts the server made were accepted (its own count; "
                                "it does not say which drafts it tested, so this is lower than the acceptance our "
                                "engine shows for the same drafts).")

@@ -174,6 +174,7 @@ class Hud(QFrame):
         self.prompt_tps = self._row(grid, 2, "prompt")
         self.first_token = self._row(grid, 3, "first token")
         self.acceptance = self._row(grid, 4, "acceptance")
+        self.acceptance_name = self._name_of(grid, 4)  # "drafts kept" for a server's count (``acceptance_words``)
         self.acceptance_bar = QProgressBar()
         self.acceptance_bar.setRange(0, 100)
         self.acceptance_bar.setTextVisible(False)
@@ -253,6 +254,13 @@ class Hud(QFrame):
         grid.addWidget(value, row, 1)
         return value
 
+    @staticmethod
+    def _name_of(grid: QGridLayout, row: int) -> QLabel:
+        item = grid.itemAtPosition(row, 0)
+        label = item.widget() if item is not None else None
+        assert isinstance(label, QLabel)
+        return label
+
     def reset(self) -> None:
         """Blank the live numbers (a new reply starts, or another mode is loaded)."""
         self.tps.setText("— tok/s")
@@ -261,6 +269,7 @@ class Hud(QFrame):
         self.first_token.setText("—")
         self.acceptance.setText("—")
         self.acceptance.setToolTip("")
+        self.acceptance_name.setText("acceptance")
         self.acceptance_bar.setValue(0)
         self.per_pass.setText("—")
         self.measured.setText("—")
@@ -281,7 +290,8 @@ class Hud(QFrame):
         """The one line the collapsed HUD shows: speed, acceptance when known, and the drafting mode."""
         parts = [self.tps.text()]
         if self.acceptance.text() != "—":
-            parts.append(self.acceptance.text().split()[0] + " accepted")
+            kept = self.acceptance_name.text() != "acceptance"  # a server's count of drafts made
+            parts.append(self.acceptance.text().split()[0] + (" of drafts kept" if kept else " accepted"))
         if self.per_pass.text() != "—":
             parts.append(f"{self.per_pass.text()}/pass")
         parts.append(self.mode.text().replace("\n", " · ").split(" · ")[0])
@@ -389,6 +399,7 @@ class Hud(QFrame):
         if acceptance is not None:
             self.acceptance.setText(f"{acceptance.figure}  ({acceptance.counts})")
             self.acceptance.setToolTip(acceptance.detail)
+            self.acceptance_name.setText(acceptance.name)
             self.acceptance_bar.setValue(round(acceptance.share * 100))
         per_pass = stats.get("tokens_per_pass")
         if isinstance(per_pass, int | float):

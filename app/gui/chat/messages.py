@@ -123,7 +123,7 @@ def describe_reply(event: dict[str, Any]) -> str:
         parts.append(f"first token {stats['time_to_first_token'] * 1000:.0f} ms")
     acceptance = acceptance_words(stats)
     if acceptance is not None:
-        parts.append(f"acceptance {acceptance.figure}")
+        parts.append(acceptance.text)
     if stats.get("tokens_per_pass") is not None:
         parts.append(f"{stats['tokens_per_pass']:.2f} tokens/pass")
     reason = event.get("stop_reason")

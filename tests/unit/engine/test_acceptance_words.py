@@ -20,7 +20,7 @@ def test_our_engine_counts_both_and_shows_the_tested_share_naming_the_other() ->
     assert stats["acceptance"] == 4 / 6 and stats["accepted_of_drafted"] == 4 / 9
     words = acceptance_words(stats)
     assert words is not None
-    assert (words.figure, words.counts, words.share) == ("67%", "4/6", 4 / 6)
+    assert (words.text, words.counts, words.share) == ("acceptance 67%", "4/6", 4 / 6)
     assert words.detail == ("4 of the 6 drafts tested were accepted (each round tests its drafts up to the first "
                             "mismatch); of all 9 drafts made, 44% (the figure llama-server prints).")
 
@@ -29,7 +29,7 @@ def test_a_servers_count_of_drafts_made_is_shown_as_that() -> None:
     server = {"acceptance": None, "accepted_of_drafted": 0.7, "accepted": 7, "drafted": 10, "proposed": 10}
     words = acceptance_words(server)
     assert words is not None
-    assert (words.figure, words.counts, words.share) == ("70% of drafts", "7/10", 0.7)
+    assert (words.text, words.counts, words.share) == ("drafts kept 70%", "7/10", 0.7)
     assert words.detail.startswith("7 of the 10 drafts the server made were accepted")
 
 

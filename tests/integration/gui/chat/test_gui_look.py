@@ -300,6 +300,7 @@ def test_the_hud_names_which_acceptance_it_shows(qtbot: QtBot) -> None:
     (of drafts made) under that name, not as ours; and nothing of either left after a reset."""
     hud = Hud()
     qtbot.addWidget(hud)
+    hud.show()
     hud.set_config(_config())
     hud.show_stats({**GPU_27B, "proposed": 330, "accepted_of_drafted": 270 / 330}, final=True)
     assert hud.acceptance.text() == "90%  (270/300)" and hud.acceptance_bar.value() == 90
@@ -307,7 +308,10 @@ def test_the_hud_names_which_acceptance_it_shows(qtbot: QtBot) -> None:
     assert "of all 330 drafts made, 82%" in hud.acceptance.toolTip()
     hud.reset()
     assert hud.acceptance.text() == "—" and hud.acceptance.toolTip() == ""
+    assert hud.acceptance_name.text() == "acceptance"
     hud.show_stats({"decode_tps": 40.0, "generated": 64, "acceptance": None, "accepted_of_drafted": 0.64,
                     "accepted": 164, "drafted": 258, "proposed": 258}, final=True)
-    assert hud.acceptance.text() == "64% of drafts  (164/258)" and hud.acceptance_bar.value() == 64
+    assert hud.acceptance_name.text() == "drafts kept"  # not under our figure's name
+    assert hud.acceptance.text() == "64%  (164/258)" and hud.acceptance_bar.value() == 64
     assert hud.acceptance.toolTip().startswith("164 of the 258 drafts the server made")
+    assert "64% of drafts kept" in hud.pill_text()
