@@ -45,6 +45,8 @@ def tokens(folder: Path, mode: str, runs: int, n_tokens: int, threads: int) -> s
                                               draft=draft, draft_depth=3, n_ctx=2048, n_threads=threads))
     ours: list[float] = []
     theirs: list[float] = []
+    ours_wall: list[float] = []  # wall ms a token (the one decode tok/s definition), beside the CPU
+    theirs_wall: list[float] = []
     try:
         prompt = decoder.target.tokenize("<|im_start|>user\nTell me about the river and the town.<|im_end|>\n"
                                          "<|im_start|>assistant\nThe")
@@ -59,18 +61,23 @@ def tokens(folder: Path, mode: str, runs: int, n_tokens: int, threads: int) -> s
                 decoder.reset()
                 stats = decoder.generate(prompt, n_tokens + 1).stats
                 ours.append(1000 * stats.decode_cpu_seconds / max(1, stats.generated - 1))
+                ours_wall.append(1000 / stats.decode_tps if stats.decode_tps > 0 else 0.0)
                 c0 = _proc_cpu(pid)
                 server.complete(prompt, 1)
                 c1 = _proc_cpu(pid)
                 done = server.complete(prompt, n_tokens + 1)
                 c2 = _proc_cpu(pid)
                 theirs.append(1000 * ((c2 - c1) - (c1 - c0)) / max(1, len(done.tokens) - 1))
+                predicted_n = int(done.timings.get("predicted_n", len(done.tokens)))
+                theirs_wall.append(float(done.timings.get("predicted_ms", 0.0)) / max(1, predicted_n - 1))
     finally:
         decoder.close()
     return (f"{mode}, {threads} thread(s): CPU ms per token, ours {statistics.median(ours):.2f} "
             f"({', '.join(f'{x:.1f}' for x in ours)}), llama-server {statistics.median(theirs):.2f} "
             f"({', '.join(f'{x:.1f}' for x in theirs)}); ours / llama-server "
-            f"{statistics.median(ours) / statistics.median(theirs):.3f}")
+            f"{statistics.median(ours) / statistics.median(theirs):.3f}; wall ms per token, ours "
+            f"{statistics.median(ours_wall):.2f}, llama-server {statistics.median(theirs_wall):.2f}; ours / llama-server "
+            f"{statistics.median(ours_wall) / statistics.median(theirs_wall):.3f}")
 
 
 def threads(folder: Path, runs: int, prompt_tokens: int) -> str:
