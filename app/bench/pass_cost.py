@@ -76,8 +76,8 @@ def tokens(folder: Path, mode: str, runs: int, n_tokens: int, threads: int) -> s
             f"({', '.join(f'{x:.1f}' for x in ours)}), llama-server {statistics.median(theirs):.2f} "
             f"({', '.join(f'{x:.1f}' for x in theirs)}); ours / llama-server "
             f"{statistics.median(ours) / statistics.median(theirs):.3f}; wall ms per token, ours "
-            f"{statistics.median(ours_wall):.2f}, llama-server {statistics.median(theirs_wall):.2f}; ours / llama-server "
-            f"{statistics.median(ours_wall) / statistics.median(theirs_wall):.3f}")
+            f"{statistics.median(ours_wall):.2f}, llama-server {statistics.median(theirs_wall):.2f}; "
+            f"ours / llama-server {statistics.median(ours_wall) / statistics.median(theirs_wall):.3f}")
 
 
 def threads(folder: Path, runs: int, prompt_tokens: int) -> str:

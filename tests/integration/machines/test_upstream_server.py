@@ -177,3 +177,22 @@ def test_a_server_that_ends_before_writing_its_log_is_reported_in_words(tmp_path
     message = caught.value.message
     assert "exited with code 1" in message and "model.gguf" in message, message
     assert "wrote no log lines" in message and "Last lines" not in message, message
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_pass_cost_sets_both_engines_cpu_and_wall_time_a_token_side_by_side(server_binary: Path,
+                                                                         demo: DemoModel) -> None:
+    """``pass_cost tokens``: ours and llama-server in turn on one prompt, CPU and wall milliseconds a token each."""
+    import re
+
+    from app.bench.pass_cost import tokens
+
+    line = tokens(demo.target.parent, "d2t", runs=2, n_tokens=16, threads=1)
+    found = re.fullmatch(r"d2t, 1 thread\(s\): CPU ms per token, ours ([\d.]+) \(.*\), llama-server ([\d.]+) \(.*\); "
+                         r"ours / llama-server ([\d.]+); wall ms per token, ours ([\d.]+), llama-server ([\d.]+); "
+                         r"ours / llama-server ([\d.]+)", line)
+    assert found, line
+    cpu_ours, cpu_theirs, cpu_ratio, wall_ours, wall_theirs, wall_ratio = map(float, found.groups())
+    assert min(cpu_ours, cpu_theirs, wall_ours, wall_theirs) > 0
+    assert cpu_ratio == pytest.approx(cpu_ours / cpu_theirs, abs=2e-3)
+    assert wall_ratio == pytest.approx(wall_ours / wall_theirs, abs=2e-3)
