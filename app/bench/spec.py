@@ -506,9 +506,10 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     ``RemoteServer``) when they include a remote one: the same prompts as chat turns over its stream, with its
     own timings where it reports them (llama-server) and the stream's otherwise.
 
-    ``interleave``: "prompt" runs our variants side by side, prompt by prompt, each in a session kept for the
-    run; "variant" runs each variant's prompts in one go. By default "prompt" on a CPU and "variant" with GPU
-    offload or a time limit. ``decisions``: a JSON-lines file for every round adaptive depth decided.
+    ``interleave``: "prompt" runs our variants and llama-server's side by side, prompt by prompt, each in a session
+    (or a server) kept for the run; "variant" runs each variant's prompts in one go. By default "prompt" on a CPU
+    and "variant" with GPU offload or a time limit. ``decisions``: a JSON-lines file for every round adaptive depth
+    decided.
     ``depth_memory``: a folder where the adaptive rows keep what they learned from run to run (emptied first, unless
     ``keep_memory``: ``bench adaptive-load``'s phases carry it from one phase to the next), so the first run starts
     cold and each later one warm; None: every run starts cold.
@@ -532,7 +533,8 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     prompts = {name: load_prompts(name) for name in prompt_sets}
     rows = {(v, p): Row(v, p) for v in variants for p in prompt_sets}
     token_prompts = tokenize_prompts(target, prompts)
-    together = [v for v in run_order if v.engine == "ours"] if interleave == "prompt" else []
+    side_by_side = ("ours", "upstream") if server_binary is not None else ("ours",)
+    together = [v for v in run_order if v.engine in side_by_side] if interleave == "prompt" else []
     one_by_one = [v for v in run_order if v not in together]
     record = _DecisionLog(decisions)
     if depth_memory is not None and not keep_memory:
@@ -542,10 +544,10 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
             measured: dict[Variant, dict[str, Sample]] = {}
             if together:
                 started = time.perf_counter()
-                measured = _run_ours_together(together, target, sidecars, token_prompts, n_tokens, n_threads,
-                                              n_gpu_layers, record, run_index, depth_memory)
+                measured = _run_together(together, target, sidecars, token_prompts, n_tokens, n_threads,
+                                         n_gpu_layers, record, run_index, depth_memory, server_binary)
                 longest = max(longest, time.perf_counter() - started)
-                log(f"run {run_index + 1}/{runs}: our {len(together)} variants side by side, prompt by prompt "
+                log(f"run {run_index + 1}/{runs}: {len(together)} variants side by side, prompt by prompt "
                     f"({time.perf_counter() - started:.1f} s)")
             for index, variant in enumerate(one_by_one):
                 # the first variant always runs (something to report); another starts only if the longest
@@ -558,15 +560,18 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
                         f"of {variant.label}")
                     break
                 started = time.perf_counter()
+                warm_up = token_prompts[next(iter(token_prompts))][0]
                 if variant.engine == "ours":
-                    measured[variant] = _run_ours(variant, target, sidecars, token_prompts, n_tokens, n_threads,
-                                                  n_gpu_layers, record, run_index, depth_memory)
+                    ours = _OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers,
+                                                         depth_memory), warm_up, record, run_index)
+                    measured[variant] = _run_alone(ours, token_prompts, n_tokens)
                 elif variant.engine == "remote":
                     measured[variant] = _run_remote(remote, prompts, n_tokens)
                 else:
                     assert server_binary is not None, "upstream variants need the llama-server binary"
-                    measured[variant] = _run_upstream(variant, server_binary, target, sidecars, token_prompts,
-                                                      n_tokens, n_threads, n_gpu_layers)
+                    upstream = _UpstreamSession(variant, server_binary, target, sidecars, warm_up, n_threads,
+                                                n_gpu_layers)
+                    measured[variant] = _run_alone(upstream, token_prompts, n_tokens)
                 longest = max(longest, time.perf_counter() - started)
                 log(f"run {run_index + 1}/{runs} {variant.label} ({time.perf_counter() - started:.1f} s)")
             for variant, samples in measured.items():
@@ -687,34 +692,72 @@ class _OursSession:
         self.session.close()
 
 
-def _run_ours(variant: Variant, target: Path, sidecars: dict[str, Path], prompts: dict[str, list[list[int]]],
-              n_tokens: int, n_threads: int | None, n_gpu_layers: int, record: _DecisionLog,
-              run_index: int, depth_memory: Path | None) -> dict[str, Sample]:
-    ours = _OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers, depth_memory),
-                        prompts[next(iter(prompts))][0], record, run_index)
+class _UpstreamSession:
+    """One llama-server variant for one run: its server, warmed up once, then one completion per prompt (a fresh
+    conversation each: the server does not keep the prompt between requests unless asked to)."""
+
+    def __init__(self, variant: Variant, binary: Path, target: Path, sidecars: dict[str, Path], warm_up: list[int],
+                 n_threads: int | None, n_gpu_layers: int) -> None:
+        from app.machines.upstream_server import UpstreamServer
+
+        self.variant = variant
+        draft = sidecars[variant.draft] if variant.draft else None
+        self.server = UpstreamServer(binary, target, draft=draft, draft_depth=variant.draft_depth, threads=n_threads,
+                                     ctx_size=2048, n_gpu_layers=n_gpu_layers)
+        self.server.start()
+        try:
+            self.server.complete(warm_up, 8)
+        except BaseException:
+            self.server.stop()
+            raise
+
+    def prompt(self, _prompt_set: str, _index: int, prompt: list[int], n_tokens: int, sample: Sample) -> None:
+        done = self.server.complete(prompt, n_tokens)
+        predicted_ms = float(done.timings.get("predicted_ms", 0.0))  # from its first token to its last
+        predicted_n = int(done.timings.get("predicted_n", len(done.tokens)))
+        sample.add_reply(predicted_n, predicted_ms / 1000.0)
+        sample.generated += predicted_n
+        sample.decode_seconds += predicted_ms / 1000.0
+        sample.proposed += done.drafted  # it counts every draft made, not which were tested
+        sample.accepted += done.accepted
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def _run_alone(session: _OursSession | _UpstreamSession, prompts: dict[str, list[list[int]]],
+               n_tokens: int) -> dict[str, Sample]:
+    """One variant's prompts in one go (``interleave="variant"``); closes its session."""
     try:
         samples: dict[str, Sample] = {}
         for name, token_prompts in prompts.items():
             sample = samples[name] = Sample()
             for index, prompt in enumerate(token_prompts):
-                ours.prompt(name, index, prompt, n_tokens, sample)
+                session.prompt(name, index, prompt, n_tokens, sample)
         return samples
     finally:
-        ours.close()
+        session.close()
 
 
-def _run_ours_together(variants: list[Variant], target: Path, sidecars: dict[str, Path],
-                       prompts: dict[str, list[list[int]]], n_tokens: int, n_threads: int | None, n_gpu_layers: int,
-                       record: _DecisionLog, run_index: int,
-                       depth_memory: Path | None) -> dict[Variant, dict[str, Sample]]:
-    """Our variants side by side: each prompt goes to every variant before the next prompt, in an order that
-    rotates from prompt to prompt (so no variant always follows the same one)."""
-    sessions: list[_OursSession] = []
+def _run_together(variants: list[Variant], target: Path, sidecars: dict[str, Path],
+                  prompts: dict[str, list[list[int]]], n_tokens: int, n_threads: int | None, n_gpu_layers: int,
+                  record: _DecisionLog, run_index: int, depth_memory: Path | None,
+                  server_binary: Path | None = None) -> dict[Variant, dict[str, Sample]]:
+    """The variants side by side, ours and llama-server's: each prompt goes to every variant before the next prompt,
+    in an order that rotates from prompt to prompt (so no variant always follows the same one). llama-server's run
+    beside ours, not in a block of their own: the machine's speed drifts by more between blocks than the two
+    engines differ (``bench spec``'s per-run ratios against llama-server spread 0.98x-1.19x measured in blocks)."""
+    sessions: list[_OursSession | _UpstreamSession] = []
+    warm_up = prompts[next(iter(prompts))][0]
     try:
         for variant in variants:
+            if variant.engine == "upstream":
+                assert server_binary is not None, "upstream variants need the llama-server binary"
+                sessions.append(_UpstreamSession(variant, server_binary, target, sidecars, warm_up, n_threads,
+                                                 n_gpu_layers))
+                continue
             sessions.append(_OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers,
-                                                          depth_memory),
-                                         prompts[next(iter(prompts))][0], record, run_index))
+                                                          depth_memory), warm_up, record, run_index))
         samples = {variant: {name: Sample() for name in prompts} for variant in variants}
         turn = run_index
         for name, token_prompts in prompts.items():
@@ -781,29 +824,5 @@ def _run_remote(server: Any, prompts: dict[str, list[str]], n_tokens: int) -> di
                 sample.decode_seconds += float(stats["decode_seconds"])
                 sample.proposed += int(stats["proposed"])  # a server counts drafts made, not which were tested
                 sample.accepted += int(stats["accepted"])
-            samples[name] = sample
-        return samples
-
-
-def _run_upstream(variant: Variant, binary: Path, target: Path, sidecars: dict[str, Path],
-                  prompts: dict[str, list[list[int]]], n_tokens: int, n_threads: int | None,
-                  n_gpu_layers: int) -> dict[str, Sample]:
-    from app.machines.upstream_server import UpstreamServer
-
-    draft = sidecars[variant.draft] if variant.draft else None
-    with UpstreamServer(binary, target, draft=draft, draft_depth=variant.draft_depth, threads=n_threads, ctx_size=2048,
-                        n_gpu_layers=n_gpu_layers) as server:
-        server.complete(prompts[next(iter(prompts))][0], 8)  # warm-up
-        samples: dict[str, Sample] = {}
-        for name, token_prompts in prompts.items():
-            sample = Sample()
-            for prompt in token_prompts:
-                done = server.complete(prompt, n_tokens)
-                predicted_ms = float(done.timings.get("predicted_ms", 0.0))  # from its first token to its last
-                sample.add_reply(int(done.timings.get("predicted_n", len(done.tokens))), predicted_ms / 1000.0)
-                sample.generated += int(done.timings.get("predicted_n", len(done.tokens)))
-                sample.decode_seconds += predicted_ms / 1000.0
-                sample.proposed += done.drafted  # it counts every draft made, not which were tested
-                sample.accepted += done.accepted
             samples[name] = sample
         return samples
