@@ -173,8 +173,8 @@ class Hud(QFrame):
         grid.addWidget(self.sparkline, 1, 0, 1, 2)
         self.prompt_tps = self._row(grid, 2, "prompt")
         self.first_token = self._row(grid, 3, "first token")
-        self.acceptance = self._row(grid, 4, "acceptance")
-        self.acceptance_name = self._name_of(grid, 4)  # "drafts kept" for a server's count (``acceptance_words``)
+        self.acceptance_name = QLabel("acceptance")  # "drafts kept" for a server's count (``acceptance_words``)
+        self.acceptance = self._row(grid, 4, self.acceptance_name)
         self.acceptance_bar = QProgressBar()
         self.acceptance_bar.setRange(0, 100)
         self.acceptance_bar.setTextVisible(False)
@@ -246,20 +246,13 @@ class Hud(QFrame):
         label.setText(text)
 
     @staticmethod
-    def _row(grid: QGridLayout, row: int, name: str) -> QLabel:
-        grid.addWidget(QLabel(name), row, 0)
+    def _row(grid: QGridLayout, row: int, name: str | QLabel) -> QLabel:
+        grid.addWidget(QLabel(name) if isinstance(name, str) else name, row, 0)
         value = QLabel()
         value.setProperty("role", "value")
         value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         grid.addWidget(value, row, 1)
         return value
-
-    @staticmethod
-    def _name_of(grid: QGridLayout, row: int) -> QLabel:
-        item = grid.itemAtPosition(row, 0)
-        label = item.widget() if item is not None else None
-        assert isinstance(label, QLabel)
-        return label
 
     def reset(self) -> None:
         """Blank the live numbers (a new reply starts, or another mode is loaded)."""
