@@ -21,11 +21,8 @@ before, on the same core, and cost the same at any depth), as far as that readin
 (steps of a fraction of a millisecond time mostly the timer's noise, and the load index stands in for them); a round
 at the current depth with one draft by its first draft pass's slowness, when that reading is near the load index
 (``PASS_AGREE``); any other round by the load measured at the current depth around it, counting only if the load
-before and after agree. A round at the depth played moves that depth's verify estimate only as far as its draft steps
-set the unit: the rest of its load is the load index, measured against that very estimate, so it would add only the
-index's lag (a machine slowing while the depth is played crept into its cost and stayed there when it was left).
-Only depth 0 has no reading of its own: its load index is measured against its own estimate, so its estimate moves
-only through visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost
+before and after agree. Only depth 0 has no reading of its own: its load index is measured against its own estimate,
+so its estimate moves only through visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost
 learned too cheap). The draft step is the unit every cost is kept in, and it does not move once measured: were the
 step's own estimate divided by the load (a round's time over its prediction, which the estimates themselves set),
 the unit would wander, the depth being played would follow it and the others, visited now and then, would not, and
@@ -600,8 +597,7 @@ class AdaptiveDepth:
                 # pass, on the same core, and their cost does not depend on the depth. The step itself is the
                 # unit and is not sampled again (see the module's docstring)
                 steps_load = self._gauged(batch, samples.rest, samples.step / self._step_estimate)
-                rest = self._own_rest(batch, samples.rest, steps_load) if own else samples.rest
-                self._add(_Samples(batch, rest, samples.first_pass, visit=samples.visit), steps_load,
+                self._add(_Samples(batch, samples.rest, samples.first_pass, visit=samples.visit), steps_load,
                           proof_load=min(steps_load, self.load))
                 samples = _Samples(batch, None)
             elif own and made == 1 and samples.first_pass and self.first_pass and \
@@ -829,21 +825,6 @@ class AdaptiveDepth:
             self._gauge_sum(*pair, sign=1.0)
         weight = self.gauge_weight()
         return math.exp((1.0 - weight) * math.log(self.load) + weight * math.log(reading))
-
-    def _own_rest(self, batch: int, rest: float | None, load: float) -> float | None:
-        """A round at the depth played tells that depth's verify cost only as far as its draft steps set the unit
-        (``gauge_weight``): the rest of its load is the load index, measured against that very estimate, so its
-        own rounds, divided by it, return the estimate whatever it is, and a load that creeps while the depth is
-        played creeps into it, the index following a few rounds late. On the scaled demo on the Xeon (one thread,
-        steps too short to time) depth 3's estimate rose 4.5% in 15 rounds of a slowing machine and was left there
-        when depth 2 was played: depth 3 looked 1.17x depth 2's cost where its rounds measured 1.12x, and depth 2
-        was played in 38% of the rounds where fixed k=3 ran 12% faster. So the sample moves the estimate by that
-        weight only: all the way where the steps set the unit (as before), not at all where they tell nothing."""
-        estimate = self._rest_estimates.get(batch)
-        if rest is None or rest <= 0.0 or not estimate:
-            return rest
-        weight = self.gauge_weight()
-        return math.exp(weight * math.log(rest) + (1.0 - weight) * math.log(estimate * load))
 
     def gauge_weight(self) -> float:
         """How far the draft steps' reading tells a verify pass's load (``_gauged``): the slope over the recent pairs,
