@@ -21,7 +21,9 @@ before, on the same core, and cost the same at any depth), as far as that readin
 (steps of a fraction of a millisecond time mostly the timer's noise, and the load index stands in for them); a round
 at the current depth with one draft by its first draft pass's slowness, when that reading is near the load index
 (``PASS_AGREE``); any other round by the load measured at the current depth around it, counting only if the load
-before and after agree. Only depth 0 has no reading of its own: its load index is measured against its own estimate,
+before and after agree. A round at the depth played adds to that depth's verify estimate only while its draft steps
+set the unit (``OWN_WEIGHT``): else its load is the load index, measured against that very estimate, and it would add
+only the index's lag (a machine slowing while the depth is played crept into its cost and stayed there). Only depth 0 has no reading of its own: its load index is measured against its own estimate,
 so its estimate moves only through visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost
 learned too cheap). The draft step is the unit every cost is kept in, and it does not move once measured: were the
 step's own estimate divided by the load (a round's time over its prediction, which the estimates themselves set),
@@ -110,6 +112,13 @@ PROVEN_FASTER = 1.2
 # index: an estimate wrong by up to this much corrects itself, while a load on the draft passes alone (8x in
 # ``bench adaptive-load``'s loaded phase on the Xeon) is left to the load index and the measured rates
 PASS_AGREE = 1.5
+# A round at the depth played adds to that depth's verify estimate only while the draft steps set the unit this far
+# (``gauge_weight``). Below it the round's load is the load index, measured against that estimate, so its own rounds
+# would add only the index's lag: on the scaled demo on the Xeon (one thread, steps too short to time) a machine
+# slowing while depth 3 was played crept 4.5% into depth 3's estimate in 15 rounds and stayed there when depth 2 was
+# played (depth 3 at 1.17x depth 2's cost where its rounds measured 1.12x). Left out, not replaced by the estimate:
+# copies of it would fill its window, and the visits could no longer correct an estimate learned in slow first rounds
+OWN_WEIGHT = 0.5
 # How far a round's draft-step reading tells its verify pass's load is measured over this many recent rounds, once
 # this many of them are at a batch size seen twice or more (``_gauged``)
 GAUGE_PAIRS = 30
@@ -597,7 +606,11 @@ class AdaptiveDepth:
                 # pass, on the same core, and their cost does not depend on the depth. The step itself is the
                 # unit and is not sampled again (see the module's docstring)
                 steps_load = self._gauged(batch, samples.rest, samples.step / self._step_estimate)
-                self._add(_Samples(batch, samples.rest, samples.first_pass, visit=samples.visit), steps_load,
+                # a round at the depth played tells that depth's verify cost only where the steps set the unit:
+                # else its load is the load index, measured against that very estimate, and the sample would add
+                # only the index's lag (``OWN_WEIGHT``)
+                rest = samples.rest if not own or self.gauge_weight() >= OWN_WEIGHT else None
+                self._add(_Samples(batch, rest, samples.first_pass, visit=samples.visit), steps_load,
                           proof_load=min(steps_load, self.load))
                 samples = _Samples(batch, None)
             elif own and made == 1 and samples.first_pass and self.first_pass and \

@@ -10,6 +10,7 @@ simulation, too long for ``make check``). The engine-level checks of adaptive mo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import Counter
@@ -24,6 +25,7 @@ from tests.helpers.adaptive_sim import (
     GPU_LIKE,
     HIGH,
     PROMPT_SET,
+    SCALED_EPYC_Q8,
     SCALED_XEON,
     SEEDS,
     SESSION,
@@ -233,6 +235,29 @@ def test_the_depths_not_played_keep_their_cost_next_to_the_one_played(machine: M
     for batch in visited:
         measured = adaptive.rest_estimate(batch) / adaptive.rest_estimate(played)
         assert measured == pytest.approx(machine.rest[batch - 1] / machine.rest[played - 1], rel=0.015), batch
+
+
+@pytest.mark.parametrize("seed", range(1, 7))
+def test_a_machine_slowing_while_a_depth_is_played_is_load_not_its_cost(seed: int) -> None:
+    """Where the draft steps are too short to tell the load (the scaled demo's d2t steps: their timings wander 35%
+    apart from the verify pass's), the load index is measured against the played depth's own estimate. Its own
+    rounds used to feed that estimate too, divided by an index that follows a slowing machine a few rounds late,
+    so part of the slowing went into the estimate and stayed there when another depth was played (on the Xeon:
+    depth 3 +4.5% in 15 rounds, then 1.17x depth 2's cost where its rounds measured 1.12x). Here the machine
+    slows by 12% over 300 tokens while depth 2 is played: its estimate stays put (it moved 0.7-4.2% before) and
+    the load index takes the whole slowing (``OWN_WEIGHT``)."""
+    calm = dataclasses.replace(SCALED_EPYC_Q8, name="calm", wobble=0.0, stalls=0.0, jitter=0.01)
+    slowing = dataclasses.replace(calm, name="slowing", slow_start=0,  # the same session going on
+                                  loads=[(t, 1.0 + 0.12 * t / 300) for t in range(0, 304, 4)])
+    _, adaptive = run_adaptive(calm, DEMO, 2000, seed)
+    played = adaptive.current + 1
+    assert played == 3  # depth 2, the fastest fixed depth on this machine
+    cost, load = adaptive.rest_estimate(played), adaptive.load
+    assert adaptive.gauge_weight() < 0.1  # the steps tell nothing here
+    totals, _ = run_adaptive(slowing, DEMO, 300, seed + 50, adaptive=adaptive)
+    assert adaptive.current + 1 == played and totals.depths.count(played - 1) >= 0.75 * len(totals.depths)
+    assert adaptive.rest_estimate(played) == pytest.approx(cost, rel=0.005)
+    assert adaptive.load / load > 1.08
 
 
 def test_the_log_keeps_every_decision_with_predicted_and_measured_time() -> None:
