@@ -23,9 +23,10 @@ at the current depth with one draft by its first draft pass's slowness, when tha
 (``PASS_AGREE``); any other round by the load measured at the current depth around it, counting only if the load
 before and after agree. A round at the depth played adds to that depth's verify estimate only while its draft steps
 set the unit (``OWN_WEIGHT``): else its load is the load index, measured against that very estimate, and it would add
-only the index's lag (a machine slowing while the depth is played crept into its cost and stayed there). Only depth 0 has no reading of its own: its load index is measured against its own estimate,
-so its estimate moves only through visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost
-learned too cheap). The draft step is the unit every cost is kept in, and it does not move once measured: were the
+only the index's lag (a machine slowing while the depth is played crept into its cost and stayed there). Only depth 0
+has no reading of its own: its load index is measured against its own estimate, so its estimate moves only through
+visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost learned too cheap). The draft step
+is the unit every cost is kept in, and it does not move once measured: were the
 step's own estimate divided by the load (a round's time over its prediction, which the estimates themselves set),
 the unit would wander, the depth being played would follow it and the others, visited now and then, would not, and
 it would come to look cheaper next to them than it is (by 8-10% in 300 rounds on this 2-core machine). Where the
