@@ -38,6 +38,7 @@ def tokens(folder: Path, mode: str, runs: int, n_tokens: int, threads: int) -> s
     from app.backend.builder import BuildOptions
     from app.engine.config import EngineConfig
     from app.engine.speculative import SpeculativeDecoder
+    from app.engine.stats import decode_tps
     from app.machines.upstream_server import UpstreamServer, server_binary
 
     draft = folder / "sidecar-d2t.gguf" if mode == "d2t" else None
@@ -68,8 +69,8 @@ def tokens(folder: Path, mode: str, runs: int, n_tokens: int, threads: int) -> s
                 done = server.complete(prompt, n_tokens + 1)
                 c2 = _proc_cpu(pid)
                 theirs.append(1000 * ((c2 - c1) - (c1 - c0)) / max(1, len(done.tokens) - 1))
-                predicted_n = int(done.timings.get("predicted_n", len(done.tokens)))
-                theirs_wall.append(float(done.timings.get("predicted_ms", 0.0)) / max(1, predicted_n - 1))
+                their_tps = decode_tps(done.generated, done.decode_span_seconds)
+                theirs_wall.append(1000 / their_tps if their_tps > 0 else 0.0)
     finally:
         decoder.close()
     return (f"{mode}, {threads} thread(s): CPU ms per token, ours {statistics.median(ours):.2f} "

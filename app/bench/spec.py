@@ -713,11 +713,9 @@ class _UpstreamSession:
 
     def prompt(self, _prompt_set: str, _index: int, prompt: list[int], n_tokens: int, sample: Sample) -> None:
         done = self.server.complete(prompt, n_tokens)
-        predicted_ms = float(done.timings.get("predicted_ms", 0.0))  # from its first token to its last
-        predicted_n = int(done.timings.get("predicted_n", len(done.tokens)))
-        sample.add_reply(predicted_n, predicted_ms / 1000.0)
-        sample.generated += predicted_n
-        sample.decode_seconds += predicted_ms / 1000.0
+        sample.add_reply(done.generated, done.decode_span_seconds)
+        sample.generated += done.generated
+        sample.decode_seconds += done.decode_span_seconds
         sample.proposed += done.drafted  # it counts every draft made, not which were tested
         sample.accepted += done.accepted
 

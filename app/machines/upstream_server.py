@@ -70,6 +70,16 @@ class Completion:
         return int(self.timings.get("draft_n_accepted", 0))
 
     @property
+    def generated(self) -> int:
+        """Tokens generated, the first included (``predicted_n``)."""
+        return int(self.timings.get("predicted_n", len(self.tokens)))
+
+    @property
+    def decode_span_seconds(self) -> float:
+        """Its time from the first generated token to the last (``predicted_ms``; the first is in the prompt's)."""
+        return float(self.timings.get("predicted_ms", 0.0)) / 1000.0
+
+    @property
     def decode_tps(self) -> float:
         """llama-server's own figure: the tokens after the first over the time from the first to the last, the
         same definition as ``app.engine.stats.decode_tps``."""
