@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from app.bench.report import device_description
+from app.engine.attention import default_kernel
 from app.engine.config import DRAFT_DEPTH_MAX
 from app.native.handles import Context, FloatArray, Model
 from app.native.profile import NodeRecord, OpProfiler
@@ -186,6 +187,7 @@ class OpsResult:
     graph: dict[str, Any]  # llama.cpp's node and split counts per context
     bandwidth_gbs: float | None = None
     runs: int = 0
+    flash_attn: bool | None = None  # the attention kernel the engine takes here (``engine.attention``)
 
     def decode_pass(self, tokens: int) -> Pass | None:
         return next((p for p in self.passes if p.kind == "decode" and p.tokens == tokens), None)
@@ -220,6 +222,7 @@ class OpsResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model, "device": self.device, "n_gpu_layers": self.n_gpu_layers, "runs": self.runs,
+            "flash_attn": self.flash_attn,
             "graph": self.graph, "verify_ratio": self.verify_ratio(), "prompt_tps": self.prompt_tps(),
             "bandwidth": self.bandwidth(),
             "passes": [{"label": p.label, "kind": p.kind, "tokens": p.tokens, "ms": round(p.ms, 4),
@@ -230,7 +233,8 @@ class OpsResult:
 
     def markdown(self, top: int = 12) -> str:
         ratio = self.verify_ratio()
-        lines = [f"**{self.model}** on {self.device}, GPU layers {self.n_gpu_layers}\n",
+        kernel = {True: "flash attention", False: "the plain attention kernel", None: "llama.cpp's attention"}
+        lines = [f"**{self.model}** on {self.device}, GPU layers {self.n_gpu_layers}, {kernel[self.flash_attn]}\n",
                  "| pass | tokens | ms (median, plain) | vs 1 token | CPU ms | logits rows | hidden rows | to host KiB "
                  "| profiled ms | nodes | splits seen |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -320,8 +324,10 @@ def run(target: Path, draft: Path | None = None, *, tokens_per_pass: list[int] |
     file_bytes, pass_bytes = weight_bytes(target)
     embedded = draft is not None and draft.resolve() == target.resolve()
     with Model(target, n_gpu_layers=n_gpu_layers, load_mtp=embedded) as model:
+        # the kernel the engine runs with these settings, so the profile is of the passes a reply makes
+        flash = default_kernel(n_ctx=n_ctx, n_batch=n_batch, n_head=model.n_head, on_cpu=n_gpu_layers == 0)
         ctx_args: dict[str, Any] = {"n_ctx": n_ctx, "n_batch": n_batch, "n_threads": n_threads,
-                                    "n_rs_seq": sizes[-1], "nextn_outputs": draft is not None}
+                                    "n_rs_seq": sizes[-1], "nextn_outputs": draft is not None, "flash_attn": flash}
         target_profiler = OpProfiler(model.lib)
         draft_model = None
         contexts: list[Context] = []
@@ -335,7 +341,7 @@ def run(target: Path, draft: Path | None = None, *, tokens_per_pass: list[int] |
             if draft is not None and hidden is not None:
                 draft_model = model if embedded else Model(draft, n_gpu_layers=n_gpu_layers, load_mtp=True)
                 passes.append(_time_draft(draft_model, plain, prompt, hidden, n_ctx, n_batch, n_threads, runs,
-                                          profile_runs, contexts, graph))
+                                          profile_runs, contexts, graph, flash))
                 log(f"draft step: {passes[-1].ms:.3f} ms")
         finally:
             for ctx in reversed(contexts):
@@ -343,7 +349,7 @@ def run(target: Path, draft: Path | None = None, *, tokens_per_pass: list[int] |
             if draft_model is not None and draft_model is not model:
                 draft_model.close()
     return OpsResult(target.name, device_description(), n_gpu_layers, file_bytes, pass_bytes, passes, graph,
-                     bandwidth_gbs, runs)
+                     bandwidth_gbs, runs, flash)
 
 
 def _timed(ctx: Context, tokens: list[int], pos: int, into: Pass | None = None, **kwargs: Any) -> float:
@@ -422,16 +428,17 @@ def _median_profile(runs: list[list[NodeRecord]]) -> Profile:
 
 def _time_draft(draft_model: Model, tctx: Context, prompt: list[int], hidden: FloatArray, n_ctx: int, n_batch: int,
                 n_threads: int | None, runs: int, profile_runs: int, contexts: list[Context],
-                graph: dict[str, Any]) -> Pass:
+                graph: dict[str, Any], flash_attn: bool | None = None) -> Pass:
     """One MTP draft step (one token, its hidden row from the target) after catching up on the prompt."""
     n = len(prompt)
     shifted = np.zeros_like(hidden)
     shifted[1:] = hidden[:-1]
     profiler = OpProfiler(draft_model.lib)
-    plain = Context(draft_model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, draft_for=tctx)
+    plain = Context(draft_model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, draft_for=tctx,
+                    flash_attn=flash_attn)
     contexts.append(plain)
     profiled = Context(draft_model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, draft_for=tctx,
-                       timer=profiler)
+                       timer=profiler, flash_attn=flash_attn)
     contexts.append(profiled)
     graph["draft"] = plain.graph_counts()
     # one token: one hidden row (the next step's input) and one logits row

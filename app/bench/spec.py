@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from app.bench.report import device_description, round_or_none
 from app.core.resources import resources_dir
@@ -43,6 +43,10 @@ from app.engine.chat_template import Message
 from app.engine.config import DEFAULT_DRAFT_DEPTH, DRAFT_DEPTH_MAX, EngineConfig, Mode
 from app.engine.depth_memory import DepthMemory
 from app.engine.stats import pooled_decode_tps
+
+if TYPE_CHECKING:
+    from app.engine.session import ChatSession
+    from app.engine.state_cache import Snapshot
 
 DraftKind = Literal["full", "d2t"]
 Interleave = Literal["prompt", "variant"]
@@ -215,6 +219,7 @@ class SpecResult:
     model: str
     device: str
     cut_short: bool = False  # the time limit stopped it before every run of every variant was done
+    context: int = 0  # tokens of an earlier conversation before every prompt
 
     def row(self, variant: Variant, prompt_set: str) -> Row | None:
         return next((r for r in self.rows if r.variant == variant and r.prompt_set == prompt_set), None)
@@ -325,11 +330,12 @@ class SpecResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "n_tokens": self.n_tokens, "runs": self.runs,
-                "cut_short": self.cut_short,
+                "cut_short": self.cut_short, "context": self.context,
                 "rows": [self.summary(r) for r in self.rows]}
 
     def markdown(self) -> str:
-        lines = []
+        earlier = f"Every reply decoded after {self.context:,} tokens of an earlier conversation."
+        lines = [earlier] if self.context else []
         for prompt_set in PROMPT_SETS:
             rows = [r for r in self.rows if r.prompt_set == prompt_set]
             if not rows:
@@ -501,7 +507,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
         server_binary: Path | None = None, log: Log = lambda _m: None,
         time_limit_s: float | None = None, remote: Any = None, interleave: Interleave | None = None,
         decisions: Path | None = None, depth_memory: Path | None = None,
-        keep_memory: bool = False) -> SpecResult:
+        keep_memory: bool = False, context: int = 0) -> SpecResult:
     """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones, ``remote`` (a
     ``RemoteServer``) when they include a remote one: the same prompts as chat turns over its stream, with its
     own timings where it reports them (llama-server) and the stream's otherwise.
@@ -513,6 +519,9 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     ``depth_memory``: a folder where the adaptive rows keep what they learned from run to run (emptied first, unless
     ``keep_memory``: ``bench adaptive-load``'s phases carry it from one phase to the next), so the first run starts
     cold and each later one warm; None: every run starts cold.
+    ``context``: tokens of an earlier conversation before every prompt (0: none), so each reply is decoded against
+    that much context, as in a long chat; both engines keep it between prompts (our kept prefix, llama-server's
+    prompt cache) and evaluate only what follows.
 
     With ``time_limit_s`` no variant but the first starts unless it would end within that much time
     (taking as long as the longest so far): the result keeps what was measured (rows without samples
@@ -532,7 +541,9 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     run_order = sorted(variants, key=_priority)  # what a run cut short by its time limit should still have
     prompts = {name: load_prompts(name) for name in prompt_sets}
     rows = {(v, p): Row(v, p) for v in variants for p in prompt_sets}
-    token_prompts = tokenize_prompts(target, prompts)
+    token_prompts = tokenize_prompts(target, prompts, context)
+    first_prompt = token_prompts[next(iter(token_prompts))][0]
+    window = Window(context_size(token_prompts, n_tokens), tuple(first_prompt[:context]))
     side_by_side = ("ours", "upstream") if server_binary is not None else ("ours",)
     together = [v for v in run_order if v.engine in side_by_side] if interleave == "prompt" else []
     one_by_one = [v for v in run_order if v not in together]
@@ -545,7 +556,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
             if together:
                 started = time.perf_counter()
                 measured = _run_together(together, target, sidecars, token_prompts, n_tokens, n_threads,
-                                         n_gpu_layers, record, run_index, depth_memory, server_binary)
+                                         n_gpu_layers, record, run_index, depth_memory, window, server_binary)
                 longest = max(longest, time.perf_counter() - started)
                 log(f"run {run_index + 1}/{runs}: {len(together)} variants side by side, prompt by prompt "
                     f"({time.perf_counter() - started:.1f} s)")
@@ -563,14 +574,15 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
                 warm_up = token_prompts[next(iter(token_prompts))][0]
                 if variant.engine == "ours":
                     ours = _OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers,
-                                                         depth_memory), warm_up, record, run_index)
+                                                         depth_memory, window.n_ctx), warm_up, record, run_index,
+                                        window.earlier)
                     measured[variant] = _run_alone(ours, token_prompts, n_tokens)
                 elif variant.engine == "remote":
                     measured[variant] = _run_remote(remote, prompts, n_tokens)
                 else:
                     assert server_binary is not None, "upstream variants need the llama-server binary"
                     upstream = _UpstreamSession(variant, server_binary, target, sidecars, warm_up, n_threads,
-                                                n_gpu_layers)
+                                                n_gpu_layers, window)
                     measured[variant] = _run_alone(upstream, token_prompts, n_tokens)
                 longest = max(longest, time.perf_counter() - started)
                 log(f"run {run_index + 1}/{runs} {variant.label} ({time.perf_counter() - started:.1f} s)")
@@ -585,7 +597,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
         record.close()
     measured_rows = [row for row in rows.values() if row.samples]
     completed = min((len(row.samples) for row in measured_rows), default=0)
-    return SpecResult(measured_rows, n_tokens, completed, target.name, device_description(), cut_short)
+    return SpecResult(measured_rows, n_tokens, completed, target.name, device_description(), cut_short, context)
 
 
 def _priority(variant: Variant) -> tuple[int, int, int]:
@@ -603,17 +615,40 @@ def _priority(variant: Variant) -> tuple[int, int, int]:
     return 1 + depth, mode, engine
 
 
+@dataclass(frozen=True)
+class Window:
+    """The context both engines are made with, and whether a prompt's earlier conversation is kept between
+    prompts (``run``'s ``context``) or every prompt starts a fresh one."""
+
+    n_ctx: int
+    earlier: tuple[int, ...] = ()  # the earlier conversation every prompt starts with
+
+    @property
+    def keep_prefix(self) -> bool:
+        return bool(self.earlier)
+
+
+BASE_CONTEXT = 2048  # the context of a run without an earlier conversation
+
+
+def context_size(prompts: dict[str, list[list[int]]], n_tokens: int) -> int:
+    """Room for the longest prompt and its reply, at least :data:`BASE_CONTEXT`, rounded up to 256."""
+    longest = max((len(p) for ps in prompts.values() for p in ps), default=0)
+    return max(BASE_CONTEXT, -(-(longest + n_tokens + 64) // 256) * 256)
+
+
 def _config(variant: Variant, target: Path, sidecars: dict[str, Path], n_threads: int | None,
-            n_gpu_layers: int, depth_memory: Path | None = None) -> EngineConfig:
+            n_gpu_layers: int, depth_memory: Path | None = None, n_ctx: int = BASE_CONTEXT) -> EngineConfig:
     draft = sidecars[variant.draft] if variant.draft else None
     return EngineConfig(target, mode=variant.mode, draft=draft, draft_depth=variant.draft_depth,
-                        adaptive=variant.adaptive, n_ctx=2048, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+                        adaptive=variant.adaptive, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
                         depth_memory=depth_memory if variant.adaptive else None)
 
 
-def tokenize_prompts(target: Path, prompts: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+def tokenize_prompts(target: Path, prompts: dict[str, list[str]], context: int = 0) -> dict[str, list[list[int]]]:
     """Each prompt as the user turn of a chat, rendered with the target's template (thinking off); on a demo
-    model of the ``words`` language, with the reply's first word given (:func:`demo_opening`)."""
+    model of the ``words`` language, with the reply's first word given (:func:`demo_opening`). With ``context``,
+    after that many tokens of an earlier conversation, the same for every prompt (:func:`earlier_conversation`)."""
     from app.engine.session import ChatSession
     from app.gguftools.demo_model import read_demo_table
 
@@ -621,12 +656,25 @@ def tokenize_prompts(target: Path, prompts: dict[str, list[str]]) -> dict[str, l
     cycle = table.cycle if table is not None and table.language == "words" else None
     session = ChatSession(EngineConfig(target, n_ctx=256))
     try:
-        return {name: [session.prompt_tokens([Message("user", p)], thinking=False)
+        earlier = earlier_conversation(session, context)
+        return {name: [earlier + session.prompt_tokens([Message("user", p)], thinking=False)
                        + ([demo_opening(cycle, p)] if cycle is not None else [])
                        for p in texts]
                 for name, texts in prompts.items()}
     finally:
         session.close()
+
+
+EARLIER_TURN = ("Tell me about the lighthouse keepers of the northern coast, the storms they lived through and how "
+                "they kept the lamps burning all night. ")
+
+
+def earlier_conversation(session: ChatSession, tokens: int) -> list[int]:
+    """``tokens`` tokens of an earlier chat turn (a long user message, cut to length); none for 0."""
+    if tokens <= 0:
+        return []
+    one = session.prompt_tokens([Message("user", EARLIER_TURN * 4)], thinking=False)
+    return (one * (tokens // len(one) + 1))[:tokens]
 
 
 def demo_opening(cycle: tuple[int, ...], prompt: str) -> int:
@@ -646,7 +694,7 @@ class _OursSession:
     """One of our variants for one run: its session, warmed up once, then one fresh conversation per prompt."""
 
     def __init__(self, variant: Variant, config: EngineConfig, warm_up: list[int], record: _DecisionLog,
-                 run_index: int) -> None:
+                 run_index: int, earlier: tuple[int, ...] = ()) -> None:
         from app.engine.session import ChatSession
 
         self.variant, self.record, self.run_index = variant, record, run_index
@@ -655,8 +703,13 @@ class _OursSession:
         adaptive = self.decoder.adaptive
         if adaptive is not None and record.active:
             adaptive.log = []
+        self.earlier: Snapshot | None = None
         try:
             self.decoder.generate(warm_up, 8)  # warm-up: first-pass allocations
+            if earlier:  # read once, then every prompt starts from it as a chat's next turn would
+                self.decoder.reset()
+                self.decoder.generate(list(earlier), 1)
+                self.earlier = self.decoder.snapshot()
         except BaseException:
             self.session.close()
             raise
@@ -665,7 +718,10 @@ class _OursSession:
     def prompt(self, prompt_set: str, index: int, prompt: list[int], n_tokens: int, sample: Sample) -> None:
         adaptive = self.decoder.adaptive
         chosen_before = Counter(adaptive.chosen) if adaptive is not None else Counter[int]()
-        self.decoder.reset()  # a fresh conversation each time, as the server's cache_prompt=false
+        if self.earlier is not None:
+            self.decoder.restore(self.earlier)  # the earlier conversation evaluated, the prompt follows it
+        else:
+            self.decoder.reset()  # a fresh conversation each time, as the server's cache_prompt=false
         stats = self.decoder.generate(prompt, n_tokens).stats
         sample.add_reply(stats.generated, stats.decode_span_seconds)
         sample.generated += stats.generated
@@ -697,22 +753,23 @@ class _UpstreamSession:
     conversation each: the server does not keep the prompt between requests unless asked to)."""
 
     def __init__(self, variant: Variant, binary: Path, target: Path, sidecars: dict[str, Path], warm_up: list[int],
-                 n_threads: int | None, n_gpu_layers: int) -> None:
+                 n_threads: int | None, n_gpu_layers: int, window: Window = Window(BASE_CONTEXT)) -> None:
         from app.machines.upstream_server import UpstreamServer
 
         self.variant = variant
+        self.keep_prefix = window.keep_prefix
         draft = sidecars[variant.draft] if variant.draft else None
         self.server = UpstreamServer(binary, target, draft=draft, draft_depth=variant.draft_depth, threads=n_threads,
-                                     ctx_size=2048, n_gpu_layers=n_gpu_layers)
+                                     ctx_size=window.n_ctx, n_gpu_layers=n_gpu_layers)
         self.server.start()
         try:
-            self.server.complete(warm_up, 8)
+            self.server.complete(warm_up, 8, cache_prompt=self.keep_prefix)
         except BaseException:
             self.server.stop()
             raise
 
     def prompt(self, _prompt_set: str, _index: int, prompt: list[int], n_tokens: int, sample: Sample) -> None:
-        done = self.server.complete(prompt, n_tokens)
+        done = self.server.complete(prompt, n_tokens, cache_prompt=self.keep_prefix)
         sample.add_reply(done.generated, done.decode_span_seconds)
         sample.generated += done.generated
         sample.decode_seconds += done.decode_span_seconds
@@ -740,6 +797,7 @@ def _run_alone(session: _OursSession | _UpstreamSession, prompts: dict[str, list
 def _run_together(variants: list[Variant], target: Path, sidecars: dict[str, Path],
                   prompts: dict[str, list[list[int]]], n_tokens: int, n_threads: int | None, n_gpu_layers: int,
                   record: _DecisionLog, run_index: int, depth_memory: Path | None,
+                  window: Window = Window(BASE_CONTEXT),
                   server_binary: Path | None = None) -> dict[Variant, dict[str, Sample]]:
     """The variants side by side, ours and llama-server's: each prompt goes to every variant before the next prompt,
     in an order that rotates from prompt to prompt (so no variant always follows the same one). llama-server's run
@@ -752,10 +810,11 @@ def _run_together(variants: list[Variant], target: Path, sidecars: dict[str, Pat
             if variant.engine == "upstream":
                 assert server_binary is not None, "upstream variants need the llama-server binary"
                 sessions.append(_UpstreamSession(variant, server_binary, target, sidecars, warm_up, n_threads,
-                                                 n_gpu_layers))
+                                                 n_gpu_layers, window))
                 continue
             sessions.append(_OursSession(variant, _config(variant, target, sidecars, n_threads, n_gpu_layers,
-                                                          depth_memory), warm_up, record, run_index))
+                                                          depth_memory, window.n_ctx), warm_up, record, run_index,
+                                         window.earlier))
         samples = {variant: {name: Sample() for name in prompts} for variant in variants}
         turn = run_index
         for name, token_prompts in prompts.items():

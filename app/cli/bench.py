@@ -1,5 +1,5 @@
-"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | sampler | spec | prompt | threads``:
-the benchmarks."""
+"""``python -m app bench draft-head | ops | gui | fetch | lossless | matrix | sampler | attention | spec | prompt |
+threads``: the benchmarks."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from app.cli.common import (
     bandwidth_argument,
     bench_context_argument,
     command,
+    context_list_argument,
     count_argument,
     depth_argument,
     emit,
@@ -25,6 +26,7 @@ from app.cli.common import (
     log_stderr,
     megabytes_argument,
     optional_tokens_argument,
+    prefix_tokens_argument,
     runs_argument,
     stop_on_signals,
     time_limit_argument,
@@ -136,7 +138,8 @@ def cmd_bench_spec(args: argparse.Namespace) -> int:
     result = spec.run(target, {"full": full, "d2t": d2t}, variants=variants, n_tokens=args.tokens, runs=args.runs,
                       n_threads=args.threads, n_gpu_layers=args.gpu_layers, server_binary=server,
                       time_limit_s=args.time_limit, remote=remote, interleave=args.interleave, decisions=decisions,
-                      depth_memory=out / "depth-memory" if args.adaptive_start == "warm" else None, log=log_stderr)
+                      depth_memory=out / "depth-memory" if args.adaptive_start == "warm" else None, log=log_stderr,
+                      context=args.context)
     result.model = name
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
@@ -223,6 +226,19 @@ def cmd_bench_sampler(args: argparse.Namespace) -> int:
     report(args, result.to_dict(), result.markdown, f"Sampling: host time per emitted token ({target.name})",
            "Each sample: one native chain picking every row of one batched pass, as the "
                "verify loop does; medians over interleaved runs.")
+    return 0
+
+
+def cmd_bench_attention(args: argparse.Namespace) -> int:
+    from app.bench import attention
+
+    target, _full, d2t, name = bench_files(args, None if args.target else args.acceptance)
+    table = None if args.target else bench_demo(args.size, args.acceptance).table
+    result = attention.run(target, d2t, contexts=args.contexts, tokens=args.tokens, runs=args.runs,
+                           depth=args.depth, threads=args.threads, prompt=list(table.cycle) if table else None)
+    report(args, result.to_dict(), result.markdown, f"Attention kernels by context length ({name})",
+           "Each run fills the context with a prompt of that many tokens and decodes one reply, every mode and "
+               "kernel in turn (the order reversed every other run); medians after one warm-up round.")
     return 0
 
 
@@ -436,6 +452,23 @@ def add_commands(sub: Subparsers) -> None:
     gu.add_argument("--rate", type=count_argument, default=1000, help="tokens per second of the latency stream")
     gu.add_argument("--out", type=Path, help="write the result JSON here")
     gu.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
+    at = command(bsub, "attention", cmd_bench_attention,
+                 "decode speed with flash attention against llama.cpp's plain kernel as the context fills, drafting "
+                 "off and with the d2t sidecar, interleaved")
+    at.add_argument("--size", choices=["tiny", "small", "scaled", "27b"], default="scaled",
+                    help="demo model to run (default: %(default)s)")
+    at.add_argument("--acceptance", type=acceptance_argument, default=0.8, help="the demo model's draft agreement")
+    at.add_argument("--target", type=Path, help="run real files instead: the target ...")
+    at.add_argument("--full", type=Path, help="... its full sidecar ...")
+    at.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
+    at.add_argument("--contexts", type=context_list_argument, default=[150, 1000, 3000],
+                    help="tokens of context before each reply, comma-separated (default: 150,1000,3000)")
+    at.add_argument("--tokens", type=tokens_argument, default=128, help="tokens a reply (default: %(default)s)")
+    at.add_argument("--runs", type=runs_argument, default=3, help="interleaved runs after a warm-up (default: 3)")
+    at.add_argument("--depth", type=depth_argument, default=3, help="the d2t sidecar's draft depth")
+    at.add_argument("--threads", type=engine_limits.threads_argument)
+    at.add_argument("--out", type=Path, help="write the result JSON here")
+    at.add_argument("--record", type=Path, help="append the result to this markdown file (docs/benchmarks.md)")
     wi = command(bsub, "window", cmd_bench_window, "decode tok/s of replies streamed through the real window "
                  "(offscreen, or Xvfb when a display is set; 1180x700), a chat of several turns, beside the headless "
                  "engine's on the same conversation and `generate`'s on each prompt alone, greedy and at the chat's "
@@ -583,6 +616,9 @@ def add_commands(sub: Subparsers) -> None:
     sp.add_argument("--full", type=Path, help="... its full sidecar ...")
     sp.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
     sp.add_argument("--tokens", type=tokens_argument, default=128, help="tokens generated per prompt")
+    sp.add_argument("--context", type=prefix_tokens_argument, default=0,
+                    help="tokens of an earlier conversation before every prompt, kept between prompts by both engines, "
+                         "so replies are decoded as deep into a chat (default 0: none)")
     sp.add_argument("--runs", type=runs_argument, default=3, help="interleaved runs; figures are medians")
     sp.add_argument("--depths", default="1,2,3,4", help="fixed draft depths")
     sp.add_argument("--adaptive-max", type=adaptive_max_argument, default=DRAFT_DEPTH_MAX,

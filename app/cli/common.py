@@ -168,6 +168,18 @@ count_argument = engine_limits.whole_number("the count", 1, 10_000)  # turns, ro
 tokens_argument = engine_limits.whole_number("the number of tokens", 1, defaults.CONTEXT_MAX)
 optional_tokens_argument = engine_limits.whole_number("the number of tokens", 0, defaults.CONTEXT_MAX)  # 0: none
 bench_context_argument = engine_limits.whole_number("the context", defaults.CONTEXT_MIN, defaults.CONTEXT_MAX)
+prefix_tokens_argument = engine_limits.whole_number("the earlier conversation", 0, defaults.CONTEXT_MAX)
+
+
+_context_length = engine_limits.whole_number("a context length", 1, defaults.CONTEXT_MAX)
+
+
+def context_list_argument(text: str) -> list[int]:
+    """``150,1000,3000``: tokens of context, each a whole number up to the largest context."""
+    values = [_context_length(part.strip()) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one context length, e.g. 150,1000,3000")
+    return values
 megabytes_argument = engine_limits.whole_number("the size in MB", 1, 1_000_000)
 busy_cores_argument = engine_limits.whole_number("the number of busy cores", 0, None)
 adaptive_max_argument = engine_limits.whole_number("the deepest adaptive depth", 0, DRAFT_DEPTH_MAX)  # 0: no adaptive
@@ -235,7 +247,10 @@ def add_engine_options(p: argparse.ArgumentParser, sampling: SamplingParams, max
     p.add_argument("--batch", type=engine_limits.batch_argument, default=512)
     p.add_argument("--gpu-layers", type=engine_limits.gpu_layers_argument, default=0)
     p.add_argument("--threads", type=engine_limits.threads_argument)
-    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto", help="flash attention")
+    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
+                   help="flash attention; auto (the default): off on a CPU, where llama.cpp's plain kernel decodes "
+                        "long chats faster, unless its scores would take more than 256 MiB; llama.cpp's choice on a "
+                        "GPU")
     p.add_argument("--max-tokens", type=int, default=max_tokens,
                    help=f"reply cap in tokens; 0: until the model stops or the context is full (default {max_tokens})")
     p.add_argument("--overflow", choices=OVERFLOW_POLICIES, default=defaults.OVERFLOW_POLICY,

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -28,6 +28,7 @@ import numpy as np
 from app.core import idle_cores
 from app.core.errors import ContextFullError, EngineError, FastMTPError
 from app.engine.adaptive import AdaptiveDepth, RoundTiming
+from app.engine.attention import flash_attention
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
 from app.engine.depth_memory import DepthMemory, MemoryKey, key_for
 from app.engine.depth_worker import DepthWorker, Observation
@@ -114,23 +115,25 @@ class SpeculativeDecoder:
         # a later switch to the head loads nothing: its MTP layers are a small part of the model, a reload is seconds
         keep_head = config.mode == "embedded" or (models is not None and _has_embedded_head(config.target))
         self.target = model(config.target, keep_head)
+        # the attention kernel both contexts run (``engine.attention``: on a CPU the plain one, unless set)
+        self.flash_attn = flash_attention(config, self.target.n_head)
         # decode threads: the set count, or (none set) as many as the machine leaves idle now, checked again at the
         # start of each reply (``_follow_load``)
         self.threads = config.n_threads or default_threads()
         try:
             self.tctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch, n_threads=self.threads,
                                 n_rs_seq=config.draft_depth if drafting else 0, nextn_outputs=drafting,
-                                flash_attn=config.flash_attn,
+                                flash_attn=self.flash_attn,
                                 max_outputs_per_pass=DRAFT_DEPTH_MAX + 1 if config.samples_on_backend else 0)
             self._owned.append(self.tctx)
             self.dctx: Context | None = None
             if config.mode == "sidecar" and config.draft is not None:
                 draft_model = model(config.draft, True)
                 self.dctx = Context(draft_model, n_ctx=config.n_ctx, n_batch=config.n_batch,
-                                    n_threads=self.threads, draft_for=self.tctx, flash_attn=config.flash_attn)
+                                    n_threads=self.threads, draft_for=self.tctx, flash_attn=self.flash_attn)
             elif config.mode == "embedded":
                 self.dctx = Context(self.target, n_ctx=config.n_ctx, n_batch=config.n_batch,
-                                    n_threads=self.threads, draft_for=self.tctx, flash_attn=config.flash_attn)
+                                    n_threads=self.threads, draft_for=self.tctx, flash_attn=self.flash_attn)
             if self.dctx is not None:
                 self._owned.append(self.dctx)
         except Exception:
@@ -152,6 +155,12 @@ class SpeculativeDecoder:
         self._decode_cpu_started = 0.0
 
     # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def keyed_config(self) -> EngineConfig:
+        """The configuration as loaded, with the attention kernel chosen: what a kept state or a depth record was
+        made under (a state of one kernel's cache layout cannot be read into the other's)."""
+        return replace(self.config, flash_attn=self.flash_attn)
 
     def close(self) -> None:
         self._close_worker()
@@ -361,6 +370,7 @@ class SpeculativeDecoder:
         reply = Reply()
         stats = reply.stats
         stats.context_size = self.config.n_ctx
+        stats.flash_attn = self.flash_attn
         self._follow_load()
         stats.threads = self.threads
         started = time.perf_counter()
@@ -600,7 +610,7 @@ class SpeculativeDecoder:
         from app.native.loader import backend_manifest
 
         try:
-            key = key_for(self.config, backend_manifest().id, threads)
+            key = key_for(self.keyed_config, backend_manifest().id, threads)
         except (OSError, FastMTPError) as exc:  # no manifest (a bare backend folder): nothing to key it by
             log.warning("adaptive depth starts cold: %s", exc)
             return None

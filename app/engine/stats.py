@@ -84,6 +84,8 @@ class ReplyStats:
     # that is still being measured (``one_token_threads``)
     one_token_threads: int = 0
     draft_one_token_threads: int = 0
+    # the attention kernel: True flash attention, False the plain one (``engine.attention``), None llama.cpp's choice
+    flash_attn: bool | None = None
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _recent: deque[float] = field(default_factory=lambda: deque(maxlen=32), repr=False)
 
@@ -193,6 +195,7 @@ class ReplyStats:
             "threads": self.threads,
             "one_token_threads": self.one_token_threads,
             "draft_one_token_threads": self.draft_one_token_threads,
+            "flash_attn": self.flash_attn,
             "drafted": self.drafted,
             "accepted": self.accepted,
             "proposed": self.proposed,

@@ -106,7 +106,7 @@ class Worker:
         progress = ProgressThrottle(lambda file, fraction: self.send("load_progress", file=file,
                                                                      fraction=round(fraction, 4)))
         self.session = ChatSession(engine_config, self.models, progress)
-        self._open_states(engine_config)
+        self._open_states(self.session.decoder.keyed_config)
         self.send("loaded", mode=self.session.decoder.config.mode, models_loaded=self.models.loads - loads)
 
     def _generate(self, request: dict[str, Any]) -> None:

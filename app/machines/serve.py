@@ -126,9 +126,25 @@ def chat_model_files(chat_model: str, draft: bool = True) -> tuple[Path, Path | 
 def make_server(plan: ServePlan, binary: Path, api_key: str) -> UpstreamServer:
     """The server of ``plan``, with a fresh secret in its environment (``write_state`` records it)."""
     return UpstreamServer(binary, plan.target, draft=plan.draft, draft_depth=plan.draft_depth, threads=plan.threads,
-                          ctx_size=plan.ctx_size, n_gpu_layers=plan.n_gpu_layers, host=plan.host, port=plan.port,
-                          parallel=plan.parallel, api_key=api_key, rpc=plan.rpc or None, alias=plan.alias,
-                          owner_token=new_token())
+                          ctx_size=plan.ctx_size, n_gpu_layers=plan.n_gpu_layers, extra_args=attention_args(plan),
+                          host=plan.host, port=plan.port, parallel=plan.parallel, api_key=api_key,
+                          rpc=plan.rpc or None, alias=plan.alias, owner_token=new_token())
+
+
+SERVER_UBATCH = 512  # llama-server's physical batch, which the plain attention kernel's scores are sized by
+
+
+def attention_args(plan: ServePlan) -> list[str]:
+    """``--flash-attn off`` where our engine would run the plain kernel on the same machine (``engine.attention``:
+    on a CPU it decodes long chats up to 2.5x faster); nothing (llama-server's own choice) elsewhere."""
+    from app.engine.attention import default_kernel, head_count
+
+    n_head = head_count(plan.target)
+    if n_head is None:
+        return []
+    kernel = default_kernel(n_ctx=plan.ctx_size * plan.parallel, n_batch=SERVER_UBATCH, n_head=n_head,
+                            on_cpu=plan.n_gpu_layers == 0 and not plan.rpc)
+    return ["--flash-attn", "off"] if kernel is False else []
 
 
 # ----------------------------------------------------------------------------- a detached server's state

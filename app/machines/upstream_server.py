@@ -200,13 +200,14 @@ class UpstreamServer:
 
     def complete(self, prompt: list[int], n_predict: int, temperature: float = 0.0, seed: int = 0, *,
                  top_k: int = 40, top_p: float = 1.0, min_p: float = 0.0, repeat_penalty: float = 1.0,
-                 repeat_last_n: int = 64) -> Completion:
-        """Generate ``n_predict`` tokens after the prompt token ids (no prompt cache, so runs are independent).
+                 repeat_last_n: int = 64, cache_prompt: bool = False) -> Completion:
+        """Generate ``n_predict`` tokens after the prompt token ids (no prompt cache unless ``cache_prompt``, so runs
+        are independent; with it the server reads only what follows the previous request's common prefix).
 
         The sampling knobs are our engine's (app/engine/config.py SamplingParams), so a seeded run here and
         one of ours with the same values can be compared token for token."""
         body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature,
-                                "seed": seed, "cache_prompt": False, "return_tokens": True,
+                                "seed": seed, "cache_prompt": cache_prompt, "return_tokens": True,
                                 "top_k": 1 if temperature == 0 else top_k, "top_p": top_p, "min_p": min_p,
                                 "repeat_penalty": repeat_penalty, "repeat_last_n": repeat_last_n}
         response = self.client.post(self.url + "/completion", json=body)

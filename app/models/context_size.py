@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 from app.core import defaults
 from app.core.errors import FastMTPError
-from app.core.units import GIB, format_bytes
+from app.core.units import GIB, MIB, format_bytes
+from app.engine.attention import SCRATCH_CAP_BYTES
 from app.gguftools.header import gguf_header
 from app.models.fit import ContextCost, architecture_from_header, context_cost, detected_vram
 from app.release.catalog import Architecture, load_catalog
@@ -38,7 +39,9 @@ AUTO = defaults.CONTEXT_AUTO  # a context of 0: the largest that fits
 FLOOR = 2048  # Auto never goes below this (a reply needs room), even where the arithmetic says less
 STEP = 256  # Auto rounds down to a multiple of this
 HEADROOM_PERCENT = 10  # of the memory kept free: the desktop, the estimate's slack
-RAM_OVERHEAD_MIB = 512  # the fixed overhead on the CPU: compute buffers and output logits (no CUDA context)
+# the fixed overhead on the CPU (no CUDA context): compute buffers and output logits, and at most the plain attention
+# kernel's scores in the target's and the draft's contexts (``engine.attention``: beyond that it is not chosen)
+RAM_OVERHEAD_MIB = 512 + 2 * SCRATCH_CAP_BYTES // MIB
 # rollback copies of the recurrent state: as many as the deepest drafting keeps, so one figure serves every
 # drafting mode of a model (switching modes keeps its context)
 SNAPSHOTS = defaults.DRAFT_DEPTH_MAX

@@ -93,7 +93,8 @@ def context_cost(arch: Architecture, context: int, snapshots: int = 0) -> Contex
         f"recurrent state = {linear_layers} delta-net layers x ({arch.linear_v_heads} heads x {arch.linear_key_dim} x "
         f"{arch.linear_value_dim} x 4 bytes + conv {max(arch.conv_kernel - 1, 0)} x 3 x {arch.linear_v_heads} x "
         f"{arch.linear_value_dim} x 4 bytes){copies} = {format_bytes(recurrent)}",
-        f"fixed overhead (compute buffers, output logits; on a GPU the CUDA context) = {arch.overhead_mib} MiB",
+        f"fixed overhead (compute buffers, output logits; on a GPU the CUDA context, on a CPU the attention scores) = "
+        f"{arch.overhead_mib} MiB",
         "needed = model file + sidecar + KV cache + recurrent state + overhead",
     ]
     return ContextCost(per_token, per_token * context, recurrent, overhead, formula)

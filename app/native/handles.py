@@ -183,6 +183,7 @@ class Model:
             raise explain_load_failure(path, LOG.since(mark))
         self.vocab: Any = self.lib.llama_model_get_vocab(self._ptr)
         self.n_embd: int = self.lib.llama_model_n_embd(self._ptr)
+        self.n_head: int = self.lib.llama_model_n_head(self._ptr)  # sizes the attention's scratch (engine.attention)
         self.n_vocab: int = self.lib.llama_vocab_n_tokens(self.vocab)
 
     @property

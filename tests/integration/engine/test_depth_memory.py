@@ -219,7 +219,8 @@ def test_each_thread_count_learns_and_remembers_its_own_depths(demo: DemoModel, 
         decoder.use_threads(2)
         assert decoder.threads == 2 and decoder.adaptive is not None and decoder.adaptive is not one
         assert decoder.adaptive.rounds == 0 and not decoder.adaptive.warm
-        saved = memory.recall(key_for(config, backend_manifest().id, 1))
+        keyed = decoder.keyed_config  # as loaded: the attention kernel it chose is part of what a record is for
+        saved = memory.recall(key_for(keyed, backend_manifest().id, 1))
         assert saved is not None and saved["rounds"] == one_rounds  # saved at the switch, under the count before
         decoder.reset()
         again = decoder.generate(table_prompt(demo), 120, Sampler(SamplingParams()))
@@ -228,7 +229,7 @@ def test_each_thread_count_learns_and_remembers_its_own_depths(demo: DemoModel, 
         assert two_rounds > 0 and one.rounds == one_rounds  # the other count's estimates untouched
         decoder.use_threads(1)
         assert decoder.adaptive is one
-        assert memory.recall(key_for(config, backend_manifest().id, 2))["rounds"] == two_rounds  # type: ignore[index]
+        assert memory.recall(key_for(keyed, backend_manifest().id, 2))["rounds"] == two_rounds  # type: ignore[index]
     finally:
         decoder.close()
     for threads, warm in ((2, True), (1, True), (3, False)):

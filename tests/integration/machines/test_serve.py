@@ -112,6 +112,8 @@ def test_serve_answers_with_its_key_refuses_without_and_stops(demo: DemoModel, e
         assert info["draft"] == str(demo.sidecar_d2t) and info["warning"] is None
         server_pid = _llama_server_pid(proc.pid)
         assert key not in _cmdline(server_pid)  # the key travels in the environment, not on the command line
+        # on a CPU it runs the plain attention kernel, as our engine does there (engine.attention)
+        assert "--flash-attn off" in _cmdline(server_pid)
 
         with RemoteClient(RemoteServer("this", info["url"]), api_key=key) as client:
             loaded = client.load()

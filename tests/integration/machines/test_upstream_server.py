@@ -199,3 +199,23 @@ def test_pass_cost_sets_both_engines_cpu_and_wall_time_a_token_side_by_side(serv
     assert min(cpu_ours, cpu_theirs, wall_ours, wall_theirs) > 0
     assert cpu_ratio == pytest.approx(cpu_ours / cpu_theirs, abs=2e-3)
     assert wall_ratio == pytest.approx(wall_ours / wall_theirs, abs=2e-3)
+
+
+@pytest.mark.usefixtures("patched_backend")
+def test_bench_spec_decodes_both_engines_deep_into_an_earlier_conversation(server_binary: Path,
+                                                                           tmp_path: Path) -> None:
+    """``--context``: every prompt after 2,100 tokens of an earlier chat, more than the 2,048-token context a run
+    without one makes, so both engines must be made with room for it (llama-server refuses a prompt longer than its
+    context) and keep it between prompts."""
+    done = subprocess.run([sys.executable, "-m", "app", "bench", "spec", "--size", "tiny", "--runs", "1",
+                           "--tokens", "12", "--modes", "off,d2t", "--depths", "2", "--adaptive-max", "0",
+                           "--threads", "1", "--context", "2100", "--out", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["context"] == 2100
+    rows = {(r["variant"], r["prompt_set"]): r for r in result["rows"]}
+    assert {v for v, _ in rows} == {"off", "d2t sidecar k=2", "llama-server off", "llama-server d2t sidecar k=2"}
+    assert all(r["decode_tps_median"] > 0 for r in rows.values())
+    assert rows[("d2t sidecar k=2", "reasoning")]["vs_upstream"] is not None
+    assert "after 2,100 tokens of an earlier conversation" in (tmp_path / "spec.md").read_text()
