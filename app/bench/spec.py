@@ -520,8 +520,8 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     ``keep_memory``: ``bench adaptive-load``'s phases carry it from one phase to the next), so the first run starts
     cold and each later one warm; None: every run starts cold.
     ``context``: tokens of an earlier conversation before every prompt (0: none), so each reply is decoded against
-    that much context, as in a long chat; both engines keep it between prompts (our kept prefix, llama-server's
-    prompt cache) and evaluate only what follows.
+    that much context, as in a long chat; both engines keep it between prompts (our decoder's snapshot taken after
+    reading it, llama-server's prompt cache) and evaluate only what follows.
 
     With ``time_limit_s`` no variant but the first starts unless it would end within that much time
     (taking as long as the longest so far): the result keeps what was measured (rows without samples
@@ -691,7 +691,8 @@ def demo_opening(cycle: tuple[int, ...], prompt: str) -> int:
 
 
 class _OursSession:
-    """One of our variants for one run: its session, warmed up once, then one fresh conversation per prompt."""
+    """One of our variants for one run: its session, warmed up once, then one fresh conversation per prompt (each
+    going on from the earlier conversation, read once, when there is one)."""
 
     def __init__(self, variant: Variant, config: EngineConfig, warm_up: list[int], record: _DecisionLog,
                  run_index: int, earlier: tuple[int, ...] = ()) -> None:

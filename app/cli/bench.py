@@ -236,6 +236,7 @@ def cmd_bench_attention(args: argparse.Namespace) -> int:
     table = None if args.target else bench_demo(args.size, args.acceptance).table
     result = attention.run(target, d2t, contexts=args.contexts, tokens=args.tokens, runs=args.runs,
                            depth=args.depth, threads=args.threads, prompt=list(table.cycle) if table else None)
+    result.model = name
     report(args, result.to_dict(), result.markdown, f"Attention kernels by context length ({name})",
            "Each run fills the context with a prompt of that many tokens and decodes one reply, every mode and "
                "kernel in turn (the order reversed every other run); medians after one warm-up round.")
