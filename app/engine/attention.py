@@ -2,15 +2,15 @@
 
 On a GPU llama.cpp's own choice stands (its "auto": flash attention where the device has it, which is where it pays).
 On a CPU the pinned llama.cpp's flash-attention kernel walks the cache one query row and one head at a time, so its
-cost grows with the context far faster than the plain path's matrix products: on the scaled demo (one thread, the
-Xeon) d2t drafting at depth 3 decodes 121 tok/s with a 150-token context under either kernel, but 81 against 123
-tok/s at 866 tokens and 42 against 107 tok/s at 3,000 (plain decoding 39 against 47); a verify pass's four rows pay
+cost grows with the context far faster than the plain kernel's matrix products: on the scaled demo (one thread, the
+Xeon; ``bench attention``) d2t drafting at depth 3 decodes 113 against 129 tok/s with 150 tokens of context, 71
+against 116 at 1,000 and 39 against 101 at 3,000 (plain decoding 41 against 54 there); a verify pass's four rows pay
 it four times over. A real chat thinks for thousands of tokens, so on a CPU the plain kernel is the default.
 
 What the plain kernel costs instead is memory: it holds every head's scores for a whole batch against the whole
 context (``n_ctx x n_batch x n_head`` floats in the compute buffer that llama.cpp reserves at load). Where that
-would pass :data:`SCRATCH_CAP_BYTES` (a large model at a long context) llama.cpp's choice stands, so that Auto's
-context, sized without that buffer (``models.context_size``), still fits.
+would pass :data:`SCRATCH_CAP_BYTES` (a large model at a long context) llama.cpp's choice stands; below it, the CPU's
+context arithmetic (``models.context_size``) counts the scores of a target and a draft context.
 """
 
 from __future__ import annotations
