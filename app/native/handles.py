@@ -142,6 +142,7 @@ class Model:
         self.lib = llama()
         self.path = path
         self.load_mtp = load_mtp and not vocab_only
+        self.vocab_only = vocab_only
         if not path.is_file():
             raise ModelLoadError(f"The model file {path} does not exist.")
         if load_mtp and not vocab_only:
@@ -183,8 +184,15 @@ class Model:
             raise explain_load_failure(path, LOG.since(mark))
         self.vocab: Any = self.lib.llama_model_get_vocab(self._ptr)
         self.n_embd: int = self.lib.llama_model_n_embd(self._ptr)
-        self.n_head: int = self.lib.llama_model_n_head(self._ptr)  # sizes the attention's scratch (engine.attention)
         self.n_vocab: int = self.lib.llama_vocab_n_tokens(self.vocab)
+
+    @property
+    def n_head(self) -> int:
+        """Attention heads (what the plain attention kernel's scores are sized by, ``engine.attention``). Read when
+        asked: llama.cpp aborts the process for a model loaded for its vocabulary only, which has no layers."""
+        if self.vocab_only:
+            raise EngineError(f"{self.path.name} was loaded for its vocabulary only: it has no attention heads.")
+        return int(self.lib.llama_model_n_head(self.ptr))
 
     @property
     def ptr(self) -> Any:

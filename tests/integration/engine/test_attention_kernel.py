@@ -11,12 +11,13 @@ import re
 
 import pytest
 
+from app.core.errors import EngineError
 from app.engine.config import EngineConfig
 from app.engine.speculative import SpeculativeDecoder
 from app.engine.state_cache import key_for
 from app.gguftools.builtin_demo import ensure_demo_model
 from app.gguftools.demo_model import DemoModel
-from app.native.handles import LOG
+from app.native.handles import LOG, Model
 from tests.helpers.module_folders import ModuleFolders
 
 pytestmark = pytest.mark.usefixtures("patched_backend")
@@ -74,3 +75,12 @@ def test_flash_attention_when_set_gives_the_same_tokens_and_its_own_state_key(de
     finally:
         plain.close()
         flash.close()
+
+
+def test_a_vocabulary_only_model_says_it_has_no_heads_instead_of_aborting(demo: DemoModel) -> None:
+    """llama.cpp aborts the whole process when asked for the heads of a model loaded for its vocabulary only (the
+    sidecar maker's tokenizer): the count is read only when asked, and refused there in words."""
+    with Model(demo.target, vocab_only=True) as vocab, pytest.raises(EngineError, match="vocabulary only"):
+        _ = vocab.n_head
+    with Model(demo.target) as full:
+        assert full.n_head == 2  # the tiny demo's heads
