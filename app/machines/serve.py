@@ -139,7 +139,10 @@ def attention_args(plan: ServePlan) -> list[str]:
     on a CPU it decodes long chats up to 2.5x faster); nothing (llama-server's own choice) elsewhere."""
     from app.engine.attention import default_kernel, head_count
 
-    n_head = head_count(plan.target)
+    try:
+        n_head = head_count(plan.target)
+    except FastMTPError:  # not a model file we can read: llama-server says so itself, in its own words
+        return []
     if n_head is None:
         return []
     kernel = default_kernel(n_ctx=plan.ctx_size * plan.parallel, n_batch=SERVER_UBATCH, n_head=n_head,

@@ -14,7 +14,7 @@ from app.cli import build_parser
 
 PARSER = build_parser()  # once: building it takes a quarter of a second, and parsing leaves it as it was
 # 0 means something here: the automatic choice, or none
-ZERO_MEANS_SOMETHING = {"--threads", "--gpu-layers", "--decode-tokens", "--busy-cores", "--adaptive-max"}
+ZERO_MEANS_SOMETHING = {"--threads", "--gpu-layers", "--decode-tokens", "--busy-cores", "--adaptive-max", "--context"}
 
 
 def _commands() -> list[tuple[list[str], argparse.ArgumentParser]]:
