@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +86,10 @@ def run(target: Path, d2t: Path, *, contexts: list[int], tokens: int = 128, runs
     modes = {"off": EngineConfig(target, mode="off", n_ctx=n_ctx, n_threads=threads),
              f"d2t k={depth}": EngineConfig(target, mode="sidecar", draft=d2t, draft_depth=depth, n_ctx=n_ctx,
                                             n_threads=threads)}
-    cells = [AttentionCell(mode, context, kernel) for mode in modes for context in contexts for kernel in KERNELS]
+    cells = {(mode, context, kernel): AttentionCell(mode, context, kernel)
+             for mode in modes for context in contexts for kernel in KERNELS}
     started = os.getloadavg()[0]
-    decoders = {(mode, kernel): SpeculativeDecoder(EngineConfig(**{**config.__dict__, "flash_attn": flash}))
+    decoders = {(mode, kernel): SpeculativeDecoder(replace(config, flash_attn=flash))
                 for mode, config in modes.items() for kernel, flash in KERNELS.items()}
     try:
         first = next(iter(decoders.values()))
@@ -101,7 +102,7 @@ def run(target: Path, d2t: Path, *, contexts: list[int], tokens: int = 128, runs
                     decoder.reset()
                     stats = decoder.generate(text, tokens).stats
                     if run_index:
-                        cell = next(c for c in cells if (c.mode, c.context, c.kernel) == (mode, context, kernel))
+                        cell = cells[(mode, context, kernel)]
                         cell.decode_tps.append(stats.decode_tps)
                         cell.ran.add(stats.flash_attn)
                         if stats.prompt_seconds > 0:
@@ -110,4 +111,4 @@ def run(target: Path, d2t: Path, *, contexts: list[int], tokens: int = 128, runs
         for decoder in decoders.values():
             decoder.close()
     return AttentionBench(model=target.name, tokens=tokens, runs=runs, threads=threads,
-                          load_average=(started, os.getloadavg()[0]), cells=cells)
+                          load_average=(started, os.getloadavg()[0]), cells=list(cells.values()))

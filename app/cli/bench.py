@@ -26,7 +26,6 @@ from app.cli.common import (
     log_stderr,
     megabytes_argument,
     optional_tokens_argument,
-    prefix_tokens_argument,
     runs_argument,
     stop_on_signals,
     time_limit_argument,
@@ -617,7 +616,7 @@ def add_commands(sub: Subparsers) -> None:
     sp.add_argument("--full", type=Path, help="... its full sidecar ...")
     sp.add_argument("--d2t", type=Path, help="... and its d2t sidecar")
     sp.add_argument("--tokens", type=tokens_argument, default=128, help="tokens generated per prompt")
-    sp.add_argument("--context", type=prefix_tokens_argument, default=0,
+    sp.add_argument("--context", type=optional_tokens_argument, default=0,
                     help="tokens of an earlier conversation before every prompt, kept between prompts by both engines, "
                          "so replies are decoded as deep into a chat (default 0: none)")
     sp.add_argument("--runs", type=runs_argument, default=3, help="interleaved runs; figures are medians")

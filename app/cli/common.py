@@ -168,18 +168,6 @@ count_argument = engine_limits.whole_number("the count", 1, 10_000)  # turns, ro
 tokens_argument = engine_limits.whole_number("the number of tokens", 1, defaults.CONTEXT_MAX)
 optional_tokens_argument = engine_limits.whole_number("the number of tokens", 0, defaults.CONTEXT_MAX)  # 0: none
 bench_context_argument = engine_limits.whole_number("the context", defaults.CONTEXT_MIN, defaults.CONTEXT_MAX)
-prefix_tokens_argument = engine_limits.whole_number("the earlier conversation", 0, defaults.CONTEXT_MAX)
-
-
-_context_length = engine_limits.whole_number("a context length", 1, defaults.CONTEXT_MAX)
-
-
-def context_list_argument(text: str) -> list[int]:
-    """``150,1000,3000``: tokens of context, each a whole number up to the largest context."""
-    values = [_context_length(part.strip()) for part in text.split(",") if part.strip()]
-    if not values:
-        raise argparse.ArgumentTypeError("give at least one context length, e.g. 150,1000,3000")
-    return values
 megabytes_argument = engine_limits.whole_number("the size in MB", 1, 1_000_000)
 busy_cores_argument = engine_limits.whole_number("the number of busy cores", 0, None)
 adaptive_max_argument = engine_limits.whole_number("the deepest adaptive depth", 0, DRAFT_DEPTH_MAX)  # 0: no adaptive
@@ -205,6 +193,14 @@ acceptance_argument = real_number("the draft agreement", 0.0, 1.0)
 seconds_argument = real_number("the time in seconds", 0.0, 1e6, above_low=True)
 time_limit_argument = real_number("the time limit in seconds", 0.0, 1e6)  # 0: the first variant only
 bandwidth_argument = real_number("the memory bandwidth in GB/s", 0.0, 1e6, above_low=True)
+
+
+def context_list_argument(text: str) -> list[int]:
+    """``150,1000,3000``: tokens of context, each checked as :data:`tokens_argument` checks one."""
+    values = [tokens_argument(part.strip()) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one context length, e.g. 150,1000,3000")
+    return values
 
 
 def context_argument(text: str) -> int:

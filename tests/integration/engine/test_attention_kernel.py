@@ -8,6 +8,7 @@ is read from its own log line for each context."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_flash_attention_when_set_gives_the_same_tokens_and_its_own_state_key(de
     base = EngineConfig(demo.target, mode="sidecar", draft=demo.sidecar_d2t, draft_depth=3, n_ctx=2048,
                         n_threads=1)
     plain, plain_kernels = _loaded(base)
-    flash, flash_kernels = _loaded(EngineConfig(**{**base.__dict__, "flash_attn": True}))
+    flash, flash_kernels = _loaded(replace(base, flash_attn=True))
     try:
         assert plain_kernels == ["disabled", "disabled"] and flash_kernels == ["enabled", "enabled"]
         prompt = _long_prompt(demo)
