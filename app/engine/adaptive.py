@@ -98,6 +98,9 @@ SEEN_KEEP = 3  # per depth: its latest counted rounds' times, the lower median o
 SEEN_FRESH = 160  # ... fresh: measured within this many rounds (a probe comes at least every PROBE_LONGEST *
 # PROBE_EVERY rounds' time, longer only for a dearer depth)
 SEEN_MARGIN = 0.1  # a measured depth replaces the one the estimates chose when its measured rate is 10% higher
+RECHECK_AFTER = 4  # ... and the depth it replaced is visited again this many rounds later (once another job's
+# burst of slow rounds, which looks the same, is likely over): on the Xeon's quiet phase two such rounds at depth 3
+# put depth 7 in its place for 35 rounds, its rates 8% below, while a survey visited every other depth but 3
 SHIFT = 1.3  # the draft passes' share of the current depth's rounds this much above or below its longer average (a
 # visited depth's: SHIFT squared against its last visit): the load changed how it weighs on drafts and verify
 SHIFT_FAST = 0.85  # the recent average of that share ...
@@ -235,6 +238,7 @@ class AdaptiveDepth:
     _shift_depth: int = -1  # the current depth those averages are of
     shifts: int = 0  # load changes noticed (each makes the other depths due for a visit)
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
+    _overruled: int | None = None  # the estimates' choice when the latest ``_choose`` took a measured rate's instead
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
     _seen_moved = False  # the measured rates (not the estimates) moved the depth: the others are looked at again
     _since_probe: int = 0
@@ -303,6 +307,14 @@ class AdaptiveDepth:
             depth, reason = self.current, "best"
         else:
             settled, best = self._choose()
+            overruled = self._overruled
+            if overruled is not None and settled != self.current:
+                # the rounds measured lately overrule the estimates and a new depth is played: a few slow rounds
+                # of another job's at the estimates' choice look the same as a load that weighs on its drafts,
+                # and once left, its rounds would wait for a probe to be measured again (a survey under way
+                # passes it over: it was the current depth when the survey began), so it is visited again soon
+                self._survey = [overruled, *(k for k in self._survey if k != overruled)]
+                self._since_probe = max(self._since_probe, PROBE_EVERY - RECHECK_AFTER)
             self.current = settled
             baseline = not self._known(0) and self.current != 0
             if (not self._known(best) or baseline) and self._steady():
@@ -355,11 +367,12 @@ class AdaptiveDepth:
         if self.current in known and rates[settled] < rates[self.current] * (1.0 + SWITCH_MARGIN):
             settled = self.current
         seen = self.seen_rates() if self.shifts else {}
+        self._overruled = None
         if settled in seen:  # once a load weighed on one part more, what the rounds measured lately overrules the
             # estimates where it differs clearly
             fastest = max(seen, key=lambda k: seen[k])
             if seen[fastest] > seen[settled] * (1.0 + SEEN_MARGIN) and self._known(fastest):
-                settled = fastest
+                settled, self._overruled = fastest, settled
         # a depth not measured yet is tried if it could win clearly: its cost predicted optimistically, and its
         # acceptance one standard error up; only next to a measured depth, so that the tries walk out from the
         # depths measured and stop where the next one stops promising. A jump (from 4 to 8, say) pays for a
