@@ -198,6 +198,15 @@ def lower_median(values: Iterable[float]) -> float:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def lower_quartile(values: Iterable[float]) -> float:
+    """The lower quartile (the smallest of up to three). Where a level is read from a handful of rounds: another
+    job's moment makes rounds slower, never faster, and two slow rounds among five move their median by the whole
+    spike (the Xeon, two threads: rounds of 15.8 and 15.5 ms among 13.7-14.0 moved a median of five by 12%, and the
+    depth's estimate was corrected by as much), where the lower quartile moves only with most of them."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 4]
+
+
 @dataclass
 class _Samples:
     """One round's raw cost samples, before they are divided by the load."""
@@ -660,9 +669,10 @@ class AdaptiveDepth:
         the difference): only visits compare depths, and their samples join a window of older ones. So when another
         depth becomes the one played, its first rounds should read the load the rounds before read; once it has
         ``LOAD_WINDOW`` of them (or at least ``BRACKET`` when it is left sooner), a level more than ``SWITCH_AGREE``
-        apart means its estimate was off against the old depth's, and it is corrected to agree. A load that changes
-        at the very moment the depth does is taken for an error of the estimate; the visits and the measured rates
-        (``seen_rates``) see that load as before."""
+        apart means its estimate was off against the old depth's, and it is corrected to agree. Both levels are
+        lower quartiles (``lower_quartile``): a few slow rounds of another job's among five are not a level. A load
+        that changes at the very moment the depth does is taken for an error of the estimate; the visits and the
+        measured rates (``seen_rates``) see that load as before."""
         if depth == self._ref_depth:
             if self._switch is not None and self._loads_seen - self._switch[1] >= LOAD_WINDOW:
                 self._level_check(depth)
@@ -670,7 +680,7 @@ class AdaptiveDepth:
         if self._switch is not None and self._loads_seen - 1 - self._switch[1] >= BRACKET:
             self._level_check(self._ref_depth, self._loads_seen - 1)  # the depth left: its rounds so far
         level = self.load_samples[-2 * LOAD_WINDOW - 1:-1]
-        self._switch = (_median(level), self._loads_seen - 1) if self._ref_depth >= 0 and level else None
+        self._switch = (lower_quartile(level), self._loads_seen - 1) if self._ref_depth >= 0 and level else None
         self._ref_depth = depth
 
     def _level_check(self, depth: int, end: int | None = None) -> None:
@@ -685,7 +695,8 @@ class AdaptiveDepth:
             return
         # as far as the draft steps do not set the unit (``gauge_weight``): where they do, the depth's own rounds are
         # divided by their steps' reading, not by the load index, and its estimate is right against the others'
-        ratio = math.exp((1.0 - self.gauge_weight()) * math.log(_median(self.load_samples[start - first:stop]) / level))
+        played = lower_quartile(self.load_samples[start - first:stop])
+        ratio = math.exp((1.0 - self.gauge_weight()) * math.log(played / level))
         batch = depth + 1
         kept, rest = self.rest.get(batch), self._rest_estimates.get(batch)
         if abs(math.log(ratio)) <= math.log1p(SWITCH_AGREE) or not kept or not rest:
