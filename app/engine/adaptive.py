@@ -33,7 +33,8 @@ it would come to look cheaper next to them than it is (by 8-10% in 300 rounds on
 steps are too short to time and the load index stands in, a depth's own rounds cannot move its estimate against the
 others' at all (the index makes up any difference), so when another depth becomes the one played its first rounds
 must read the load the rounds before read, or its estimate is corrected (``SWITCH_AGREE``): one noisy try would
-otherwise fix it for good.
+otherwise fix it for good. Both loads are read as lower quartiles: another job makes rounds slower, never faster, and
+a few slow rounds among the first five are not a level.
 
 Expected tokens per round at depth ``k`` are ``1 + a1 + a1*a2 + ... + a1*...*ak``; the measured depth with
 the highest expected tokens per second wins, and replaces the current one only when it promises
@@ -52,7 +53,8 @@ small passes wait for) looks to the estimates like load on everything, and they 
 (``seen_rates``), and the draft passes' share of a round is watched, at the current depth (a recent against a
 longer average) and at each visit (against its last visit): when it moves, the load changed in a way the estimates
 cannot take out, every other depth is visited once more in turn (nearest first), and from then on a depth whose
-measured rate beats the chosen one's by ``SEEN_MARGIN`` is chosen instead. A load on everything alike leaves the
+measured rate beats the chosen one's by ``SEEN_MARGIN`` is chosen instead, and the depth it replaced is visited again
+``RECHECK_AFTER`` rounds later (a burst of slow rounds looks the same). A load on everything alike leaves the
 share where it was and changes nothing here. Recent measurements weigh most: the estimates keep the latest
 ``WINDOW`` rounds, the measured rates only those of the last ``SEEN_FRESH`` rounds.
 """
