@@ -202,9 +202,9 @@ def lower_median(values: Iterable[float]) -> float:
 
 def lower_quartile(values: Iterable[float]) -> float:
     """The lower quartile (the smallest of up to three). Where a level is read from a handful of rounds: another
-    job's moment makes rounds slower, never faster, and two slow rounds among five move their median by the whole
-    spike (the Xeon, two threads: rounds of 15.8 and 15.5 ms among 13.7-14.0 moved a median of five by 12%, and the
-    depth's estimate was corrected by as much), where the lower quartile moves only with most of them."""
+    job's moment makes rounds slower, never faster, and a few slow rounds among five move their median by the whole
+    spike (the Xeon, two threads: rounds of 15.8, 15.5 and 21.7 ms after 14.0 and 13.7 moved a median of five by 12%,
+    and the depth's estimate was corrected by as much), where the lower quartile moves only with four of them."""
     ordered = sorted(values)
     return ordered[len(ordered) // 4]
 
@@ -368,7 +368,8 @@ class AdaptiveDepth:
 
     def _choose(self) -> tuple[int, int]:
         """The measured depth to settle on (the current one unless another beats it by ``SWITCH_MARGIN``)
-        and the depth that promises most, measured or not."""
+        and the depth that promises most, measured or not. When the measured rates overrule the estimates' choice,
+        that choice is kept in ``_overruled`` (else None) for ``depth`` to visit again."""
         known = sorted(self._known_depths())
         if not known:
             start = min(START_DEPTH, self.draft_depth)
