@@ -249,7 +249,6 @@ class AdaptiveDepth:
     _shift_depth: int = -1  # the current depth those averages are of
     shifts: int = 0  # load changes noticed (each makes the other depths due for a visit)
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
-    _overruled: int | None = None  # the estimates' choice when the latest ``_choose`` took a measured rate's instead
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
     _seen_moved = False  # the measured rates (not the estimates) moved the depth: the others are looked at again
     _since_probe: int = 0
@@ -317,8 +316,7 @@ class AdaptiveDepth:
             self._returning = max(self._returning - 1, 0)
             depth, reason = self.current, "best"
         else:
-            settled, best = self._choose()
-            overruled = self._overruled
+            settled, best, overruled = self._choose()
             if overruled is not None and settled != self.current:
                 # the rounds measured lately overrule the estimates and a new depth is played: a few slow rounds
                 # of another job's at the estimates' choice look the same as a load that weighs on its drafts,
@@ -366,25 +364,25 @@ class AdaptiveDepth:
         that would be tried next."""
         return self._choose()[1]
 
-    def _choose(self) -> tuple[int, int]:
-        """The measured depth to settle on (the current one unless another beats it by ``SWITCH_MARGIN``)
-        and the depth that promises most, measured or not. When the measured rates overrule the estimates' choice,
-        that choice is kept in ``_overruled`` (else None) for ``depth`` to visit again."""
+    def _choose(self) -> tuple[int, int, int | None]:
+        """The measured depth to settle on (the current one unless another beats it by ``SWITCH_MARGIN``), the
+        depth that promises most, measured or not, and the estimates' choice when the measured rates overruled it
+        (else None: ``depth`` visits it again)."""
         known = sorted(self._known_depths())
         if not known:
             start = min(START_DEPTH, self.draft_depth)
-            return start, start
+            return start, start, None
         rates = self.rates()
         settled = max(known, key=lambda k: rates[k])
         if self.current in known and rates[settled] < rates[self.current] * (1.0 + SWITCH_MARGIN):
             settled = self.current
         seen = self.seen_rates() if self.shifts else {}
-        self._overruled = None
+        overruled = None
         if settled in seen:  # once a load weighed on one part more, what the rounds measured lately overrules the
             # estimates where it differs clearly
             fastest = max(seen, key=lambda k: seen[k])
             if seen[fastest] > seen[settled] * (1.0 + SEEN_MARGIN) and self._known(fastest):
-                settled, self._overruled = fastest, settled
+                settled, overruled = fastest, settled
         # a depth not measured yet is tried if it could win clearly: its cost predicted optimistically, and its
         # acceptance one standard error up; only next to a measured depth, so that the tries walk out from the
         # depths measured and stop where the next one stops promising. A jump (from 4 to 8, say) pays for a
@@ -394,7 +392,8 @@ class AdaptiveDepth:
         optimistic = self.rates(optimistic=True)
         unknown = [k for k in range(self.draft_depth + 1) if k not in known and (k - 1 in known or k + 1 in known)]
         top = max(unknown, key=lambda k: optimistic[k], default=settled)
-        return settled, top if optimistic[top] >= rates[settled] * (1.0 + EXPLORE_MARGIN) else settled
+        promising = top if optimistic[top] >= rates[settled] * (1.0 + EXPLORE_MARGIN) else settled
+        return settled, promising, overruled
 
     def seen_rates(self) -> dict[int, float]:
         """Expected tokens per second of each depth visited lately, from what its rounds measured as they came
