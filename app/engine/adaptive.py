@@ -343,7 +343,11 @@ class AdaptiveDepth:
                     if target is not None:
                         # after a load change every depth in turn (back here between them), then the usual pace
                         self._since_probe = PROBE_EVERY - 1 if self._survey else 0
-                        depth, reason = self._block(target, "probe", PROBE_ROUNDS)
+                        # a depth's first visit builds its verify graph in its first round, which does not count:
+                        # one round more, or a warm session's visit would bring one sample against the two each
+                        # remembered cost counts as, and a record too dear by less than PROVEN_FASTER would stand
+                        first_visit = 1 if not self.chosen[target] else 0
+                        depth, reason = self._block(target, "probe", PROBE_ROUNDS + first_visit)
         self._visited[depth] = self.elapsed
         self.chosen[depth] += 1
         # the lists themselves: each is made anew when it changes, never changed in place (rounded in ``to_dict``)
