@@ -45,7 +45,9 @@ depth: the tries walk out from where it started and stop where the next depth st
 neighbours of the current depth and the most promising other are revisited now and then, less often the
 dearer and the less promising a visit is, but at least once per ``PROBE_LONGEST * PROBE_EVERY`` rounds' time
 (times how much dearer a visit's rounds are: a bounded share of the time), so a depth rejected under one load is
-looked at again under another.
+looked at again under another. A depth's first visit in a session lasts a round more: its first round builds the
+verify pass's graph and does not count, and a session started from a record must bring two samples against the two
+each remembered cost counts as.
 
 A load that weighs on the draft passes more than on the verify pass (another job on the core the draft head's
 small passes wait for) looks to the estimates like load on everything, and they would keep drafting deep under it
@@ -85,7 +87,8 @@ HOPELESS = 3  # ... and this many times longer for a depth that would lose even 
 PROBE_LONGEST = 4  # ... but never longer than this many times PROBE_EVERY (times how much dearer its rounds are, so
 # that a visit costs a bounded share): at depth 0 or 1 the deeper positions are not tested, so what was measured there
 # in a hard passage (or under another load) would otherwise stand for hundreds of rounds
-PROBE_ROUNDS = 2  # a visit's rounds (the first counts too when the verify pass found its graph kept)
+PROBE_ROUNDS = 2  # a visit's rounds (the first counts too when the verify pass found its graph kept; a depth's first
+# visit in a session: one more)
 OPTIMISM = 1.0  # standard errors added to a position's acceptance when judging a depth not measured yet
 EXPLORE_MARGIN = 0.05  # a depth not measured yet is tried when it could win by this much (a try costs rounds)
 SWITCH_MARGIN = 0.01  # a depth must promise 1% more tokens per second than the current one to replace it
