@@ -25,6 +25,7 @@ from app.bench.report import device_description
 from app.engine.depth_memory import load_average
 
 PHASES = (("quiet", 0), ("loaded", None), ("quiet again", 0))  # None: the cores asked for
+_START = {None: "", False: "c", True: "w"}  # each run's ratio marked as a cold or a warm start
 PHASE_WINDOW_S = 0.5  # the idle cores measured over this as a phase begins (the children start spinning in it)
 
 
@@ -40,14 +41,14 @@ class Phase:
     rows: list[spec.Row] = field(default_factory=list)
     threads: int = 0  # decode threads of every variant in the phase, from the idle cores measured as it began
 
+    def fixed_rows(self) -> dict[int, spec.Row]:
+        """Each fixed depth's row (0: drafting off)."""
+        return {0 if row.variant.mode == "off" else row.variant.draft_depth: row
+                for row in self.rows if not row.variant.adaptive and row.samples}
+
     def fixed(self) -> dict[int, float]:
         """Each fixed depth's decode tok/s (0: drafting off)."""
-        found = {}
-        for row in self.rows:
-            v = row.variant
-            if not v.adaptive and row.samples:
-                found[0 if v.mode == "off" else v.draft_depth] = row.tps
-        return found
+        return {depth: row.tps for depth, row in self.fixed_rows().items()}
 
     def adaptive(self) -> spec.Row | None:
         return next((row for row in self.rows if row.variant.adaptive and row.samples), None)
@@ -55,6 +56,17 @@ class Phase:
     def best_fixed(self) -> tuple[int, float] | None:
         fixed = self.fixed()
         return max(fixed.items(), key=lambda item: item[1]) if fixed else None
+
+    def adaptive_runs(self) -> list[tuple[float, bool | None]]:
+        """Adaptive depth's speed over the phase's fastest fixed depth in each run (that same depth in every run) and
+        whether the run started warm: how far the runs spread around the phase's ratio, which on a shared machine
+        is a few percent either way."""
+        adaptive, best = self.adaptive(), self.best_fixed()
+        if adaptive is None or best is None:
+            return []
+        fixed = self.fixed_rows()[best[0]].samples
+        return [(mine.tps / theirs.tps, mine.warm) for mine, theirs in zip(adaptive.samples, fixed, strict=False)
+                if theirs.tps > 0]
 
     def to_dict(self) -> dict[str, Any]:
         adaptive, best = self.adaptive(), self.best_fixed()
@@ -65,6 +77,7 @@ class Phase:
                 "adaptive_tps": round(adaptive.tps, 2) if adaptive else None,
                 "best_fixed_depth": best[0] if best else None,
                 "adaptive_vs_best": round(adaptive.tps / best[1], 3) if adaptive and best and best[1] else None,
+                "adaptive_vs_best_runs": [round(ratio, 3) for ratio, _ in self.adaptive_runs()],
                 "adaptive_depths": {str(k): round(v, 3) for k, v in adaptive.depth_shares.items()} if adaptive else {},
                 "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else []}
 
@@ -91,7 +104,7 @@ class AdaptiveLoadResult:
         lines = [f"`bench adaptive-load` on the {self.model}, {self.device}; {self.n_tokens} tokens per prompt, "
                  f"{runs} a phase, decode tok/s pooled over them (indicative: a shared machine)", "",
                  f"| phase | busy cores | threads | load/core | {cols} | adaptive ≤{self.adaptive_max} | "
-                 "vs best fixed | depths chosen |",
+                 "vs best fixed (each run: c cold, w warm) | depths chosen |",
                  "|---|---|---|---|" + "---|" * (len(self.depths) + 1) + "---|---|---|"]
         for phase in self.phases:
             d = phase.to_dict()
@@ -99,7 +112,9 @@ class AdaptiveLoadResult:
             cells = " | ".join(f"{fixed[k]:.1f}" if k in fixed else "–" for k in [0, *self.depths])
             load = f"{phase.load_before:.2f}" if phase.load_before is not None else "–"
             shares = ", ".join(f"{k}: {v:.0%}" for k, v in d["adaptive_depths"].items() if v >= 0.05)
-            ratio = f"{d['adaptive_vs_best']:.3f}x (k={d['best_fixed_depth']})" if d["adaptive_vs_best"] else "–"
+            each_run = phase.adaptive_runs()
+            each = "; " + ", ".join(f"{r:.3f}{_START[warm]}" for r, warm in each_run) if len(each_run) > 1 else ""
+            ratio = f"{d['adaptive_vs_best']:.3f}x (k={d['best_fixed_depth']}{each})" if d["adaptive_vs_best"] else "–"
             adaptive = f"{d['adaptive_tps']:.1f}" if d["adaptive_tps"] is not None else "–"
             lines.append(f"| {phase.name} | {phase.busy} | {phase.threads} | {load} | {cells} | {adaptive} | {ratio} "
                          f"| {shares} |")

@@ -37,7 +37,8 @@ def test_each_phase_sets_adaptive_depth_against_its_own_fastest_fixed_depth() ->
     assert loaded["adaptive_depths"] == {"0": 0.7, "1": 0.25, "3": 0.05} and loaded["busy_cores"] == 2
     assert (quiet["threads"], loaded["threads"]) == (2, 1)  # each phase's own count, measured as it began
     table = result.markdown()
-    assert "| phase | busy cores | threads | load/core | off | k=1 | k=2 | k=3 | adaptive ≤8 | vs best fixed |" in table
+    assert ("| phase | busy cores | threads | load/core | off | k=1 | k=2 | k=3 | adaptive ≤8 | "
+            "vs best fixed (each run: c cold, w warm) |") in table
     assert ("| loaded | 2 | 1 | 0.40 | 60.0 | 58.0 | 50.0 | 45.0 | 57.0 | 0.950x (k=0) | 0: 70%, 1: 25%, 3: 5% |"
             in table)
     assert "indicative" in table
@@ -50,3 +51,28 @@ def test_the_runs_pooled_in_each_phase_are_named() -> None:
     three = AdaptiveLoadResult("scaled demo model", 128, [1], 8, phases, "2-core test CPU", runs=3)
     assert one.to_dict()["runs"] == 1 and "one interleaved run a phase" in one.markdown()
     assert three.to_dict()["runs"] == 3 and "3 interleaved runs a phase, decode tok/s pooled" in three.markdown()
+
+
+def test_each_runs_ratio_is_against_the_phases_fastest_fixed_depth_in_that_run() -> None:
+    """A phase's ratio is of medians over its runs; each run's own ratio (against the same fixed depth, the phase's
+    fastest, in that run) shows how far the runs spread on a shared machine, and which one started cold."""
+    def row(variant: spec.Variant, speeds: list[float]) -> spec.Row:
+        samples = []
+        for index, tokens_per_second in enumerate(speeds):
+            sample = spec.Sample(depths=Counter({3: 10}), warm=index > 0 if variant.adaptive else None)
+            sample.add_reply(101, 100 / tokens_per_second)
+            samples.append(sample)
+        return spec.Row(variant, "reasoning", samples)
+
+    rows = [row(spec.Variant("ours", "off"), [100.0, 100.0, 100.0]),
+            row(spec.Variant("ours", "sidecar", "d2t", 2), [150.0, 190.0, 150.0]),  # fastest in one run only
+            row(spec.Variant("ours", "sidecar", "d2t", 3), [180.0, 200.0, 160.0]),
+            row(spec.Variant("ours", "sidecar", "d2t", 8, adaptive=True), [171.0, 200.0, 168.0])]
+    phase = Phase("loaded", 2, 0.9, 0.9, 30.0, rows, 1)
+    assert phase.best_fixed() == (3, 180.0)
+    assert phase.to_dict()["adaptive_vs_best_runs"] == [0.95, 1.0, 1.05]
+    table = AdaptiveLoadResult("scaled demo model", 128, [2, 3], 8, [phase], "2-core test CPU", runs=3).markdown()
+    assert "| 0.950x (k=3; 0.950c, 1.000w, 1.050w) |" in table
+    one_run = Phase("quiet", 0, 0.1, 0.1, 10.0, [spec.Row(r.variant, "reasoning", r.samples[:1]) for r in rows], 2)
+    assert "| 0.950x (k=3) |" in AdaptiveLoadResult("scaled demo model", 128, [2, 3], 8, [one_run],
+                                                    "2-core test CPU").markdown()
