@@ -25,7 +25,6 @@ from app.bench.report import device_description
 from app.engine.depth_memory import load_average
 
 PHASES = (("quiet", 0), ("loaded", None), ("quiet again", 0))  # None: the cores asked for
-_START = {None: "", False: "c", True: "w"}  # each run's ratio marked as a cold or a warm start
 PHASE_WINDOW_S = 0.5  # the idle cores measured over this as a phase begins (the children start spinning in it)
 
 
@@ -57,16 +56,16 @@ class Phase:
         fixed = self.fixed()
         return max(fixed.items(), key=lambda item: item[1]) if fixed else None
 
-    def adaptive_runs(self) -> list[tuple[float, bool | None]]:
+    def adaptive_runs(self) -> list[tuple[float, str]]:
         """Adaptive depth's speed over the phase's fastest fixed depth in each run (that same depth in every run) and
-        whether the run started warm: how far the runs spread around the phase's ratio, which on a shared machine
-        is a few percent either way."""
+        how the run began (``spec.start_word``): how far the runs spread around the phase's ratio, which on a shared
+        machine is a few percent either way."""
         adaptive, best = self.adaptive(), self.best_fixed()
         if adaptive is None or best is None:
             return []
         fixed = self.fixed_rows()[best[0]].samples
-        return [(mine.tps / theirs.tps, mine.warm) for mine, theirs in zip(adaptive.samples, fixed, strict=False)
-                if theirs.tps > 0]
+        return [(mine.tps / theirs.tps, spec.start_word(mine))
+                for mine, theirs in zip(adaptive.samples, fixed, strict=False) if theirs.tps > 0]
 
     def to_dict(self) -> dict[str, Any]:
         adaptive, best = self.adaptive(), self.best_fixed()
@@ -113,7 +112,7 @@ class AdaptiveLoadResult:
             load = f"{phase.load_before:.2f}" if phase.load_before is not None else "–"
             shares = ", ".join(f"{k}: {v:.0%}" for k, v in d["adaptive_depths"].items() if v >= 0.05)
             each_run = phase.adaptive_runs()
-            each = "; " + ", ".join(f"{r:.3f}{_START[warm]}" for r, warm in each_run) if len(each_run) > 1 else ""
+            each = "; " + ", ".join(f"{r:.3f}{start[:1]}" for r, start in each_run) if len(each_run) > 1 else ""
             ratio = f"{d['adaptive_vs_best']:.3f}x (k={d['best_fixed_depth']}{each})" if d["adaptive_vs_best"] else "–"
             adaptive = f"{d['adaptive_tps']:.1f}" if d["adaptive_tps"] is not None else "–"
             lines.append(f"| {phase.name} | {phase.busy} | {phase.threads} | {load} | {cells} | {adaptive} | {ratio} "

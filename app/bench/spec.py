@@ -320,7 +320,7 @@ class SpecResult:
             "fastest_fixed": fastest.variant.label, "fastest_fixed_tps_median": round(fastest.tps, 2),
             "vs_fastest_fixed": round_or_none(row.tps / fastest.tps if fastest.tps > 0 else None, 3),
             "vs_fastest_fixed_runs": [round(r, 3) for r in runs],
-            "starts": [_start(s) for s in row.samples],
+            "starts": [start_word(s) for s in row.samples],
             "vs_fastest_fixed_cold": round_or_none(_median_where(runs, row.samples, warm=False), 3),
             "vs_fastest_fixed_warm": round_or_none(_median_where(runs, row.samples, warm=True), 3),
             "fastest_fixed_cpu": by_cpu.variant.label if cpu_ratio is not None and by_cpu is not None else None,
@@ -471,7 +471,8 @@ def _median_where(ratios: list[float], samples: list[Sample], warm: bool) -> flo
     return statistics.median(picked) if picked else None
 
 
-def _start(sample: Sample) -> str:
+def start_word(sample: Sample) -> str:
+    """How an adaptive run began, for reports: "cold", "warm" (from a remembered record), "" for a fixed depth."""
     return {None: "", False: "cold", True: "warm"}[sample.warm]
 
 
