@@ -6,13 +6,15 @@ starts and stops its own load between them: quiet, loaded (``BusyCores``: child 
 many as asked), quiet again. Adaptive depth's memory is carried from phase to phase (as the app carries it from load
 to load), so the loaded phase starts from what the quiet one learned and the last phase from what the loaded one
 learned; with the memory's staleness rules (``depth_memory.stale_reason``) a record made under another load is
-measured again. Each phase reports every variant's decode tok/s (the one definition, pooled over the prompts), and
-adaptive depth's against the fastest fixed depth of that phase with the depths it chose, as JSON and a markdown
-table. On a shared machine the figures move with whatever else runs: they are indicative.
+measured again. Each phase reports every variant's decode tok/s (the one definition, pooled over the prompts; the
+median over the runs), and adaptive depth's against the fastest fixed depth of that phase (by median): the median of
+its ratios in each run, measured side by side (``spec.side_by_side``), with the depths it chose, as JSON and a
+markdown table. On a shared machine the figures move with whatever else runs: they are indicative.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,14 +60,19 @@ class Phase:
 
     def adaptive_runs(self) -> list[tuple[float, str]]:
         """Adaptive depth's speed over the phase's fastest fixed depth in each run (that same depth in every run) and
-        how the run began (``spec.start_word``): how far the runs spread around the phase's ratio, which on a shared
-        machine is a few percent either way."""
+        how the run began (``spec.start_word``): the phase's ratio is their median; on a shared machine they spread
+        a few percent either way."""
         adaptive, best = self.adaptive(), self.best_fixed()
         if adaptive is None or best is None:
             return []
         fixed = self.fixed_rows()[best[0]].samples
-        return [(mine.tps / theirs.tps, spec.start_word(mine))
-                for mine, theirs in zip(adaptive.samples, fixed, strict=False) if theirs.tps > 0]
+        ratios = spec.side_by_side(adaptive.samples, fixed)
+        return [(ratio, spec.start_word(mine)) for ratio, mine in zip(ratios, adaptive.samples, strict=False)]
+
+    def adaptive_vs_best(self) -> float | None:
+        """The phase's verdict: the median of adaptive depth's ratios in each run against the fastest fixed depth."""
+        runs = self.adaptive_runs()
+        return statistics.median(ratio for ratio, _ in runs) if runs else None
 
     def to_dict(self) -> dict[str, Any]:
         adaptive, best = self.adaptive(), self.best_fixed()
@@ -75,7 +82,9 @@ class Phase:
                 "fixed_tps": {str(k): round(v, 2) for k, v in sorted(self.fixed().items())},
                 "adaptive_tps": round(adaptive.tps, 2) if adaptive else None,
                 "best_fixed_depth": best[0] if best else None,
-                "adaptive_vs_best": round(adaptive.tps / best[1], 3) if adaptive and best and best[1] else None,
+                "adaptive_vs_best": round(ratio, 3) if (ratio := self.adaptive_vs_best()) is not None else None,
+                "adaptive_vs_best_of_medians": round(adaptive.tps / best[1], 3) if adaptive and best and best[1]
+                else None,
                 "adaptive_vs_best_runs": [round(ratio, 3) for ratio, _ in self.adaptive_runs()],
                 "adaptive_depths": {str(k): round(v, 3) for k, v in adaptive.depth_shares.items()} if adaptive else {},
                 "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else []}
@@ -90,7 +99,7 @@ class AdaptiveLoadResult:
     phases: list[Phase]
     device: str
     runs: int = 1  # interleaved runs a phase: one run's fixed depths wander a few percent, and the best of them
-    # is then the luckiest (a 3% verdict against the best of five needs several runs pooled)
+    # is then the luckiest (a 3% verdict against the best of five needs several runs)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "n_tokens": self.n_tokens, "depths": self.depths,
@@ -99,9 +108,10 @@ class AdaptiveLoadResult:
 
     def markdown(self) -> str:
         cols = " | ".join(f"k={k}" if k else "off" for k in [0, *self.depths])
-        runs = f"{self.runs} interleaved runs" if self.runs > 1 else "one interleaved run"
+        runs = (f"{self.runs} interleaved runs a phase, decode tok/s the median over them, adaptive against the best "
+                "fixed depth the median of the runs' ratios" if self.runs > 1 else "one interleaved run a phase")
         lines = [f"`bench adaptive-load` on the {self.model}, {self.device}; {self.n_tokens} tokens per prompt, "
-                 f"{runs} a phase, decode tok/s pooled over them (indicative: a shared machine)", "",
+                 f"{runs} (indicative: a shared machine)", "",
                  f"| phase | busy cores | threads | load/core | {cols} | adaptive ≤{self.adaptive_max} | "
                  "vs best fixed (each run: c cold, w warm) | depths chosen |",
                  "|---|---|---|---|" + "---|" * (len(self.depths) + 1) + "---|---|---|"]

@@ -1,6 +1,7 @@
 """``bench spec``: our speculative loop across modes and depths, side by side with upstream llama-server.
 
-Every variant runs every prompt of each prompt set once per run, and the reported figures are medians over runs. On
+Every variant runs every prompt of each prompt set once per run, and the reported figures are medians over runs; a
+ratio of two variants (vs off, vs llama-server, adaptive vs fixed) is the median of the ratios in each run. On
 a demo model each prompt's reply starts on its own table word (:func:`demo_opening`), so the prompts get different
 replies, as on a real model. On a CPU our variants are interleaved prompt by prompt (every variant's session stays
 open for the run, all on the same memory-mapped files, and the order rotates from prompt to prompt), so a burst of
@@ -14,8 +15,8 @@ break-even model's ``expected_tokens_per_pass``), against one plain pass per tok
 speedup over ``off`` divided by it. Our rows split each round into the verify pass, the draft steps and our host
 (Python) time; native times are taken after ``llama_synchronize``, so a GPU's work counts as native, not as ours.
 
-Adaptive rows are set against the fastest fixed depth of the same mode in the same run (the ratio of
-the medians and the ratio in each run) and report the depths they chose; every round's decision
+Adaptive rows are set against the fastest fixed depth of the same mode (by median): the ratio in each run, measured
+side by side, and the median of those (``side_by_side``), and report the depths they chose; every round's decision
 (depth, reason, predicted and measured time, the estimates) is kept as JSON lines and drawn. Each run loads
 the model afresh; with a depth-memory folder (``bench spec``'s default) the first run's adaptive rows start
 cold and every later run's start from what the runs before learned, as every load after a model's first
@@ -31,7 +32,7 @@ import re
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -259,14 +260,10 @@ class SpecResult:
         return max(self.fixed_rows(row), key=lambda r: r.cpu_tps or 0.0, default=None)
 
     def vs_fastest_fixed_runs(self, row: Row) -> list[float]:
-        """For an adaptive row: in each run, its speed over the fastest fixed depth's in that same run."""
-        fixed = self.fixed_rows(row)
-        ratios = []
-        for index, sample in enumerate(row.samples if row.variant.adaptive else []):
-            rivals = [r.samples[index].tps for r in fixed if index < len(r.samples)]
-            if rivals and max(rivals) > 0:
-                ratios.append(sample.tps / max(rivals))
-        return ratios
+        """For an adaptive row: in each run, its speed over the fastest fixed depth's (by median, the same depth in
+        every run) in that same run (``side_by_side``)."""
+        fastest = self.fastest_fixed(row)
+        return side_by_side(row.samples, fastest.samples) if fastest is not None else []
 
     def bound(self, row: Row) -> float | None:
         """The speedup over ``off`` the measured acceptance and step costs allow with zero loop overhead:
@@ -285,7 +282,7 @@ class SpecResult:
         off = self.off_row(row.variant.engine, row.prompt_set) if row.variant.engine != "remote" else None
         peer = self.upstream_peer(row)
         bound = self.bound(row)
-        vs_off = row.tps / off.tps if off is not None and off.tps > 0 else None
+        vs_off = _paired(row, off)
         return {
             "variant": row.variant.label, "engine": row.variant.engine, "mode": row.variant.mode,
             "draft": row.variant.draft, "draft_depth": row.variant.draft_depth, "adaptive": row.variant.adaptive,
@@ -296,7 +293,7 @@ class SpecResult:
             "accepted_of_drafted": round_or_none(row.accepted_of_drafted, 3),
             "tokens_per_pass": round_or_none(row.tokens_per_pass, 3),
             "vs_off": round_or_none(vs_off, 3),
-            "vs_upstream": round_or_none(row.tps / peer.tps if peer and peer.tps > 0 else None, 3),
+            "vs_upstream": round_or_none(_paired(row, peer), 3),
             "bound": round_or_none(bound, 3),
             "efficiency": round_or_none(vs_off / bound if vs_off and bound else None, 3),
             # per round: verify pass + draft steps + host (Python) = round_ms (each a median over runs)
@@ -318,7 +315,8 @@ class SpecResult:
         cpu_ratio = row.cpu_tps / by_cpu.cpu_tps if by_cpu is not None and row.cpu_tps and by_cpu.cpu_tps else None
         return {
             "fastest_fixed": fastest.variant.label, "fastest_fixed_tps_median": round(fastest.tps, 2),
-            "vs_fastest_fixed": round_or_none(row.tps / fastest.tps if fastest.tps > 0 else None, 3),
+            "vs_fastest_fixed": round_or_none(_paired(row, fastest), 3),
+            "vs_fastest_fixed_of_medians": round_or_none(row.tps / fastest.tps if fastest.tps > 0 else None, 3),
             "vs_fastest_fixed_runs": [round(r, 3) for r in runs],
             "starts": [start_word(s) for s in row.samples],
             "vs_fastest_fixed_cold": round_or_none(_median_where(runs, row.samples, warm=False), 3),
@@ -359,8 +357,9 @@ class SpecResult:
         adaptive = [self.summary(r) for r in rows if self.fastest_fixed(r) is not None]
         if not adaptive:
             return []
-        lines = ["", "| adaptive variant | tok/s (median) | fastest fixed depth | its tok/s | ratio | "
-                 "ratio in each run (c: cold start, w: warm) | ratio in CPU time | depths chosen (share of rounds) |",
+        lines = ["", "| adaptive variant | tok/s (median) | fastest fixed depth | its tok/s | "
+                 "ratio (median of the runs') | ratio in each run (c: cold start, w: warm) | ratio in CPU time | "
+                 "depths chosen (share of rounds) |",
                  "|---|---|---|---|---|---|---|---|"]
         for s in adaptive:
             depths = ", ".join(f"{k}: {v:.0%}" for k, v in s["depths"].items()) or "–"
@@ -463,6 +462,20 @@ def decision_charts(decisions: Path, folder: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def side_by_side(mine: Sequence[Sample], theirs: Sequence[Sample]) -> list[float]:
+    """Run by run, one variant's decode speed over another's measured beside it in that run (prompt by prompt): the
+    ratio the benchmarks quote is the median of these. A ratio of the two variants' medians may take each from
+    another run, and the runs of one variant drift a few percent apart on a shared machine (a fast run of one beside
+    a slow run of the other): 0.967x where the three runs measured 0.990x, 0.990x and 0.967x."""
+    return [m.tps / t.tps for m, t in zip(mine, theirs, strict=False) if t.tps > 0]
+
+
+def _paired(row: Row, other: Row | None) -> float | None:
+    """``row`` over ``other``: the median of their runs' side-by-side ratios (None without ``other``)."""
+    ratios = side_by_side(row.samples, other.samples) if other is not None else []
+    return statistics.median(ratios) if ratios else None
 
 
 def _median_where(ratios: list[float], samples: list[Sample], warm: bool) -> float | None:

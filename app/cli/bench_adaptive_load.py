@@ -43,7 +43,7 @@ def cmd_bench_adaptive_load(args: argparse.Namespace) -> int:
           f"{out}/adaptive-decisions-<phase>.jsonl", file=sys.stderr)
     if args.record:
         record(args.record, f"Adaptive depth under changing load ({name})", this_command(), result.markdown(),
-               f"{args.runs} interleaved run(s) per phase, pooled; the loaded phase adds child processes spinning on "
+               f"{args.runs} interleaved run(s) per phase, medians; the loaded phase adds child processes spinning on "
                "cores, started and stopped by the benchmark. Adaptive depth's memory is carried from phase to phase. "
                "Figures from a shared machine: indicative.")
     return 0
@@ -67,9 +67,10 @@ def add_command(bsub: Any) -> None:
                     help=f"deepest depth adaptive may choose (default {DRAFT_DEPTH_MAX})")
     al.add_argument("--busy-cores", type=busy_cores_argument, default=1,
                     help="cores kept busy in the loaded phase (default 1)")
-    al.add_argument("--runs", type=runs_argument, default=1,
-                    help="interleaved runs per phase, pooled: several make the 3%% verdict against the best fixed "
-                         "depth fair (one run's best fixed depth is its luckiest) (default 1)")
+    al.add_argument("--runs", type=runs_argument, default=3,
+                    help="interleaved runs per phase: the figures are medians over them, and adaptive depth's ratio "
+                         "the median of its ratios in each run; several make the 3%% verdict against the best fixed "
+                         "depth fair (one run's best fixed depth is its luckiest) (default 3)")
     al.add_argument("--threads", type=engine_limits.threads_argument)
     al.add_argument("--out", type=Path, help="folder for adaptive-load.json and .md (default: the cache folder)")
     al.add_argument("--record", type=Path, help="append the table to this markdown file (docs/benchmarks.md)")

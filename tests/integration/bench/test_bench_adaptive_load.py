@@ -1,9 +1,10 @@
 """``bench adaptive-load`` end to end on the tiny demo: three phases (quiet, loaded by children the benchmark starts and
-stops, quiet again), each pooling the interleaved runs asked for, with adaptive depth's memory carried along."""
+stops, quiet again), each with the interleaved runs asked for (medians over them), with adaptive depth's memory carried along."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from app.bench.adaptive_load import decisions_file
 pytestmark = pytest.mark.usefixtures("patched_backend")
 
 
-def test_every_phase_pools_the_runs_asked_for(tmp_path: Path) -> None:
+def test_every_phase_runs_the_runs_asked_for(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "app", "bench", "adaptive-load", "--size", "tiny", "--tokens", "8",
                            "--depths", "1", "--adaptive-max", "2", "--busy-cores", "1", "--runs", "2",
                            "--out", str(tmp_path), "--json"], capture_output=True, text=True, check=False, timeout=900)
@@ -29,6 +30,8 @@ def test_every_phase_pools_the_runs_asked_for(tmp_path: Path) -> None:
         assert set(phase["fixed_tps"]) == {"0", "1"} and all(v > 0 for v in phase["fixed_tps"].values())
         assert phase["adaptive_tps"] > 0 and phase["best_fixed_depth"] in (0, 1)
         assert len(phase["adaptive_warm"]) == 2, phase  # one adaptive sample per run
+        # the phase's ratio: the median of the runs' side-by-side ratios (each rounded to 3 places)
+        assert phase["adaptive_vs_best"] == pytest.approx(statistics.median(phase["adaptive_vs_best_runs"]), abs=1e-3)
         assert abs(sum(phase["adaptive_depths"].values()) - 1.0) < 0.01
     assert phases[0]["adaptive_warm"][0] is False  # the memory is emptied at the start: the first run is cold
     table = (tmp_path / "adaptive-load.md").read_text()

@@ -42,8 +42,10 @@ def test_an_adaptive_row_is_set_against_the_fastest_fixed_depth_of_its_mode() ->
     # the fastest d2t depth by median (k=3, 55), not the faster embedded row nor llama-server
     assert row["fastest_fixed"] == "d2t sidecar k=3" and row["fastest_fixed_tps_median"] == 55.0
     assert row["vs_fastest_fixed"] == pytest.approx(54 / 55, abs=1e-3)
-    # run by run against the fastest fixed depth of that same run: 54/55, 55/56 (k=4), 53/56 (k=3)
-    assert row["vs_fastest_fixed_runs"] == pytest.approx([54 / 55, 55 / 56, 53 / 56], abs=1e-3)
+    # run by run against that same depth (k=3) in that run, even where k=4 was faster in it (run 2): a run's
+    # fastest depth is its luckiest; the ratio quoted is the median of these
+    assert row["vs_fastest_fixed_runs"] == pytest.approx([54 / 55, 55 / 51, 53 / 56], abs=1e-3)
+    assert row["vs_fastest_fixed_of_medians"] == pytest.approx(54 / 55, abs=1e-3)
     # in the decoding thread's CPU time the fastest fixed depth is k=4 (62 tokens per CPU second)
     assert row["decode_tps_cpu_median"] == 62.0 and row["fastest_fixed_cpu"] == "d2t sidecar k=4"
     assert row["vs_fastest_fixed_cpu"] == pytest.approx(1.0, abs=1e-3)
@@ -55,8 +57,9 @@ def test_an_adaptive_row_is_set_against_the_fastest_fixed_depth_of_its_mode() ->
 
 def test_the_markdown_has_a_table_of_adaptive_against_the_fastest_fixed_depth() -> None:
     table = _result().markdown()
-    assert "| adaptive variant | tok/s (median) | fastest fixed depth | its tok/s | ratio |" in table
-    assert "| d2t sidecar adaptive k<=8 | 54.0 | d2t sidecar k=3 | 55.0 | 0.982x | 0.982, 0.982, 0.946 | " \
+    assert "| adaptive variant | tok/s (median) | fastest fixed depth | its tok/s | ratio (median of the runs') |" \
+        in table
+    assert "| d2t sidecar adaptive k<=8 | 54.0 | d2t sidecar k=3 | 55.0 | 0.982x | 0.982, 1.078, 0.946 | " \
            "1.000x vs k=4 | 3: 3%, 4: 93%, 5: 3% |" in table
     assert json.loads(json.dumps(_result().to_dict()))["rows"][4]["vs_fastest_fixed"] == pytest.approx(0.982)
 
@@ -70,10 +73,27 @@ def test_each_run_says_whether_adaptive_started_cold_or_warm() -> None:
     row = result.summary(adaptive)
     assert row["starts"] == ["cold", "warm", "warm"]
     assert row["vs_fastest_fixed_cold"] == pytest.approx(54 / 55, abs=1e-3)
-    assert row["vs_fastest_fixed_warm"] == pytest.approx((55 / 56 + 53 / 56) / 2, abs=1e-3)
-    assert "| 0.982x | 0.982c, 0.982w, 0.946w | " in result.markdown()
+    assert row["vs_fastest_fixed_warm"] == pytest.approx((55 / 51 + 53 / 56) / 2, abs=1e-3)
+    assert "| 0.982x | 0.982c, 1.078w, 0.946w | " in result.markdown()
     fixed = result.summary(next(r for r in result.rows if r.variant.draft_depth == 3 and r.variant.draft == "d2t"))
     assert "starts" not in fixed
+
+
+def test_a_ratio_between_variants_is_the_median_of_the_ratios_measured_side_by_side_in_each_run() -> None:
+    """Each variant's median may come from another run: on the Xeon (2026-12-06) adaptive depth ran 0.990x, 0.991x and
+    0.967x of fixed k=3 in three runs, and its median over k=3's median read 0.967x. The ratio quoted is the runs'."""
+    d2t = ("sidecar", "d2t")
+    off = Row(Variant("ours", "off"), "reasoning", [_sample(145.0), _sample(140.0), _sample(150.0)])
+    fixed = Row(Variant("ours", *d2t, 3), "reasoning", [_sample(213.2), _sample(234.4), _sample(223.6)])
+    adaptive = Row(Variant("ours", *d2t, 8, adaptive=True), "reasoning",
+                   [_sample(211.1, {3: 90}), _sample(232.3, {3: 90}), _sample(216.3, {3: 90})])
+    result = SpecResult([off, fixed, adaptive], 128, 3, "synthetic", "test")
+    row = result.summary(adaptive)
+    assert row["vs_fastest_fixed_runs"] == pytest.approx([0.990, 0.991, 0.967], abs=1e-3)
+    assert row["vs_fastest_fixed"] == pytest.approx(0.990, abs=1e-3)
+    assert row["vs_fastest_fixed_of_medians"] == pytest.approx(0.967, abs=1e-3)  # 216.3 / 223.6, both run 3's
+    # vs off the same way: 213.2/145, 234.4/140, 223.6/150 -> 1.491 (the medians' ratio, 223.6/145, would be 1.542)
+    assert result.summary(fixed)["vs_off"] == pytest.approx(1.491, abs=1e-3)
 
 
 def test_an_adaptive_row_without_fixed_rows_has_no_comparison() -> None:
