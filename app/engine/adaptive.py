@@ -54,7 +54,8 @@ small passes wait for) looks to the estimates like load on everything, and they 
 (issue 36: decisions learned under load stick). So each depth's latest rounds are also kept as measured
 (``seen_rates``), and the draft passes' share of a round is watched, at the current depth (a recent against a
 longer average) and at each visit (against its last visit): when it moves, the load changed in a way the estimates
-cannot take out, every other depth is visited once more in turn (nearest first), and from then on a depth whose
+cannot take out, every other depth is visited once more in turn (nearest first; the survey ends once the nearest
+depth on either side has measured slower than the one played), and from then on a depth whose
 measured rate beats the chosen one's by ``SEEN_MARGIN`` is chosen instead, and the depth it replaced is visited again
 ``RECHECK_AFTER`` rounds later (a burst of slow rounds looks the same). A load on everything alike leaves the
 share where it was and changes nothing here. Recent measurements weigh most: the estimates keep the latest
@@ -251,6 +252,7 @@ class AdaptiveDepth:
     _shift: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # fast and slow sums, their weights
     _shift_depth: int = -1  # the current depth those averages are of
     shifts: int = 0  # load changes noticed (each makes the other depths due for a visit)
+    _shift_round: int = 0  # the round the latest one was noticed in
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
     _seen_moved = False  # the measured rates (not the estimates) moved the depth: the others are looked at again
@@ -342,6 +344,8 @@ class AdaptiveDepth:
                 self._since_probe += 1
                 if self._since_probe >= PROBE_EVERY and self._steady():
                     self._survey = [k for k in self._survey if k != settled and self._known(k)]
+                    if self._survey and self._survey_settled():
+                        self._survey = []  # the farther depths are left to the usual visits
                     target = self._survey.pop(0) if self._survey else self._probe_target()
                     if target is not None:
                         # after a load change every depth in turn (back here between them), then the usual pace
@@ -450,11 +454,30 @@ class AdaptiveDepth:
                 self._shift = [fast_s, fast_w, fast_s, fast_w]  # the new level is the level now
                 self._shifted(depth)
 
+    def _survey_settled(self) -> bool:
+        """Whether a survey after a load change has seen enough: the nearest measured depth on either side of the
+        current one visited since the change, and neither measured faster than the current depth (``seen_rates``).
+        The rates fall away from the best depth on both sides, so the farther depths are left to the usual visits
+        (the most promising of them is due at once, ``_probe_target``). A survey of every depth costs several
+        percent of a few hundred rounds (the Xeon's quiet phase, 2026-12-06: depths 0-8 visited in turn, 6-8 tried
+        for the first time, after a draft share moved by another job's moment), mostly at the depths furthest off."""
+        since = self._shift_round
+        seen = {k: rate for k, rate in self.seen_rates().items()
+                if any(at > since for at, _ in self._seen.get(k, ()))}
+        if self.current not in seen:
+            return False
+        known = [k for k in self._known_depths() if k != self.current]
+        below = [k for k in known if k < self.current]
+        above = [k for k in known if k > self.current]
+        neighbours = ([max(below)] if below else []) + ([min(above)] if above else [])
+        return all(k in seen and seen[k] <= seen[self.current] for k in neighbours)
+
     def _shifted(self, depth: int) -> None:
         """The load changed the draft passes' share of a round: every other depth is visited again soon, nearest
         first (what they measured is from before), and from now on what the rounds measured can overrule the
         estimates (``seen_rates``)."""
         self.shifts += 1
+        self._shift_round = self.rounds
         self._visited = {k: -math.inf for k in self._visited}
         self._since_probe = PROBE_EVERY
         self._survey = self._near(self.current if self.current >= 0 else depth)

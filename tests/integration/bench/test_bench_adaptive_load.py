@@ -1,5 +1,6 @@
 """``bench adaptive-load`` end to end on the tiny demo: three phases (quiet, loaded by children the benchmark starts and
-stops, quiet again), each with the interleaved runs asked for (medians over them), with adaptive depth's memory carried along."""
+stops, quiet again), each with the interleaved runs asked for (medians over them), with adaptive depth's memory
+carried along."""
 
 from __future__ import annotations
 

@@ -26,18 +26,23 @@ WITHIN = 256  # rounds after a change by which the new best is played (probes co
 BACK_WITHIN = 128
 
 
-def _run(seed: int, machine: Machine = MACHINE, end: int = END) -> tuple[list[tuple[int, int, str]], AdaptiveDepth]:
-    """(token reached, depth, reason) of every round, and the adaptive depth."""
+def _run(seed: int, machine: Machine = MACHINE, end: int = END,
+         noticed: list[int] | None = None) -> tuple[list[tuple[int, int, str]], AdaptiveDepth]:
+    """(token reached, depth, reason) of every round, and the adaptive depth; ``noticed`` gets the count of rounds
+    played when each load change was noticed."""
     adaptive = AdaptiveDepth(8)
     adaptive.log = []
     rounds: list[tuple[int, int, str]] = []
     reached = [0]
 
     def observe(depth: int, tested: int, accepted: int, timing: RoundTiming) -> None:
+        shifts = adaptive.shifts
         adaptive.observe(depth, tested, accepted, timing)
         assert adaptive.log is not None
         rounds.append((reached[0], depth, adaptive.log[-1].reason))
         reached[0] += accepted + 1
+        if noticed is not None and adaptive.shifts > shifts:
+            noticed.append(len(rounds))
 
     simulate(machine, DEMO, end, seed, adaptive.depth, observe)
     return rounds, adaptive
@@ -118,6 +123,30 @@ def test_a_burst_of_slow_rounds_at_the_best_depth_does_not_keep_it_left() -> Non
         away.append(sum(depth != 3 for _, depth, _ in rounds[start:start + 120]))
     assert max(away) <= 60, away  # the burst, the visit back, and the usual probes
     assert sum(away) / len(away) <= 45, away
+
+
+# The same machine, quiet, with a moment of another job's on the draft passes alone (twice as slow for 15 tokens): the
+# drafts' share of a round moves, so every depth is due for a visit, while the best depth stays 3
+MOMENT_AT = 1200
+MOMENT = dataclasses.replace(BURSTY, draft_loads=((0, 1.0), (MOMENT_AT, 2.0), (MOMENT_AT + 15, 1.0)), loads=())
+
+
+def test_a_survey_after_a_passing_load_ends_once_both_neighbours_measure_slower() -> None:
+    """A load change starts a survey of every measured depth, nearest first. Once the nearest depth on either side
+    has been visited and neither measured faster than the one played, the farther depths are left to the usual
+    visits (the most promising of them is due at once): before, a moment of another job's on the Xeon's quiet phase
+    sent a warm run to depths 0-8 in turn (the first tries of 6-8 among them), 7% of that run on its own clock; here
+    7-8 depths were visited in most seeds, 17 rounds away from depth 3 of the 120 after the change on average."""
+    away, visited = [], []
+    for seed in range(1, 11):
+        noticed: list[int] = []
+        rounds, _ = _run(seed, MOMENT, 2400, noticed)
+        start = next(i for i in noticed if rounds[i - 1][0] >= MOMENT_AT - 50)  # the moment was noticed
+        after = rounds[start:start + 120]
+        visited.append({depth for _, depth, reason in after if reason == "probe"})
+        away.append(sum(depth != 3 for _, depth, _ in after))
+    assert all({2, 4} <= depths and len(depths) <= 4 for depths in visited), visited  # both neighbours, few others
+    assert sum(away) / len(away) <= 13, away
 
 
 def test_a_few_slow_rounds_after_a_switch_do_not_correct_the_new_depths_estimate() -> None:
