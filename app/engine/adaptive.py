@@ -253,6 +253,7 @@ class AdaptiveDepth:
     _shift_depth: int = -1  # the current depth those averages are of
     shifts: int = 0  # load changes noticed (each makes the other depths due for a visit)
     _shift_round: int = 0  # the round the latest one was noticed in
+    _overruled_round: int = -1  # the round the measured rates last overruled the estimates in
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
     _seen_moved = False  # the measured rates (not the estimates) moved the depth: the others are looked at again
@@ -328,6 +329,7 @@ class AdaptiveDepth:
                 # and once left, its rounds would wait for a probe to be measured again (a survey under way
                 # passes it over: it was the current depth when the survey began), so it is visited again soon
                 self._survey = [overruled, *(k for k in self._survey if k != overruled)]
+                self._overruled_round = self.rounds
                 self._since_probe = max(self._since_probe, PROBE_EVERY - RECHECK_AFTER)
             self.current = settled
             baseline = not self._known(0) and self.current != 0
@@ -456,12 +458,15 @@ class AdaptiveDepth:
 
     def _survey_settled(self) -> bool:
         """Whether a survey after a load change has seen enough: the nearest measured depth on either side of the
-        current one visited since the change, and neither measured faster than the current depth (``seen_rates``).
+        current one visited since the change, neither measured faster than the current depth (``seen_rates``), and
+        the measured rates have not moved the depth played since.
         The rates fall away from the best depth on both sides, so the farther depths are left to the usual visits
         (the most promising of them is due at once, ``_probe_target``). A survey of every depth costs several
         percent of a few hundred rounds (the Xeon's quiet phase, 2026-12-06: depths 0-8 visited in turn, 6-8 tried
         for the first time, after a draft share moved by another job's moment), mostly at the depths furthest off."""
         since = self._shift_round
+        if self._overruled_round >= since:
+            return False  # the measured rates moved the depth played: the survey goes on (a burst looks the same)
         seen = {k: rate for k, rate in self.seen_rates().items()
                 if any(at > since for at, _ in self._seen.get(k, ()))}
         if self.current not in seen:
