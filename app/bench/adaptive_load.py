@@ -69,23 +69,19 @@ class Phase:
         ratios = spec.side_by_side(adaptive.samples, fixed)
         return [(ratio, spec.start_word(mine)) for ratio, mine in zip(ratios, adaptive.samples, strict=False)]
 
-    def adaptive_vs_best(self) -> float | None:
-        """The phase's verdict: the median of adaptive depth's ratios in each run against the fastest fixed depth."""
-        runs = self.adaptive_runs()
-        return statistics.median(ratio for ratio, _ in runs) if runs else None
-
     def to_dict(self) -> dict[str, Any]:
         adaptive, best = self.adaptive(), self.best_fixed()
+        runs = [ratio for ratio, _ in self.adaptive_runs()]  # the phase's verdict is their median
         return {"phase": self.name, "busy_cores": self.busy, "threads": self.threads,
                 "load_per_core_before": self.load_before,
                 "load_per_core_after": self.load_after, "seconds": round(self.seconds, 1),
                 "fixed_tps": {str(k): round(v, 2) for k, v in sorted(self.fixed().items())},
                 "adaptive_tps": round(adaptive.tps, 2) if adaptive else None,
                 "best_fixed_depth": best[0] if best else None,
-                "adaptive_vs_best": round(ratio, 3) if (ratio := self.adaptive_vs_best()) is not None else None,
+                "adaptive_vs_best": round(statistics.median(runs), 3) if runs else None,
                 "adaptive_vs_best_of_medians": round(adaptive.tps / best[1], 3) if adaptive and best and best[1]
                 else None,
-                "adaptive_vs_best_runs": [round(ratio, 3) for ratio, _ in self.adaptive_runs()],
+                "adaptive_vs_best_runs": [round(ratio, 3) for ratio in runs],
                 "adaptive_depths": {str(k): round(v, 3) for k, v in adaptive.depth_shares.items()} if adaptive else {},
                 "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else []}
 

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -471,11 +471,13 @@ class AdaptiveDepth:
                 if any(at > since for at, _ in self._seen.get(k, ()))}
         if self.current not in seen:
             return False
-        known = [k for k in self._known_depths() if k != self.current]
+        return all(k in seen and seen[k] <= seen[self.current] for k in self._neighbours(self._known_depths()))
+
+    def _neighbours(self, known: Collection[int]) -> list[int]:
+        """The nearest of ``known`` (measured depths) on either side of the current depth: below first."""
         below = [k for k in known if k < self.current]
         above = [k for k in known if k > self.current]
-        neighbours = ([max(below)] if below else []) + ([min(above)] if above else [])
-        return all(k in seen and seen[k] <= seen[self.current] for k in neighbours)
+        return ([max(below)] if below else []) + ([min(above)] if above else [])
 
     def _shifted(self, depth: int) -> None:
         """The load changed the draft passes' share of a round: every other depth is visited again soon, nearest
@@ -591,11 +593,9 @@ class AdaptiveDepth:
         if top <= 0.0 or round_seconds <= 0.0:
             return None
         known = [k for k in range(self.draft_depth + 1) if k != self.current and self._known(k)]
-        # the neighbours: the nearest measured depth on either side (from depth 0 with depths 1-2 never measured,
-        # say, depth 3: the rounds at depth 0 time no draft pass, so only a visit can tell that drafting pays again)
-        below = [k for k in known if k < self.current]
-        above = [k for k in known if k > self.current]
-        rivals = ([max(below)] if below else []) + ([min(above)] if above else [])
+        # the neighbours (from depth 0 with depths 1-2 never measured, say, depth 3: the rounds at depth 0 time no
+        # draft pass, so only a visit can tell that drafting pays again)
+        rivals = self._neighbours(known)
         far = [k for k in known if k not in rivals]
         if far:
             rivals.append(max(far, key=lambda k: optimistic[k]))
