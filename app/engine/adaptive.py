@@ -256,7 +256,6 @@ class AdaptiveDepth:
     _overruled_round: int = -1  # the round the measured rates last overruled the estimates in
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
-    _seen_moved = False  # the measured rates (not the estimates) moved the depth: the others are looked at again
     _since_probe: int = 0
     _last_batch: int = 0
     _drafting_rounds: int = 0
