@@ -94,8 +94,9 @@ OPTIMISM = 1.0  # standard errors added to a position's acceptance when judging 
 EXPLORE_MARGIN = 0.05  # a depth not measured yet is tried when it could win by this much (a try costs rounds)
 SWITCH_MARGIN = 0.01  # a depth must promise 1% more tokens per second than the current one to replace it
 WARM_SAMPLES = 2  # a remembered cost estimate counts as this many samples: two rounds that disagree replace it
-WARM_TESTS = 20.0  # remembered acceptance counts as at most this many tests at the first position: the new text
-# takes over within a few dozen rounds
+WARM_TESTS = 20.0  # remembered acceptance counts as at most this many tests at each position: the new text takes
+# over within a few dozen rounds where it is tested every round, and a deep position, tested only now and then, keeps
+# what the sessions before measured there
 MEMORY_VERSION = 1  # the layout of ``snapshot``; another version is not restored
 # What each depth's rounds measured lately, as they came, beside the estimates (which take the load out): the check
 # that catches a load that is not the same at every depth (another job that slows the draft head's small passes far
@@ -769,8 +770,8 @@ class AdaptiveDepth:
     def restore(self, state: dict[str, Any]) -> bool:
         """Start from ``snapshot``'s record of an earlier session, so that the tries of depths it measured are not
         paid again (on a 2-core CPU they cost a fresh session 2-4%). Each remembered cost counts as
-        ``WARM_SAMPLES`` rounds and the acceptance as at most ``WARM_TESTS`` tests, so what this session measures
-        soon outweighs it; the neighbours are still revisited as usual. False, and nothing changed, when the
+        ``WARM_SAMPLES`` rounds and each position's acceptance as at most ``WARM_TESTS`` tests, so what this session
+        measures soon outweighs it; the neighbours are still revisited as usual. False, and nothing changed, when the
         record is not one this version wrote or its numbers do not make sense."""
         try:
             if state.get("version") != MEMORY_VERSION:
@@ -802,8 +803,11 @@ class AdaptiveDepth:
         self._first_estimate = lower_median(self.first_pass) if self.first_pass else 0.0
         self._step_estimate = lower_median(self.step) if self.step else 0.0
         self._known_version += 1
-        weight = min(1.0, WARM_TESTS / tested[0]) if tested and tested[0] > 0 else 1.0
         for i in range(self.draft_depth):  # a deeper limit than the earlier session's: its extra positions start new
+            # each position capped on its own: scaled as a whole to the first position's cap, a loaded phase's
+            # record came back with positions 4-7 at 3.4, 2.1, 1.9 and 1.5 of their 14.5, 9.1, 8.0 and 6.5 tests, and
+            # two visits of depth 7 that kept every draft made it the depth played (issue 36)
+            weight = min(1.0, WARM_TESTS / tested[i]) if i < len(tested) and tested[i] > 0 else 1.0
             self.tested[i] = tested[i] * weight if i < len(tested) else 0.0
             self.accepted[i] = accepted[i] * weight if i < len(accepted) else 0.0
         if 0 <= current <= self.draft_depth and self._known(current):
