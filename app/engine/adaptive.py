@@ -807,9 +807,11 @@ class AdaptiveDepth:
             # each position capped on its own: scaled as a whole to the first position's cap, a loaded phase's
             # record came back with positions 4-7 at 3.4, 2.1, 1.9 and 1.5 of their 14.5, 9.1, 8.0 and 6.5 tests, and
             # two visits of depth 7 that kept every draft made it the depth played (issue 36)
-            weight = min(1.0, WARM_TESTS / tested[i]) if i < len(tested) and tested[i] > 0 else 1.0
-            self.tested[i] = tested[i] * weight if i < len(tested) else 0.0
-            self.accepted[i] = accepted[i] * weight if i < len(accepted) else 0.0
+            if i < len(tested):  # (as long as ``accepted``: checked above)
+                weight = min(1.0, WARM_TESTS / tested[i]) if tested[i] > 0 else 1.0
+                self.tested[i], self.accepted[i] = tested[i] * weight, accepted[i] * weight
+            else:
+                self.tested[i] = self.accepted[i] = 0.0
         if 0 <= current <= self.draft_depth and self._known(current):
             self.current = current
         for k in range(self.draft_depth + 1):

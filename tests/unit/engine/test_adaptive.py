@@ -146,9 +146,10 @@ def test_starts_at_the_usual_depth() -> None:
     assert AdaptiveDepth(draft_depth=2).depth() == 2
 
 
-def _timing(seconds: float, depth: int, step: float = 0.004, first: float = 0.005) -> RoundTiming:
+def _timing(seconds: float, depth: int, step: float = 0.004, first: float = 0.005,
+            built: bool | None = None) -> RoundTiming:
     draft = (first + step * (depth - 1)) if depth else 0.0
-    return RoundTiming(seconds + draft, seconds, draft, step * max(depth - 1, 0), depth)
+    return RoundTiming(seconds + draft, seconds, draft, step * max(depth - 1, 0), depth, built)
 
 
 def _play(adaptive: AdaptiveDepth, depth: int, rounds: int, rest: float, scale: float = 1.0,
@@ -365,11 +366,12 @@ def test_a_warm_start_weighs_the_old_text_lightly_and_fits_a_different_limit() -
 # bench adaptive-load's loaded phase on the Xeon (2026-12-06 evening, one thread, both cores kept busy): the record
 # its nine runs left. A batch of 8 costs less than batches of 5-7 on that CPU, so depth 7 is a contender on cost, and
 # positions 4-7 had been tested 14.5, 9.1, 8.0 and 6.5 times
+LOADED_REST = {1: 0.01324, 2: 0.01536, 3: 0.01889, 4: 0.02115, 5: 0.03129, 6: 0.03058, 7: 0.03389, 8: 0.03075,
+               9: 0.0383}  # by batch size
+LOADED_FIRST, LOADED_STEP = 0.00055, 0.00041
 LOADED_RECORD: dict[str, object] = {
-    "version": 1, "draft_depth": 8,
-    "rest": {"1": 0.01324, "2": 0.01536, "3": 0.01889, "4": 0.02115, "5": 0.03129, "6": 0.03058, "7": 0.03389,
-             "8": 0.03075, "9": 0.0383},
-    "first_pass": 0.00055, "step": 0.00041,
+    "version": 1, "draft_depth": 8, "rest": {str(b): cost for b, cost in LOADED_REST.items()},
+    "first_pass": LOADED_FIRST, "step": LOADED_STEP,
     "tested": [84.76, 72.94, 67.09, 14.47, 9.09, 8.04, 6.55, 0.0],
     "accepted": [62.61, 63.69, 55.25, 10.97, 7.99, 6.5, 5.58, 0.0], "current": 3, "rounds": 166, "gauge": 0.12386}
 
@@ -384,12 +386,9 @@ def test_a_record_keeps_what_its_deep_positions_measured_and_two_lucky_visits_do
     assert adaptive.restore(json.loads(json.dumps(LOADED_RECORD)))
     assert adaptive.tested[:3] == pytest.approx([WARM_TESTS] * 3)
     assert adaptive.tested[3:7] == pytest.approx([14.47, 9.09, 8.04, 6.55])
-    rest = {int(b): cost for b, cost in dict(LOADED_RECORD["rest"]).items()}  # type: ignore[call-overload]
-    first, step = 0.00055, 0.00041
 
-    def timing(depth: int) -> RoundTiming:
-        draft = first + step * (depth - 1)
-        return RoundTiming(rest[depth + 1] + draft, rest[depth + 1], draft, step * (depth - 1), depth, built=False)
+    def timing(depth: int) -> RoundTiming:  # a round at the record's own costs, its verify graph kept
+        return _timing(LOADED_REST[depth + 1], depth, LOADED_STEP, LOADED_FIRST, built=False)
 
     for accepted in [3, 2, 3, 0, 3, 1] * 5:  # the depth played, at its usual acceptance
         assert adaptive.depth() == 3
