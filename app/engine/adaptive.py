@@ -16,8 +16,10 @@ verify pass built llama.cpp's graph counts for no batch size (a shape new to the
 pool, any change of batch size); nor does the first drafting round. The engine times rounds in the decoding thread's
 CPU time on a CPU backend with one thread (wall time with several), so other jobs' turns on a shared core stay out
 of them; what such jobs still change (caches, memory bandwidth, the device's share with GPU offload) is taken out as
-load: a round's verify time is divided by its own draft steps' slowness against their estimate (they ran a moment
-before, on the same core, and cost the same at any depth), as far as that reading has told the verify times lately
+load: a round's verify time is divided by its first draft step's slowness against its estimate (it ran a moment
+before, on the same core, and is the same work at every depth of 2 or more; the steps after it cost less each, so
+the steps' average read the load of a depth-2 round 5-23% higher than a depth-3 round's, and depth 2's own rounds
+came out that much too cheap), as far as that reading has told the verify times lately
 (steps of a fraction of a millisecond time mostly the timer's noise, and the load index stands in for them); a round
 at the current depth with one draft by its first draft pass's slowness, when that reading is near the load index
 (``PASS_AGREE``); any other round by the load measured at the current depth around it, counting only if the load
@@ -25,8 +27,8 @@ before and after agree. A round at the depth played adds to that depth's verify 
 set the unit (``OWN_WEIGHT``): else its load is the load index, measured against that very estimate, and it would add
 only the index's lag (a machine slowing while the depth is played crept into its cost and stayed there). Only depth 0
 has no reading of its own: its load index is measured against its own estimate, so its estimate moves only through
-visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost learned too cheap). The draft step
-is the unit every cost is kept in, and it does not move once measured: were the
+visits (depth 1 was the same until issue 36's EPYC runs showed it keeping a cost learned too cheap). The first draft
+step is the unit every cost is kept in, and it (with the draft step's estimate) does not move once measured: were the
 step's own estimate divided by the load (a round's time over its prediction, which the estimates themselves set),
 the unit would wander, the depth being played would follow it and the others, visited now and then, would not, and
 it would come to look cheaper next to them than it is (by 8-10% in 300 rounds on this 2-core machine). Where the
@@ -97,7 +99,8 @@ WARM_SAMPLES = 2  # a remembered cost estimate counts as this many samples: two 
 WARM_TESTS = 20.0  # remembered acceptance counts as at most this many tests at each position: the new text takes
 # over within a few dozen rounds where it is tested every round, and a deep position, tested only now and then, keeps
 # what the sessions before measured there
-MEMORY_VERSION = 1  # the layout of ``snapshot``; another version is not restored
+MEMORY_VERSION = 2  # the layout of ``snapshot``; another version is not restored (2: the first draft step, the
+# unit the load is read in, is kept; a record without it would read this session's load against another unit)
 # What each depth's rounds measured lately, as they came, beside the estimates (which take the load out): the check
 # that catches a load that is not the same at every depth (another job that slows the draft head's small passes far
 # more than the verify pass: the estimates see it as load on everything and keep drafting deep)
@@ -157,6 +160,11 @@ class RoundTiming:
     # to have): llama.cpp builds a graph for each new shape of pass, which costs a fair share of a small model's
     # pass; our patch keeps the graphs of small batches, so a switch of depth builds one only the first time
     built: bool | None = None
+    # the part of ``draft_steps`` up to the end of the first of them (None: not timed apart, then their average
+    # stands in): the load reading. The first step after the first pass costs more than the ones after it (the
+    # scaled demo on the Xeon: 0.40 ms, then 0.33 and 0.31 with two threads; 0.63, 0.46 and 0.40 with one), so the
+    # steps' average depends on the depth, and the first step alone does not
+    first_step: float | None = None
 
 
 @dataclass
@@ -175,6 +183,7 @@ class Decision:
     verify: float = 0.0
     draft: float = 0.0
     draft_steps: float = 0.0  # the part of ``draft`` after the first pass: with the rest, a log replays the session
+    first_step: float | None = None  # the first of those steps (``RoundTiming.first_step``)
     predicted: float | None = None  # predicted seconds for this round's shape at the load of the moment
     load: float = 1.0  # the load index after this round
     counted: bool = False  # whether this round's time entered its batch size's estimate
@@ -183,7 +192,8 @@ class Decision:
         return {
             "round": self.round, "depth": self.depth, "reason": self.reason, "batch": self.batch,
             "tested": self.tested, "accepted": self.accepted, "seconds": self.seconds, "verify": self.verify,
-            "draft": self.draft, "draft_steps": self.draft_steps, "predicted": self.predicted, "load": self.load,
+            "draft": self.draft, "draft_steps": self.draft_steps, "first_step": self.first_step,
+            "predicted": self.predicted, "load": self.load,
             "counted": self.counted,
             "rates": [round(rate, 3) for rate in self.rates], "acceptance": [round(a, 4) for a in self.acceptance],
         }
@@ -222,6 +232,7 @@ class _Samples:
     rest: float | None  # verify + host: None when the batch size changed since the previous round
     first_pass: float | None = None
     step: float | None = None
+    first_step: float | None = None  # the first draft step's time (the load reading's unit), sampled with ``step``
     visit: bool = False  # from a visit of another measured depth (a probe): may prove its estimate wrong
 
 
@@ -236,6 +247,8 @@ class AdaptiveDepth:
     rest: dict[int, deque[float]] = field(default_factory=dict)
     first_pass: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     step: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    # the first draft step of a round (``RoundTiming.first_step``): the unit the load is read in, set with ``step``
+    first_step: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     load_samples: list[float] = field(default_factory=list)  # measured/predicted time of rounds at the current depth
     load: float = 1.0
     rounds: int = 0
@@ -287,6 +300,7 @@ class AdaptiveDepth:
     _rest_estimates: dict[int, float] = field(default_factory=dict)  # by batch size, those with samples
     _first_estimate: float = 0.0  # 0 before any sample, as ``_estimates`` gives it
     _step_estimate: float = 0.0
+    _first_step_estimate: float = 0.0
     _known_version: int = 0  # counts the changes of which costs have samples at all (``_known_depths``' key)
     _cost_cache: tuple[int, list[float]] | None = None  # (changes, ``_costs``)
     _known_cache: tuple[int, frozenset[int]] | None = None  # (``_known_version``, the measured depths)
@@ -650,6 +664,8 @@ class AdaptiveDepth:
             if self._drafting_rounds > 1:  # the first drafting round warms the draft context up
                 samples.first_pass = timing.draft - timing.draft_steps
                 samples.step = timing.draft_steps / (made - 1) if made >= 2 else None
+                samples.first_step = None if made < 2 else \
+                    timing.first_step if timing.first_step is not None else samples.step
         if not self.load_samples and not self._waiting and not self._known_depths():
             self._add(samples, 1.0)  # nothing measured to compare with yet: the first rounds set the scale
         else:
@@ -661,11 +677,11 @@ class AdaptiveDepth:
                 del self.load_samples[:-4 * WINDOW]
                 self.load = lower_median(self.load_samples[-LOAD_WINDOW:])
                 self._keep_load_level(depth)
-            if samples.step and self.step:
-                # the draft steps of this very round tell its load best: they ran a moment before the verify
-                # pass, on the same core, and their cost does not depend on the depth. The step itself is the
-                # unit and is not sampled again (see the module's docstring)
-                steps_load = self._gauged(batch, samples.rest, samples.step / self._step_estimate)
+            if samples.first_step and self.first_step:
+                # the first draft step of this very round tells its load best: it ran a moment before the verify
+                # pass, on the same core, and is the same work at every depth. It is the unit, and neither it nor
+                # the step is sampled again (see the module's docstring)
+                steps_load = self._gauged(batch, samples.rest, samples.first_step / self._first_step_estimate)
                 # a round at the depth played tells that depth's verify cost only where the steps set the unit:
                 # else its load is the load index, measured against that very estimate, and the sample would add
                 # only the index's lag (``OWN_WEIGHT``)
@@ -690,7 +706,7 @@ class AdaptiveDepth:
             decision = self._pending
             decision.batch, decision.tested, decision.accepted = batch, tested, accepted
             decision.seconds, decision.verify, decision.draft = timing.seconds, timing.verify, timing.draft
-            decision.draft_steps = timing.draft_steps
+            decision.draft_steps, decision.first_step = timing.draft_steps, timing.first_step
             decision.predicted, decision.load, decision.counted = predicted, self.load, counted
             self.log.append(decision)
             self._pending = None
@@ -763,6 +779,7 @@ class AdaptiveDepth:
             "rest": {str(b): lower_median(self.rest[b]) for b in sorted(self.rest) if self._batch_known(b)},
             "first_pass": lower_median(self.first_pass) if self.first_pass else None,
             "step": lower_median(self.step) if self.step else None,
+            "first_step": lower_median(self.first_step) if self.first_step else None,
             "tested": list(self.tested), "accepted": list(self.accepted),
             "current": self.current, "rounds": self.rounds, "gauge": self.gauge_weight(),
         }
@@ -779,22 +796,24 @@ class AdaptiveDepth:
             rest = {int(b): float(c) for b, c in dict(state["rest"]).items()}
             first = None if state.get("first_pass") is None else float(state["first_pass"])
             step = None if state.get("step") is None else float(state["step"])
+            first_step = None if state.get("first_step") is None else float(state["first_step"])
             tested = [float(v) for v in state["tested"]]
             accepted = [float(v) for v in state["accepted"]]
             current = int(state.get("current", -1))
             gauge = float(state.get("gauge", 1.0))  # a record from before the gauge was kept: as a cold session
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError):  # OverflowError: int(inf)
             return False
-        costs = [*rest.values(), *(v for v in (first, step) if v is not None)]
+        costs = [*rest.values(), *(v for v in (first, step, first_step) if v is not None)]
         counts_sane = len(tested) == len(accepted) and all(
             math.isfinite(t) and 0.0 <= a <= t for a, t in zip(accepted, tested, strict=False))
         if not rest or not counts_sane or not all(math.isfinite(c) and c > 0.0 for c in costs) \
-                or not all(1 <= b <= DEPTH_LIMIT + 1 for b in rest) or not 0.0 <= gauge <= 1.0:
+                or not all(1 <= b <= DEPTH_LIMIT + 1 for b in rest) or not 0.0 <= gauge <= 1.0 \
+                or (step is None) != (first_step is None):  # the unit comes with the step
             return False
         self._changes += 1
         for batch, cost in rest.items():
             self.rest[batch] = deque([cost] * WARM_SAMPLES, maxlen=WINDOW)
-        for samples, remembered in ((self.first_pass, first), (self.step, step)):
+        for samples, remembered in ((self.first_pass, first), (self.step, step), (self.first_step, first_step)):
             samples.clear()
             if remembered is not None:
                 samples.extend([remembered] * WARM_SAMPLES)
@@ -802,6 +821,7 @@ class AdaptiveDepth:
         self._rest_version += 1
         self._first_estimate = lower_median(self.first_pass) if self.first_pass else 0.0
         self._step_estimate = lower_median(self.step) if self.step else 0.0
+        self._first_step_estimate = lower_median(self.first_step) if self.first_step else 0.0
         self._known_version += 1
         for i in range(self.draft_depth):  # a deeper limit than the earlier session's: its extra positions start new
             # each position capped on its own: scaled as a whole to the first position's cap, a loaded phase's
@@ -881,6 +901,9 @@ class AdaptiveDepth:
                 self._known_version += 1
             self.step.append(samples.step / load)
             self._step_estimate = lower_median(self.step)
+        if samples.first_step is not None:
+            self.first_step.append(samples.first_step / load)
+            self._first_step_estimate = lower_median(self.first_step)
         rest_now = self._rest_estimates.get(samples.batch)
         if rest_now != before[0]:
             self._rest_version += 1

@@ -151,7 +151,8 @@ class SpeculativeDecoder:
         # per context, the thread count its one-token passes run with: one or all, measured (``one_token_threads``);
         # only on the CPU (with offloaded layers the device does the work and the count matters little)
         self._one_token = self._one_token_paces()
-        self._draft_steps_seconds = 0.0  # round clock: the latest round's draft passes after the first
+        self._draft_steps_seconds = 0.0  # round clock: the latest round's draft passes after the first ...
+        self._first_step_seconds: float | None = None  # ... and the first of them (None: the round made one draft)
         self._decode_cpu_started = 0.0
 
     # ------------------------------------------------------------------ lifecycle
@@ -477,7 +478,8 @@ class SpeculativeDecoder:
                 # (a verify pass that built its graph is not a fair sample of its cost)
                 self._worker.observed(Observation(depth, tested, accepted, RoundTiming(
                     self._round_clock() - c0, c2 - c1, c1 - c0, self._draft_steps_seconds if drafts else 0.0,
-                    len(drafts), built=self.tctx.graphs_reused == reused)))
+                    len(drafts), built=self.tctx.graphs_reused == reused,
+                    first_step=self._first_step_seconds if len(drafts) >= 2 else None)))
             if finished:
                 return self._finish(reply, decode_started)
             if emit(bonus, "target"):
@@ -539,6 +541,7 @@ class SpeculativeDecoder:
         drafts: list[int] = []
         pos = n_past
         steps_mark = self._round_clock()
+        self._first_step_seconds = None
         while True:
             proposal, confident = draft_pick(self.dctx.logits_view(-1), self.config.p_min)
             if not confident:
@@ -549,6 +552,8 @@ class SpeculativeDecoder:
             hidden = self.dctx.nextn_view(-1)  # copied into the batch before the pass overwrites it
             pos += 1
             self._decode(self.dctx, self._one_token[1], [proposal], pos, hidden=hidden[None, :], logits="last")
+            if self._first_step_seconds is None:  # the same work at every depth of 2 or more (``RoundTiming``)
+                self._first_step_seconds = self._round_clock() - steps_mark
         self._draft_steps_seconds = self._round_clock() - steps_mark
         return drafts
 

@@ -91,7 +91,8 @@ def replay(rows: list[dict[str, Any]], module: ModuleType = shipped, depth_limit
             # whether the round counts: the log keeps it as the round not counted
             built = not row["counted"]
             adaptive.observe(row["depth"], row["tested"], row["accepted"], module.RoundTiming(
-                row["seconds"], row["verify"], row["draft"], row["draft_steps"], made, built))
+                row["seconds"], row["verify"], row["draft"], row["draft_steps"], made, built,
+                row.get("first_step")))  # (logs from before 2026-12-06's evening: None, the steps' average stands in)
         memory = adaptive.snapshot()
     return result
 

@@ -70,6 +70,9 @@ class Machine:
     # small passes far more than the target's verify pass, so that the best depth itself moves with the load
     # (``bench adaptive-load``'s phases: quiet, loaded, quiet)
     draft_loads: Sequence[tuple[int, float]] = ()
+    # added to a round's first further draft step, the one right after the first pass: on the Xeon it costs a
+    # quarter more than each step after it (``RoundTiming.first_step``)
+    first_step: float = 0.0
 
     def load_at(self, token: int) -> float:
         return factor_at(self.loads, token)
@@ -159,9 +162,10 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
         parts = scale * _between(1 - machine.part_jitter, 1 + machine.part_jitter, part) * \
             factor_at(machine.draft_loads, totals.tokens)
         first = (machine.first_pass + machine.catch_up * held if depth else 0.0) * parts
-        steps = machine.step * max(depth - 1, 0) * parts
+        first_step = (machine.step + machine.first_step) * parts if depth >= 2 else None
+        steps = machine.step * max(depth - 1, 0) * parts + (machine.first_step * parts if depth >= 2 else 0.0)
         timing = RoundTiming(seconds=verify * scale + first + steps, verify=verify * scale,
-                             draft=first + steps, draft_steps=steps, proposed=depth)
+                             draft=first + steps, draft_steps=steps, proposed=depth, first_step=first_step)
         if observe is not None:
             observe(depth, tested, accepted, timing)
         totals.tokens += accepted + 1
@@ -276,6 +280,13 @@ FAST_EPYC_1T = Machine("fast epyc 1 thread", rest=ms([9.8, 26.6, 30.4, 31.3, 33.
 SCALED_EPYC_Q8 = Machine("scaled q8 epyc", rest=ms([6.0, 9.5, 11.3, 14.7, 18.6, 20.6, 23.8, 26.5, 29.0]),
                          first_pass=0.0006, step=0.0003, catch_up=0.00005, jitter=0.04, stalls=0.01, slow_start=4,
                          rebuild=0.0007, wobble=0.03, part_jitter=0.35)
+# The scaled demo (Q8_0) on the Xeon, 2 threads, quiet (2026-12-06's bench adaptive-load decision logs, medians of the
+# counted rounds): verify + host 10.7-13.7 ms for 2-4 tokens, 19.4-22.5 ms for 5-7 and 19.5 ms for 8 (a kernel that
+# tiles well), draft passes 0.57 ms; the first draft step after the first pass costs 0.1 ms more than each one
+# after it (timed pass by pass: 0.40 ms, then 0.33 and 0.31), so the steps' average depends on the depth
+SCALED_XEON_2T = Machine("scaled xeon 2 threads", rest=ms([9.6, 10.7, 12.2, 13.7, 19.4, 21.0, 22.5, 19.5, 28.8]),
+                         first_pass=0.00057, step=0.00035, first_step=0.0001, catch_up=0.00002, jitter=0.04,
+                         stalls=0.01, slow_start=4, rebuild=0.0007, wobble=0.03)
 GPU_LIKE = Machine("gpu-like", rest=ms([20.0, 20.2, 20.4, 20.6, 20.8, 21.0, 21.2, 21.4, 21.6]), first_pass=0.0025,
                    step=0.002, catch_up=0.0001, jitter=0.03, stalls=0.01, slow_start=8, rebuild=0.0003, wobble=0.05)
 

@@ -42,3 +42,6 @@ def test_every_phase_runs_the_runs_asked_for(tmp_path: Path) -> None:
         log = tmp_path / decisions_file(phase["phase"])
         rounds = [json.loads(line) for line in log.read_text().splitlines()]
         assert rounds and {r["run"] for r in rounds} == {1, 2} and all(0 <= r["depth"] <= 2 for r in rounds)
+        # a round of two drafts or more times its first draft step apart: the load reading (``RoundTiming``)
+        assert all((r["first_step"] is not None) == (r["batch"] >= 3) for r in rounds)
+        assert all(0.0 < r["first_step"] <= r["draft_steps"] for r in rounds if r["batch"] >= 3)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.adaptive import START_DEPTH, RoundTiming
+from app.engine.adaptive import MEMORY_VERSION, START_DEPTH, RoundTiming
 from app.engine.config import EngineConfig, SamplingParams
 from app.engine.depth_memory import DepthMemory, key_for
 from app.engine.sampling import Sampler
@@ -22,7 +22,8 @@ from app.gguftools.builtin_demo import ensure_demo_model, table_prompt
 from app.gguftools.demo_model import DemoModel
 from tests.helpers.module_folders import ModuleFolders
 
-STATE = {"version": 1, "draft_depth": 8, "rest": {"1": 0.05, "4": 0.09}, "first_pass": 0.01, "step": 0.008,
+STATE = {"version": MEMORY_VERSION, "draft_depth": 8, "rest": {"1": 0.05, "4": 0.09}, "first_pass": 0.01, "step": 0.008,
+         "first_step": 0.009,
          "tested": [40.0, 30.0, 20.0, 0, 0, 0, 0, 0], "accepted": [36.0, 25.0, 15.0, 0, 0, 0, 0, 0],
          "current": 3, "rounds": 200}
 
@@ -189,7 +190,7 @@ def test_a_damaged_record_or_a_blocked_folder_only_costs_the_warm_start(demo: De
     assert decoder.adaptive.chosen[START_DEPTH] > 0 and tokens
     assert "not one this version can use" in caplog.text
     decoder.close()
-    assert json.loads(record.read_text())["state"]["version"] == 1  # rewritten by the save
+    assert json.loads(record.read_text())["state"]["version"] == MEMORY_VERSION  # rewritten by the save
 
     blocked = tmp_path / "a-file"
     blocked.write_text("in the way of the folder")

@@ -11,7 +11,7 @@ from app.engine import adaptive
 from app.engine.adaptive import AdaptiveDepth
 from app.engine.depth_worker import DepthWorker
 from tests.helpers.adaptive_replay import fixed_ratios, load_module, replay
-from tests.helpers.adaptive_sim import DEMO, SCALED_EPYC_Q8, run_adaptive, run_with_worker
+from tests.helpers.adaptive_sim import DEMO, SCALED_EPYC_Q8, SCALED_XEON_2T, run_adaptive, run_with_worker
 
 
 def _bench_log(runs: int = 2, tokens: int = 400) -> list[dict[str, Any]]:
@@ -23,7 +23,7 @@ def _bench_log(runs: int = 2, tokens: int = 400) -> list[dict[str, Any]]:
         if memory is not None:
             assert adaptive.restore(memory)
         adaptive.log = []
-        run_adaptive(SCALED_EPYC_Q8, DEMO, tokens, seed=run, adaptive=adaptive)
+        run_adaptive(SCALED_XEON_2T, DEMO, tokens, seed=run, adaptive=adaptive)  # its first draft step dearer
         for decision in adaptive.log:
             rows.append(json.loads(json.dumps({"variant": "adaptive", "run": run, "warm": adaptive.warm,
                                                "prompt_set": "document", **decision.to_dict()})))
@@ -34,9 +34,11 @@ def _bench_log(runs: int = 2, tokens: int = 400) -> list[dict[str, Any]]:
 def test_a_logged_session_replays_to_the_same_depths_and_rates_round_by_round() -> None:
     rows = _bench_log()
     assert any(row["warm"] for row in rows) and any(row["draft_steps"] > 0 for row in rows)
+    assert all((row["first_step"] is not None) == (row["batch"] >= 3) for row in rows)
     result = replay(rows)
     assert result.rounds == len(rows)
-    assert result.same == result.rounds  # every round: the draft steps' time is in the log now
+    assert result.same == result.rounds  # every round: the draft steps' time is in the log now, the first one's too
+    assert replay([{**row, "first_step": None} for row in rows]).same < len(rows)  # (read from their average)
 
 
 def test_a_session_decided_a_round_ahead_replays_in_that_order() -> None:
