@@ -92,7 +92,7 @@ def replay(rows: list[dict[str, Any]], module: ModuleType = shipped, depth_limit
             built = not row["counted"]
             adaptive.observe(row["depth"], row["tested"], row["accepted"], module.RoundTiming(
                 row["seconds"], row["verify"], row["draft"], row["draft_steps"], made, built,
-                row.get("first_step")))  # (logs from before 2026-12-06's evening: None, the steps' average stands in)
+                row.get("first_step")))  # (logs from before 2026-12-06's night: None, the steps' average stands in)
         memory = adaptive.snapshot()
     return result
 
