@@ -663,9 +663,10 @@ class AdaptiveDepth:
             self._drafting_rounds += 1
             if self._drafting_rounds > 1:  # the first drafting round warms the draft context up
                 samples.first_pass = timing.draft - timing.draft_steps
-                samples.step = timing.draft_steps / (made - 1) if made >= 2 else None
-                samples.first_step = None if made < 2 else \
-                    timing.first_step if timing.first_step is not None else samples.step
+                if made >= 2:
+                    samples.step = timing.draft_steps / (made - 1)
+                    # the first step's own time where the engine timed it apart, else the steps' average
+                    samples.first_step = timing.first_step if timing.first_step is not None else samples.step
         if not self.load_samples and not self._waiting and not self._known_depths():
             self._add(samples, 1.0)  # nothing measured to compare with yet: the first rounds set the scale
         else:
