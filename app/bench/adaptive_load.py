@@ -10,13 +10,20 @@ measured again. Each phase reports every variant's decode tok/s (the one definit
 median over the runs), and adaptive depth's against the fastest fixed depth of that phase (by median): the median of
 its ratios in each run, measured side by side (``spec.side_by_side``), with the depths it chose, as JSON and a
 markdown table. On a shared machine the figures move with whatever else runs: they are indicative.
+
+Beside the wall-time verdict, each phase says what adaptive depth's own choices cost on its own round clock
+(``OwnClock``, from the decision log): the seconds its rounds at other depths took beyond what its own rounds at the
+phase's fastest fixed depth would have taken for the same tokens. A wall-time ratio of one invocation moves a few
+percent either way with the machine (the loaded phase's runs 0.89x-1.05x for one policy held at one depth); this
+figure does not, and says which part of a miss is the choices' and which the machine's.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +35,63 @@ from app.engine.depth_memory import load_average
 
 PHASES = (("quiet", 0), ("loaded", None), ("quiet again", 0))  # None: the cores asked for
 PHASE_WINDOW_S = 0.5  # the idle cores measured over this as a phase begins (the children start spinning in it)
+YARDSTICK_ROUNDS = 20  # rounds a run must play at the phase's fastest fixed depth for its own clock to be read
+REASONS = {"probe": "visits", "explore": "tries", "best": "played", "start": "played"}  # the log's reasons, in words
+
+
+@dataclass(frozen=True)
+class OwnClock:
+    """One adaptive run on its own round clock (the seconds the engine measured a round to take): the share of the
+    run's seconds its rounds at depths other than ``depth`` took beyond what its own rounds at ``depth`` (the
+    phase's fastest fixed depth) took for as many tokens, by what chose them: ``visits`` of a depth measured before,
+    ``tries`` of a depth not measured yet, ``played`` (the estimates preferred another depth for a while). Negative
+    where those rounds ran faster than the yardstick."""
+
+    depth: int
+    rounds: int
+    lost: dict[str, float]
+
+    @property
+    def total(self) -> float:
+        return sum(self.lost.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"depth": self.depth, "rounds": self.rounds, "lost": round(self.total, 4),
+                "lost_by_reason": {k: round(v, 4) for k, v in sorted(self.lost.items())}}
+
+
+def own_clock(rounds: Iterable[dict[str, Any]], depth: int) -> list[OwnClock | None]:
+    """Each run's ``OwnClock`` against ``depth``, from a phase's decision log (its JSON lines, the warm-up's left
+    out), in the order of the runs; None for a run with fewer than ``YARDSTICK_ROUNDS`` rounds at ``depth`` (it
+    cannot say what that depth's rounds cost)."""
+    runs: dict[int, list[dict[str, Any]]] = {}
+    for entry in rounds:
+        if entry.get("prompt_set") != "warm-up":
+            runs.setdefault(int(entry["run"]), []).append(entry)
+    found: list[OwnClock | None] = []
+    for run in sorted(runs):
+        played = runs[run]
+        yardstick = [r for r in played if r["depth"] == depth]
+        seconds = sum(float(r["seconds"]) for r in played)
+        if len(yardstick) < YARDSTICK_ROUNDS or seconds <= 0.0:
+            found.append(None)
+            continue
+        per_token = sum(float(r["seconds"]) for r in yardstick) / sum(int(r["accepted"]) + 1 for r in yardstick)
+        lost: dict[str, float] = {}
+        for r in played:
+            if r["depth"] != depth:
+                reason = REASONS.get(str(r["reason"]), str(r["reason"]))
+                extra = float(r["seconds"]) - (int(r["accepted"]) + 1) * per_token
+                lost[reason] = lost.get(reason, 0.0) + extra / seconds
+        found.append(OwnClock(depth, len(played), lost))
+    return found
+
+
+def read_decisions(path: Path) -> list[dict[str, Any]]:
+    """A decision log's rounds (JSON lines); none when it was not kept."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 @dataclass
@@ -41,6 +105,7 @@ class Phase:
     seconds: float
     rows: list[spec.Row] = field(default_factory=list)
     threads: int = 0  # decode threads of every variant in the phase, from the idle cores measured as it began
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # adaptive depth's rounds (the decision log)
 
     def fixed_rows(self) -> dict[int, spec.Row]:
         """Each fixed depth's row (0: drafting off)."""
@@ -69,9 +134,20 @@ class Phase:
         ratios = spec.side_by_side(adaptive.samples, fixed)
         return [(ratio, spec.start_word(mine)) for ratio, mine in zip(ratios, adaptive.samples, strict=False)]
 
+    def own_clock(self) -> list[OwnClock | None]:
+        """Each adaptive run on its own clock against the phase's fastest fixed depth (``own_clock``)."""
+        best = self.best_fixed()
+        return own_clock(self.decisions, best[0]) if best is not None and self.decisions else []
+
+    def own_clock_lost(self) -> float | None:
+        """The median over the runs of the share their rounds at other depths lost (None: not known)."""
+        known = [run.total for run in self.own_clock() if run is not None]
+        return statistics.median(known) if known else None
+
     def to_dict(self) -> dict[str, Any]:
         adaptive, best = self.adaptive(), self.best_fixed()
         runs = [ratio for ratio, _ in self.adaptive_runs()]  # the phase's verdict is their median
+        lost = self.own_clock_lost()
         return {"phase": self.name, "busy_cores": self.busy, "threads": self.threads,
                 "load_per_core_before": self.load_before,
                 "load_per_core_after": self.load_after, "seconds": round(self.seconds, 1),
@@ -83,7 +159,9 @@ class Phase:
                 else None,
                 "adaptive_vs_best_runs": [round(ratio, 3) for ratio in runs],
                 "adaptive_depths": {str(k): round(v, 3) for k, v in adaptive.depth_shares.items()} if adaptive else {},
-                "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else []}
+                "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else [],
+                "own_clock_lost": round(lost, 4) if lost is not None else None,
+                "own_clock_runs": [run.to_dict() if run else None for run in self.own_clock()]}
 
 
 @dataclass
@@ -123,7 +201,28 @@ class AdaptiveLoadResult:
             adaptive = f"{d['adaptive_tps']:.1f}" if d["adaptive_tps"] is not None else "–"
             lines.append(f"| {phase.name} | {phase.busy} | {phase.threads} | {load} | {cells} | {adaptive} | {ratio} "
                          f"| {shares} |")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self._own_clock_lines()) + "\n"
+
+    def _own_clock_lines(self) -> list[str]:
+        """The table of what adaptive depth's choices cost on its own clock (none when no log was kept)."""
+        if not any(run is not None for phase in self.phases for run in phase.own_clock()):
+            return []  # no log kept, or no run played the fastest fixed depth long enough to price the others
+        lines = ["", "Adaptive depth on its own clock (the seconds the engine timed each round): the share of a run's "
+                 "time its rounds at other depths took beyond what its own rounds at the phase's fastest fixed depth "
+                 "took for as many tokens; by what chose them, the mean over the runs", "",
+                 "| phase | against | lost (median of the runs) | each run | visits | tries | played |",
+                 "|---|---|---|---|---|---|---|"]
+        for phase in self.phases:
+            runs = phase.own_clock()
+            known = [run for run in runs if run is not None]
+            if not known:
+                continue
+            lost = statistics.median(run.total for run in known)
+            each = ", ".join(f"{run.total:.1%}" if run is not None else "–" for run in runs)
+            by = [f"{sum(run.lost.get(reason, 0.0) for run in known) / len(known):.1%}"
+                  for reason in ("visits", "tries", "played")]
+            lines.append(f"| {phase.name} | k={known[0].depth} | {lost:.1%} | {each} | {' | '.join(by)} |")
+        return lines
 
 
 def decisions_file(phase: str) -> str:
@@ -164,5 +263,6 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
                               prompt_sets=prompt_sets, n_threads=threads, interleave="prompt",
                               depth_memory=memory, keep_memory=True, log=log,
                               decisions=None if decisions is None else decisions / decisions_file(name))
-        done.append(Phase(name, busy, before, load_average(), time.monotonic() - started, result.rows, threads))
+        kept = read_decisions(decisions / decisions_file(name)) if decisions is not None else []
+        done.append(Phase(name, busy, before, load_average(), time.monotonic() - started, result.rows, threads, kept))
     return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description(), runs)

@@ -34,6 +34,7 @@ def test_every_phase_runs_the_runs_asked_for(tmp_path: Path) -> None:
         # the phase's ratio: the median of the runs' side-by-side ratios (each rounded to 3 places)
         assert phase["adaptive_vs_best"] == pytest.approx(statistics.median(phase["adaptive_vs_best_runs"]), abs=1e-3)
         assert abs(sum(phase["adaptive_depths"].values()) - 1.0) < 0.01
+        assert len(phase["own_clock_runs"]) == 2  # each run priced on its own clock, or None where too short
     assert phases[0]["adaptive_warm"][0] is False  # the memory is emptied at the start: the first run is cold
     table = (tmp_path / "adaptive-load.md").read_text()
     assert "2 interleaved runs a phase" in table and "| loaded | 1 |" in table

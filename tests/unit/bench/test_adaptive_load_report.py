@@ -6,9 +6,12 @@ given replies (no engine)."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
+
+import pytest
 
 from app.bench import spec
-from app.bench.adaptive_load import AdaptiveLoadResult, Phase
+from app.bench.adaptive_load import YARDSTICK_ROUNDS, AdaptiveLoadResult, Phase, own_clock
 
 
 def _row(variant: spec.Variant, tokens_per_second: float, depths: dict[int, int] | None = None) -> spec.Row:
@@ -81,3 +84,54 @@ def test_each_runs_ratio_is_against_the_phases_fastest_fixed_depth_in_that_run()
     one_run = Phase("quiet", 0, 0.1, 0.1, 10.0, [spec.Row(r.variant, "reasoning", r.samples[:1]) for r in rows], 2)
     assert "| 0.950x (k=3) |" in AdaptiveLoadResult("scaled demo model", 128, [2, 3], 8, [one_run],
                                                     "2-core test CPU").markdown()
+
+
+def _round(run: int, depth: int, reason: str, seconds: float, accepted: int,
+           prompt_set: str = "reasoning") -> dict[str, Any]:
+    """One line of a phase's decision log, as ``spec``'s log writes it (the fields the own clock reads)."""
+    return {"variant": "d2t sidecar adaptive k<=8", "run": run, "prompt_set": prompt_set, "prompt": 0,
+            "depth": depth, "reason": reason, "seconds": seconds, "accepted": accepted}
+
+
+def test_adaptive_depths_choices_are_priced_on_its_own_clock_against_the_fastest_fixed_depth() -> None:
+    """A run's rounds at other depths than the phase's fastest fixed one are priced against that depth's own rounds
+    in the same run (seconds per token), by what chose them; a run that hardly played that depth says nothing, and
+    the warm-up's rounds are not the run's."""
+    log = [_round(1, 5, "start", 1.0, 0, prompt_set="warm-up")]  # a slow warm-up round: not counted
+    log += [_round(1, 3, "best", 0.010, 2) for _ in range(30)]  # 3 tokens in 10 ms: 3.33 ms a token
+    log += [_round(1, 4, "probe", 0.020, 3), _round(1, 4, "probe", 0.020, 3)]  # 4 tokens in 20 ms: 6.67 ms lost each
+    log += [_round(1, 0, "explore", 0.005, 0), _round(1, 0, "explore", 0.005, 0)]  # 1.67 ms lost each
+    log += [_round(1, 2, "best", 0.009, 1) for _ in range(4)]  # played depth 2: 2.33 ms lost each
+    log += [_round(1, 1, "probe", 0.002, 0)]  # a visit faster than the yardstick: a gain (1.33 ms)
+    log += [_round(2, 3, "best", 0.010, 2) for _ in range(YARDSTICK_ROUNDS - 1)] + [_round(2, 2, "best", 0.009, 1)]
+    first, second = own_clock(log, 3)
+    assert second is None  # 19 rounds at depth 3: too few to price the others against
+    assert first is not None and first.depth == 3 and first.rounds == 39
+    seconds = 30 * 0.010 + 2 * 0.020 + 2 * 0.005 + 4 * 0.009 + 0.002
+    per_token = 0.010 / 3
+    assert first.lost["visits"] == pytest.approx((2 * (0.020 - 4 * per_token) + (0.002 - per_token)) / seconds)
+    assert first.lost["tries"] == pytest.approx(2 * (0.005 - per_token) / seconds)
+    assert first.lost["played"] == pytest.approx(4 * (0.009 - 2 * per_token) / seconds)
+    assert first.total == pytest.approx(sum(first.lost.values())) and 0.05 < first.total < 0.07
+
+    phase = _phase("quiet", 0, {0: 100.0, 1: 120.0, 2: 130.0, 3: 140.0}, 137.0, {3: 80, 4: 20})
+    phase.decisions = log
+    data = phase.to_dict()
+    assert data["own_clock_lost"] == round(first.total, 4)  # the one run that could be priced
+    assert data["own_clock_runs"][1] is None and data["own_clock_runs"][0]["depth"] == 3
+    table = AdaptiveLoadResult("scaled demo model", 128, [1, 2, 3], 8, [phase], "2-core test CPU").markdown()
+    visits, tries, played = (f"{first.lost[k]:.1%}" for k in ("visits", "tries", "played"))
+    assert (f"| quiet | k=3 | {first.total:.1%} | {first.total:.1%}, – | {visits} | {tries} | {played} |"
+            in table)
+    assert "own clock" in table
+
+
+def test_no_decision_log_no_own_clock_table() -> None:
+    """Without a decision log, or with runs too short to price, the report has no own-clock figures rather than
+    made-up ones."""
+    phase = _phase("quiet", 0, {0: 100.0, 1: 120.0}, 119.0, {1: 100})
+    assert phase.to_dict()["own_clock_lost"] is None and phase.to_dict()["own_clock_runs"] == []
+    assert "own clock" not in AdaptiveLoadResult("scaled demo model", 128, [1], 8, [phase], "c").markdown()
+    phase.decisions = [_round(1, 1, "best", 0.01, 1) for _ in range(YARDSTICK_ROUNDS - 1)]  # too short to price
+    assert phase.to_dict()["own_clock_runs"] == [None] and phase.to_dict()["own_clock_lost"] is None
+    assert "own clock" not in AdaptiveLoadResult("scaled demo model", 128, [1], 8, [phase], "c").markdown()
