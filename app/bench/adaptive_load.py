@@ -161,7 +161,7 @@ class Phase:
                 "adaptive_depths": {str(k): round(v, 3) for k, v in adaptive.depth_shares.items()} if adaptive else {},
                 "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else [],
                 "own_clock_lost": round(lost, 4) if lost is not None else None,
-                "own_clock_runs": [run.to_dict() if run else None for run in self.own_clock()]}
+                "own_clock_runs": [run.to_dict() if run is not None else None for run in self.own_clock()]}
 
 
 @dataclass
