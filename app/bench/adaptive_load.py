@@ -20,7 +20,6 @@ figure does not, and says which part of a miss is the choices' and which the mac
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Iterable, Sequence
@@ -87,11 +86,10 @@ def own_clock(rounds: Iterable[dict[str, Any]], depth: int) -> list[OwnClock | N
     return found
 
 
-def read_decisions(path: Path) -> list[dict[str, Any]]:
-    """A decision log's rounds (JSON lines); none when it was not kept."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def median_lost(runs: Sequence[OwnClock | None]) -> float | None:
+    """The median over the priced runs of the share their rounds at other depths lost (None: none was priced)."""
+    known = [run.total for run in runs if run is not None]
+    return statistics.median(known) if known else None
 
 
 @dataclass
@@ -139,15 +137,11 @@ class Phase:
         best = self.best_fixed()
         return own_clock(self.decisions, best[0]) if best is not None and self.decisions else []
 
-    def own_clock_lost(self) -> float | None:
-        """The median over the runs of the share their rounds at other depths lost (None: not known)."""
-        known = [run.total for run in self.own_clock() if run is not None]
-        return statistics.median(known) if known else None
-
     def to_dict(self) -> dict[str, Any]:
         adaptive, best = self.adaptive(), self.best_fixed()
         runs = [ratio for ratio, _ in self.adaptive_runs()]  # the phase's verdict is their median
-        lost = self.own_clock_lost()
+        clock = self.own_clock()  # read from the decision log once
+        lost = median_lost(clock)
         return {"phase": self.name, "busy_cores": self.busy, "threads": self.threads,
                 "load_per_core_before": self.load_before,
                 "load_per_core_after": self.load_after, "seconds": round(self.seconds, 1),
@@ -161,7 +155,7 @@ class Phase:
                 "adaptive_depths": {str(k): round(v, 3) for k, v in adaptive.depth_shares.items()} if adaptive else {},
                 "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else [],
                 "own_clock_lost": round(lost, 4) if lost is not None else None,
-                "own_clock_runs": [run.to_dict() if run is not None else None for run in self.own_clock()]}
+                "own_clock_runs": [run.to_dict() if run is not None else None for run in clock]}
 
 
 @dataclass
@@ -205,23 +199,23 @@ class AdaptiveLoadResult:
 
     def _own_clock_lines(self) -> list[str]:
         """The table of what adaptive depth's choices cost on its own clock (none when no log was kept)."""
-        if not any(run is not None for phase in self.phases for run in phase.own_clock()):
+        clocks = [(phase.name, phase.own_clock()) for phase in self.phases]  # each priced once
+        if not any(run is not None for _, runs in clocks for run in runs):
             return []  # no log kept, or no run played the fastest fixed depth long enough to price the others
         lines = ["", "Adaptive depth on its own clock (the seconds the engine timed each round): the share of a run's "
                  "time its rounds at other depths took beyond what its own rounds at the phase's fastest fixed depth "
                  "took for as many tokens; by what chose them, the mean over the runs", "",
                  "| phase | against | lost (median of the runs) | each run | visits | tries | played |",
                  "|---|---|---|---|---|---|---|"]
-        for phase in self.phases:
-            runs = phase.own_clock()
+        for name, runs in clocks:
             known = [run for run in runs if run is not None]
-            if not known:
+            lost = median_lost(runs)
+            if lost is None:
                 continue
-            lost = statistics.median(run.total for run in known)
             each = ", ".join(f"{run.total:.1%}" if run is not None else "–" for run in runs)
             by = [f"{sum(run.lost.get(reason, 0.0) for run in known) / len(known):.1%}"
                   for reason in ("visits", "tries", "played")]
-            lines.append(f"| {phase.name} | k={known[0].depth} | {lost:.1%} | {each} | {' | '.join(by)} |")
+            lines.append(f"| {name} | k={known[0].depth} | {lost:.1%} | {each} | {' | '.join(by)} |")
         return lines
 
 
@@ -263,6 +257,6 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
                               prompt_sets=prompt_sets, n_threads=threads, interleave="prompt",
                               depth_memory=memory, keep_memory=True, log=log,
                               decisions=None if decisions is None else decisions / decisions_file(name))
-        kept = read_decisions(decisions / decisions_file(name)) if decisions is not None else []
+        kept = spec.read_decisions(decisions / decisions_file(name)) if decisions is not None else []
         done.append(Phase(name, busy, before, load_average(), time.monotonic() - started, result.rows, threads, kept))
     return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description(), runs)

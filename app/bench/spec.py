@@ -412,10 +412,8 @@ def decision_charts(decisions: Path, folder: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     entries: dict[str, list[dict[str, Any]]] = {}
-    if decisions.exists():
-        for line in decisions.read_text(encoding="utf-8").splitlines():
-            entry = json.loads(line)
-            entries.setdefault(entry["variant"], []).append(entry)
+    for entry in read_decisions(decisions):
+        entries.setdefault(entry["variant"], []).append(entry)
     colours = {"best": "#4c78a8", "probe": "#f58518", "explore": "#e45756", "start": "#72b7b2"}
     paths = []
     for variant, rounds in entries.items():
@@ -842,6 +840,13 @@ def _run_together(variants: list[Variant], target: Path, sidecars: dict[str, Pat
     finally:
         for ours in sessions:
             ours.close()
+
+
+def read_decisions(path: Path) -> list[dict[str, Any]]:
+    """The rounds a decision log (``_DecisionLog``) kept, in order; none when it was not kept."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 class _DecisionLog:
