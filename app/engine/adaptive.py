@@ -55,10 +55,11 @@ A load that weighs on the draft passes more than on the verify pass (another job
 small passes wait for) looks to the estimates like load on everything, and they would keep drafting deep under it
 (issue 36: decisions learned under load stick). So each depth's latest rounds are also kept as measured
 (``seen_rates``), and the draft passes' share of a round is watched, at the current depth (a recent against a
-longer average) and at each visit (against its last visit): when it moves, the load changed in a way the estimates
-cannot take out, every other depth is visited once more in turn (nearest first; the survey ends once the nearest
-depth on either side has measured slower than the one played), and from then on a depth whose
-measured rate beats the chosen one's by ``SEEN_MARGIN`` is chosen instead, and the depth it replaced is visited again
+longer average, each round's share held near it so that another job's moment in one round's draft passes is not a
+level) and at each visit (against its last visit, two counted rounds in a row): when it moves, the load changed in a way
+the estimates cannot take out, every other depth is visited once more in turn (nearest first; the survey ends once the
+nearest depth on either side has measured slower than the one played), and from then on a depth whose measured rate
+beats the chosen one's by ``SEEN_MARGIN`` is chosen instead, and the depth it replaced is visited again
 ``RECHECK_AFTER`` rounds later (a burst of slow rounds looks the same). A load on everything alike leaves the
 share where it was and changes nothing here. Recent measurements weigh most: the estimates keep the latest
 ``WINDOW`` rounds, the measured rates only those of the last ``SEEN_FRESH`` rounds.
@@ -112,9 +113,15 @@ RECHECK_AFTER = 4  # ... and the depth it replaced is visited again this many ro
 # burst of slow rounds, which looks the same, is likely over): on the Xeon's quiet phase two such rounds at depth 3
 # put depth 7 in its place for 35 rounds, its rates 8% below, while a survey visited every other depth but 3
 SHIFT = 1.3  # the draft passes' share of the current depth's rounds this much above or below its longer average (a
-# visited depth's: SHIFT squared against its last visit): the load changed how it weighs on drafts and verify
+# visited depth's: SHIFT squared against its last visit, two counted rounds in a row): the load changed how it weighs
+# on drafts and verify
 SHIFT_FAST = 0.85  # the recent average of that share ...
-SHIFT_SLOW = 0.99  # ... and its "before", a slower one
+SHIFT_SLOW = 0.99  # ... and its "before", a slower one; each round's share held within SHIFT squared of the slower
+# one as it enters them. Another job's moment (a pause of a few ms) that lands in a round's short draft passes makes
+# that one round's share 4-6x its usual: the Xeon's quiet phase met one every 100-200 rounds at 512-token replies,
+# and the recent average read each as a load change (a survey of every depth, and the measured rates free to
+# overrule the estimates: depth 7 played for a hundred rounds). Held, one such round moves it a tenth; a load that
+# stays moves it past SHIFT in four rounds
 # A visit's verify time, divided by the load it ran under, this much below its batch size's estimate proves the
 # estimate wrong: it replaces it, instead of being one sample among WINDOW. Only faster: a round cannot run fast by
 # chance the way it can stall, and a depth predicted too cheap corrects itself by being played (its draft passes
@@ -224,7 +231,7 @@ def lower_quartile(values: Iterable[float]) -> float:
     return ordered[len(ordered) // 4]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Samples:
     """One round's raw cost samples, before they are divided by the load."""
 
@@ -236,7 +243,7 @@ class _Samples:
     visit: bool = False  # from a visit of another measured depth (a probe): may prove its estimate wrong
 
 
-@dataclass
+@dataclass(slots=True)
 class AdaptiveDepth:
     draft_depth: int
     # per draft position: decayed counts of rounds that tested it, and of those that accepted it
@@ -270,6 +277,8 @@ class AdaptiveDepth:
     _overruled_round: int = -1  # the round the measured rates last overruled the estimates in
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
+    # per depth visited: a round's share beyond the one before it, up (True) or down, waiting for the next round there
+    _odd_share: dict[int, bool] = field(default_factory=dict)
     _since_probe: int = 0
     _last_batch: int = 0
     _drafting_rounds: int = 0
@@ -446,21 +455,24 @@ class AdaptiveDepth:
     def _see(self, depth: int, timing: RoundTiming) -> None:
         """One counted round's time at ``depth``, for ``seen_rates``; and the check for a load that weighs on one
         part more than the other (``SHIFT``): when the draft passes' share of the current depth's recent rounds
-        parts from its longer average, the other depths are due for a visit at once (what they measured is from
-        before). A load on everything alike leaves the share where it was: the estimates take that out as load."""
+        parts from its longer average, or a visited depth's share from its last visit's in two counted rounds in a
+        row, the other depths are due for a visit at once (what they measured is from before). A load on everything
+        alike leaves the share where it was: the estimates take that out as load. A pause of another job's that lands
+        in one round's draft passes moves that round's share alone, and is not a change: each share enters the
+        averages held near the longer one."""
         self._seen.setdefault(depth, deque(maxlen=SEEN_KEEP)).append((self.rounds, timing.seconds))
         if timing.proposed < 1 or timing.draft <= 0.0 or timing.verify <= 0.0:
             return  # no draft made (depth 0 still times a little bookkeeping as draft): no share to watch
         share = timing.draft / timing.verify
         if depth != self.current:  # a visit: its drafts' share against the share at its last visit
-            before = self._shares.get(depth)
-            self._shares[depth] = share
-            if before is not None and (share > before * SHIFT ** 2 or share < before / SHIFT ** 2):
-                self._shifted(depth)
+            self._visit_share(depth, share)
             return
         if depth != self._shift_depth:  # another current depth: another share, its averages start anew
             self._shift_depth, self._shift = depth, [0.0, 0.0, 0.0, 0.0]
         fast_s, fast_w, slow_s, slow_w = self._shift
+        if slow_w > 0.0:  # held near the level so far: one round's moment is not a level
+            usual = slow_s / slow_w
+            share = min(max(share, usual / SHIFT ** 2), usual * SHIFT ** 2)
         fast_s, fast_w = fast_s * SHIFT_FAST + share, fast_w * SHIFT_FAST + 1.0
         slow_s, slow_w = slow_s * SHIFT_SLOW + share, slow_w * SHIFT_SLOW + 1.0
         self._shift = [fast_s, fast_w, slow_s, slow_w]
@@ -469,6 +481,25 @@ class AdaptiveDepth:
             if ratio > SHIFT or ratio < 1.0 / SHIFT:
                 self._shift = [fast_s, fast_w, fast_s, fast_w]  # the new level is the level now
                 self._shifted(depth)
+
+    def _visit_share(self, depth: int, share: float) -> None:
+        """A visited depth's counted round: its drafts' share against the share its rounds had before. One round beyond
+        ``SHIFT`` squared may be a pause of another job's: the visit lasts a round more where it can, and a second
+        round beyond it the same way (then, or at the next visit) is a load change."""
+        before = self._shares.get(depth)
+        if before is None or before / SHIFT ** 2 <= share <= before * SHIFT ** 2:
+            self._shares[depth] = share
+            self._odd_share.pop(depth, None)
+            return
+        up = share > before
+        if self._odd_share.get(depth) == up:
+            del self._odd_share[depth]
+            self._shares[depth] = share
+            self._shifted(depth)
+            return
+        self._odd_share[depth] = up
+        if self._block_left == 0 and self._block_depth == depth and self._block_reason == "probe":
+            self._block_left = 1  # the visit's last round was this one: one more tells a moment from a change
 
     def _survey_settled(self) -> bool:
         """Whether a survey after a load change has seen enough: the nearest measured depth on either side of the

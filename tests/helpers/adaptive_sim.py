@@ -73,6 +73,12 @@ class Machine:
     # added to a round's first further draft step, the one right after the first pass: on the Xeon it costs a
     # quarter more than each step after it (``RoundTiming.first_step``)
     first_step: float = 0.0
+    # another job's moments: in this share of the rounds a pause of ``hiccup`` seconds lands at a uniformly drawn
+    # point of the round, so mostly in the verify pass and now and then in the short draft passes (the Xeon's quiet
+    # phase, 512-token replies at depth 3: 5-9% of the rounds' verify passes 4 ms longer, 0.5-0.9% of their draft
+    # passes 5-6 ms longer, the drafts' share of such a round 4-6x its usual)
+    hiccups: float = 0.0
+    hiccup: float = 0.005
 
     def load_at(self, token: int) -> float:
         return factor_at(self.loads, token)
@@ -110,12 +116,12 @@ class _Text:
 
 
 @functools.cache
-def _round_draws(seed: int, index: int) -> tuple[float, float, float, float]:
-    """A round's random draws (a standard normal, then three uniforms in [0, 1)), seeded by its index so that every
+def _round_draws(seed: int, index: int) -> tuple[float, float, float, float, float, float]:
+    """A round's random draws (a standard normal, then five uniforms in [0, 1)), seeded by its index so that every
     policy meets the same ones; drawn once per round and seed however many policies replay it (seeding a
     generator per round was a tenth of the simulation's time)."""
     rng = random.Random(seed * 1_000_003 + index)
-    return rng.gauss(0.0, 1.0), rng.random(), rng.random(), rng.random()
+    return rng.gauss(0.0, 1.0), rng.random(), rng.random(), rng.random(), rng.random(), rng.random()
 
 
 def _between(low: float, high: float, draw: float) -> float:
@@ -139,7 +145,8 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
     in_reply = 0
     while totals.tokens < tokens:
         index += 1
-        normal, jitter, stall, part = _round_draws(seed, index)  # the same draws at the same round for every policy
+        # the same draws at the same round for every policy
+        normal, jitter, stall, part, hiccup, landing = _round_draws(seed, index)
         depth = choose()
         totals.depths.append(depth)
         accepted = 0
@@ -164,7 +171,18 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
         first = (machine.first_pass + machine.catch_up * held if depth else 0.0) * parts
         first_step = (machine.step + machine.first_step) * parts if depth >= 2 else None
         steps = machine.step * max(depth - 1, 0) * parts + (machine.first_step * parts if depth >= 2 else 0.0)
-        timing = RoundTiming(seconds=verify * scale + first + steps, verify=verify * scale,
+        verify *= scale
+        if hiccup < machine.hiccups:  # a pause lands in the first pass, the steps or the verify pass, by their length
+            at = landing * (first + steps + verify)
+            if at < first:
+                first += machine.hiccup
+            elif at < first + steps:
+                steps += machine.hiccup
+                if first_step is not None and at < first + first_step:
+                    first_step += machine.hiccup
+            else:
+                verify += machine.hiccup
+        timing = RoundTiming(seconds=verify + first + steps, verify=verify,
                              draft=first + steps, draft_steps=steps, proposed=depth, first_step=first_step)
         if observe is not None:
             observe(depth, tested, accepted, timing)
