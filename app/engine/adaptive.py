@@ -470,7 +470,7 @@ class AdaptiveDepth:
         if depth != self._shift_depth:  # another current depth: another share, its averages start anew
             self._shift_depth, self._shift = depth, [0.0, 0.0, 0.0, 0.0]
         fast_s, fast_w, slow_s, slow_w = self._shift
-        if slow_w > 0.0:  # held near the level so far: one round's moment is not a level
+        if slow_w >= 10.0:  # held near the level of the rounds so far (ten of them make one): a moment is no level
             usual = slow_s / slow_w
             share = min(max(share, usual / SHIFT ** 2), usual * SHIFT ** 2)
         fast_s, fast_w = fast_s * SHIFT_FAST + share, fast_w * SHIFT_FAST + 1.0
