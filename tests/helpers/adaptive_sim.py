@@ -146,7 +146,7 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
     while totals.tokens < tokens:
         index += 1
         # the same draws at the same round for every policy
-        normal, jitter, stall, part, hiccup, landing = _round_draws(seed, index)
+        normal, jitter, stall, part, pause, landing = _round_draws(seed, index)
         depth = choose()
         totals.depths.append(depth)
         accepted = 0
@@ -172,7 +172,7 @@ def simulate(machine: Machine, accept: Accept, tokens: int, seed: int,
         first_step = (machine.step + machine.first_step) * parts if depth >= 2 else None
         steps = machine.step * max(depth - 1, 0) * parts + (machine.first_step * parts if depth >= 2 else 0.0)
         verify *= scale
-        if hiccup < machine.hiccups:  # a pause lands in the first pass, the steps or the verify pass, by their length
+        if pause < machine.hiccups:  # a pause lands in the first pass, the steps or the verify pass, by their length
             at = landing * (first + steps + verify)
             if at < first:
                 first += machine.hiccup

@@ -124,9 +124,10 @@ def _visit_timing(depth: int, spiked: bool) -> RoundTiming:
     """A round of a machine whose best depth is 3 with drafts accepted 2 or 3 at a time; ``spiked``: a pause of
     another job's made its draft passes 5x as long."""
     rest = (0.0086, 0.0094, 0.0105, 0.0112, 0.0145)[depth]
-    draft = ((0.0006 if depth else 0.0) + 0.0003 * max(depth - 1, 0)) * (5.0 if spiked else 1.0)
-    return RoundTiming(rest + draft, rest, draft, 0.0003 * max(depth - 1, 0) * (5.0 if spiked else 1.0), depth,
-                       built=False)
+    slower = 5.0 if spiked else 1.0
+    steps = 0.0003 * max(depth - 1, 0) * slower
+    draft = (0.0006 if depth else 0.0) * slower + steps
+    return RoundTiming(rest + draft, rest, draft, steps, depth, built=False)
 
 
 def test_one_odd_round_of_a_visit_is_checked_by_another_and_two_are_a_change() -> None:
