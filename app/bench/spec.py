@@ -719,6 +719,7 @@ class _OursSession:
         self.earlier: Snapshot | None = None
         try:
             self.decoder.generate(warm_up, 8)  # warm-up: first-pass allocations
+            self.decoder.prepare_visit_graphs()  # adaptive depth's: those of the depths it visits, as for a fixed one
             if earlier:  # read once, then every prompt starts from it as a chat's next turn would
                 self.decoder.reset()
                 self.decoder.generate(list(earlier), 1)

@@ -47,9 +47,9 @@ depth: the tries walk out from where it started and stop where the next depth st
 neighbours of the current depth and the most promising other are revisited now and then, less often the
 dearer and the less promising a visit is, but at least once per ``PROBE_LONGEST * PROBE_EVERY`` rounds' time
 (times how much dearer a visit's rounds are: a bounded share of the time), so a depth rejected under one load is
-looked at again under another. A depth's first visit in a session lasts a round more: its first round builds the
-verify pass's graph and does not count, and a session started from a record must bring two samples against the two
-each remembered cost counts as.
+looked at again under another. A depth's first visit in a session lasts a round more when its first round builds the
+verify pass's graph (the engine says whether a pass built one; without that word, always): that round does not count,
+and a session started from a record must bring two samples against the two each remembered cost counts as.
 
 A load that weighs on the draft passes more than on the verify pass (another job on the core the draft head's
 small passes wait for) looks to the estimates like load on everything, and they would keep drafting deep under it
@@ -279,6 +279,8 @@ class AdaptiveDepth:
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
     # per depth visited: a round's share beyond the one before it, up (True) or down, waiting for the next round there
     _odd_share: dict[int, bool] = field(default_factory=dict)
+    _builds_told: bool = False  # the engine says whether each verify pass built its graph (``RoundTiming.built``)
+    _first_visit: int = -1  # a depth on its first visit in this session, its first round not observed yet (when told)
     _since_probe: int = 0
     _last_batch: int = 0
     _drafting_rounds: int = 0
@@ -377,9 +379,13 @@ class AdaptiveDepth:
                         self._since_probe = PROBE_EVERY - 1 if self._survey else 0
                         # a depth's first visit builds its verify graph in its first round, which does not count:
                         # one round more, or a warm session's visit would bring one sample against the two each
-                        # remembered cost counts as, and a record too dear by less than PROVEN_FASTER would stand
-                        first_visit = 1 if not self.chosen[target] else 0
-                        depth, reason = self._block(target, "probe", PROBE_ROUNDS + first_visit)
+                        # remembered cost counts as, and a record too dear by less than PROVEN_FASTER would stand.
+                        # Where the engine says whether a pass built its graph, only when it did (a benchmark's
+                        # warm-up builds the graphs of the depths visited most, ``prepare_visit_graphs``)
+                        first_visit = not self.chosen[target]
+                        depth, reason = self._block(target, "probe", PROBE_ROUNDS + (
+                            1 if first_visit and not self._builds_told else 0))
+                        self._first_visit = target if first_visit and self._builds_told else -1
         self._visited[depth] = self.elapsed
         self.chosen[depth] += 1
         # the lists themselves: each is made anew when it changes, never changed in place (rounded in ``to_dict``)
@@ -687,6 +693,11 @@ class AdaptiveDepth:
         # a pass that built llama.cpp's graph is not a fair sample of its cost
         counted = not timing.built if timing.built is not None else batch == self._last_batch
         self._last_batch = batch
+        self._builds_told = self._builds_told or timing.built is not None
+        if self._first_visit == depth and self._probing:  # a depth's first visit, its first round
+            self._first_visit = -1
+            if timing.built and self._block_depth == depth and self._block_reason == "probe":
+                self._block_left += 1  # it built the verify graph and does not count: the visit lasts a round more
         if counted:
             self._see(depth, timing)
         samples = _Samples(batch, timing.seconds - timing.draft if counted else None, visit=self._probing)

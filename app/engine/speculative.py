@@ -27,7 +27,7 @@ import numpy as np
 
 from app.core import idle_cores
 from app.core.errors import ContextFullError, EngineError, FastMTPError
-from app.engine.adaptive import AdaptiveDepth, RoundTiming
+from app.engine.adaptive import START_DEPTH, AdaptiveDepth, RoundTiming
 from app.engine.attention import flash_attention
 from app.engine.config import DRAFT_DEPTH_MAX, DRAFT_DEPTH_MIN, EngineConfig, Provenance, SamplingParams
 from app.engine.depth_memory import DepthMemory, MemoryKey, key_for
@@ -58,6 +58,7 @@ PromptProgress = Callable[[int, int], None]  # tokens of the prompt read so far,
 # the reply so far -> tokens to put in next as if the model had picked them (a thinking budget closing the
 # thinking), or None; asked after each of the target's own picks
 Steer = Callable[[list[int]], "list[int] | None"]
+GRAPH_POOL_BATCH = 16  # the largest batch whose graph our patch keeps (its ``gf_pool_max_tokens``)
 
 
 @dataclass
@@ -179,6 +180,27 @@ class SpeculativeDecoder:
         self.tokens = []
         self.pending_h = None
         self._held = []
+
+    def prepare_visit_graphs(self) -> None:
+        """Build the target's verify graphs of the depths adaptive depth visits most (the one it plays, its
+        neighbours and the next beyond), that one last: our patch keeps the graphs of small batches, so their first
+        rounds later reuse a graph instead of building one. A benchmark's warm-up does this for adaptive depth as its
+        warm-up reply does it for a fixed depth: else a measured reply's first visit of each depth pays a one-time
+        build (1-4 ms on the scaled demo, two threads) and a round more (``AdaptiveDepth``: a round that built its
+        graph does not count). Not for a chat: a pass costs more than the build it saves. Forgets the conversation."""
+        if self.adaptive is None or self.dctx is None or self.config.n_batch <= GRAPH_POOL_BATCH:
+            return
+        top = self.config.draft_depth
+        played = self.adaptive.current if self.adaptive.current >= 0 else min(START_DEPTH, top)
+        # a prefix first: a sequence's first pass clears the recurrent state (a graph of its own), and it is longer
+        # than a small batch (those the patch keeps), so it takes no place among them
+        prefix = [0] * (GRAPH_POOL_BATCH + 1)
+        for depth in (played + 2, played - 1, played + 1, played):
+            if 1 <= depth <= top:
+                self.reset()
+                self.tctx.decode(prefix, 0, logits="last")
+                self.tctx.decode([0] * (depth + 1), len(prefix), logits="all")
+        self.reset()
 
     # ------------------------------------------------------------------ prompt
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -200,11 +200,12 @@ def run_adaptive(machine: Machine, accept: Accept, tokens: int, seed: int, draft
 
 
 def run_with_worker(worker: DepthWorker, machine: Machine, accept: Accept, tokens: int, seed: int,
-                    report_built: bool = False) -> Totals:
+                    report_built: bool = False, built_ahead: Collection[int] = ()) -> Totals:
     """A session driven as the engine drives a ``DepthWorker``: the depth, the verify pass (the worker thread's turn),
     the observation; settled at the end. ``report_built``: each round says whether its verify pass built a graph (the
-    first at each batch size), as the engine does with our patch's graph pool; else it does not say (None)."""
-    sizes: set[int] = set()
+    first at each batch size), as the engine does with our patch's graph pool; else it does not say (None).
+    ``built_ahead``: batch sizes whose graphs a warm-up built before the session (``prepare_visit_graphs``)."""
+    sizes: set[int] = set(built_ahead)
 
     def choose() -> int:
         depth = worker.next_depth()

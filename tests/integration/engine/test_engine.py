@@ -278,3 +278,37 @@ def test_adaptive_depth_times_one_thread_in_cpu_time_and_several_in_wall_time(de
             assert (waited >= 0.05) == counts_waiting, (threads, waited)
     finally:
         decoder.close()
+
+
+def _first_passes_reused(decoder: SpeculativeDecoder, prompt: list[int], depths: list[int]) -> dict[int, int]:
+    """After ``prompt``, one verify-shaped pass at each depth in turn (rolled back but its first token, as after a
+    rejected draft): whether each reused a kept graph."""
+    decoder.generate(prompt, 1)  # the conversation read: the passes after it are a reply's
+    position, reused = len(decoder.tokens), {}
+    for depth in depths:
+        before = decoder.tctx.graphs_reused
+        decoder.tctx.decode(prompt[:depth + 1], position, logits="all")
+        reused[depth] = decoder.tctx.graphs_reused - before
+        assert decoder.tctx.truncate(position + 1)
+        position += 1
+    return reused
+
+
+def test_a_benchmark_warm_up_builds_the_verify_graphs_of_the_depths_adaptive_depth_visits(demo: DemoModel) -> None:
+    """``prepare_visit_graphs``, the warm-up ``bench spec`` gives adaptive depth: the verify graphs of the depth it
+    plays (3 in a cold start), its neighbours and the next beyond are kept, so a reply's first pass at each reuses
+    its graph, as a fixed depth's warm-up reply builds its one; a depth not prepared builds its graph, as does every
+    depth without the warm-up. The prompt is a chat's length (a prompt of 16 tokens or fewer is a small batch too,
+    and its graph takes the place of the one prepared first, the depth beyond)."""
+    prompt = table_prompt(demo, 40)
+    depths = [2, 3, 4, 5, 7]
+    for prepared in (True, False):
+        decoder = _decoder(demo, "sidecar", "d2t", draft_depth=8, adaptive=True)
+        try:
+            if prepared:
+                decoder.prepare_visit_graphs()
+                assert decoder.tokens == []  # the conversation forgotten
+            reused = _first_passes_reused(decoder, prompt, depths)
+        finally:
+            decoder.close()
+        assert reused == ({2: 1, 3: 1, 4: 1, 5: 1, 7: 0} if prepared else dict.fromkeys(depths, 0)), prepared

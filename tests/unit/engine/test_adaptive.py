@@ -19,6 +19,7 @@ from collections import Counter
 import pytest
 
 from app.engine.adaptive import START_DEPTH, WARM_TESTS, AdaptiveDepth, RoundTiming
+from app.engine.depth_worker import DepthWorker
 from tests.helpers.adaptive_sim import (
     DEMO,
     FAST_CPU,
@@ -37,6 +38,7 @@ from tests.helpers.adaptive_sim import (
     Machine,
     run_adaptive,
     run_fixed,
+    run_with_worker,
     together,
 )
 
@@ -203,6 +205,46 @@ def test_what_the_engine_says_about_the_graph_decides_which_rounds_count() -> No
     assert len(adaptive.rest[3]) == 1  # the one kept-graph round at depth 2, not the built one
     assert adaptive.predicted_seconds(2) == pytest.approx(0.030 + 0.005 + 0.004, rel=0.02)
     assert adaptive.predicted_seconds(3) == pytest.approx(0.040 + 0.005 + 0.008, rel=0.02)
+
+
+def _visits(adaptive: AdaptiveDepth) -> list[tuple[int, list[bool]]]:
+    """Each visit of another measured depth in the log: its depth and whether each of its rounds counted."""
+    visits: list[tuple[int, list[bool]]] = []
+    last = -2
+    for d in adaptive.log or []:
+        if d.reason == "probe":
+            if visits and visits[-1][0] == d.depth and d.round == last + 1:
+                visits[-1][1].append(d.counted)
+            else:
+                visits.append((d.depth, [d.counted]))
+            last = d.round
+    return visits
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["in-turn", "beside-the-verify-pass"])
+def test_a_first_visit_lasts_a_round_more_only_where_it_builds_its_verify_graph(overlap: bool) -> None:
+    """A depth's first visit in a session lasts a round more because its first round builds the verify graph, which
+    does not count. Where the engine says whether a pass built its graph, that is decided by what the pass did: after
+    a warm-up that built the graphs of the depths visited (``prepare_visit_graphs``, batch sizes 3-6 here) their
+    first visits are two counted rounds, as every later visit, where a depth not built ahead (0, a one-token pass)
+    still takes three; without the warm-up every first visit takes three, the first of them built. A warm session
+    (started from a record), so that the first visits are visits, not tries of depths never measured."""
+    _, earlier = run_adaptive(SCALED_XEON_2T, DEMO, SESSION, seed=7)
+    record = json.loads(json.dumps(earlier.snapshot()))
+    for ahead in ((), (3, 4, 5, 6)):
+        adaptive = AdaptiveDepth(draft_depth=8)
+        assert adaptive.restore(record)
+        adaptive.log = []
+        run_with_worker(DepthWorker(adaptive, overlap), SCALED_XEON_2T, DEMO, SESSION, 1, report_built=True,
+                        built_ahead=ahead)
+        visits = _visits(adaptive)
+        first = {depth: rounds for depth, rounds in reversed(visits)}  # each depth's first visit
+        assert set(first) >= {0, 2, 4}, visits
+        for depth, rounds in first.items():
+            built = depth + 1 not in ahead
+            assert rounds == ([False, True, True] if built else [True, True]), (ahead, depth, visits)
+        later = [rounds for i, (depth, rounds) in enumerate(visits) if any(d == depth for d, _ in visits[:i])]
+        assert later and all(rounds == [True, True] for rounds in later), visits
 
 
 def test_a_depth_tried_while_the_load_changes_is_compared_at_equal_load() -> None:
