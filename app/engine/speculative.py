@@ -188,9 +188,10 @@ class SpeculativeDecoder:
         warm-up reply does it for a fixed depth: else a measured reply's first visit of each depth pays a one-time
         build (1-4 ms on the scaled demo, two threads) and a round more (``AdaptiveDepth``: a round that built its
         graph does not count). Not for a chat: a pass costs more than the build it saves. Forgets the conversation."""
-        if self.adaptive is None or self.dctx is None or self.config.n_batch <= GRAPH_POOL_BATCH:
-            return
         top = self.config.draft_depth
+        if self.adaptive is None or self.dctx is None or self.config.n_batch <= GRAPH_POOL_BATCH \
+                or self.config.n_ctx < GRAPH_POOL_BATCH + top + 2:  # room for the prefix and the deepest pass
+            return
         played = self.adaptive.current if self.adaptive.current >= 0 else min(START_DEPTH, top)
         # a prefix first: a sequence's first pass clears the recurrent state (a graph of its own), and it is longer
         # than a small batch (those the patch keeps), so it takes no place among them
