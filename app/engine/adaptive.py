@@ -150,6 +150,16 @@ GAUGE_MIN = 10
 # Xeon: one try 12% low set depth 2's estimate, which was then played where depth 3 ran 7% faster). Smaller gaps are
 # left to the visits: a level of five rounds wanders a few percent, and 4% here corrected noise as often as errors
 SWITCH_AGREE = 0.08
+# The depth played learns from every round of its own, the others only at their visits, every few dozen rounds, so
+# a change of the unit the estimates are in reaches the depth played within a few rounds and the others' windows of
+# ``WINDOW`` samples only after several visits: a load on the verify pass alone (steps that do not read it) on the
+# Xeon's quiet phase after a loaded one (2026-12-07) made depth 3 look 15-17% dearer within three rounds, beside
+# depths 2 and 7 still as they were, and those were played for the rest of the run. So where the depth played's
+# estimate moved by more than ``SWITCH_AGREE`` since another depth's last visit, that depth is visited before it may
+# take over (at most once per this many rounds), and a visit that reads its depth moved the same way (at least half
+# as far, in ratio) moves that depth's estimate as far: the unit changed for both. One that does not was the depth
+# played's own error, and the change goes ahead
+CONFIRM_HOLD = PROBE_EVERY
 
 
 @dataclass(frozen=True)
@@ -275,6 +285,14 @@ class AdaptiveDepth:
     shifts: int = 0  # load changes noticed (each makes the other depths due for a visit)
     _shift_round: int = 0  # the round the latest one was noticed in
     _overruled_round: int = -1  # the round the measured rates last overruled the estimates in
+    # how far the depth played's own rounds have moved its verify estimate, all told (a log ratio, carried from one
+    # depth played to the next), and its value when each batch size last had a sample of another kind (a visit, a
+    # try) or was left as the one played: the unit moved by the difference since (``CONFIRM_HOLD``)
+    _drift: float = 0.0
+    _marks: dict[int, float] = field(default_factory=dict)
+    _played_since: int = 0  # the round the depth played became the one played
+    _confirm: tuple[int, int] | None = None  # the latest visit before a change: its depth and first round
+    unit_moves: int = 0  # visits that moved their depth's estimate with the depth played's (``CONFIRM_HOLD``)
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
     # per depth visited: a round's share beyond the one before it, up (True) or down, waiting for the next round there
@@ -356,6 +374,20 @@ class AdaptiveDepth:
                 self._survey = [overruled, *(k for k in self._survey if k != overruled)]
                 self._overruled_round = self.rounds
                 self._since_probe = max(self._since_probe, PROBE_EVERY - RECHECK_AFTER)
+            if overruled is None and settled != self.current and self._known(self.current) and \
+                    abs(math.log(self._moved_since_visit(settled + 1))) > math.log1p(SWITCH_AGREE):
+                confirm = self._confirm
+                if confirm is None or confirm[0] != settled or self.rounds - confirm[1] > CONFIRM_HOLD:
+                    if not self._steady():
+                        settled = self.current  # a visit now would not count: the change waits for one that does
+                    else:
+                        self._confirm = (settled, self.rounds)
+                        self._since_probe = 0
+                        return self._decide(*self._visit(settled))
+                # else visited lately, and its rounds did not count: the change goes ahead, as the estimates say
+            if settled != self.current:
+                self._marks[self.current + 1] = self._drift  # its estimate is as of now
+                self._played_since = self.rounds
             self.current = settled
             baseline = not self._known(0) and self.current != 0
             if (not self._known(best) or baseline) and self._steady():
@@ -377,15 +409,21 @@ class AdaptiveDepth:
                     if target is not None:
                         # after a load change every depth in turn (back here between them), then the usual pace
                         self._since_probe = PROBE_EVERY - 1 if self._survey else 0
-                        # a depth's first visit builds its verify graph in its first round, which does not count:
-                        # one round more, or a warm session's visit would bring one sample against the two each
-                        # remembered cost counts as, and a record too dear by less than PROVEN_FASTER would stand.
-                        # Where the engine says whether a pass built its graph, only when it did (a benchmark's
-                        # warm-up builds the graphs of the depths visited most, ``prepare_visit_graphs``)
-                        first_visit = not self.chosen[target]
-                        depth, reason = self._block(target, "probe", PROBE_ROUNDS + (
-                            1 if first_visit and not self._builds_told else 0))
-                        self._first_visit = target if first_visit and self._builds_told else -1
+                        depth, reason = self._visit(target)
+        return self._decide(depth, reason)
+
+    def _visit(self, target: int) -> tuple[int, str]:
+        """Begin a visit of ``target``, a measured depth other than the current one. A depth's first visit builds
+        its verify graph in its first round, which does not count: one round more, or a warm session's visit would
+        bring one sample against the two each remembered cost counts as, and a record too dear by less than
+        ``PROVEN_FASTER`` would stand. Where the engine says whether a pass built its graph, only when it did (a
+        benchmark's warm-up builds the graphs of the depths visited most, ``prepare_visit_graphs``)."""
+        first_visit = not self.chosen[target]
+        self._first_visit = target if first_visit and self._builds_told else -1
+        return self._block(target, "probe", PROBE_ROUNDS + (1 if first_visit and not self._builds_told else 0))
+
+    def _decide(self, depth: int, reason: str) -> int:
+        """Book the depth decided for the next round (its log entry too) and give it."""
         self._visited[depth] = self.elapsed
         self.chosen[depth] += 1
         # the lists themselves: each is made anew when it changes, never changed in place (rounded in ``to_dict``)
@@ -393,6 +431,12 @@ class AdaptiveDepth:
             if self.log is not None else None
         self._decided.append((reason in ("start", "best"), reason == "probe", logged))
         return depth
+
+    def _moved_since_visit(self, batch: int) -> float:
+        """How far the depth played's own rounds moved its verify estimate (a ratio) since ``batch``'s estimate was
+        last brought up to date (a visit, a try, or its last round as the depth played); 1 where it never was."""
+        mark = self._marks.get(batch)
+        return 1.0 if mark is None else math.exp(self._drift - mark)
 
     def withdraw(self) -> None:
         """The latest depth decided will not be played (the engine decided it ahead and the reply or the learner
@@ -880,6 +924,7 @@ class AdaptiveDepth:
         for k in range(self.draft_depth + 1):
             if self._known(k):
                 self._visited[k] = 0.0
+        self._marks = dict.fromkeys(rest, self._drift)  # the record's estimates are all of one moment
         self._observed += 1  # the cached rates are stale
         self.gauge_prior = gauge
         self.warm = True
@@ -932,7 +977,23 @@ class AdaptiveDepth:
                 kept.extend([rest] * WARM_SAMPLES)
                 self.corrections += 1
             else:
+                if samples.visit and kept:
+                    # the depth played's estimate moved since this depth's last visit, and this visit reads it moved
+                    # the same way, at least half as far: the unit changed for both (``CONFIRM_HOLD``)
+                    moved = math.log(self._moved_since_visit(samples.batch))
+                    seen = math.log(rest / lower_median(kept))
+                    if abs(moved) > math.log1p(SWITCH_AGREE) and seen * moved > 0.0 and abs(seen) >= abs(moved) / 2:
+                        scaled = [value * math.exp(moved) for value in kept]
+                        kept.clear()
+                        kept.extend(scaled)
+                        self.unit_moves += 1
                 kept.append(rest)
+            if samples.batch != self.current + 1:  # a visit's, a try's: brought up to date
+                self._marks[samples.batch] = self._drift
+            elif before[0] is not None and before[0] > 0.0 and self.rounds - self._played_since > WINDOW:
+                # the depth played's own round, once its first rounds there have set its estimate: those correct
+                # its own error (a depth becomes the one played where its estimate is most favourable)
+                self._drift += math.log(lower_median(kept) / before[0])
             self._rest_estimates[samples.batch] = lower_median(kept)
         if samples.first_pass is not None:
             if not self.first_pass:
