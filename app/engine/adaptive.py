@@ -291,7 +291,8 @@ class AdaptiveDepth:
     _drift: float = 0.0
     _marks: dict[int, float] = field(default_factory=dict)
     _played_since: int = 0  # the round the depth played became the one played
-    _confirm: tuple[int, int] | None = None  # the latest visit before a change: its depth and first round
+    # the latest visit before a change: its depth, its first round, whether a round of it came in (counted)
+    _confirm: tuple[int, int, bool] | None = None
     unit_moves: int = 0  # visits that moved their depth's estimate with the depth played's (``CONFIRM_HOLD``)
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
@@ -381,10 +382,15 @@ class AdaptiveDepth:
                     if not self._steady():
                         settled = self.current  # a visit now would not count: the change waits for one that does
                     else:
-                        self._confirm = (settled, self.rounds)
+                        self._confirm = (settled, self.rounds, False)
                         self._since_probe = 0
                         return self._decide(*self._visit(settled))
-                # else visited lately, and its rounds did not count: the change goes ahead, as the estimates say
+                elif confirm[2]:
+                    # measured lately, and the depth played's estimate moved on since: it is measured again once
+                    # the visit is CONFIRM_HOLD rounds old (as a gauge crosses OWN_WEIGHT, the depth played's own
+                    # rounds enter its estimate one by one, and each moves it a little further)
+                    settled = self.current
+                # else visited lately and its rounds did not count: the change goes ahead, as the estimates say
             if settled != self.current:
                 self._marks[self.current + 1] = self._drift  # its estimate is as of now
                 self._played_since = self.rounds
@@ -990,6 +996,8 @@ class AdaptiveDepth:
                 kept.append(rest)
             if samples.batch != self.current + 1:  # a visit's, a try's: brought up to date
                 self._marks[samples.batch] = self._drift
+                if samples.visit and self._confirm is not None and samples.batch == self._confirm[0] + 1:
+                    self._confirm = (self._confirm[0], self._confirm[1], True)
             elif before[0] is not None and before[0] > 0.0 and self.rounds - self._played_since > WINDOW:
                 # the depth played's own round, once its first rounds there have set its estimate: those correct
                 # its own error (a depth becomes the one played where its estimate is most favourable)
