@@ -158,7 +158,8 @@ SWITCH_AGREE = 0.08
 # estimate moved by more than ``SWITCH_AGREE`` since another depth's last visit, that depth is visited before it may
 # take over (at most once per this many rounds), and a visit that reads its depth moved the same way (at least half
 # as far, in ratio) moves that depth's estimate as far: the unit changed for both. One that does not was the depth
-# played's own error, and the change goes ahead
+# played's own error, and the change goes ahead. A depth's first ``WINDOW`` rounds as the one played are not a move
+# (they correct its own estimate, most favourable where it was chosen)
 CONFIRM_HOLD = PROBE_EVERY
 
 

@@ -3,14 +3,15 @@ adaptive_replay.py, the study that found issue 39's misranking on the machine's 
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
 
 from app.engine import adaptive
-from app.engine.adaptive import AdaptiveDepth
+from app.engine.adaptive import AdaptiveDepth, RoundTiming
 from app.engine.depth_worker import DepthWorker
-from tests.helpers.adaptive_replay import fixed_ratios, load_module, replay
+from tests.helpers.adaptive_replay import _decide, fixed_ratios, load_module, replay
 from tests.helpers.adaptive_sim import DEMO, SCALED_EPYC_Q8, SCALED_XEON_2T, run_adaptive, run_with_worker
 
 
@@ -79,3 +80,31 @@ def test_the_fixed_rows_give_each_depths_round_time_against_depth_2s() -> None:
     spec = {"rows": [row("ours", "off", 0, 6.0), row("ours", "d2t", 2, 10.0), row("ours", "d2t", 3, 12.0),
                      row("ours", "d2t", 8, 11.0, adaptive=True), row("llama-server", "d2t", 3, None)]}
     assert fixed_ratios(spec) == {"document": {0: 0.6, 2: 1.0, 3: 1.2}}
+
+
+def test_a_depth_measured_before_a_change_keeps_the_depth_played_while_its_estimate_moves_on() -> None:
+    """A real log (the Xeon, 512-token replies, the quiet phase's third run, 2026-12-07 09:38) from the code before the
+    hold: the gauge crossed ``OWN_WEIGHT`` and depth 3's own rounds entered its estimate one by one; at round 529
+    the estimates called for depth 2, which was visited first and read the same move (its estimate moved with depth
+    3's), but depth 3's kept rising, and at round 538, eight rounds after the visit, depth 2 was played unmeasured
+    again and ended the run (the next run started there and lost 4.8%). Replayed, every round before that one is
+    decided as logged, and that one keeps depth 3: the depth played stays until the visit is ``CONFIRM_HOLD`` rounds
+    old."""
+    path = Path(__file__).parents[2] / "data" / "xeon-quiet-run3-2026-12-07.json.gz"
+    with gzip.open(path, "rt") as file:
+        fixture = json.load(file)
+    rows: list[dict[str, Any]] = fixture["rows"]
+    depth_at = AdaptiveDepth(8)
+    assert depth_at.restore(fixture["record"])
+    decided = {}
+    for index, row in enumerate(rows):
+        decided[row["round"]] = _decide(depth_at, rows, index)[0]
+        depth_at._reference, depth_at._probing = row["reason"] in ("start", "best"), row["reason"] == "probe"
+        depth_at.observe(row["depth"], row["tested"], row["accepted"], RoundTiming(
+            row["seconds"], row["verify"], row["draft"], row["draft_steps"], row["batch"] - 1, not row["counted"],
+            row["first_step"]))
+    logged = {row["round"]: row for row in rows}
+    assert all(decided[r] == logged[r]["depth"] for r in logged if r < 538)
+    assert logged[529]["reason"] == "probe" and logged[529]["depth"] == 2  # the visit before the change
+    assert logged[538]["reason"] == "best" and logged[538]["depth"] == 2 and decided[538] == 3
+    assert depth_at.unit_moves >= 1
