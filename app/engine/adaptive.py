@@ -852,14 +852,22 @@ class AdaptiveDepth:
         factor = (ratio * (rest + drafting) - drafting) / rest  # the round's whole prediction moves by ``ratio``
         if factor <= 0.0:
             return
-        self.rest[batch] = deque((value * factor for value in kept), maxlen=WINDOW)
-        self._rest_estimates[batch] = lower_median(self.rest[batch])
-        self._rest_version += 1
-        self._changes += 1
+        self._scale_rest(batch, factor)
         for i in range(start - first, stop):
             self.load_samples[i] /= ratio
         self.load = lower_median(self.load_samples[-LOAD_WINDOW:])
         self.rescales += 1
+
+    def _scale_rest(self, batch: int, factor: float) -> None:
+        """Scale a batch size's verify samples, and so its estimate, by ``factor``: they were in another unit than
+        the depth played's (``_level_check``, ``CONFIRM_HOLD``)."""
+        kept = self.rest[batch]
+        scaled = [value * factor for value in kept]
+        kept.clear()
+        kept.extend(scaled)
+        self._rest_estimates[batch] = lower_median(kept)
+        self._rest_version += 1
+        self._changes += 1
 
     # ------------------------------------------------------------------ memory
 
@@ -990,9 +998,7 @@ class AdaptiveDepth:
                     moved = math.log(self._moved_since_visit(samples.batch))
                     seen = math.log(rest / lower_median(kept))
                     if abs(moved) > math.log1p(SWITCH_AGREE) and seen * moved > 0.0 and abs(seen) >= abs(moved) / 2:
-                        scaled = [value * math.exp(moved) for value in kept]
-                        kept.clear()
-                        kept.extend(scaled)
+                        self._scale_rest(samples.batch, math.exp(moved))
                         self.unit_moves += 1
                 kept.append(rest)
             if samples.batch != self.current + 1:  # a visit's, a try's: brought up to date
