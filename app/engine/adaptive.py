@@ -161,6 +161,15 @@ SWITCH_AGREE = 0.08
 # played's own error, and the change goes ahead. A depth's first ``WINDOW`` rounds as the one played are not a move
 # (they correct its own estimate, most favourable where it was chosen)
 CONFIRM_HOLD = PROBE_EVERY
+# A depth not played is measured only at its visits, and its estimate is the median of ``WINDOW`` samples, some of
+# them from other loads or a remembered session: visits that keep reading it 9-10% off move that median one sample at
+# a time, every few dozen rounds, and it takes them hundreds of rounds (the Xeon's quiet phase, 2026-12-07: a warm run
+# played depth 2 for 524 rounds where fixed depth 3 ran 8% faster; every visit of depth 3 read its estimate 9-10%
+# too dear, short of ``PROVEN_FASTER``, and its median moved only at round 556). So where the median of a depth's
+# latest this many visit samples, from two visits or more, lies more than ``SWITCH_AGREE`` from its estimate either
+# way, those samples replace its window: they are what it costs now, in the unit the depth played reads the load in.
+# Either way, unlike ``PROVEN_FASTER``: three samples are not one round that ran fast by chance
+VISITS_AGREE = 3
 
 
 @dataclass(frozen=True)
@@ -295,6 +304,9 @@ class AdaptiveDepth:
     # the latest visit before a change: its depth, its first round, whether a round of it came in (counted)
     _confirm: tuple[int, int, bool] | None = None
     unit_moves: int = 0  # visits that moved their depth's estimate with the depth played's (``CONFIRM_HOLD``)
+    # per batch size: (round, sample) of its latest visit samples, in the unit of its window (``VISITS_AGREE``)
+    _recent: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    visit_moves: int = 0  # estimates replaced by their latest visits' samples (``VISITS_AGREE``)
     _survey: list[int] = field(default_factory=list)  # depths to visit one after another after a load change
     _shares: dict[int, float] = field(default_factory=dict)  # per depth visited: its drafts' share at the last visit
     # per depth visited: a round's share beyond the one before it, up (True) or down, waiting for the next round there
@@ -395,6 +407,9 @@ class AdaptiveDepth:
             if settled != self.current:
                 self._marks[self.current + 1] = self._drift  # its estimate is as of now
                 self._played_since = self.rounds
+                # the visits of either were before its rounds as the one played
+                self._recent.pop(self.current + 1, None)
+                self._recent.pop(settled + 1, None)
             self.current = settled
             baseline = not self._known(0) and self.current != 0
             if (not self._known(best) or baseline) and self._steady():
@@ -590,6 +605,7 @@ class AdaptiveDepth:
         self._visited = {k: -math.inf for k in self._visited}
         self._since_probe = PROBE_EVERY
         self._survey = self._near(self.current if self.current >= 0 else depth)
+        self._recent.clear()  # their visits were under the load before (``VISITS_AGREE``)
 
     def rates(self, optimistic: bool = False) -> list[float]:
         """Predicted tokens per second at each depth 0..draft_depth; ``optimistic``: with each position's acceptance
@@ -865,9 +881,25 @@ class AdaptiveDepth:
         scaled = [value * factor for value in kept]
         kept.clear()
         kept.extend(scaled)
+        recent = self._recent.get(batch, ())
+        self._recent[batch] = deque(((at, value * factor) for at, value in recent), maxlen=VISITS_AGREE)
         self._rest_estimates[batch] = lower_median(kept)
         self._rest_version += 1
         self._changes += 1
+
+    def _visits_agree(self, batch: int) -> None:
+        """Where ``batch``'s latest visit samples, from two visits or more, lie together more than ``SWITCH_AGREE``
+        from its estimate, they become its window (``VISITS_AGREE``). The rounds of one visit come in at most a few
+        rounds apart; two visits of one depth, ``PROBE_EVERY`` rounds or more."""
+        recent, kept = self._recent[batch], self.rest[batch]
+        if len(recent) < VISITS_AGREE or recent[-1][0] - recent[0][0] <= PROBE_ROUNDS + BRACKET:
+            return
+        latest = _median(value for _, value in recent)
+        if abs(math.log(latest / lower_median(kept))) <= math.log1p(SWITCH_AGREE):
+            return
+        kept.clear()
+        kept.extend(value for _, value in recent)
+        self.visit_moves += 1
 
     # ------------------------------------------------------------------ memory
 
@@ -987,9 +1019,11 @@ class AdaptiveDepth:
             proof = samples.rest / (load if proof_load is None else proof_load)
             if not kept:
                 self._known_version += 1
+            recent = self._recent.setdefault(samples.batch, deque(maxlen=VISITS_AGREE))
             if samples.visit and kept and proof * PROVEN_FASTER < lower_median(kept):
                 kept.clear()
                 kept.extend([rest] * WARM_SAMPLES)
+                recent.clear()
                 self.corrections += 1
             else:
                 if samples.visit and kept:
@@ -1001,6 +1035,9 @@ class AdaptiveDepth:
                         self._scale_rest(samples.batch, math.exp(moved))
                         self.unit_moves += 1
                 kept.append(rest)
+                if samples.visit:
+                    recent.append((self.rounds, rest))
+                    self._visits_agree(samples.batch)
             if samples.batch != self.current + 1:  # a visit's, a try's: brought up to date
                 self._marks[samples.batch] = self._drift
                 if samples.visit and self._confirm is not None and samples.batch == self._confirm[0] + 1:
