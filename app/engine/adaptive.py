@@ -161,14 +161,16 @@ SWITCH_AGREE = 0.08
 # played's own error, and the change goes ahead. A depth's first ``WINDOW`` rounds as the one played are not a move
 # (they correct its own estimate, most favourable where it was chosen)
 CONFIRM_HOLD = PROBE_EVERY
-# A depth not played is measured only at its visits, and its estimate is the median of ``WINDOW`` samples, some of
-# them from other loads or a remembered session: visits that keep reading it 9-10% off move that median one sample at
-# a time, every few dozen rounds, and it takes them hundreds of rounds (the Xeon's quiet phase, 2026-12-07: a warm run
-# played depth 2 for 524 rounds where fixed depth 3 ran 8% faster; every visit of depth 3 read its estimate 9-10%
-# too dear, short of ``PROVEN_FASTER``, and its median moved only at round 556). So where the median of a depth's
-# latest this many visit samples, from two visits or more, lies more than ``SWITCH_AGREE`` from its estimate either
-# way, those samples replace its window: they are what it costs now, in the unit the depth played reads the load in.
-# Either way, unlike ``PROVEN_FASTER``: three samples are not one round that ran fast by chance
+# A depth not played is measured only at its visits, and its estimate is the lower median of up to ``WINDOW`` samples,
+# some of them from other loads or a remembered session's record: visits that keep reading it off by 10% move that
+# median one sample at a time, a visit every few dozen rounds, and it takes them hundreds of rounds (the Xeon's quiet
+# phase, 2026-12-07: depth 3's remembered 24.3 ms a round, in the unit, stood while its visits read 20.5-26.7 ms and
+# depth 2 was played for 268 rounds where fixed depth 3 ran 8% faster). So where the median of a depth's latest this
+# many visit samples, from two visits or more, lies more than ``SWITCH_AGREE`` from its estimate either way, those
+# samples replace its window: they are what it costs now, in the unit the depth played reads the load in. Either way,
+# unlike ``PROVEN_FASTER``: three samples from two moments are not one round that ran fast by chance. A depth's
+# samples are forgotten for this when it becomes or stops being the one played, and all of them at a load change
+# (``SHIFT``): samples from before are of another unit
 VISITS_AGREE = 3
 
 

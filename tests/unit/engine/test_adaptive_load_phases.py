@@ -334,8 +334,8 @@ def test_a_depth_played_that_alone_became_dearer_is_left_after_one_visit_elsewhe
 
 
 def test_a_depth_that_became_cheaper_again_is_played_again_within_a_few_visits() -> None:
-    """The Xeon's quiet phase (2026-12-07): depth 3's estimate, its window of samples from an earlier load, stayed
-    9-10% too dear while every visit of it said so, short of ``PROVEN_FASTER``, and depth 2 was played for 524
+    """The Xeon's quiet phase (2026-12-07): depth 3's remembered cost stood while its visits read it up to 16%
+    cheaper (one sample at a time into its window, short of ``PROVEN_FASTER``), and depth 2 was played for 268
     rounds where fixed depth 3 ran 8% faster. Here depth 3's verify pass runs 12% slower for 400 rounds (depth 2, 4
     or 5 is played and every visit of depth 3 fills its window at that cost), then as before: the median of its
     latest visits' samples, from two visits, replaces the window, and depth 3 is played again within 250 rounds,
