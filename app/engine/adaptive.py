@@ -883,8 +883,8 @@ class AdaptiveDepth:
         scaled = [value * factor for value in kept]
         kept.clear()
         kept.extend(scaled)
-        recent = self._recent.get(batch, ())
-        self._recent[batch] = deque(((at, value * factor) for at, value in recent), maxlen=VISITS_AGREE)
+        if recent := self._recent.get(batch):
+            self._recent[batch] = deque(((at, value * factor) for at, value in recent), maxlen=VISITS_AGREE)
         self._rest_estimates[batch] = lower_median(kept)
         self._rest_version += 1
         self._changes += 1
@@ -1021,11 +1021,10 @@ class AdaptiveDepth:
             proof = samples.rest / (load if proof_load is None else proof_load)
             if not kept:
                 self._known_version += 1
-            recent = self._recent.setdefault(samples.batch, deque(maxlen=VISITS_AGREE))
             if samples.visit and kept and proof * PROVEN_FASTER < lower_median(kept):
                 kept.clear()
                 kept.extend([rest] * WARM_SAMPLES)
-                recent.clear()
+                self._recent.pop(samples.batch, None)
                 self.corrections += 1
             else:
                 if samples.visit and kept:
@@ -1038,7 +1037,7 @@ class AdaptiveDepth:
                         self.unit_moves += 1
                 kept.append(rest)
                 if samples.visit:
-                    recent.append((self.rounds, rest))
+                    self._recent.setdefault(samples.batch, deque(maxlen=VISITS_AGREE)).append((self.rounds, rest))
                     self._visits_agree(samples.batch)
             if samples.batch != self.current + 1:  # a visit's, a try's: brought up to date
                 self._marks[samples.batch] = self._drift
