@@ -35,6 +35,11 @@ from app.engine.depth_memory import load_average
 PHASES = (("quiet", 0), ("loaded", None), ("quiet again", 0))  # None: the cores asked for
 PHASE_WINDOW_S = 0.5  # the idle cores measured over this as a phase begins (the children start spinning in it)
 YARDSTICK_ROUNDS = 20  # rounds a run must play at the phase's fastest fixed depth for its own clock to be read
+# after a phase's first run, a fixed depth (or drafting off) more than this much slower than the fastest fixed one in
+# it is not run again in that phase (``spec.screened``): the runs of the depths that compete come sooner and closer
+# together, and more of them fit in the same time (the Xeon's scaled demo: drafting off, k=1 and k=4 18-45% behind k=3
+# in every phase, k=2 5-11%)
+SCREEN = 0.15
 REASONS = {"probe": "visits", "explore": "tries", "best": "played", "start": "played"}  # the log's reasons, in words
 
 
@@ -110,6 +115,12 @@ class Phase:
         return {0 if row.variant.mode == "off" else row.variant.draft_depth: row
                 for row in self.rows if not row.variant.adaptive and row.samples}
 
+    def screened(self) -> list[int]:
+        """The fixed depths run in fewer runs than the others (left out after the first, ``SCREEN``)."""
+        rows = self.fixed_rows()
+        most = max((len(row.samples) for row in rows.values()), default=0)
+        return sorted(depth for depth, row in rows.items() if len(row.samples) < most)
+
     def fixed(self) -> dict[int, float]:
         """Each fixed depth's decode tok/s (0: drafting off)."""
         return {depth: row.tps for depth, row in self.fixed_rows().items()}
@@ -118,7 +129,10 @@ class Phase:
         return next((row for row in self.rows if row.variant.adaptive and row.samples), None)
 
     def best_fixed(self) -> tuple[int, float] | None:
-        fixed = self.fixed()
+        """The fastest fixed depth by median, among those run in every run (one left out after the first run was
+        far behind in it)."""
+        out = self.screened()
+        fixed = {depth: tps for depth, tps in self.fixed().items() if depth not in out}
         return max(fixed.items(), key=lambda item: item[1]) if fixed else None
 
     def adaptive_runs(self) -> list[tuple[float, str]]:
@@ -146,6 +160,7 @@ class Phase:
                 "load_per_core_before": self.load_before,
                 "load_per_core_after": self.load_after, "seconds": round(self.seconds, 1),
                 "fixed_tps": {str(k): round(v, 2) for k, v in sorted(self.fixed().items())},
+                "screened_out": self.screened(),
                 "adaptive_tps": round(adaptive.tps, 2) if adaptive else None,
                 "best_fixed_depth": best[0] if best else None,
                 "adaptive_vs_best": round(statistics.median(runs), 3) if runs else None,
@@ -155,7 +170,9 @@ class Phase:
                 "adaptive_depths": {str(k): round(v, 3) for k, v in adaptive.depth_shares.items()} if adaptive else {},
                 "adaptive_warm": [s.warm for s in adaptive.samples] if adaptive else [],
                 "own_clock_lost": round(lost, 4) if lost is not None else None,
-                "own_clock_runs": [run.to_dict() if run is not None else None for run in clock]}
+                "own_clock_runs": [run.to_dict() if run is not None else None for run in clock],
+                "replies": {row.variant.label: [[[tokens, round(seconds, 4)] for tokens, seconds in sample.spans]
+                                                for sample in row.samples] for row in self.rows}}
 
 
 @dataclass
@@ -168,10 +185,11 @@ class AdaptiveLoadResult:
     device: str
     runs: int = 1  # interleaved runs a phase: one run's fixed depths wander a few percent, and the best of them
     # is then the luckiest (a 3% verdict against the best of five needs several runs)
+    screen: float = 0.0  # the share behind the fastest fixed depth that left a depth out after a phase's first run
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "n_tokens": self.n_tokens, "depths": self.depths,
-                "adaptive_max": self.adaptive_max, "runs": self.runs, "device": self.device,
+                "adaptive_max": self.adaptive_max, "runs": self.runs, "screen": self.screen, "device": self.device,
                 "phases": [p.to_dict() for p in self.phases]}
 
     def markdown(self) -> str:
@@ -186,7 +204,9 @@ class AdaptiveLoadResult:
         for phase in self.phases:
             d = phase.to_dict()
             fixed = phase.fixed()
-            cells = " | ".join(f"{fixed[k]:.1f}" if k in fixed else "–" for k in [0, *self.depths])
+            out = phase.screened()
+            cells = " | ".join((f"{fixed[k]:.1f}" + ("¹" if k in out else "")) if k in fixed else "–"
+                               for k in [0, *self.depths])
             load = f"{phase.load_before:.2f}" if phase.load_before is not None else "–"
             shares = ", ".join(f"{k}: {v:.0%}" for k, v in d["adaptive_depths"].items() if v >= 0.05)
             each_run = phase.adaptive_runs()
@@ -195,6 +215,9 @@ class AdaptiveLoadResult:
             adaptive = f"{d['adaptive_tps']:.1f}" if d["adaptive_tps"] is not None else "–"
             lines.append(f"| {phase.name} | {phase.busy} | {phase.threads} | {load} | {cells} | {adaptive} | {ratio} "
                          f"| {shares} |")
+        if any(phase.screened() for phase in self.phases):
+            lines += ["", f"¹ the first run only: more than {self.screen:.0%} slower than the fastest fixed depth in "
+                      "it, so not run again in that phase"]
         return "\n".join(lines + self._own_clock_lines()) + "\n"
 
     def _own_clock_lines(self) -> list[str]:
@@ -228,16 +251,18 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
         n_tokens: int = 64, busy_cores: int = 1, prompt_sets: tuple[str, ...] = ("reasoning",),
         n_threads: int | None = None, memory: Path, log: spec.Log = lambda _m: None,
         phases: Sequence[tuple[str, int | None]] = PHASES, runs: int = 1,
-        decisions: Path | None = None) -> AdaptiveLoadResult:
+        decisions: Path | None = None, screen: float | None = None) -> AdaptiveLoadResult:
     """Every phase: start its load (``busy_cores`` spinning children in a loaded phase), ``runs`` interleaved runs of
     off, d2t at each of ``depths`` and d2t with adaptive depth up to ``adaptive_max``, stop the load. ``memory``:
     adaptive depth's folder, emptied once at the start and carried across the phases (and the runs). ``decisions``:
     a folder for each phase's round-by-round log of adaptive depth (``adaptive-decisions-<phase>.jsonl``), to see
-    why a phase's choice lost (None: not kept)."""
+    why a phase's choice lost (None: not kept). ``screen``: a fixed depth this much behind the fastest in a phase's
+    first run is not run again in that phase (0: every depth in every run; None: ``SCREEN``)."""
     from app.core import idle_cores
     from app.engine.depth_memory import DepthMemory
     from app.native.handles import threads_for
 
+    screen = SCREEN if screen is None else screen
     DepthMemory(memory).forget()
     variants = [spec.Variant("ours", "off"),
                 *(spec.Variant("ours", "sidecar", "d2t", k) for k in depths),
@@ -255,8 +280,9 @@ def run(target: Path, d2t: Path, *, depths: Sequence[int] = (1, 2, 3, 4), adapti
                 f"{threads} decode thread(s)")
             result = spec.run(target, {"d2t": d2t}, variants=variants, n_tokens=n_tokens, runs=runs,
                               prompt_sets=prompt_sets, n_threads=threads, interleave="prompt",
-                              depth_memory=memory, keep_memory=True, log=log,
+                              depth_memory=memory, keep_memory=True, log=log, screen=screen,
                               decisions=None if decisions is None else decisions / decisions_file(name))
         kept = spec.read_decisions(decisions / decisions_file(name)) if decisions is not None else []
         done.append(Phase(name, busy, before, load_average(), time.monotonic() - started, result.rows, threads, kept))
-    return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description(), runs)
+    return AdaptiveLoadResult(target.name, n_tokens, list(depths), adaptive_max, done, device_description(), runs,
+                              screen)

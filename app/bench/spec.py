@@ -519,7 +519,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
         server_binary: Path | None = None, log: Log = lambda _m: None,
         time_limit_s: float | None = None, remote: Any = None, interleave: Interleave | None = None,
         decisions: Path | None = None, depth_memory: Path | None = None,
-        keep_memory: bool = False, context: int = 0) -> SpecResult:
+        keep_memory: bool = False, context: int = 0, screen: float = 0.0) -> SpecResult:
     """Run the matrix; ``server_binary`` is needed when ``variants`` include upstream ones, ``remote`` (a
     ``RemoteServer``) when they include a remote one: the same prompts as chat turns over its stream, with its
     own timings where it reports them (llama-server) and the stream's otherwise.
@@ -539,6 +539,10 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     (taking as long as the longest so far): the result keeps what was measured (rows without samples
     are left out) and says it was cut short, where a killed run would keep nothing (a lent GPU
     machine's budget).
+
+    ``screen``: after the first run, a fixed variant of ours (drafting off or a fixed depth) whose decode speed in it
+    lay more than this share below the fastest fixed one's is not run again (``screened``; 0: every variant runs
+    every time). Its row keeps that one run, and the time goes to the runs of the variants that compete.
     """
     if interleave is None:
         interleave = "variant" if n_gpu_layers != 0 or time_limit_s is not None else "prompt"
@@ -560,6 +564,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     together = [v for v in run_order if v.engine in side_by_side] if interleave == "prompt" else []
     one_by_one = [v for v in run_order if v not in together]
     record = _DecisionLog(decisions)
+    kept = set(variants)  # the variants run every time (``screen``)
     if depth_memory is not None and not keep_memory:
         DepthMemory(depth_memory).forget()
     try:
@@ -605,11 +610,33 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
                     + ", ".join(f"{p} {s.tps:.1f} tok/s" for p, s in samples.items()))
             if cut_short:
                 break
+            if run_index == 0 and screen > 0.0:
+                dropped = screened(measured, screen)
+                if dropped:
+                    log("after the first run, left out as more than "
+                        f"{screen:.0%} slower than the fastest fixed variant: "
+                        + ", ".join(v.label for v in dropped))
+                together = [v for v in together if v not in dropped]
+                one_by_one = [v for v in one_by_one if v not in dropped]
+                kept = {v for v in variants if v not in dropped}
     finally:
         record.close()
     measured_rows = [row for row in rows.values() if row.samples]
-    completed = min((len(row.samples) for row in measured_rows), default=0)
+    completed = min((len(row.samples) for row in measured_rows if row.variant in kept), default=0)
     return SpecResult(measured_rows, n_tokens, completed, target.name, device_description(), cut_short, context)
+
+
+def screened(measured: dict[Variant, dict[str, Sample]], screen: float) -> list[Variant]:
+    """The fixed variants of ours (drafting off, a fixed depth) more than ``screen`` slower, in one run, than the
+    fastest fixed one of that run: in each prompt set, so a variant is left out only where it lost in every one.
+    Adaptive rows and other engines always stay."""
+    fixed = {v: samples for v, samples in measured.items() if v.engine == "ours" and not v.adaptive}
+    if len(fixed) < 2:
+        return []
+    names = {name for samples in fixed.values() for name in samples}
+    fastest = {name: max(samples[name].tps for samples in fixed.values() if name in samples) for name in names}
+    return [v for v, samples in fixed.items()
+            if samples and all(sample.tps < (1.0 - screen) * fastest[name] for name, sample in samples.items())]
 
 
 def _priority(variant: Variant) -> tuple[int, int, int]:

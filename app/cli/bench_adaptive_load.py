@@ -16,6 +16,7 @@ from app.cli.common import (
     depth_argument,
     emit,
     log_stderr,
+    real_number,
     runs_argument,
     tokens_argument,
 )
@@ -34,7 +35,7 @@ def cmd_bench_adaptive_load(args: argparse.Namespace) -> int:
     result = adaptive_load.run(target, d2t, depths=[int(d) for d in args.depths.split(",")],
                                adaptive_max=args.adaptive_max, n_tokens=args.tokens, busy_cores=args.busy_cores,
                                n_threads=args.threads, memory=out / "depth-memory", log=log_stderr, runs=args.runs,
-                               decisions=out)
+                               decisions=out, screen=args.screen)
     result.model = name
     (out / "adaptive-load.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     (out / "adaptive-load.md").write_text(result.markdown())
@@ -71,6 +72,10 @@ def add_command(bsub: Any) -> None:
                     help="interleaved runs per phase: the figures are medians over them, and adaptive depth's ratio "
                          "the median of its ratios in each run; several make the 3%% verdict against the best fixed "
                          "depth fair (one run's best fixed depth is its luckiest) (default 3)")
+    al.add_argument("--screen", type=real_number("the share behind the fastest fixed depth", 0.0, 0.9),
+                    help="after a phase's first run, leave out the fixed depths (and drafting off) this share slower "
+                         "than the fastest fixed one in it, so the runs that decide come closer together; 0 runs "
+                         "every depth every time (default 0.15)")
     al.add_argument("--threads", type=engine_limits.threads_argument)
     al.add_argument("--out", type=Path, help="folder for adaptive-load.json and .md (default: the cache folder)")
     al.add_argument("--record", type=Path, help="append the table to this markdown file (docs/benchmarks.md)")

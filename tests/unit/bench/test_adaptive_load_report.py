@@ -135,3 +135,43 @@ def test_no_decision_log_no_own_clock_table() -> None:
     phase.decisions = [_round(1, 1, "best", 0.01, 1) for _ in range(YARDSTICK_ROUNDS - 1)]  # too short to price
     assert phase.to_dict()["own_clock_runs"] == [None] and phase.to_dict()["own_clock_lost"] is None
     assert "own clock" not in AdaptiveLoadResult("scaled demo model", 128, [1], 8, [phase], "c").markdown()
+
+
+def test_a_fixed_depth_far_behind_in_the_first_run_is_left_out_of_the_later_ones() -> None:
+    """``spec.screened``: after the first run, a fixed variant more than the screen behind the fastest fixed one in
+    every prompt set is not run again; adaptive rows stay whatever their speed. A phase reports such a depth from its
+    one run, marked, and sets adaptive depth against the fastest of the depths run every time."""
+    def sample(tokens_per_second: float) -> spec.Sample:
+        made = spec.Sample()
+        made.add_reply(101, 100 / tokens_per_second)
+        return made
+
+    off, k2, k3 = spec.Variant("ours", "off"), spec.Variant("ours", "sidecar", "d2t", 2), \
+        spec.Variant("ours", "sidecar", "d2t", 3)
+    adaptive = spec.Variant("ours", "sidecar", "d2t", 8, adaptive=True)
+    measured = {off: {"reasoning": sample(80.0), "chat": sample(80.0)},
+                k2: {"reasoning": sample(90.0), "chat": sample(150.0)},  # far behind in one set only: stays
+                k3: {"reasoning": sample(120.0), "chat": sample(140.0)},
+                adaptive: {"reasoning": sample(20.0), "chat": sample(20.0)}}
+    assert spec.screened(measured, 0.15) == [off]
+    assert spec.screened(measured, 0.5) == [] and spec.screened({k3: measured[k3]}, 0.15) == []
+
+    def row(variant: spec.Variant, speeds: list[float]) -> spec.Row:
+        return spec.Row(variant, "reasoning", [sample(tps) for tps in speeds])
+
+    # drafting off ran once, at a speed above the others' medians (a fast first run): it is not the yardstick
+    phase = Phase("quiet", 0, 0.1, 0.1, 10.0, [row(off, [200.0]), row(k2, [150.0, 150.0, 150.0]),
+                                               row(k3, [180.0, 160.0, 170.0]), row(adaptive, [171.0, 160.0, 170.0])], 2)
+    assert phase.screened() == [0] and phase.best_fixed() == (3, 170.0)
+    data = phase.to_dict()
+    assert data["screened_out"] == [0] and data["best_fixed_depth"] == 3
+    assert data["adaptive_vs_best_runs"] == [0.95, 1.0, 1.0]
+    assert data["replies"]["off"] == [[[101, 0.5]]] and len(data["replies"]["d2t sidecar k=3"]) == 3
+    result = AdaptiveLoadResult("scaled demo model", 128, [2, 3], 8, [phase], "2-core test CPU", runs=3, screen=0.15)
+    table = result.markdown()
+    assert "| quiet | 0 | 2 | 0.10 | 200.0¹ | 150.0 | 170.0 | 170.0 |" in table
+    assert "¹ the first run only: more than 15% slower than the fastest fixed depth in it" in table
+    assert result.to_dict()["screen"] == 0.15
+    everyone = Phase("quiet", 0, 0.1, 0.1, 10.0, phase.rows[1:], 2)
+    assert everyone.screened() == [] and "¹" not in AdaptiveLoadResult(
+        "scaled demo model", 128, [2, 3], 8, [everyone], "2-core test CPU", runs=3).markdown()

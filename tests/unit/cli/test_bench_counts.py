@@ -35,16 +35,19 @@ def _commands() -> list[tuple[list[str], argparse.ArgumentParser]]:
 
 
 def _number_options(parser: argparse.ArgumentParser, kind: type) -> list[argparse.Action]:
-    """The options that take one number of ``kind`` (their ``type`` turns "1" into 1 or 1.0)."""
+    """The options that take one number of ``kind`` (their ``type`` turns "1" into 1 or 1.0, or, for a share below
+    one, "0.5" into 0.5)."""
     options = []
     for action in parser._actions:
         if not action.option_strings or action.type is None or action.nargs not in (None, 1):
             continue
-        try:
-            if type(action.type("1")) is kind:  # type: ignore[operator]
-                options.append(action)
-        except (argparse.ArgumentTypeError, ValueError, TypeError):
-            continue
+        for text in ("1", "0.5"):
+            try:
+                if type(action.type(text)) is kind:  # type: ignore[operator]
+                    options.append(action)
+                break
+            except (argparse.ArgumentTypeError, ValueError, TypeError):
+                continue
     return options
 
 
@@ -59,7 +62,7 @@ def test_every_benchmark_has_number_options_to_check() -> None:
     flags = {flag for _, flag in CASES}
     assert {"--runs", "--tokens", "--threads", "--depth", "--turns", "--gpu-layers"} <= flags, flags
     assert len(CASES) >= 40
-    assert {"--acceptance", "--budget", "--time-limit", "--bandwidth-gbs"} <= {flag for _, flag in REAL_CASES}
+    assert {"--acceptance", "--budget", "--time-limit", "--bandwidth-gbs", "--screen"} <= {f for _, f in REAL_CASES}
 
 
 @pytest.mark.parametrize(("prefix", "flag"), CASES, ids=[f"{' '.join(p[:2])} {f}" for p, f in CASES])
