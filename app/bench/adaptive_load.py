@@ -9,7 +9,10 @@ learned; with the memory's staleness rules (``depth_memory.stale_reason``) a rec
 measured again. Each phase reports every variant's decode tok/s (the one definition, pooled over the prompts; the
 median over the runs), and adaptive depth's against the fastest fixed depth of that phase (by median): the median of
 its ratios in each run, measured side by side (``spec.side_by_side``), with the depths it chose, as JSON and a
-markdown table. On a shared machine the figures move with whatever else runs: they are indicative.
+markdown table; the JSON also keeps every reply's tokens and seconds. On a shared machine the figures move with
+whatever else runs: they are indicative. The same prompt's replies of two variants in one run spread 5-8% apart on
+the Xeon (its speed moves by 10-20% over seconds), so more runs are what narrow a verdict: after a phase's first run,
+the fixed depths far behind the fastest (``SCREEN``) are left out of its later runs, and those runs come quicker.
 
 Beside the wall-time verdict, each phase says what adaptive depth's own choices cost on its own round clock
 (``OwnClock``, from the decision log): the seconds its rounds at other depths took beyond what its own rounds at the
