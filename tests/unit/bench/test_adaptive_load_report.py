@@ -175,3 +175,20 @@ def test_a_fixed_depth_far_behind_in_the_first_run_is_left_out_of_the_later_ones
     everyone = Phase("quiet", 0, 0.1, 0.1, 10.0, phase.rows[1:], 2)
     assert everyone.screened() == [] and "¹" not in AdaptiveLoadResult(
         "scaled demo model", 128, [2, 3], 8, [everyone], "2-core test CPU", runs=3).markdown()
+
+
+def test_the_screen_options_help_gives_the_default_the_benchmark_uses() -> None:
+    """``--screen`` left out is None (the command line does not import the benchmark to read it): its help states the
+    default, which must be ``SCREEN``."""
+    import argparse
+
+    from app.bench.adaptive_load import SCREEN
+    from app.cli import build_parser
+
+    def sub(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return dict(action.choices)[name]
+
+    command = sub(sub(build_parser(), "bench"), "adaptive-load")
+    option = next(a for a in command._actions if "--screen" in a.option_strings)
+    assert option.default is None and option.help is not None and f"(default {SCREEN:g})" in option.help
