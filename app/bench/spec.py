@@ -564,7 +564,7 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
     together = [v for v in run_order if v.engine in side_by_side] if interleave == "prompt" else []
     one_by_one = [v for v in run_order if v not in together]
     record = _DecisionLog(decisions)
-    kept = set(variants)  # the variants run every time (``screen``)
+    dropped: list[Variant] = []  # left out after the first run (``screen``)
     if depth_memory is not None and not keep_memory:
         DepthMemory(depth_memory).forget()
     try:
@@ -618,11 +618,10 @@ def run(target: Path, sidecars: dict[str, Path], *, variants: list[Variant], n_t
                         + ", ".join(v.label for v in dropped))
                 together = [v for v in together if v not in dropped]
                 one_by_one = [v for v in one_by_one if v not in dropped]
-                kept = {v for v in variants if v not in dropped}
     finally:
         record.close()
     measured_rows = [row for row in rows.values() if row.samples]
-    completed = min((len(row.samples) for row in measured_rows if row.variant in kept), default=0)
+    completed = min((len(row.samples) for row in measured_rows if row.variant not in dropped), default=0)
     return SpecResult(measured_rows, n_tokens, completed, target.name, device_description(), cut_short, context)
 
 
