@@ -77,13 +77,18 @@ def _listed_title(win: MainWindow, conversation_id: int) -> str | None:
 
 
 def _answer_when_shown(find: Callable[[], QWidget | None], act: Callable[[Any], None]) -> QTimer:
-    """Act on a modal dialog or popup menu as soon as it is up (a timer polls while its own loop runs)."""
+    """Act on a modal dialog or popup menu as soon as it is up and has the focus (a timer polls while its own loop
+    runs). A person can click only a menu that is up; a test that acts while the window system's "this window has
+    the focus" for the popup is still queued closes the popup first, and that event, delivered after, makes the hidden
+    menu the active window: the main window is deactivated and an edit box Rename just opened closes at once (the
+    flake issue 38 and the 2026-12-07 clone run saw; reproduced by acting on the first poll after re-activating the
+    window). The timer polls at every pass of the event loop, the earliest a test could act."""
     timer = QTimer()
-    timer.setInterval(10)
+    timer.setInterval(0)
 
     def poll() -> None:
         widget = find()
-        if widget is not None and widget.isVisible():
+        if widget is not None and widget.isVisible() and QGuiApplication.focusWindow() is widget.windowHandle():
             timer.stop()
             act(widget)
 
