@@ -841,9 +841,9 @@ class AdaptiveDepth:
         the median alone, two fast ones the quartile alone (the Xeon's quiet phase, 2026-12-07: depth 7's first five
         rounds, two of them 12% faster than the rest, read a quartile 10% below the level before and a median 2%
         below; the quartile alone made its estimate 11% cheaper, and it was played for 310 of 581 rounds where its
-        rounds were 9% slower a token than depth 3's). A load
-        that changes at the very moment the depth does is taken for an error of the estimate; the visits and the
-        measured rates (``seen_rates``) see that load as before."""
+        rounds were 9% slower a token than depth 3's). A load that changes at the very moment the depth does is
+        taken for an error of the estimate; the visits and the measured rates (``seen_rates``) see that load as
+        before."""
         if depth == self._ref_depth:
             if self._switch is not None and self._loads_seen - self._switch[2] >= LOAD_WINDOW:
                 self._level_check(depth)
@@ -868,9 +868,9 @@ class AdaptiveDepth:
         # as far as the draft steps do not set the unit (``gauge_weight``): where they do, the depth's own rounds are
         # divided by their steps' reading, not by the load index, and its estimate is right against the others'
         rounds = self.load_samples[start - first:stop]
-        moved = math.log(lower_quartile(rounds) / level)
-        moved_middle = math.log(lower_median(rounds) / middle)
-        moved = 0.0 if moved * moved_middle <= 0.0 else min(moved, moved_middle, key=abs)
+        quartile_moved = math.log(lower_quartile(rounds) / level)
+        median_moved = math.log(lower_median(rounds) / middle)
+        moved = 0.0 if quartile_moved * median_moved <= 0.0 else min(quartile_moved, median_moved, key=abs)
         ratio = math.exp((1.0 - self.gauge_weight()) * moved)
         batch = depth + 1
         kept, rest = self.rest.get(batch), self._rest_estimates.get(batch)

@@ -239,9 +239,9 @@ def test_a_few_slow_or_fast_rounds_after_a_switch_do_not_correct_the_new_depths_
     level apart means its estimate was off (``_level_check``). A few slow rounds among those five (another job's
     moment) used to move their median by the whole spike: on the Xeon's quiet phase, rounds of 15.8, 15.5 and 21.7 ms
     after 14.0 and 13.7 corrected depth 3's estimate up by 12%, and depth 2 was played in 37% of the rounds where
-    depth 3 ran 6% faster. Two fast rounds among five moved their lower quartile, read alone from then on, as far: on
-    the Xeon's quiet phase (2026-12-07) depth 7's estimate was made 11% cheaper, and depth 7 was played for 310 of 581
-    rounds where its rounds were 9% slower a token than depth 3's. Here the text's acceptance moves the best depth
+    depth 3 ran 6% faster. Read as their lower quartile instead, two fast rounds among five moved the level as far:
+    on the Xeon's quiet phase (2026-12-07) depth 7's estimate was made 11% cheaper, and depth 7 was played for 310 of
+    581 rounds where its rounds were 9% slower a token than depth 3's. Here the text's acceptance moves the best depth
     from 3 to 2 and back, the costs stay, and three rounds after each switch run slow (or two fast): once the first
     rounds have set the estimates, none is corrected. A level shift of every round is still corrected
     (test_adaptive_sessions.py)."""
@@ -257,11 +257,11 @@ def test_a_few_slow_or_fast_rounds_after_a_switch_do_not_correct_the_new_depths_
         since_switch += 1
         # as on the Xeon: the third, fourth and fifth rounds at the new depth 1.15x, 1.15x and 1.6x slow, or the
         # fourth and fifth 14% fast
-        slow = odd.get(since_switch, 1.0) if depth == current else 1.0
+        factor = odd.get(since_switch, 1.0) if depth == current else 1.0
         # draft steps whose time wanders apart from the verify pass's: they cannot tell its load (gauge weight low)
         steps = 0.0003 * max(depth - 1, 0) * rng.uniform(0.6, 1.4)
         first = 0.0006 * rng.uniform(0.6, 1.4) if depth else 0.0
-        verify = rest[depth] * slow
+        verify = rest[depth] * factor
         # drafts accepted up to 2 or 3 in turn (depth 3 best), from round 300 to 600 up to 1 or 2 (depth 2 best)
         accepted = min(depth, (1 if 300 <= index < 600 else 2) + rng.randrange(2))
         adaptive.observe(depth, min(depth, accepted + 1), accepted,
