@@ -851,8 +851,8 @@ class AdaptiveDepth:
         if self._switch is not None and self._loads_seen - 1 - self._switch[2] >= BRACKET:
             self._level_check(self._ref_depth, self._loads_seen - 1)  # the depth left: its rounds so far
         level = self.load_samples[-2 * LOAD_WINDOW - 1:-1]
-        before = (lower_quartile(level), lower_median(level), self._loads_seen - 1) if level else None
-        self._switch = before if self._ref_depth >= 0 else None
+        self._switch = (lower_quartile(level), lower_median(level), self._loads_seen - 1) \
+            if self._ref_depth >= 0 and level else None
         self._ref_depth = depth
 
     def _level_check(self, depth: int, end: int | None = None) -> None:

@@ -1,10 +1,22 @@
-"""``python -m app ARGS`` in this process, for the fuzz tests: the exit code and everything it printed."""
+"""``python -m app ARGS`` in this process, for the fuzz tests: the exit code and everything it printed; and the
+parser of one command, for tests of its options and help."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from app.cli import main
+from app.cli import build_parser, main
+
+
+def command_parser(*names: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m app NAMES`` (``"bench", "window"``), as the command line builds it."""
+    parser = build_parser()
+    for name in names:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str, allow_success: bool = True) -> tuple[int, str]:

@@ -5,7 +5,6 @@ given replies (no engine)."""
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from app.bench import spec
 from app.bench.adaptive_load import YARDSTICK_ROUNDS, AdaptiveLoadResult, Phase, own_clock
+from tests.helpers.cli_in_process import command_parser
 
 
 def _row(variant: spec.Variant, tokens_per_second: float, depths: dict[int, int] | None = None) -> spec.Row:
@@ -178,23 +178,12 @@ def test_a_fixed_depth_far_behind_in_the_first_run_is_left_out_of_the_later_ones
         "scaled demo model", 128, [2, 3], 8, [everyone], "2-core test CPU", runs=3).markdown()
 
 
-def _adaptive_load_command() -> argparse.ArgumentParser:
-    """The ``bench adaptive-load`` parser, as the command line builds it."""
-    from app.cli import build_parser
-
-    def sub(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        return dict(action.choices)[name]
-
-    return sub(sub(build_parser(), "bench"), "adaptive-load")
-
-
 def test_the_screen_options_help_gives_the_default_the_benchmark_uses() -> None:
     """``--screen`` left out is None (the command line does not import the benchmark to read it): its help states the
     default, which must be ``SCREEN``."""
     from app.bench.adaptive_load import SCREEN
 
-    command = _adaptive_load_command()
+    command = command_parser("bench", "adaptive-load")
     option = next(a for a in command._actions if "--screen" in a.option_strings)
     assert option.default is None and option.help is not None and f"(default {SCREEN:g})" in option.help
 
@@ -204,7 +193,7 @@ def test_the_commands_defaults_are_the_shape_the_bar_is_measured_on() -> None:
     the built-in (scaled) demo, 512-token replies, two cores kept busy in the loaded phase, five runs. Its defaults
     once were a quick look (the small demo, 64 tokens, one busy core, three runs), whose verdict differs: on the Xeon
     its quiet phase read 0.957x where the measured shape read 0.981x-1.002x. Each option's help states its default."""
-    command = _adaptive_load_command()
+    command = command_parser("bench", "adaptive-load")
     args = command.parse_args([])
     assert (args.size, args.tokens, args.busy_cores, args.runs, args.acceptance) == ("scaled", 512, 2, 5, 0.8)
     for option in ("--size", "--tokens", "--busy-cores", "--runs"):

@@ -4,24 +4,15 @@ ones the parser and ``bench.window.run`` use."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
 
 from app.bench import window
-from app.cli import build_parser
 from app.core import defaults
-
-
-def _window_parser() -> argparse.ArgumentParser:
-    def sub(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        return action.choices[name]  # type: ignore[no-any-return]
-
-    return sub(sub(build_parser(), "bench"), "window")
+from tests.helpers.cli_in_process import command_parser
 
 
 def test_the_help_names_the_defaults_it_runs_with() -> None:
-    parser = _window_parser()
+    parser = command_parser("bench", "window")
     text = parser.format_help()
     options = {a.dest: a for a in parser._actions}
     for dest in ("size", "mode", "depth", "tokens", "runs", "turns"):
