@@ -110,7 +110,7 @@ def steady_load(monkeypatch: pytest.MonkeyPatch) -> None:
     run of the whole suite, 2026-12-05). Staleness itself: ``tests/unit/engine/test_decisions_recheck.py``."""
     from app.engine import depth_memory
 
-    monkeypatch.setattr(depth_memory, "machine_load", lambda: 0.1)
+    monkeypatch.setattr(depth_memory, "machine_load", lambda window_s=0.1: 0.1)
 
 
 @pytest.fixture(scope="module")

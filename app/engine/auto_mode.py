@@ -43,6 +43,7 @@ from app.engine.depth_memory import (
     forget_records,
     set_aside_records,
     stale_reason,
+    take_up,
 )
 from app.engine.modes import MODES
 from app.engine.verdict import MIN_SAMPLES, MIN_TOKENS, Condition, Sample, Verdict, compare
@@ -288,13 +289,12 @@ class AutoMemory:
         """What was measured and decided for ``key``, or a cold start: none saved, a damaged record, or a stale one
         (``depth_memory.stale_reason``: too old, made under another load, or by another backend build; said in
         the result's ``stale``), which is measured again."""
-        conditions = conditions_now(key.backend)
         record = load_state(self.path(key))  # damaged: set aside as .bad, a cold start
         state = record.get("state") if record is not None and record.get("key") == json.loads(
             json.dumps(asdict(key))) else None
-        stale = stale_reason(record, conditions) if record is not None and state is not None else None
-        found = AutoDrafting.from_dict(state, candidates) if isinstance(state, dict) and stale is None else None
-        auto = found if found is not None else AutoDrafting(tuple(candidates))
+        found = AutoDrafting.from_dict(state, candidates) if isinstance(state, dict) else None
+        conditions, stale = take_up(record if found is not None else None, key.backend)
+        auto = found if found is not None and stale is None else AutoDrafting(tuple(candidates))
         auto.conditions, auto.stale = conditions, stale
         return auto
 

@@ -12,8 +12,8 @@ not finite) is moved aside as ``<name>.bad`` with a warning (``settings_file.loa
 nothing native: the decoder hands in the backend's id.
 
 What was learned is not kept for good (issue 36: decisions learned under load stick): a record also notes the
-machine's load when its session began (other processes' share of the cores, our own work left out) and the
-backend's build (``backend_build``: its llama.cpp commit, patch and build time, so a rebuild under the same id
+machine's load when it was made (other processes' share of the cores, our own work left out, read so that another
+program's burst is not a load: ``take_up``) and the backend's build (``backend_build``: its llama.cpp commit, patch and build time, so a rebuild under the same id
 counts), and a record older than ``MAX_AGE_DAYS``, or made under a load ``LOAD_FACTOR`` times lighter or heavier
 than now, or by another build, is not used (``stale_reason``): the next load measures again and rewrites it. Auto
 drafting's records (``app.engine.auto_mode``) follow the same rules.
@@ -41,7 +41,12 @@ LOAD_FACTOR = 2.0  # ... and one made under a load (per core) this many times li
 LOAD_FLOOR = 0.25  # loads per core below this count as this (an idle machine's 0.02 against 0.1 is no change)
 
 
-LOAD_WINDOW_S = 0.1  # the window the other processes' load is read over when a record is taken up or listed
+LOAD_WINDOW_S = 0.1  # the window the other processes' load is read over when a record is taken up ...
+# ... and the longer one it is read over again where that reading is all a decision would stand on (a record that
+# looks stale, or none: the next save notes it) and for a listing: another program's burst is not a load. On this
+# 2-core machine with two programs busy half the time in bursts of 0.05-0.6 s, a record read stale at a third of
+# its take-ups with one 0.1 s reading each, at a quarter with 0.5 s, at 7% with 1 s (docs/benchmarks.md)
+LOAD_HOLD_WINDOW_S = 1.0
 
 
 def load_average() -> float | None:
@@ -53,14 +58,14 @@ def load_average() -> float | None:
         return None
 
 
-def machine_load() -> float | None:
+def machine_load(window_s: float = LOAD_WINDOW_S) -> float | None:
     """Other processes' share of the machine now, 0 (idle) to 1 (every core busy): the kernel's CPU counters over
-    ``LOAD_WINDOW_S`` with this process's own CPU time taken out (``app.core.idle_cores``). With the 1-minute load
+    ``window_s`` with this process's own CPU time taken out (``app.core.idle_cores``). With the 1-minute load
     average, our own decoding of a minute before read as load: ``bench adaptive-load``'s second run of every phase
     found the first run's record "made under another load" (0.18 then, over 0.5 per core now) and started cold.
     Where the counters cannot be read, the load average per core stands in (capped at 1); None where there is
     neither."""
-    idle = idle_cores.measure(LOAD_WINDOW_S)
+    idle = idle_cores.measure(window_s)
     if idle is None:
         return None
     cpus = os.cpu_count() or 1
@@ -80,15 +85,34 @@ def backend_build(backend_id: str) -> str | None:
     return f"{manifest.llama_cpp_commit}:{manifest.patch_sha256 or 'unpatched'}:{manifest.built_at}"
 
 
-def conditions_now(backend_id: str) -> dict[str, Any]:
-    """The conditions a record notes when it is made: the load per core and the backend's build."""
-    return {"load_per_core": machine_load(), "backend_build": backend_build(backend_id)}
+def conditions_now(backend_id: str, window_s: float = LOAD_WINDOW_S) -> dict[str, Any]:
+    """The conditions a record notes when it is made: the load per core (read over ``window_s``) and the
+    backend's build."""
+    return {"load_per_core": machine_load(window_s), "backend_build": backend_build(backend_id)}
+
+
+def take_up(record: dict[str, Any] | None, backend_id: str,
+            read: Callable[[str, float], dict[str, Any]] = conditions_now) -> tuple[dict[str, Any], str | None]:
+    """The conditions a session takes ``record`` up under (None: there is no usable one, a cold start) and why the
+    record is stale (None: it holds, or there is none). The load is read over ``LOAD_WINDOW_S``; where that
+    reading would throw the record away, or is what a new record would note, it is read again over
+    ``LOAD_HOLD_WINDOW_S`` and that reading decides. A record that holds keeps the load it was made under for the
+    next save: its replies were measured under that load, and a reading noted at every load would drift with the
+    noise until a record held still at one load reads as made under another."""
+    now = read(backend_id, LOAD_WINDOW_S)
+    stale = stale_reason(record, now) if record is not None else None
+    if record is None or stale is not None:
+        now = read(backend_id, LOAD_HOLD_WINDOW_S)
+        stale = stale_reason(record, now) if record is not None else None
+    noted = record.get("conditions") if record is not None and stale is None else None
+    then = noted.get("load_per_core") if isinstance(noted, dict) else None
+    return ({**now, "load_per_core": float(then)} if isinstance(then, int | float) else now), stale
 
 
 def conditions_for_listing() -> Callable[[str], dict[str, Any]]:
-    """``conditions_now`` for a listing of many records: the load read once (each reading takes
-    ``LOAD_WINDOW_S``), each backend's build once."""
-    load = machine_load()
+    """``conditions_now`` for a listing of many records: the load read once (over ``LOAD_HOLD_WINDOW_S``: the
+    listing says which records are stale), each backend's build once."""
+    load = machine_load(LOAD_HOLD_WINDOW_S)
     builds: dict[str, str | None] = {}
 
     def conditions(backend_id: str) -> dict[str, Any]:
@@ -198,15 +222,15 @@ class DepthMemory:
     def recall(self, key: MemoryKey) -> dict[str, Any] | None:
         """The state saved under ``key``, or None: none saved, a record that is damaged or not for this key, or one
         that is stale (``stale_reason``; said in ``stale``): then the next save replaces it. Notes the conditions
-        now (before this session's own work loads the machine) for that save."""
-        self.conditions = conditions_now(key.backend)
-        self.stale = None
+        for the saves (``take_up``: read now, before this session's own work loads the machine, or the record's
+        own load where it holds)."""
         record = load_state(self.path(key), _check_record)  # damaged: set aside as .bad, a cold start
-        if record is None or record.get("key") != json.loads(json.dumps(asdict(key))):
-            return None
-        self.stale = stale_reason(record, self.conditions)
-        state = record.get("state")
-        return state if isinstance(state, dict) and self.stale is None else None
+        if record is not None and (record.get("key") != json.loads(json.dumps(asdict(key)))
+                                   or not isinstance(record.get("state"), dict)):
+            record = None
+        self.conditions, self.stale = take_up(record, key.backend)
+        state = record.get("state") if record is not None and self.stale is None else None
+        return state if isinstance(state, dict) else None
 
     def remember(self, key: MemoryKey, state: dict[str, Any]) -> None:
         """Save ``state`` under ``key``, atomically (``OSError`` to the caller: a full disk, a read-only folder),

@@ -16,12 +16,15 @@ from app.engine import depth_memory
 from app.engine.auto_mode import CANDIDATES, RECHECK_EVERY, AutoDrafting, AutoMemory, auto_key
 from app.engine.depth_memory import (
     LOAD_FACTOR,
+    LOAD_HOLD_WINDOW_S,
+    LOAD_WINDOW_S,
     MAX_AGE_DAYS,
     DepthMemory,
     MemoryKey,
     conditions_now,
     machine_load,
     stale_reason,
+    take_up,
 )
 from app.engine.verdict import MIN_SAMPLES, Condition
 
@@ -157,7 +160,7 @@ def test_adaptive_depths_record_is_not_used_under_another_load(tmp_path: Path,
         pytest.skip("no CPU counters or load average on this system")
     # from here the machine's load holds still: two real readings a moment apart differ 2x on a busy machine (the
     # other test worker starting a file), and then a record made a moment ago is rightly stale ("make check" failed)
-    monkeypatch.setattr(depth_memory, "machine_load", lambda: 0.3)
+    monkeypatch.setattr(depth_memory, "machine_load", lambda window_s=0.1: 0.3)
     memory = DepthMemory(tmp_path)
     assert memory.recall(key) is None
     memory.remember(key, {"version": 1, "current": 4})
@@ -166,3 +169,72 @@ def test_adaptive_depths_record_is_not_used_under_another_load(tmp_path: Path,
     later = DepthMemory(tmp_path)
     assert later.recall(key) is None and later.stale is not None and "load changed" in later.stale
     assert _then(later.entries()[0]["stale"]) == _then(later.stale)
+
+
+class Readings:
+    """The loads a take-up reads, one per window asked for, in turn; the windows asked for are kept."""
+
+    def __init__(self, *loads: float) -> None:
+        self.loads, self.windows = list(loads), list[float]()
+
+    def __call__(self, backend_id: str, window_s: float) -> dict[str, object]:
+        self.windows.append(window_s)
+        return {"load_per_core": self.loads.pop(0), "backend_build": f"{backend_id}:p1"}
+
+
+NOTED = {"saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
+         "conditions": {"load_per_core": 0.1, "backend_build": "cpu-1:p1"}}
+
+
+def test_a_burst_at_a_take_up_does_not_throw_a_record_away_and_a_load_that_holds_does() -> None:
+    """Another program's burst in the short reading is read again over the longer window, which decides; a
+    record that holds keeps the load it was made under for its next save (a record held still at one load must
+    not drift, a noisy reading at a time, to another)."""
+    burst = Readings(0.9, 0.12)
+    assert take_up(NOTED, "cpu-1", burst) == ({"load_per_core": 0.1, "backend_build": "cpu-1:p1"}, None)
+    assert burst.windows == [LOAD_WINDOW_S, LOAD_HOLD_WINDOW_S]
+    quiet = Readings(0.15)  # the short reading agrees: no longer wait
+    assert take_up(NOTED, "cpu-1", quiet) == ({"load_per_core": 0.1, "backend_build": "cpu-1:p1"}, None)
+    assert quiet.windows == [LOAD_WINDOW_S]
+    held = Readings(0.9, 0.8)
+    conditions, stale = take_up(NOTED, "cpu-1", held)
+    assert conditions == {"load_per_core": 0.8, "backend_build": "cpu-1:p1"}  # what the new record will note
+    assert stale == "the machine's load changed (0.10 then, 0.80 now, per core)"
+    old = {**NOTED, "saved_at": (datetime.now(UTC) - timedelta(days=MAX_AGE_DAYS + 1)).isoformat()}
+    aged = Readings(0.1, 0.3)
+    assert take_up(old, "cpu-1", aged) == ({"load_per_core": 0.3, "backend_build": "cpu-1:p1"}, "measured 15 days ago")
+    cold = Readings(0.7, 0.2)  # no record: the load the first save notes is the longer reading
+    assert take_up(None, "cpu-1", cold) == ({"load_per_core": 0.2, "backend_build": "cpu-1:p1"}, None)
+    assert cold.windows == [LOAD_WINDOW_S, LOAD_HOLD_WINDOW_S]
+
+
+def test_both_memories_keep_a_record_through_a_burst_and_note_the_load_it_was_made_under(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recalls of adaptive depth's and Auto's records read the load as ``take_up`` does: a burst over the
+    short window (0.9) beside a quiet longer one (0.12) keeps a record made at 0.1, and its next save notes 0.1."""
+    target, d2t = tmp_path / "target.gguf", tmp_path / "target-d2t.gguf"
+    target.write_bytes(b"GGUF target")
+    d2t.write_bytes(b"GGUF d2t")
+    monkeypatch.setattr(depth_memory, "machine_load", lambda window_s=LOAD_WINDOW_S: 0.1)
+    auto_memory, auto_key_ = AutoMemory(tmp_path / "memory"), auto_key(target, d2t, backend="cpu-1")
+    decided = auto_memory.recall(auto_key_, CANDIDATES)
+    _replies(decided, _speeds(D2T_PAYS), 1 + MIN_SAMPLES * len(CANDIDATES))
+    auto_memory.remember(auto_key_, decided)
+    depths = DepthMemory(tmp_path / "memory")
+    key = MemoryKey(str(target), 1, 1, None, None, None, "sidecar", "cpu-1", 2, 0, None, (), "host")
+    assert depths.recall(key) is None
+    depths.remember(key, {"version": 1, "current": 4})
+
+    monkeypatch.setattr(depth_memory, "machine_load", lambda window_s=LOAD_WINDOW_S: 0.9 if window_s < 0.2 else 0.12)
+    again = auto_memory.recall(auto_key_, CANDIDATES)
+    assert again.winner == "d2t" and again.stale is None
+    auto_memory.remember(auto_key_, again)
+    later = DepthMemory(tmp_path / "memory")
+    assert later.recall(key) == {"version": 1, "current": 4} and later.stale is None
+    later.remember(key, {"version": 1, "current": 5})
+    for path in (auto_memory.path(auto_key_), later.path(key)):
+        assert json.loads(path.read_text())["conditions"]["load_per_core"] == 0.1
+
+    monkeypatch.setattr(depth_memory, "machine_load", lambda window_s=LOAD_WINDOW_S: 0.9)  # a load that holds
+    assert auto_memory.recall(auto_key_, CANDIDATES).measuring
+    assert DepthMemory(tmp_path / "memory").recall(key) is None

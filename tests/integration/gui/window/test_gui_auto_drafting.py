@@ -72,7 +72,7 @@ def test_a_new_model_in_auto_takes_turns_and_the_hud_says_how_far_it_measured(
     assert hud.auto.isHidden()  # another mode chosen: Auto has no say
 
 
-@pytest.mark.usefixtures("patched_backend")
+@pytest.mark.usefixtures("patched_backend", "steady_load")  # the window's recall right after the test's save
 def test_a_remembered_winner_is_loaded_and_the_hud_says_by_how_much_it_won(
         qtbot: QtBot, window: MainWindow, module_tmp: ModuleFolders, default_demo: DemoCopies) -> None:
     demo: DemoModel = default_demo.copy_to(module_tmp.mktemp("auto-decided-demo"))
