@@ -38,11 +38,10 @@ from typing import Any
 
 from app.core.settings_file import load_json_object, load_state, write_json
 from app.engine.depth_memory import (
-    conditions_for_listing,
     conditions_now,
     forget_records,
     set_aside_records,
-    stale_reason,
+    stale_for_listing,
     take_up,
 )
 from app.engine.modes import MODES
@@ -285,15 +284,16 @@ class AutoMemory:
     def path(self, key: AutoKey) -> Path:
         return self.folder / f"{key.digest()}{SUFFIX}"
 
-    def recall(self, key: AutoKey, candidates: Sequence[str]) -> AutoDrafting:
+    def recall(self, key: AutoKey, candidates: Sequence[str], hold_new: bool = True) -> AutoDrafting:
         """What was measured and decided for ``key``, or a cold start: none saved, a damaged record, or a stale one
         (``depth_memory.stale_reason``: too old, made under another load, or by another backend build; said in
-        the result's ``stale``), which is measured again."""
+        the result's ``stale``), which is measured again. The load is read as ``depth_memory.take_up`` reads it
+        (``hold_new``: a new record's over the longer window)."""
         record = load_state(self.path(key))  # damaged: set aside as .bad, a cold start
         state = record.get("state") if record is not None and record.get("key") == json.loads(
             json.dumps(asdict(key))) else None
         found = AutoDrafting.from_dict(state, candidates) if isinstance(state, dict) else None
-        conditions, stale = take_up(record if found is not None else None, key.backend)
+        conditions, stale = take_up(record if found is not None else None, key.backend, hold_new=hold_new)
         auto = found if found is not None and stale is None else AutoDrafting(tuple(candidates))
         auto.conditions, auto.stale = conditions, stale
         return auto
@@ -308,7 +308,7 @@ class AutoMemory:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every record, for people: the files, the winner (or how far the measuring is), when it was saved."""
-        found, conditions = [], conditions_for_listing()
+        found, stale = [], stale_for_listing()
         for path in sorted(self.folder.glob(f"*{SUFFIX}")) if self.folder.is_dir() else []:
             record = load_json_object(path) or {}
             key, state = record.get("key"), record.get("state")
@@ -321,7 +321,7 @@ class AutoMemory:
                           "gpu_layers": key.get("gpu_layers"), "saved_at": record.get("saved_at"),
                           "winner": auto.winner, "status": auto.status(),
                           "samples": sum(1 for s in auto.samples if s.warm),
-                          "stale": stale_reason(record, conditions(str(key.get("backend"))))})
+                          "stale": stale(record, str(key.get("backend")))})
         found += [{"file": str(path), "damaged": True} for path in set_aside_records(self.folder, SUFFIX)]
         return found
 

@@ -13,10 +13,10 @@ nothing native: the decoder hands in the backend's id.
 
 What was learned is not kept for good (issue 36: decisions learned under load stick): a record also notes the
 machine's load when it was made (other processes' share of the cores, our own work left out, read so that another
-program's burst is not a load: ``take_up``) and the backend's build (``backend_build``: its llama.cpp commit, patch and build time, so a rebuild under the same id
-counts), and a record older than ``MAX_AGE_DAYS``, or made under a load ``LOAD_FACTOR`` times lighter or heavier
-than now, or by another build, is not used (``stale_reason``): the next load measures again and rewrites it. Auto
-drafting's records (``app.engine.auto_mode``) follow the same rules.
+program's burst is not a load: ``take_up``) and the backend's build (``backend_build``: its llama.cpp commit, patch
+and build time, so a rebuild under the same id counts), and a record older than ``MAX_AGE_DAYS``, or made under a
+load ``LOAD_FACTOR`` times lighter or heavier than now, or by another build, is not used (``stale_reason``): the
+next load measures again and rewrites it. Auto drafting's records (``app.engine.auto_mode``) follow the same rules.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ LOAD_FLOOR = 0.25  # loads per core below this count as this (an idle machine's 
 
 LOAD_WINDOW_S = 0.1  # the window the other processes' load is read over when a record is taken up ...
 # ... and the longer one it is read over again where that reading is all a decision would stand on (a record that
-# looks stale, or none: the next save notes it) and for a listing: another program's burst is not a load. On this
+# looks stale, or none: the next save notes it): another program's burst is not a load. On this
 # 2-core machine with two programs busy half the time in bursts of 0.05-0.6 s, a record read stale at a third of
 # its take-ups with one 0.1 s reading each, at a quarter with 0.5 s, at 7% with 1 s (docs/benchmarks.md)
 LOAD_HOLD_WINDOW_S = 1.0
@@ -92,16 +92,17 @@ def conditions_now(backend_id: str, window_s: float = LOAD_WINDOW_S) -> dict[str
 
 
 def take_up(record: dict[str, Any] | None, backend_id: str,
-            read: Callable[[str, float], dict[str, Any]] = conditions_now) -> tuple[dict[str, Any], str | None]:
+            read: Callable[[str, float], dict[str, Any]] = conditions_now, *,
+            hold_new: bool = True) -> tuple[dict[str, Any], str | None]:
     """The conditions a session takes ``record`` up under (None: there is no usable one, a cold start) and why the
     record is stale (None: it holds, or there is none). The load is read over ``LOAD_WINDOW_S``; where that
-    reading would throw the record away, or is what a new record would note, it is read again over
+    reading would throw the record away, or (``hold_new``) is what a new record would note, it is read again over
     ``LOAD_HOLD_WINDOW_S`` and that reading decides. A record that holds keeps the load it was made under for the
     next save: its replies were measured under that load, and a reading noted at every load would drift with the
     noise until a record held still at one load reads as made under another."""
     now = read(backend_id, LOAD_WINDOW_S)
     stale = stale_reason(record, now) if record is not None else None
-    if record is None or stale is not None:
+    if stale is not None or (record is None and hold_new):
         now = read(backend_id, LOAD_HOLD_WINDOW_S)
         stale = stale_reason(record, now) if record is not None else None
     noted = record.get("conditions") if record is not None and stale is None else None
@@ -109,17 +110,20 @@ def take_up(record: dict[str, Any] | None, backend_id: str,
     return ({**now, "load_per_core": float(then)} if isinstance(then, int | float) else now), stale
 
 
-def conditions_for_listing() -> Callable[[str], dict[str, Any]]:
-    """``conditions_now`` for a listing of many records: the load read once (over ``LOAD_HOLD_WINDOW_S``: the
-    listing says which records are stale), each backend's build once."""
-    load = machine_load(LOAD_HOLD_WINDOW_S)
+def stale_for_listing() -> Callable[[dict[str, Any], str], str | None]:
+    """``take_up``'s judgment for a listing of many records (why each is stale, or None): the load read at most
+    once over each window, each backend's build once."""
+    loads: dict[float, float | None] = {}
     builds: dict[str, str | None] = {}
 
-    def conditions(backend_id: str) -> dict[str, Any]:
+    def read(backend_id: str, window_s: float) -> dict[str, Any]:
+        if window_s not in loads:
+            loads[window_s] = machine_load(window_s)
         if backend_id not in builds:
             builds[backend_id] = backend_build(backend_id)
-        return {"load_per_core": load, "backend_build": builds[backend_id]}
-    return conditions
+        return {"load_per_core": loads[window_s], "backend_build": builds[backend_id]}
+
+    return lambda record, backend_id: take_up(record, backend_id, read)[1]
 
 
 def stale_reason(record: dict[str, Any], now: dict[str, Any], at: datetime | None = None) -> str | None:
@@ -242,7 +246,7 @@ class DepthMemory:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every readable record, for people: the files it is for, when it was saved, the depth it settled on."""
-        found, conditions = [], conditions_for_listing()
+        found, stale = [], stale_for_listing()
         for path in sorted(self.folder.glob(f"*{SUFFIX}")) if self.folder.is_dir() else []:
             record = load_json_object(path) or {}
             key, state = record.get("key"), record.get("state")
@@ -253,7 +257,7 @@ class DepthMemory:
                           "mode": key.get("mode"), "backend": key.get("backend"), "threads": key.get("threads"),
                           "gpu_layers": key.get("gpu_layers"), "saved_at": record.get("saved_at"),
                           "depth": state.get("current"), "rounds": state.get("rounds"),
-                          "stale": stale_reason(record, conditions(str(key.get("backend"))))})
+                          "stale": stale(record, str(key.get("backend")))})
         found += [{"file": str(path), "damaged": True} for path in set_aside_records(self.folder, SUFFIX)]
         return found
 

@@ -59,7 +59,9 @@ class AutoDraftingView:
             self.stop()
             return plain
         if self.auto is None or key != self._key:
-            self.auto, self._key = self.memory.recall(key, tuple(self._choices)), key
+            # a model just chosen: the window does not wait a second for a new record's load (its first save notes
+            # a 0.1 s reading; a record stale through it is measured again once, then notes a 1 s one)
+            self.auto, self._key = self.memory.recall(key, tuple(self._choices), hold_new=False), key
         self.show()
         return self.mode_config(self.auto.next_mode())
 

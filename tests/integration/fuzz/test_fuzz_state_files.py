@@ -129,6 +129,7 @@ RECORD = fields_of(["key", "state", "current", "tps", "modes", "measured", "cond
 
 @FAST
 @given(RECORD | VALUE | NOT_JSON, RECORD | VALUE | NOT_JSON)
+@pytest.mark.usefixtures("steady_load")  # a record's notes of any size, not the machine's load (read again over 1 s)
 def test_depth_and_auto_records_of_any_size_list_in_words(home: Path, capsys: pytest.CaptureFixture[str],
                                                           depth: Any, auto: Any) -> None:
     from app.core.paths import depth_memory_dir

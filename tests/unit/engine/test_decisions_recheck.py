@@ -206,6 +206,10 @@ def test_a_burst_at_a_take_up_does_not_throw_a_record_away_and_a_load_that_holds
     cold = Readings(0.7, 0.2)  # no record: the load the first save notes is the longer reading
     assert take_up(None, "cpu-1", cold) == ({"load_per_core": 0.2, "backend_build": "cpu-1:p1"}, None)
     assert cold.windows == [LOAD_WINDOW_S, LOAD_HOLD_WINDOW_S]
+    chosen = Readings(0.7, 0.2)  # the window, a model just chosen: a new record notes the short reading, no wait
+    assert take_up(None, "cpu-1", chosen, hold_new=False) == ({"load_per_core": 0.7, "backend_build": "cpu-1:p1"},
+                                                               None)
+    assert chosen.windows == [LOAD_WINDOW_S]
 
 
 def test_both_memories_keep_a_record_through_a_burst_and_note_the_load_it_was_made_under(
@@ -234,6 +238,14 @@ def test_both_memories_keep_a_record_through_a_burst_and_note_the_load_it_was_ma
     later.remember(key, {"version": 1, "current": 5})
     for path in (auto_memory.path(auto_key_), later.path(key)):
         assert json.loads(path.read_text())["conditions"]["load_per_core"] == 0.1
+    windows: list[float] = []
+
+    def burst(window_s: float = LOAD_WINDOW_S) -> float:
+        windows.append(window_s)
+        return 0.9 if window_s < 0.2 else 0.12
+    monkeypatch.setattr(depth_memory, "machine_load", burst)
+    assert [e["stale"] for e in auto_memory.entries() + later.entries()] == [None, None]  # listed as taken up
+    assert windows == [LOAD_WINDOW_S, LOAD_HOLD_WINDOW_S] * 2  # each listing reads each window once
 
     monkeypatch.setattr(depth_memory, "machine_load", lambda window_s=LOAD_WINDOW_S: 0.9)  # a load that holds
     assert auto_memory.recall(auto_key_, CANDIDATES).measuring

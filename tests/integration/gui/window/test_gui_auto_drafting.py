@@ -20,8 +20,10 @@ from pytestqt.qtbot import QtBot
 from app.backend.registry import active
 from app.chats.history import HistoryStore
 from app.core import paths
+from app.engine import depth_memory
 from app.engine.auto_mode import CANDIDATES, AutoDrafting, AutoMemory, auto_key
 from app.engine.config import DRAFT_DEPTH_MAX
+from app.engine.depth_memory import LOAD_WINDOW_S
 from app.engine.verdict import MIN_SAMPLES, Condition
 from app.gguftools.demo_model import DemoModel
 from app.gui.main import MainWindow
@@ -42,10 +44,19 @@ def window(qtbot: QtBot, store: HistoryStore) -> Iterator[MainWindow]:
 
 @pytest.mark.usefixtures("patched_backend")
 def test_a_new_model_in_auto_takes_turns_and_the_hud_says_how_far_it_measured(
-        qtbot: QtBot, window: MainWindow, module_tmp: ModuleFolders, default_demo: DemoCopies) -> None:
+        qtbot: QtBot, window: MainWindow, module_tmp: ModuleFolders, default_demo: DemoCopies,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     demo = default_demo.copy_to(module_tmp.mktemp("auto-cold-demo"))
     assert window.model_selector.mode() == AUTO_KEY  # the window's default
+    windows: list[float] = []  # the windows the machine's load is read over in this (the window's) process
+    read = depth_memory.machine_load
+
+    def reading(window_s: float = LOAD_WINDOW_S) -> float | None:
+        windows.append(window_s)
+        return read(window_s)
+    monkeypatch.setattr(depth_memory, "machine_load", reading)
     window.loading.use_demo(demo)
+    assert windows == [LOAD_WINDOW_S]  # a model just chosen: the window does not wait a second for a new record
     hud = window.chat_page.chat.hud
     config = window.bridge.config
     assert config is not None and config.mode == "off"  # the warm-up reply's mode, first in turn
