@@ -45,7 +45,7 @@ LOAD_WINDOW_S = 0.1  # the window the other processes' load is read over when a 
 # ... and the longer one it is read over again where that reading is all a decision would stand on (a record that
 # looks stale, or none: the next save notes it): another program's burst is not a load. On this
 # 2-core machine with two programs busy half the time in bursts of 0.05-0.6 s, a record read stale at a third of
-# its take-ups with one 0.1 s reading each, at a quarter with 0.5 s, at 7% with 1 s (docs/benchmarks.md)
+# its take-ups with one 0.1 s reading each, at a quarter with 0.5 s, at 3-7% with 1 s (docs/benchmarks.md)
 LOAD_HOLD_WINDOW_S = 1.0
 
 
