@@ -212,6 +212,7 @@ def test_a_burst_at_a_take_up_does_not_throw_a_record_away_and_a_load_that_holds
     assert chosen.windows == [LOAD_WINDOW_S]
 
 
+@pytest.mark.usefixtures("steady_load")  # the records made at 0.1
 def test_both_memories_keep_a_record_through_a_burst_and_note_the_load_it_was_made_under(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The recalls of adaptive depth's and Auto's records read the load as ``take_up`` does: a burst over the
@@ -219,7 +220,6 @@ def test_both_memories_keep_a_record_through_a_burst_and_note_the_load_it_was_ma
     target, d2t = tmp_path / "target.gguf", tmp_path / "target-d2t.gguf"
     target.write_bytes(b"GGUF target")
     d2t.write_bytes(b"GGUF d2t")
-    monkeypatch.setattr(depth_memory, "machine_load", lambda window_s=LOAD_WINDOW_S: 0.1)
     auto_memory, auto_key_ = AutoMemory(tmp_path / "memory"), auto_key(target, d2t, backend="cpu-1")
     decided = auto_memory.recall(auto_key_, CANDIDATES)
     _replies(decided, _speeds(D2T_PAYS), 1 + MIN_SAMPLES * len(CANDIDATES))
@@ -229,7 +229,12 @@ def test_both_memories_keep_a_record_through_a_burst_and_note_the_load_it_was_ma
     assert depths.recall(key) is None
     depths.remember(key, {"version": 1, "current": 4})
 
-    monkeypatch.setattr(depth_memory, "machine_load", lambda window_s=LOAD_WINDOW_S: 0.9 if window_s < 0.2 else 0.12)
+    windows: list[float] = []
+
+    def burst(window_s: float = LOAD_WINDOW_S) -> float:
+        windows.append(window_s)
+        return 0.9 if window_s < LOAD_HOLD_WINDOW_S else 0.12
+    monkeypatch.setattr(depth_memory, "machine_load", burst)
     again = auto_memory.recall(auto_key_, CANDIDATES)
     assert again.winner == "d2t" and again.stale is None
     auto_memory.remember(auto_key_, again)
@@ -238,12 +243,7 @@ def test_both_memories_keep_a_record_through_a_burst_and_note_the_load_it_was_ma
     later.remember(key, {"version": 1, "current": 5})
     for path in (auto_memory.path(auto_key_), later.path(key)):
         assert json.loads(path.read_text())["conditions"]["load_per_core"] == 0.1
-    windows: list[float] = []
-
-    def burst(window_s: float = LOAD_WINDOW_S) -> float:
-        windows.append(window_s)
-        return 0.9 if window_s < 0.2 else 0.12
-    monkeypatch.setattr(depth_memory, "machine_load", burst)
+    windows.clear()
     assert [e["stale"] for e in auto_memory.entries() + later.entries()] == [None, None]  # listed as taken up
     assert windows == [LOAD_WINDOW_S, LOAD_HOLD_WINDOW_S] * 2  # each listing reads each window once
 
